@@ -1,0 +1,395 @@
+//! The read-buffer pool: every client and backend connection holds one
+//! read buffer for its lifetime. In `fixed` mode the buffers are slots of one
+//! page-aligned region registered with the worker's io_uring; in `heap` mode
+//! (or when the fixed pool is exhausted) they are plain heap allocations.
+//! Both kinds are used through the same [`ReadBuffer`] type.
+//!
+//! # Buffer lifetime rules (the one place they are written down)
+//!
+//! 1. The kernel may write into or read from a buffer from the moment an SQE
+//!    naming it is pushed until that SQE's CQE is reaped. In between, the
+//!    memory must stay valid and must not be handed to anyone else.
+//! 2. `close()` does not cancel an in-flight operation on a socket (see
+//!    shared/notes/io_uring-facts.md). Tear-down is therefore: `shutdown()`
+//!    (or ASYNC_CANCEL) → wait for every CQE that names the connection →
+//!    return the buffer → `close()`.
+//! 3. A reused slot still holds the previous connection's bytes: only the
+//!    byte count of a completion says what is valid.
+//!
+//! The types enforce rules 1 and 3:
+//! - An SQE that points at a buffer can only be built by
+//!   [`ReadBuffer::read_sqe`], [`ReadBuffer::write_sqe`] or
+//!   [`WriteBuf::write_sqe`], which mark the buffer *in flight*;
+//!   [`ReadBuffer::complete`] / [`WriteBuf::complete`] clear the mark when
+//!   the CQE is reaped.
+//! - [`BufferPool::release`] refuses a buffer that is in flight (it returns
+//!   it to the caller as an error), and dropping an in-flight buffer leaks its
+//!   memory on purpose instead of freeing memory the kernel may still write.
+//! - Bytes are only readable through [`ReadBuffer::filled`] up to the count
+//!   the completion reported.
+
+mod fixed;
+
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+use io_uring::{opcode, squeue, types};
+
+use crate::metrics::{BufferMode, Metrics};
+use fixed::FixedRegion;
+
+pub use fixed::RegisterError;
+
+/// Who holds a buffer; only used for the `owner` metric label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    Client,
+    Backend,
+}
+
+enum Memory {
+    /// A slot of the registered region: `index` is the kernel's buffer index.
+    Fixed {
+        index: u16,
+        ptr: *mut u8,
+    },
+    Heap(Box<[u8]>),
+}
+
+/// One connection's read buffer. Not `Clone`: exactly one connection owns it.
+pub struct ReadBuffer {
+    memory: Memory,
+    capacity: usize,
+    /// Valid bytes at the start of the buffer (set from completions).
+    filled: usize,
+    in_flight: bool,
+    owner: Owner,
+}
+
+/// Bytes offsets into a socket: READ/WRITE on a socket need offset 0 or -1
+/// (anything else is ESPIPE); -1 means "current position" and is accepted
+/// everywhere.
+const SOCKET_OFFSET: u64 = u64::MAX;
+
+impl ReadBuffer {
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn is_fixed(&self) -> bool {
+        matches!(self.memory, Memory::Fixed { .. })
+    }
+
+    pub fn in_flight(&self) -> bool {
+        self.in_flight
+    }
+
+    /// The bytes a completion reported, never more (rule 3).
+    pub fn filled(&self) -> &[u8] {
+        assert!(!self.in_flight, "buffer read while the kernel owns it");
+        &self.as_slice()[..self.filled]
+    }
+
+    pub fn filled_len(&self) -> usize {
+        self.filled
+    }
+
+    /// Forget the valid bytes (the next read starts at offset 0).
+    pub fn clear(&mut self) {
+        self.filled = 0;
+    }
+
+    /// Drop the first `n` valid bytes, moving the rest to the front. Only
+    /// used in the login phases, where packets are small.
+    pub fn consume(&mut self, n: usize) {
+        assert!(!self.in_flight);
+        let n = n.min(self.filled);
+        let filled = self.filled;
+        self.as_mut_slice().copy_within(n..filled, 0);
+        self.filled -= n;
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match &self.memory {
+            // SAFETY: `ptr` points at `capacity` bytes inside the region that
+            // the pool keeps mapped for the worker's lifetime; no op is in
+            // flight (callers check), so the kernel is not writing them.
+            Memory::Fixed { ptr, .. } => unsafe { std::slice::from_raw_parts(*ptr, self.capacity) },
+            Memory::Heap(b) => b,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        match &mut self.memory {
+            // SAFETY: as in `as_slice`; `&mut self` makes this the only view.
+            Memory::Fixed { ptr, .. } => unsafe {
+                std::slice::from_raw_parts_mut(*ptr, self.capacity)
+            },
+            Memory::Heap(b) => b,
+        }
+    }
+
+    fn base_ptr(&mut self) -> *mut u8 {
+        match &mut self.memory {
+            Memory::Fixed { ptr, .. } => *ptr,
+            Memory::Heap(b) => b.as_mut_ptr(),
+        }
+    }
+
+    /// SQE that reads from `fd` into the free space after the valid bytes:
+    /// READ_FIXED for a registered slot, READ for a heap buffer. The buffer
+    /// is in flight until [`ReadBuffer::complete`].
+    pub fn read_sqe(&mut self, fd: RawFd, user_data: u64) -> squeue::Entry {
+        assert!(!self.in_flight, "second operation on a busy buffer");
+        assert!(self.filled < self.capacity, "read into a full buffer");
+        let start = self.filled;
+        let len = (self.capacity - start) as u32;
+        // SAFETY: `start < capacity`, so the pointer stays inside the buffer.
+        let ptr = unsafe { self.base_ptr().add(start) };
+        self.in_flight = true;
+        let entry = match self.memory {
+            Memory::Fixed { index, .. } => opcode::ReadFixed::new(types::Fd(fd), ptr, len, index)
+                .offset(SOCKET_OFFSET)
+                .build(),
+            Memory::Heap(_) => opcode::Read::new(types::Fd(fd), ptr, len)
+                .offset(SOCKET_OFFSET)
+                .build(),
+        };
+        entry.user_data(user_data)
+    }
+
+    /// SQE that writes `filled()[range]` to `fd`: WRITE_FIXED straight from
+    /// the registered slot (no userspace copy), WRITE for a heap buffer.
+    pub fn write_sqe(
+        &mut self,
+        fd: RawFd,
+        start: usize,
+        end: usize,
+        user_data: u64,
+    ) -> squeue::Entry {
+        assert!(!self.in_flight, "second operation on a busy buffer");
+        assert!(
+            start < end && end <= self.filled,
+            "write beyond the completed bytes"
+        );
+        // SAFETY: `start < end <= filled <= capacity`.
+        let ptr = unsafe { self.base_ptr().add(start) };
+        let len = (end - start) as u32;
+        self.in_flight = true;
+        let entry = match self.memory {
+            Memory::Fixed { index, .. } => opcode::WriteFixed::new(types::Fd(fd), ptr, len, index)
+                .offset(SOCKET_OFFSET)
+                .build(),
+            Memory::Heap(_) => opcode::Write::new(types::Fd(fd), ptr, len)
+                .offset(SOCKET_OFFSET)
+                .build(),
+        };
+        entry.user_data(user_data)
+    }
+
+    /// The CQE of this buffer's operation was reaped. For a read, `read`
+    /// is the byte count it delivered (appended to the valid bytes).
+    pub fn complete(&mut self, read: usize) {
+        debug_assert!(self.in_flight);
+        self.in_flight = false;
+        self.filled = (self.filled + read).min(self.capacity);
+    }
+
+    /// The CQE of a write was reaped: clear the in-flight mark only.
+    pub fn complete_write(&mut self) {
+        debug_assert!(self.in_flight);
+        self.in_flight = false;
+    }
+}
+
+impl Drop for ReadBuffer {
+    fn drop(&mut self) {
+        if self.in_flight {
+            // Rule 1: the kernel may still write here. Leak rather than free.
+            if let Memory::Heap(b) = std::mem::replace(&mut self.memory, Memory::Heap(Box::new([])))
+            {
+                std::mem::forget(b);
+            }
+            tracing::error!("read buffer dropped while an operation was in flight; leaked it");
+        }
+    }
+}
+
+/// A small heap buffer for packets the proxy writes itself (greetings, OK
+/// and ERR packets, the backend login, COM_RESET_CONNECTION). Off the hot
+/// path; the same in-flight discipline as [`ReadBuffer`].
+#[derive(Default)]
+pub struct WriteBuf {
+    bytes: Vec<u8>,
+    in_flight: bool,
+}
+
+impl WriteBuf {
+    /// The bytes to send; only mutable while no write is in flight.
+    pub fn bytes_mut(&mut self) -> &mut Vec<u8> {
+        assert!(
+            !self.in_flight,
+            "proxy packet changed while the kernel reads it"
+        );
+        &mut self.bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    pub fn in_flight(&self) -> bool {
+        self.in_flight
+    }
+
+    /// SQE that sends `bytes[start..]`.
+    pub fn write_sqe(&mut self, fd: RawFd, start: usize, user_data: u64) -> squeue::Entry {
+        assert!(!self.in_flight && start < self.bytes.len());
+        self.in_flight = true;
+        let len = (self.bytes.len() - start) as u32;
+        // SAFETY: `start < len()`, inside the Vec, which is not touched until
+        // `complete` (bytes_mut asserts that).
+        let ptr = unsafe { self.bytes.as_ptr().add(start) };
+        opcode::Write::new(types::Fd(fd), ptr, len)
+            .offset(SOCKET_OFFSET)
+            .build()
+            .user_data(user_data)
+    }
+
+    pub fn complete(&mut self) {
+        self.in_flight = false;
+    }
+}
+
+impl Drop for WriteBuf {
+    fn drop(&mut self) {
+        if self.in_flight {
+            std::mem::forget(std::mem::take(&mut self.bytes));
+            tracing::error!("write buffer dropped while an operation was in flight; leaked it");
+        }
+    }
+}
+
+/// One worker's pool of read buffers.
+pub struct BufferPool {
+    /// Registered region; `None` in heap mode. Declared before nothing that
+    /// outlives it: the worker drops its ring before its pool.
+    region: Option<FixedRegion>,
+    free: Vec<u16>,
+    buffer_size: usize,
+    metrics: Arc<Metrics>,
+    worker: usize,
+}
+
+impl BufferPool {
+    /// A heap-mode pool: every buffer is a fresh allocation.
+    pub fn heap(buffer_size: usize, metrics: Arc<Metrics>, worker: usize) -> BufferPool {
+        BufferPool {
+            region: None,
+            free: Vec::new(),
+            buffer_size,
+            metrics,
+            worker,
+        }
+    }
+
+    /// A fixed-mode pool: map `count` slots of `buffer_size` bytes and
+    /// register them with `ring`. On failure the caller falls back to heap.
+    pub fn fixed(
+        ring: &crate::ring::Ring,
+        buffer_size: usize,
+        count: usize,
+        metrics: Arc<Metrics>,
+        worker: usize,
+    ) -> Result<BufferPool, RegisterError> {
+        let region = FixedRegion::map_and_register(ring, buffer_size, count)?;
+        let wm = metrics.worker(worker);
+        wm.read_buffers_total
+            .store(count as u64, std::sync::atomic::Ordering::Relaxed);
+        wm.read_buffers_free
+            .store(count as i64, std::sync::atomic::Ordering::Relaxed);
+        // Hand out low indexes first (pop from the end).
+        let free = (0..count as u16).rev().collect();
+        Ok(BufferPool {
+            region: Some(region),
+            free,
+            buffer_size,
+            metrics,
+            worker,
+        })
+    }
+
+    pub fn mode(&self) -> BufferMode {
+        if self.region.is_some() {
+            BufferMode::Fixed
+        } else {
+            BufferMode::Heap
+        }
+    }
+
+    pub fn total(&self) -> usize {
+        self.region.as_ref().map_or(0, |r| r.count())
+    }
+
+    pub fn free_count(&self) -> usize {
+        self.free.len()
+    }
+
+    /// A buffer for a new connection. Never blocks and never fails: an
+    /// exhausted fixed pool hands out a heap buffer and counts a fallback.
+    pub fn acquire(&mut self, owner: Owner) -> ReadBuffer {
+        use std::sync::atomic::Ordering::Relaxed;
+        let wm = self.metrics.worker(self.worker);
+        let memory = match (&self.region, self.free.pop()) {
+            (Some(region), Some(index)) => {
+                wm.read_buffers_free.fetch_sub(1, Relaxed);
+                Memory::Fixed {
+                    index,
+                    ptr: region.slot_ptr(index),
+                }
+            }
+            (region, _) => {
+                if region.is_some() {
+                    wm.heap_fallbacks_total.fetch_add(1, Relaxed);
+                }
+                Memory::Heap(vec![0u8; self.buffer_size].into_boxed_slice())
+            }
+        };
+        match owner {
+            Owner::Client => wm.read_buffers_in_use_client.fetch_add(1, Relaxed),
+            Owner::Backend => wm.read_buffers_in_use_backend.fetch_add(1, Relaxed),
+        };
+        ReadBuffer {
+            memory,
+            capacity: self.buffer_size,
+            filled: 0,
+            in_flight: false,
+            owner,
+        }
+    }
+
+    /// Return a buffer. An in-flight buffer is refused and handed back
+    /// (rule 1): the caller must wait for its completion first.
+    pub fn release(&mut self, mut buf: ReadBuffer) -> Result<(), ReadBuffer> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if buf.in_flight {
+            return Err(buf);
+        }
+        let wm = self.metrics.worker(self.worker);
+        match buf.owner {
+            Owner::Client => wm.read_buffers_in_use_client.fetch_sub(1, Relaxed),
+            Owner::Backend => wm.read_buffers_in_use_backend.fetch_sub(1, Relaxed),
+        };
+        if let Memory::Fixed { index, .. } =
+            std::mem::replace(&mut buf.memory, Memory::Heap(Box::new([])))
+        {
+            self.free.push(index);
+            wm.read_buffers_free.fetch_add(1, Relaxed);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,181 @@
+//! Command-line configuration. Every flag is dashed and documented; `--help`
+//! prints each one with its default.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Which memory the per-connection read buffers come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReadBufferMode {
+    /// One page-aligned region per worker, registered with its io_uring as
+    /// fixed buffers; I/O uses READ_FIXED / WRITE_FIXED.
+    Fixed,
+    /// One heap allocation per connection; I/O uses plain READ / WRITE.
+    /// The A/B baseline, and the fallback when registration fails.
+    Heap,
+}
+
+/// The kernel caps a registered buffer table at 16384 entries
+/// (IORING_MAX_REG_BUFFERS, Linux 5.13+).
+pub const MAX_READ_BUFFER_COUNT: u32 = 16384;
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 5s, 2m)"))
+}
+
+fn parse_buffer_size(s: &str) -> Result<u32, String> {
+    let v: u32 = s.parse().map_err(|e| format!("{e}"))?;
+    // A slot must hold at least a packet header plus a useful payload, and
+    // page-multiple sizes keep every slot page-aligned inside the region.
+    if !(4096..=(1 << 24)).contains(&v) || v % 4096 != 0 {
+        return Err("must be a multiple of 4096 between 4096 and 16777216".into());
+    }
+    Ok(v)
+}
+
+fn parse_buffer_count(s: &str) -> Result<u32, String> {
+    let v: u32 = s.parse().map_err(|e| format!("{e}"))?;
+    if v == 0 || v > MAX_READ_BUFFER_COUNT {
+        return Err(format!(
+            "must be between 1 and {MAX_READ_BUFFER_COUNT} (the kernel's limit per registered buffer table)"
+        ));
+    }
+    Ok(v)
+}
+
+/// ringgate: a MySQL-protocol proxy on io_uring whose per-connection read
+/// buffers are kernel-registered fixed buffers.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "ringgate", version, about, long_about = None)]
+pub struct Config {
+    /// Address clients connect to. Every worker binds it with SO_REUSEPORT.
+    #[arg(long, default_value = "127.0.0.1:15306", value_name = "ADDR")]
+    pub listen: SocketAddr,
+
+    /// Worker threads, each with its own io_uring, listener, buffer pool and
+    /// backend pool. Default: the number of CPUs.
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+
+    /// The MySQL/MariaDB server to proxy to.
+    #[arg(long, default_value = "127.0.0.1:3306", value_name = "ADDR")]
+    pub backend: SocketAddr,
+
+    /// User ringgate logs into the backend as (mysql_native_password).
+    #[arg(long, default_value = "ringgate", value_name = "USER")]
+    pub backend_user: String,
+
+    /// Password for --backend-user. Prefer the RINGGATE_BACKEND_PASSWORD
+    /// environment variable, which keeps it out of `ps`.
+    #[arg(
+        long,
+        env = "RINGGATE_BACKEND_PASSWORD",
+        hide_env_values = true,
+        default_value = "",
+        value_name = "PASSWORD"
+    )]
+    pub backend_password: String,
+
+    /// Users allowed to connect, in Vitess's static auth JSON format:
+    /// {"user": [{"Password": "..."}]} or {"user": [{"MysqlNativePassword": "*HEX"}]}.
+    #[arg(long, value_name = "PATH")]
+    pub users_file: PathBuf,
+
+    /// Where read buffers come from: `fixed` (kernel-registered, the default)
+    /// or `heap` (the baseline; also the automatic fallback when registration fails).
+    #[arg(long, value_enum, default_value_t = ReadBufferMode::Fixed)]
+    pub read_buffers: ReadBufferMode,
+
+    /// Bytes per read buffer (16384, as in Vitess). A multiple of 4096.
+    #[arg(long, default_value = "16384", value_parser = parse_buffer_size, value_name = "BYTES")]
+    pub read_buffer_size: u32,
+
+    /// Registered read buffers per worker (at most 16384). Client and backend
+    /// connections each hold one; beyond this a connection gets a heap buffer.
+    #[arg(long, default_value = "1024", value_parser = parse_buffer_count, value_name = "N")]
+    pub read_buffer_count: u32,
+
+    /// Client sessions allowed at once, across all workers. One more gets ERR 1040.
+    #[arg(long, default_value = "4096", value_name = "N")]
+    pub max_connections: usize,
+
+    /// Backend connections each worker opens at start-up and keeps ready.
+    #[arg(long, default_value = "4", value_name = "N")]
+    pub backend_pool_size: usize,
+
+    /// Backend connections allowed at once, across all workers.
+    #[arg(long, default_value = "256", value_name = "N")]
+    pub backend_max_connections: usize,
+
+    /// How long a client waits for a backend connection when the pool is
+    /// saturated, before it gets an error.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub backend_wait_timeout: Duration,
+
+    /// How long opening and authenticating a new backend connection may take.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub backend_connect_timeout: Duration,
+
+    /// A client that has not completed its login within this time is dropped.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub handshake_timeout: Duration,
+
+    /// Let clients use LOAD DATA LOCAL INFILE (the CLIENT_LOCAL_FILES capability).
+    /// Off by default, as in MySQL 8: it lets a server read client files.
+    #[arg(long)]
+    pub allow_local_infile: bool,
+
+    /// Serve Prometheus metrics at http://ADDR/metrics (off when unset).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Log filter (error, warn, info, debug, trace, or a tracing
+    /// EnvFilter directive). RUST_LOG overrides it.
+    #[arg(long, default_value = "info", value_name = "FILTER")]
+    pub log_level: String,
+}
+
+impl Config {
+    /// Worker count after applying the default (one per CPU).
+    pub fn worker_count(&self) -> usize {
+        self.workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Config::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Config::try_parse_from(["ringgate", "--users-file", "u.json"]).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:15306");
+        assert_eq!(c.read_buffers, ReadBufferMode::Fixed);
+        assert_eq!(c.read_buffer_size, 16384);
+        assert_eq!(c.read_buffer_count, 1024);
+        assert_eq!(c.backend_wait_timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn rejects_too_many_buffers() {
+        let r = Config::try_parse_from([
+            "ringgate",
+            "--users-file",
+            "u.json",
+            "--read-buffer-count",
+            "16385",
+        ]);
+        assert!(r.is_err());
+    }
+}

@@ -1,0 +1,10 @@
+//! ringgate: a MySQL-protocol proxy on io_uring whose read buffers are
+//! kernel-registered fixed buffers. See `docs/architecture.md`.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod buffers;
+pub mod config;
+pub mod metrics;
+pub mod mysql;
+pub mod proxy;
+pub mod ring;

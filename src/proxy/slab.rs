@@ -1,0 +1,106 @@
+//! Slot storage with generations: an index is reused after removal, but the
+//! generation changes, so a completion carrying the old (index, generation)
+//! is recognised as stale and dropped.
+
+use crate::ring::next_generation;
+
+pub struct Slab<T> {
+    entries: Vec<Entry<T>>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+struct Entry<T> {
+    generation: u32,
+    value: Option<T>,
+}
+
+impl<T> Slab<T> {
+    pub fn new() -> Self {
+        Slab {
+            entries: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+        }
+    }
+
+    /// Insert and return (index, generation).
+    pub fn insert(&mut self, value: T) -> (u32, u32) {
+        self.len += 1;
+        if let Some(index) = self.free.pop() {
+            let e = &mut self.entries[index as usize];
+            e.generation = next_generation(e.generation);
+            e.value = Some(value);
+            (index, e.generation)
+        } else {
+            let index = self.entries.len() as u32;
+            self.entries.push(Entry {
+                generation: 0,
+                value: Some(value),
+            });
+            (index, 0)
+        }
+    }
+
+    pub fn get_mut(&mut self, index: u32, generation: u32) -> Option<&mut T> {
+        let e = self.entries.get_mut(index as usize)?;
+        if e.generation != generation {
+            return None;
+        }
+        e.value.as_mut()
+    }
+
+    pub fn get_checked(&self, index: u32, generation: u32) -> Option<&T> {
+        let e = self.entries.get(index as usize)?;
+        if e.generation != generation {
+            return None;
+        }
+        e.value.as_ref()
+    }
+
+    pub fn get(&self, index: u32) -> Option<&T> {
+        self.entries.get(index as usize)?.value.as_ref()
+    }
+
+    pub fn generation(&self, index: u32) -> u32 {
+        self.entries.get(index as usize).map_or(0, |e| e.generation)
+    }
+
+    pub fn remove(&mut self, index: u32) -> Option<T> {
+        let v = self.entries.get_mut(index as usize)?.value.take()?;
+        self.free.push(index);
+        self.len -= 1;
+        Some(v)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Indexes of occupied entries (a snapshot, so the caller may mutate).
+    pub fn indexes(&self) -> Vec<u32> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.value.is_some())
+            .map(|(i, _)| i as u32)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_generation_is_rejected() {
+        let mut s = Slab::new();
+        let (i, g) = s.insert("a");
+        s.remove(i);
+        let (j, h) = s.insert("b");
+        assert_eq!(i, j);
+        assert_ne!(g, h);
+        assert!(s.get_mut(i, g).is_none());
+        assert_eq!(s.get_mut(j, h), Some(&mut "b"));
+    }
+}

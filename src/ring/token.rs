@@ -1,0 +1,92 @@
+//! `user_data` encoding. A completion names the object it belongs to by
+//! slab index *and* generation, so a completion that arrives after its
+//! connection was torn down and the slab entry reused can never be delivered
+//! to the new occupant.
+
+/// What kind of operation a completion belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum OpTag {
+    Accept = 1,
+    Tick = 2,
+    ClientRead = 3,
+    ClientWrite = 4,
+    BackendConnect = 5,
+    BackendRead = 6,
+    BackendWrite = 7,
+    /// Completions of cancel requests and link timeouts: nothing to do.
+    Ignore = 8,
+}
+
+impl OpTag {
+    fn from_u8(v: u8) -> Option<OpTag> {
+        Some(match v {
+            1 => OpTag::Accept,
+            2 => OpTag::Tick,
+            3 => OpTag::ClientRead,
+            4 => OpTag::ClientWrite,
+            5 => OpTag::BackendConnect,
+            6 => OpTag::BackendRead,
+            7 => OpTag::BackendWrite,
+            8 => OpTag::Ignore,
+            _ => return None,
+        })
+    }
+}
+
+/// `index:32 | generation:24 | tag:8`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Token {
+    pub index: u32,
+    pub generation: u32,
+    pub tag: OpTag,
+}
+
+const GENERATION_MASK: u32 = 0x00FF_FFFF;
+
+impl Token {
+    pub fn new(tag: OpTag, index: u32, generation: u32) -> Token {
+        Token {
+            index,
+            generation: generation & GENERATION_MASK,
+            tag,
+        }
+    }
+
+    pub fn decode(user_data: u64) -> Option<Token> {
+        let tag = OpTag::from_u8((user_data & 0xFF) as u8)?;
+        Some(Token {
+            index: (user_data >> 32) as u32,
+            generation: ((user_data >> 8) as u32) & GENERATION_MASK,
+            tag,
+        })
+    }
+}
+
+impl From<Token> for u64 {
+    fn from(t: Token) -> u64 {
+        (u64::from(t.index) << 32) | (u64::from(t.generation & GENERATION_MASK) << 8) | t.tag as u64
+    }
+}
+
+/// Bumps a generation so it stays inside the 24 bits the token carries.
+pub fn next_generation(g: u32) -> u32 {
+    g.wrapping_add(1) & GENERATION_MASK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let t = Token::new(OpTag::BackendRead, 70_000, 0x12_3456);
+        assert_eq!(Token::decode(t.into()), Some(t));
+        assert_eq!(Token::decode(0), None);
+    }
+
+    #[test]
+    fn generation_wraps_in_24_bits() {
+        assert_eq!(next_generation(GENERATION_MASK), 0);
+    }
+}
