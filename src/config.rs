@@ -123,6 +123,30 @@ pub struct Config {
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub handshake_timeout: Duration,
 
+    /// A session with no command for this long is closed ("0" = never).
+    #[arg(long, default_value = "0", value_parser = parse_duration, value_name = "DURATION")]
+    pub idle_timeout: Duration,
+
+    /// A client that does not take result bytes for this long is cut off
+    /// and its backend connection discarded, so a stalled reader cannot pin
+    /// a backend forever.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub client_write_timeout: Duration,
+
+    /// Largest client packet accepted (bytes); a larger one gets ERR 1153 and
+    /// the connection is closed.
+    #[arg(long, default_value = "67108864", value_name = "BYTES")]
+    pub max_packet_size: u64,
+
+    /// On SIGTERM/SIGINT: how long sessions inside a command or transaction
+    /// may take to finish before they are cut.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub drain_timeout: Duration,
+
+    /// Also serve clients on this unix socket path (same auth as TCP).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
     /// Let clients use LOAD DATA LOCAL INFILE (the CLIENT_LOCAL_FILES capability).
     /// Off by default, as in MySQL 8: it lets a server read client files.
     #[arg(long)]
@@ -136,6 +160,17 @@ pub struct Config {
     /// EnvFilter directive). RUST_LOG overrides it.
     #[arg(long, default_value = "info", value_name = "FILTER")]
     pub log_level: String,
+
+    /// Log line format: `text` for people, `json` for log pipelines.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written to stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 impl Config {

@@ -392,13 +392,20 @@ impl fmt::Display for Snapshot {
             |d: Option<Duration>| d.map_or_else(|| "-".to_string(), |d| d.as_micros().to_string());
         write!(
             f,
-            "mode={} workers={} clients_open={} clients_total={} rejected={} \
+            "mode={} workers={} slots_free={}/{} buffers_held_client={} buffers_held_backend={} \
+             backend_idle={} backend_busy={} clients_open={} clients_total={} rejected={} \
              (auth={} max_connections={} handshake={} backend_unavailable={}) \
              commands={} bytes_c2b={} bytes_b2c={} backend_connects={} \
              backend_connect_failures={} backend_discarded={} heap_fallbacks={} \
              connect_us_p50={} p99={} p999={}",
             self.mode,
             self.workers,
+            self.read_buffers_free,
+            self.read_buffers_total,
+            self.read_buffers_in_use_client,
+            self.read_buffers_in_use_backend,
+            self.backend_idle,
+            self.backend_busy,
             self.client_connections,
             self.client_connections_total,
             self.rejected_total(),

@@ -128,6 +128,8 @@ pub enum TrackError {
     MalformedResponse { command: u8, reason: &'static str },
     #[error("more than {limit} pipelined commands awaiting responses")]
     TooManyPending { limit: usize },
+    #[error("client packet of at least {len} bytes exceeds the limit of {max}")]
+    PacketTooLarge { len: u64, max: u64 },
     #[error("tracker is unusable after an earlier protocol error")]
     Poisoned,
 }
@@ -219,6 +221,8 @@ struct Framer {
     continuation: bool,
     /// First physical length of the current logical packet.
     first_len: u32,
+    /// Sum of the physical lengths of the current logical packet so far.
+    logical_len: u64,
     /// Sequence id of the first physical packet.
     seq: u8,
     prefix: [u8; PREFIX_LEN],
@@ -234,6 +238,7 @@ impl Framer {
             phys_len: 0,
             continuation: false,
             first_len: 0,
+            logical_len: 0,
             seq: 0,
             prefix: [0; PREFIX_LEN],
             prefix_len: 0,
@@ -288,6 +293,10 @@ impl Framer {
             self.phys_len = u32::from_le_bytes([self.hdr[0], self.hdr[1], self.hdr[2], 0]);
             self.remaining = self.phys_len;
             let new_logical = !self.continuation;
+            if new_logical {
+                self.logical_len = 0;
+            }
+            self.logical_len += u64::from(self.phys_len);
             if new_logical {
                 self.first_len = self.phys_len;
                 self.seq = self.hdr[3];
@@ -418,6 +427,8 @@ pub struct Tracker {
     /// Bytes of the packet that caused the stop were forwarded in an earlier chunk.
     stop_dirty: bool,
     poisoned: bool,
+    /// Largest client logical packet allowed (`--max-packet-size`).
+    max_client_packet: u64,
 }
 
 impl Tracker {
@@ -433,7 +444,14 @@ impl Tracker {
             stopped: None,
             stop_dirty: false,
             poisoned: false,
+            max_client_packet: u64::MAX,
         }
+    }
+
+    /// Refuse client logical packets longer than `max` bytes: the check runs
+    /// as soon as a packet header arrives, before its payload is forwarded.
+    pub fn set_max_client_packet(&mut self, max: u64) {
+        self.max_client_packet = max;
     }
 
     /// Back to the initial "waiting for a command" state (keeps the negotiated EOF mode and the
@@ -496,6 +514,12 @@ impl Tracker {
             }
             let before = self.client.prefix_len;
             let step = self.client.step(chunk, &mut pos);
+            if self.client.logical_len > self.max_client_packet {
+                return Err(TrackError::PacketTooLarge {
+                    len: self.client.logical_len,
+                    max: self.max_client_packet,
+                });
+            }
             if self.client_kind == ClientPacket::Command {
                 if let Step::LogicalHeader = step {
                     if self.client.seq != 0 {
@@ -1815,5 +1839,27 @@ mod tests {
             .flat_map(|(_, b)| b.iter().copied())
             .collect();
         assert!(all.windows(4).any(|w| w == [0xFF, 0xFF, 0xFF, 0x01]));
+    }
+
+    #[test]
+    fn client_packet_over_the_limit_is_refused_at_its_header() {
+        let mut t = Tracker::new(false);
+        t.set_max_client_packet(1000);
+        let mut small = vec![5, 0, 0, 0, 0x03];
+        small.extend_from_slice(b"SELE");
+        assert_eq!(
+            t.on_client_bytes(&small).map(|c| c.forward).ok(),
+            Some(small.len())
+        );
+        let mut t = Tracker::new(false);
+        t.set_max_client_packet(1000);
+        let header = [0xe9, 0x03, 0, 0]; // 1001 bytes
+        assert!(matches!(
+            t.on_client_bytes(&header),
+            Err(TrackError::PacketTooLarge {
+                len: 1001,
+                max: 1000
+            })
+        ));
     }
 }

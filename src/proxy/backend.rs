@@ -111,6 +111,9 @@ pub(super) struct Backend {
     pub opened_for: Option<(u32, u32)>,
     /// Counted in the busy gauge (true while leased).
     pub busy: bool,
+    /// When the current connect or proxy-made exchange began: a server that
+    /// accepts TCP and then stalls is cut after --backend-connect-timeout.
+    pub exchange_since: Instant,
 }
 
 fn backend_token(tag: OpTag, (i, g): (u32, u32)) -> u64 {
@@ -336,6 +339,7 @@ impl Worker {
             leased_to: None,
             opened_for,
             busy: false,
+            exchange_since: Instant::now(),
         };
         let (bi, bg) = self.backends.insert(backend);
         let fd = self.backends.get(bi).map_or(-1, |b| b.sock.as_raw_fd());
@@ -469,6 +473,7 @@ impl Worker {
             return;
         };
         b.out_pos = 0;
+        b.exchange_since = Instant::now();
         let entry = b.out.write_sqe(
             b.sock.as_raw_fd(),
             0,
@@ -696,6 +701,24 @@ impl Worker {
                     "COM_RESET_CONNECTION failed; connection discarded"
                 );
                 self.discard_backend(bi, bg);
+            }
+        }
+    }
+
+    /// Connections stuck in a login, reset or schema exchange.
+    pub(super) fn expire_backends(&mut self, now: Instant) {
+        let timeout = self.shared.config.backend_connect_timeout;
+        for bi in self.backends.indexes() {
+            let bg = self.backends.generation(bi);
+            let stuck = self.backends.get(bi).is_some_and(|b| {
+                matches!(b.state, BackendState::Exchange(..))
+                    && now.duration_since(b.exchange_since) >= timeout
+            });
+            if stuck {
+                let cause = format!(
+                    "no answer from the server within {timeout:?} (--backend-connect-timeout)"
+                );
+                self.backend_failed(bi, bg, &cause);
             }
         }
     }

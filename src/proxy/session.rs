@@ -19,7 +19,7 @@ use crate::mysql::constants::*;
 use crate::mysql::handshake::{self, ClientHello, Greeting, HandshakeResponse};
 use crate::mysql::packet::{split_packet, write_packet};
 use crate::mysql::reply::{err_payload, err_payload_with_state, ok_payload};
-use crate::mysql::tracker::{Direction, StopReason, Tracker};
+use crate::mysql::tracker::{Direction, StopReason, TrackError, Tracker};
 use crate::ring::{OpTag, Token};
 
 /// Capabilities the proxy itself implements for every client, whatever the
@@ -118,6 +118,14 @@ pub(super) struct Session {
     pub tracker: Tracker,
     /// Holds one unit of `Shared::clients`.
     pub counted: bool,
+    /// When the last command began (for `--idle-timeout`).
+    pub last_activity: Instant,
+    /// When the current write to the client began (for
+    /// `--client-write-timeout`); `None` while not writing to the client.
+    pub client_write_since: Option<Instant>,
+    /// The backend connection saw bytes that leave it mid-protocol (e.g. an
+    /// oversized packet was refused): never reuse it.
+    pub backend_dirty: bool,
 }
 
 /// At most one log line per interval for per-connection failures, so a
@@ -165,6 +173,7 @@ impl Worker {
     }
 
     pub(super) fn on_new_client(&mut self, sock: Socket) {
+        // Fails harmlessly on a unix socket.
         let _ = sock.set_nodelay(true);
         let m = self.metrics();
         m.client_connections_total.fetch_add(1, Relaxed);
@@ -192,6 +201,9 @@ impl Worker {
             backend: None,
             tracker: Tracker::new(false),
             counted,
+            last_activity: Instant::now(),
+            client_write_since: None,
+            backend_dirty: false,
         };
         let (i, g) = self.sessions.insert(session);
         if !counted {
@@ -445,6 +457,8 @@ impl Worker {
             collation: hello.charset,
         };
         s.tracker = Tracker::new(caps & CLIENT_DEPRECATE_EOF != 0);
+        s.tracker
+            .set_max_client_packet(self.shared.config.max_packet_size);
         s.login = Some(Login {
             user: hello.username,
             database: hello.database,
@@ -584,7 +598,10 @@ impl Worker {
         };
         match s.tracker.next_read() {
             Direction::Client => {
-                if self.draining.is_some() && s.tracker.at_command_boundary() {
+                if self.draining.is_some()
+                    && s.tracker.at_command_boundary()
+                    && !s.tracker.in_transaction()
+                {
                     // Drain: an idle session is closed between commands.
                     return self.close_session(i, g, true);
                 }
@@ -610,8 +627,23 @@ impl Worker {
         };
         let Some(buf) = s.buf.as_mut() else { return };
         let at_boundary = s.tracker.at_command_boundary();
+        s.last_activity = Instant::now();
         let chunk = match s.tracker.on_client_bytes(buf.filled()) {
             Ok(c) => c,
+            Err(TrackError::PacketTooLarge { len, max }) => {
+                s.backend_dirty = true;
+                s.seq = 1;
+                if self.log_limiter.allow() {
+                    tracing::info!(worker = self.id, peer = %peer(&s.sock), "client packet of {len}+ bytes refused (--max-packet-size {max}); ERR 1153");
+                }
+                return self.send_err(
+                    i,
+                    g,
+                    ER_NET_PACKET_TOO_LARGE,
+                    "Got a packet bigger than 'max_allowed_packet' bytes",
+                    SessionState::SendErrThenClose,
+                );
+            }
             Err(e) => {
                 tracing::debug!(worker = self.id, "client protocol error: {e}");
                 return self.close_session(i, g, false);
@@ -740,6 +772,7 @@ impl Worker {
             tracing::debug!(worker = self.id, "backend protocol error: {e}");
             return self.close_session(i, g, false);
         }
+        s.client_write_since = Some(Instant::now());
         s.state = SessionState::Relay(RelayStep::WriteClient {
             pos: 0,
             end: data_len,
@@ -767,6 +800,7 @@ impl Worker {
         let Some(s) = self.sessions.get_mut(i, g) else {
             return;
         };
+        s.client_write_since = (pos < end).then(Instant::now);
         if pos < end {
             s.state = SessionState::Relay(RelayStep::WriteClient { pos, end });
             let cfd = std::os::fd::AsRawFd::as_raw_fd(&s.sock);
@@ -788,6 +822,7 @@ impl Worker {
             return;
         }
         s.state = SessionState::Closing;
+        let backend_clean = backend_clean && !s.backend_dirty;
         let backend = s.backend.take();
         // Shut the socket down so an in-flight read or write completes now
         // (close() alone would not cancel it; io_uring-facts.md).
@@ -827,6 +862,8 @@ impl Worker {
     /// Handshake timeout, pool-wait and drain deadlines.
     pub(super) fn expire_sessions(&mut self, now: Instant) {
         let handshake_timeout = self.shared.config.handshake_timeout;
+        let idle_timeout = self.shared.config.idle_timeout;
+        let write_timeout = self.shared.config.client_write_timeout;
         let drain_over = self.drain_expired(now);
         for i in self.sessions.indexes() {
             let g = self.session_gen(i);
@@ -853,6 +890,24 @@ impl Worker {
             } else if drain_over && !matches!(s.state, SessionState::Closing) {
                 let clean = s.tracker.at_command_boundary();
                 self.close_session(i, g, clean);
+            } else if idle_timeout > Duration::ZERO
+                && matches!(s.state, SessionState::Relay(RelayStep::ReadClient))
+                && s.tracker.at_command_boundary()
+                && now.duration_since(s.last_activity) >= idle_timeout
+            {
+                tracing::debug!(worker = self.id, "session idle for --idle-timeout; closed");
+                self.close_session(i, g, true);
+            } else if s
+                .client_write_since
+                .is_some_and(|t| now.duration_since(t) >= write_timeout)
+            {
+                // The client stopped reading a result: cut it off rather
+                // than pin the backend; the backend is mid-response, so it
+                // is discarded.
+                if self.log_limiter.allow() {
+                    tracing::info!(worker = self.id, peer = %peer(&s.sock), "client stopped reading for --client-write-timeout; disconnected");
+                }
+                self.close_session(i, g, false);
             }
         }
     }
@@ -865,7 +920,8 @@ impl Worker {
                 continue;
             };
             let idle = matches!(s.state, SessionState::Relay(RelayStep::ReadClient))
-                && s.tracker.at_command_boundary();
+                && s.tracker.at_command_boundary()
+                && !s.tracker.in_transaction();
             let in_login = matches!(s.state, SessionState::Greeting | SessionState::ReadHello);
             if idle || in_login {
                 self.close_session(i, g, true);

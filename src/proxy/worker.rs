@@ -38,15 +38,24 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// After a failed backend connect, pool refills wait this long.
 pub(super) const BACKEND_RETRY: Duration = Duration::from_secs(1);
 
-/// How long a drain waits for sessions to finish their command.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
-
 #[derive(Debug, Error)]
 pub enum WorkerError {
     #[error(transparent)]
     Ring(#[from] RingError),
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: SocketAddr, source: io::Error },
+    #[error("cannot listen on unix socket {}: {source}", path.display())]
+    Unix {
+        path: std::path::PathBuf,
+        source: io::Error,
+    },
+    #[error(
+        "unix socket {} is in use by a running server; stop it or choose another --socket",
+        path.display()
+    )]
+    UnixInUse { path: std::path::PathBuf },
+    #[error("{} exists and is not a socket; refusing to replace it", path.display())]
+    UnixNotSocket { path: std::path::PathBuf },
 }
 
 /// What a worker set up, reported once at start-up.
@@ -73,6 +82,15 @@ pub(super) struct BackendTemplate {
     pub server_version: String,
 }
 
+const LISTENER_TCP: usize = 0;
+const LISTENER_UNIX: usize = 1;
+
+/// A listening socket and whether an accept SQE is armed on it.
+struct Listener {
+    sock: Socket,
+    armed: bool,
+}
+
 pub struct Worker {
     // Drop order matters: the ring goes first, releasing the kernel's
     // registration before the pool unmaps the region it points at.
@@ -80,9 +98,9 @@ pub struct Worker {
     pub(super) pool: BufferPool,
     pub(super) id: usize,
     pub(super) shared: Arc<Shared>,
-    listener: Option<Socket>,
+    /// [LISTENER_TCP] and, with --socket, [LISTENER_UNIX].
+    listeners: [Option<Listener>; 2],
     accept_multishot: bool,
-    accept_armed: bool,
     accept_resume_at: Option<Instant>,
     pub(super) sessions: Slab<Session>,
     pub(super) backends: Slab<Backend>,
@@ -123,7 +141,11 @@ fn listen_socket(addr: SocketAddr) -> io::Result<Socket> {
 impl Worker {
     /// Build a worker on the current thread (SINGLE_ISSUER ties the ring
     /// to the thread that creates it).
-    pub fn new(id: usize, shared: Arc<Shared>) -> Result<(Worker, WorkerStartup), WorkerError> {
+    pub fn new(
+        id: usize,
+        shared: Arc<Shared>,
+        unix: Option<Socket>,
+    ) -> Result<(Worker, WorkerStartup), WorkerError> {
         let cfg = &shared.config;
         let ring = Ring::new(RING_ENTRIES)?;
         let metrics = Arc::clone(&shared.metrics);
@@ -157,9 +179,14 @@ impl Worker {
             ring,
             pool,
             id,
-            listener: Some(listener),
+            listeners: [
+                Some(Listener {
+                    sock: listener,
+                    armed: false,
+                }),
+                unix.map(|sock| Listener { sock, armed: false }),
+            ],
             accept_multishot: true,
-            accept_armed: false,
             accept_resume_at: None,
             sessions: Slab::new(),
             backends: Slab::new(),
@@ -199,7 +226,7 @@ impl Worker {
 
     /// Run until a drain completes.
     pub fn run(mut self) -> Result<(), WorkerError> {
-        self.arm_accept();
+        self.arm_accepts();
         self.push(ops::timeout(self.tick_ts, Token::new(OpTag::Tick, 0, 0)));
         self.refill_pool();
         let mut batch: Vec<cqueue::Entry> = Vec::with_capacity(RING_ENTRIES as usize * 4);
@@ -227,7 +254,7 @@ impl Worker {
         };
         let (i, g) = (token.index, token.generation);
         match token.tag {
-            OpTag::Accept => self.on_accept(res, flags),
+            OpTag::Accept => self.on_accept(i as usize, res, flags),
             OpTag::Tick => self.on_tick(),
             OpTag::ClientRead => self.session_read_done(i, g, res),
             OpTag::ClientWrite => self.session_write_done(i, g, res),
@@ -238,31 +265,42 @@ impl Worker {
         }
     }
 
-    fn arm_accept(&mut self) {
-        let Some(listener) = &self.listener else {
+    fn arm_accepts(&mut self) {
+        for which in [LISTENER_TCP, LISTENER_UNIX] {
+            self.arm_accept(which);
+        }
+    }
+
+    fn arm_accept(&mut self, which: usize) {
+        let multishot = self.accept_multishot;
+        let Some(listener) = self.listeners[which].as_mut() else {
             return;
         };
-        let fd = listener.as_raw_fd();
-        let token = Token::new(OpTag::Accept, 0, 0);
-        let entry = if self.accept_multishot {
+        if listener.armed || self.draining.is_some() || self.accept_resume_at.is_some() {
+            return;
+        }
+        let fd = listener.sock.as_raw_fd();
+        let token = Token::new(OpTag::Accept, which as u32, 0);
+        listener.armed = true;
+        let entry = if multishot {
             ops::accept_multi(fd, token)
         } else {
             ops::accept(fd, token)
         };
         self.push(entry);
-        self.accept_armed = true;
     }
 
-    fn on_accept(&mut self, res: i32, flags: u32) {
-        let more = cqueue::more(flags);
-        if !more {
-            self.accept_armed = false;
+    fn on_accept(&mut self, which: usize, res: i32, flags: u32) {
+        if !cqueue::more(flags) {
+            if let Some(l) = self.listeners.get_mut(which).and_then(Option::as_mut) {
+                l.armed = false;
+            }
         }
         if res < 0 {
             let errno = -res;
             match errno {
                 // Multishot accept is 5.19+: older kernels reject it.
-                libc::EINVAL if self.accept_multishot && self.listener.is_some() => {
+                libc::EINVAL if self.accept_multishot && self.draining.is_none() => {
                     tracing::info!(
                         worker = self.id,
                         "multishot accept unsupported; using one-shot accept"
@@ -281,7 +319,7 @@ impl Worker {
                     self.accept_resume_at = Some(Instant::now() + ACCEPT_BACKOFF);
                     return;
                 }
-                libc::ECANCELED => return,
+                _ if self.draining.is_some() => return,
                 _ => tracing::debug!(
                     worker = self.id,
                     "accept failed: {}",
@@ -290,11 +328,14 @@ impl Worker {
             }
         } else {
             let sock = crate::ring::accepted_socket(res);
-            self.on_new_client(sock);
+            if self.draining.is_some() {
+                // Raced with the drain: refuse by closing at once.
+                drop(sock);
+            } else {
+                self.on_new_client(sock);
+            }
         }
-        if !self.accept_armed && self.accept_resume_at.is_none() && self.draining.is_none() {
-            self.arm_accept();
-        }
+        self.arm_accept(which);
     }
 
     fn on_tick(&mut self) {
@@ -302,16 +343,13 @@ impl Worker {
         if self.draining.is_none() && self.shared.shutdown.load(Relaxed) {
             self.begin_drain(now);
         }
-        if let Some(at) = self.accept_resume_at {
-            if now >= at {
-                self.accept_resume_at = None;
-                if !self.accept_armed && self.draining.is_none() {
-                    self.arm_accept();
-                }
-            }
+        if self.accept_resume_at.is_some_and(|at| now >= at) {
+            self.accept_resume_at = None;
+            self.arm_accepts();
         }
         self.expire_sessions(now);
         self.expire_waiters(now);
+        self.expire_backends(now);
         if self.draining.is_none() {
             self.refill_pool();
         }
@@ -324,16 +362,16 @@ impl Worker {
     fn begin_drain(&mut self, now: Instant) {
         tracing::info!(worker = self.id, sessions = self.sessions.len(), "draining");
         self.draining = Some(now);
-        if let Some(listener) = self.listener.take() {
-            if self.accept_armed {
-                self.push(ops::cancel_user_data(
-                    Token::new(OpTag::Accept, 0, 0).into(),
-                    Token::new(OpTag::Ignore, 0, 0),
-                ));
-                // The cancel's CQE and the accept's -ECANCELED arrive later;
-                // the listener fd must stay open until then, so keep it alive
-                // for the rest of the process.
-                std::mem::forget(listener);
+        // shutdown(SHUT_RD) on a listening socket stops it listening (new
+        // connects are refused) and completes the armed accept with an
+        // error; the fd itself is closed when the worker ends, after that
+        // CQE, as the buffer lifetime rules require for every fd.
+        for l in self.listeners.iter().flatten() {
+            let _ = l.sock.shutdown(std::net::Shutdown::Read);
+        }
+        if self.id == 0 {
+            if let Some(path) = &self.shared.config.socket {
+                let _ = std::fs::remove_file(path);
             }
         }
         self.close_idle_sessions();
@@ -341,7 +379,7 @@ impl Worker {
 
     pub(super) fn drain_expired(&self, now: Instant) -> bool {
         self.draining
-            .is_some_and(|t| now.duration_since(t) >= DRAIN_TIMEOUT)
+            .is_some_and(|t| now.duration_since(t) >= self.shared.config.drain_timeout)
     }
 }
 
@@ -354,14 +392,26 @@ pub type StartedWorker = (
 /// Start `count` worker threads; returns their handles once every worker
 /// has finished setting up (so start-up errors are reported before serving).
 pub fn spawn_workers(shared: Arc<Shared>, count: usize) -> Result<Vec<StartedWorker>, WorkerError> {
+    let unix = match &shared.config.socket {
+        Some(path) => Some(bind_unix(path)?),
+        None => None,
+    };
     let mut out = Vec::with_capacity(count);
     for id in 0..count {
         let (tx, rx) = std::sync::mpsc::channel();
         let shared = Arc::clone(&shared);
+        // Each worker accepts on its own dup of the one unix listener.
+        let unix = match &unix {
+            Some(l) => Some(l.try_clone().map_err(|source| WorkerError::Unix {
+                path: shared.config.socket.clone().unwrap_or_default(),
+                source,
+            })?),
+            None => None,
+        };
         let handle = std::thread::Builder::new()
             .name(format!("ringgate-w{id}"))
             .spawn(move || {
-                let (worker, startup) = match Worker::new(id, shared) {
+                let (worker, startup) = match Worker::new(id, shared, unix) {
                     Ok(v) => v,
                     Err(e) => {
                         let _ = tx.send(Err(e));
@@ -383,4 +433,40 @@ pub fn spawn_workers(shared: Arc<Shared>, count: usize) -> Result<Vec<StartedWor
         }
     }
     Ok(out)
+}
+
+/// Bind `--socket`. A socket file left by a crashed run (nothing accepts on
+/// it) is replaced; one that a live server answers on is refused, and a path
+/// that is not a socket is never deleted.
+fn bind_unix(path: &std::path::Path) -> Result<Socket, WorkerError> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let err = |source| WorkerError::Unix {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(WorkerError::UnixNotSocket {
+                path: path.to_path_buf(),
+            });
+        }
+        match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => {
+                return Err(WorkerError::UnixInUse {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(_) => {
+                tracing::info!("replacing stale unix socket {}", path.display());
+                std::fs::remove_file(path).map_err(err)?;
+            }
+        }
+    }
+    let sock = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(err)?;
+    sock.bind(&SockAddr::unix(path).map_err(err)?)
+        .map_err(err)?;
+    sock.listen(4096).map_err(err)?;
+    // Like mysqld's socket: anyone may connect; ringgate's login decides.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).map_err(err)?;
+    Ok(sock)
 }
