@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The whole test suite: deps -> debug build -> private MariaDB -> cargo test -> pytest.
+# The sandbox is stopped again on exit (also on failure or Ctrl-C) if this script started it.
+#
+# Environment: RINGGATE_SANDBOX_DIR (default .sandbox/mariadb), RINGGATE_SANDBOX_PORT
+# (default 3407), CARGO_TEST_ARGS / PYTEST_ARGS (extra arguments, e.g. a test name filter).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO_ROOT="$(pwd)"
+
+SANDBOX=scripts/mariadb-sandbox.sh
+SANDBOX_DIR="${RINGGATE_SANDBOX_DIR:-$REPO_ROOT/.sandbox/mariadb}"
+SANDBOX_PORT="${RINGGATE_SANDBOX_PORT:-3407}"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "ensure-deps"
+scripts/ensure-deps.sh
+
+step "cargo build"
+cargo build
+
+STARTED_SANDBOX=0
+cleanup() {
+    local rc=$?
+    if [ "$STARTED_SANDBOX" = 1 ]; then
+        step "stopping the MariaDB sandbox"
+        "$SANDBOX" stop "$SANDBOX_DIR" "$SANDBOX_PORT" || true
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+step "MariaDB sandbox on 127.0.0.1:$SANDBOX_PORT"
+if "$SANDBOX" status "$SANDBOX_DIR" "$SANDBOX_PORT" >/dev/null 2>&1; then
+    echo "(already running: reusing it and leaving it running)"
+else
+    STARTED_SANDBOX=1
+fi
+"$SANDBOX" start "$SANDBOX_DIR" "$SANDBOX_PORT"
+eval "$("$SANDBOX" env "$SANDBOX_DIR" "$SANDBOX_PORT")"
+"$SANDBOX" env "$SANDBOX_DIR" "$SANDBOX_PORT"
+
+# Make the ringgate stderr tails of failed tests useful, without drowning passing runs.
+export RUST_LOG="${RUST_LOG:-info}"
+
+CARGO_RC=0
+step "cargo test"
+# shellcheck disable=SC2086
+cargo test ${CARGO_TEST_ARGS:-} || CARGO_RC=$?
+
+PYTEST_RC=0
+step "pytest tests/python"
+# shellcheck disable=SC2086
+python3 -m pytest tests/python -q ${PYTEST_ARGS:-} || PYTEST_RC=$?
+if [ "$PYTEST_RC" = 5 ]; then
+    echo "pytest collected no tests (exit 5): tests/python is missing its tests" >&2
+fi
+
+step "summary"
+echo "cargo test: $([ "$CARGO_RC" = 0 ] && echo ok || echo "FAILED (exit $CARGO_RC)")"
+echo "pytest:     $([ "$PYTEST_RC" = 0 ] && echo ok || echo "FAILED (exit $PYTEST_RC)")"
+if [ "$CARGO_RC" != 0 ] || [ "$PYTEST_RC" != 0 ]; then
+    exit 1
+fi

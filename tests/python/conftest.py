@@ -1,0 +1,389 @@
+"""Fixtures for ringgate's Python end-to-end tests.
+
+The tests talk to the real ringgate binary ($RINGGATE_BIN, else $CARGO_TARGET_DIR/debug/ringgate,
+else target/debug/ringgate) in front
+of the private MariaDB started by scripts/mariadb-sandbox.sh; `make test` starts it and exports
+the RINGGATE_TEST_* variables. Every test that uses the `proxy` or `make_proxy` fixture runs
+twice, once with `--read-buffers fixed` and once with `--read-buffers heap`, and ends with the
+leak checks of Proxy.assert_settled().
+"""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pymysql
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+USERS_FILE = REPO_ROOT / "tests" / "users.json"
+APP_USER = "app"
+APP_PASSWORD = "app-secret"
+HASHED_USER = "hashed"
+HASHED_PASSWORD = "hashed-secret"
+TEST_DB = "ringgate_test"
+READY_TIMEOUT = 10.0
+SETTLE_TIMEOUT = 8.0
+
+
+def _required_env(name):
+    value = os.environ.get(name)
+    if not value:
+        pytest.fail(
+            f"environment variable {name} is not set: these tests need the private MariaDB "
+            "sandbox. Run `make test` (or `scripts/mariadb-sandbox.sh start && eval "
+            '"$(scripts/mariadb-sandbox.sh env)"` before pytest).',
+            pytrace=False,
+        )
+    return value
+
+
+def backend_env():
+    return {
+        "host": os.environ.get("RINGGATE_TEST_MYSQL_HOST", "127.0.0.1"),
+        "port": int(_required_env("RINGGATE_TEST_MYSQL_PORT")),
+        "user": _required_env("RINGGATE_TEST_BACKEND_USER"),
+        "password": _required_env("RINGGATE_TEST_BACKEND_PASSWORD"),
+    }
+
+
+def ringgate_bin():
+    target_dir = Path(os.environ.get("CARGO_TARGET_DIR") or REPO_ROOT / "target")
+    if not target_dir.is_absolute():
+        target_dir = REPO_ROOT / target_dir
+    path = Path(os.environ.get("RINGGATE_BIN") or target_dir / "debug" / "ringgate")
+    if not path.is_file():
+        pytest.fail(f"ringgate binary {path} not found: run `cargo build` (make test does)", pytrace=False)
+    return path
+
+
+def mariadb_cli():
+    path = shutil.which("mariadb")
+    if not path:
+        pytest.fail("the `mariadb` client is not installed: run scripts/ensure-deps.sh", pytrace=False)
+    return path
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------------------------
+# Prometheus text format
+# --------------------------------------------------------------------------------------------
+
+_LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def _normalize_key(name, labels_text):
+    labels = sorted((m.group(1), m.group(2)) for m in _LABEL_RE.finditer(labels_text or ""))
+    if not labels:
+        return name
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+
+
+def parse_metrics(text):
+    """{'name' or 'name{k="v",...}' (labels sorted): float}"""
+    samples = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "{" in line:
+            name, rest = line.split("{", 1)
+            # the closing brace outside quotes
+            in_q = False
+            esc = False
+            end = None
+            for i, c in enumerate(rest):
+                if esc:
+                    esc = False
+                elif c == "\\" and in_q:
+                    esc = True
+                elif c == '"':
+                    in_q = not in_q
+                elif c == "}" and not in_q:
+                    end = i
+                    break
+            if end is None:
+                continue
+            key = _normalize_key(name.strip(), rest[:end])
+            value = rest[end + 1 :].split()
+        else:
+            parts = line.split()
+            key, value = parts[0], parts[1:]
+        if not value:
+            continue
+        v = value[0]
+        samples[key] = float({"+Inf": "inf", "-Inf": "-inf", "NaN": "nan"}.get(v, v))
+    return samples
+
+
+class Metrics(dict):
+    def get_metric(self, key):
+        if "{" in key:
+            name, rest = key.split("{", 1)
+            key = _normalize_key(name, rest.rstrip("}"))
+        if key not in self:
+            raise AssertionError(f"metric {key} not found; ringgate exports:\n{self.dump()}")
+        return self[key]
+
+    __call__ = get_metric
+
+    def dump(self):
+        return "\n".join(f"{k} {v}" for k, v in sorted(self.items()))
+
+
+def http_get(port, path="/metrics", timeout=5.0):
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
+        chunks = []
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            chunks.append(b)
+    raw = b"".join(chunks).decode("utf-8", "replace")
+    head, _, body = raw.partition("\r\n\r\n")
+    status = int(head.split()[1])
+    return status, body
+
+
+# --------------------------------------------------------------------------------------------
+# The proxy process
+# --------------------------------------------------------------------------------------------
+
+
+class Proxy:
+    def __init__(self, mode, allow_local_infile=False, workers=2, extra_args=()):
+        self.mode = mode
+        self.workers = workers
+        self.backend = backend_env()
+        self.bin = ringgate_bin()
+        self.dir = Path(tempfile.mkdtemp(prefix=f"ringgate-pytest-{mode}-"))
+        self.stderr_path = self.dir / "ringgate.stderr"
+        self.proc = None
+        last = None
+        for _ in range(3):  # a free port may be taken between probe and bind
+            self.port = free_port()
+            self.metrics_port = free_port()
+            args = [
+                str(self.bin),
+                "--listen", f"127.0.0.1:{self.port}",
+                "--workers", str(workers),
+                "--backend", f"{self.backend['host']}:{self.backend['port']}",
+                "--backend-user", self.backend["user"],
+                "--users-file", str(USERS_FILE),
+                "--read-buffers", mode,
+                "--read-buffer-size", "16384",
+                "--read-buffer-count", "1024",
+                "--max-connections", "1000",
+                "--backend-pool-size", "4",
+                "--backend-max-connections", "500",
+                "--backend-wait-timeout", "10s",
+                "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
+            ]
+            if allow_local_infile:
+                args.append("--allow-local-infile")
+            args.extend(extra_args)
+            self.args = args
+            env = dict(os.environ)
+            env["RINGGATE_BACKEND_PASSWORD"] = self.backend["password"]
+            env.setdefault("RUST_LOG", "info")
+            with open(self.stderr_path, "wb") as err:
+                self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env)
+            last = self._wait_ready()
+            if last is None:
+                return
+            self.kill()
+            if "Address already in use" not in self.stderr():
+                break
+        raise AssertionError(
+            f"ringgate did not start: {last}\n--- command: {' '.join(self.args)}\n"
+            f"--- ringgate stderr ---\n{self.stderr()}"
+        )
+
+    def _wait_ready(self):
+        deadline = time.monotonic() + READY_TIMEOUT
+        listening = False
+        last = "not tried"
+        while True:
+            if self.proc.poll() is not None:
+                return f"ringgate exited during start-up with {self.proc.returncode}"
+            if not listening:
+                try:
+                    socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                    listening = True
+                except OSError as e:
+                    last = f"listen port {self.port}: {e}"
+            if listening:
+                try:
+                    status, body = http_get(self.metrics_port)
+                    if status == 200:
+                        return None
+                    last = f"GET /metrics -> {status}: {body[:200]}"
+                except (OSError, ValueError, IndexError) as e:
+                    last = f"GET /metrics: {e}"
+            if time.monotonic() > deadline:
+                return f"not ready within {READY_TIMEOUT}s (last: {last})"
+            time.sleep(0.05)
+
+    def stderr(self):
+        try:
+            return self.stderr_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stderr_tail(self, n=50):
+        return "\n".join(self.stderr().splitlines()[-n:])
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def close(self):
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def assert_running(self):
+        if self.proc.poll() is not None:
+            raise AssertionError(f"ringgate died ({self.proc.returncode}):\n{self.stderr_tail(80)}")
+
+    # ---- clients ----
+
+    def connect(self, user=APP_USER, password=APP_PASSWORD, **kw):
+        kw.setdefault("connect_timeout", 10)
+        kw.setdefault("read_timeout", 120)
+        kw.setdefault("write_timeout", 120)
+        return pymysql.connect(host="127.0.0.1", port=self.port, user=user, password=password, **kw)
+
+    def cli(self, *args, check=True, timeout=60, input=None):
+        """Runs the mariadb CLI against the proxy as `app`; returns CompletedProcess (text)."""
+        cmd = [
+            mariadb_cli(),
+            "--no-defaults",
+            "--protocol=TCP",
+            "-h127.0.0.1",
+            f"-P{self.port}",
+            f"-u{APP_USER}",
+            f"-p{APP_PASSWORD}",
+            *args,
+        ]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=input)
+        if check and r.returncode != 0:
+            raise AssertionError(
+                f"{' '.join(cmd)} failed ({r.returncode}):\nstdout: {r.stdout}\nstderr: {r.stderr}\n"
+                f"--- ringgate stderr ---\n{self.stderr_tail()}"
+            )
+        return r
+
+    # ---- metrics ----
+
+    def metrics(self):
+        status, body = http_get(self.metrics_port)
+        assert status == 200, f"GET /metrics -> {status}: {body[:500]}"
+        return Metrics(parse_metrics(body))
+
+    def connections_total(self):
+        return self.metrics()("ringgate_client_connections_total")
+
+    def settle_problems(self, m, baseline, min_new):
+        p = []
+        client_in_use = m('ringgate_read_buffers_in_use{owner="client"}')
+        backend_in_use = m('ringgate_read_buffers_in_use{owner="backend"}')
+        idle = m('ringgate_backend_connections{state="idle"}')
+        busy = m('ringgate_backend_connections{state="busy"}')
+        clients = m("ringgate_client_connections")
+        total_conns = m("ringgate_client_connections_total")
+        fallbacks = m("ringgate_read_buffer_heap_fallbacks_total")
+        if client_in_use != 0:
+            p.append(f'read_buffers_in_use{{owner="client"}} = {client_in_use}, want 0')
+        if busy != 0:
+            p.append(f'backend_connections{{state="busy"}} = {busy}, want 0')
+        if backend_in_use != idle + busy:
+            p.append(f'read_buffers_in_use{{owner="backend"}} = {backend_in_use}, want idle+busy = {idle + busy}')
+        if clients != 0:
+            p.append(f"client_connections = {clients}, want 0")
+        if baseline is not None and total_conns - baseline < min_new:
+            p.append(
+                f"client_connections_total grew by {total_conns - baseline} (from {baseline} to "
+                f"{total_conns}), want >= {min_new}: did the traffic go through the proxy?"
+            )
+        if self.mode == "fixed":
+            total = m('ringgate_read_buffers_total{mode="fixed"}')
+            free = m("ringgate_read_buffers_free")
+            if total <= 0:
+                p.append(f'read_buffers_total{{mode="fixed"}} = {total}, want > 0')
+            if free > total:
+                p.append(f"read_buffers_free = {free} > total = {total}")
+            if fallbacks == 0 and free + client_in_use + backend_in_use != total:
+                p.append(
+                    f"no heap fallback happened, so free ({free}) + in_use client ({client_in_use}) "
+                    f"+ in_use backend ({backend_in_use}) should equal total ({total})"
+                )
+        else:
+            total = m('ringgate_read_buffers_total{mode="heap"}')
+            if total != 0:
+                p.append(f'read_buffers_total{{mode="heap"}} = {total}, want 0')
+        return p
+
+    def assert_settled(self, baseline=None, min_new=0, timeout=SETTLE_TIMEOUT):
+        deadline = time.monotonic() + timeout
+        while True:
+            self.assert_running()
+            m = self.metrics()
+            problems = self.settle_problems(m, baseline, min_new)
+            if not problems:
+                return m
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"ringgate ({self.mode} mode) did not settle within {timeout}s:\n  - "
+                    + "\n  - ".join(problems)
+                    + f"\n--- metrics ---\n{m.dump()}\n--- ringgate stderr (tail) ---\n{self.stderr_tail(40)}"
+                )
+            time.sleep(0.1)
+
+
+MODES = ["fixed", "heap"]
+
+
+@pytest.fixture(params=MODES)
+def mode(request):
+    return request.param
+
+
+@pytest.fixture
+def make_proxy(mode):
+    """Factory: make_proxy(**kw) starts a ringgate in this test's mode. Every proxy it started
+    is checked for leaks (assert_settled) and killed after the test."""
+    started = []
+
+    def factory(**kw):
+        p = Proxy(mode, **kw)
+        started.append(p)
+        return p
+
+    yield factory
+    errors = []
+    for p in started:
+        try:
+            p.assert_settled()
+        except AssertionError as e:
+            errors.append(str(e))
+        finally:
+            p.close()
+    if errors:
+        pytest.fail("\n\n".join(errors), pytrace=False)
+
+
+@pytest.fixture
+def proxy(make_proxy):
+    return make_proxy()
