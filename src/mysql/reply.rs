@@ -231,6 +231,84 @@ pub fn parse_auth_reply(payload: &[u8]) -> Result<ServerReply, ProtocolError> {
     }
 }
 
+/// What the server answered to a pipelined `COM_RESET_CONNECTION` +
+/// `COM_QUERY "SELECT DATABASE()"` pair, which the proxy sends when it puts a
+/// backend connection back in the pool. COM_RESET_CONNECTION does not change
+/// the current schema, so the pool has to learn it to never hand a client
+/// that asked for no schema a connection still in someone else's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResetOutcome {
+    /// The reset succeeded; the connection's current schema (None = none).
+    Reset { schema: Option<String> },
+    /// The server refused the reset or the query.
+    Failed { code: u16, message: String },
+}
+
+/// Parse the replies to the reset pair from the start of `buf`. `Ok(None)`
+/// means more bytes are needed. Replies are small (one OK, a one-row,
+/// one-column result), so they are parsed whole.
+pub fn parse_reset_replies(
+    buf: &[u8],
+    deprecate_eof: bool,
+) -> Result<Option<ResetOutcome>, ProtocolError> {
+    use crate::mysql::packet::split_packet;
+    let mut rest = buf;
+    let mut next = || -> Option<Vec<u8>> {
+        let (p, used) = split_packet(rest)?;
+        let payload = p.payload.to_vec();
+        rest = &rest[used..];
+        Some(payload)
+    };
+    let Some(ok) = next() else { return Ok(None) };
+    match parse_reply(&ok, deprecate_eof)? {
+        ServerReply::Ok { .. } => {}
+        ServerReply::Err { code, message, .. } => {
+            return Ok(Some(ResetOutcome::Failed { code, message }))
+        }
+        _ => {
+            return Err(ProtocolError::Malformed {
+                what: "COM_RESET_CONNECTION reply",
+                reason: "neither OK nor ERR",
+            })
+        }
+    }
+    let Some(first) = next() else { return Ok(None) };
+    if first.first() == Some(&ERR_HEADER) {
+        let (code, _, message) = parse_err(&first)?;
+        return Ok(Some(ResetOutcome::Failed { code, message }));
+    }
+    if first.as_slice() != [1] {
+        return Err(ProtocolError::Malformed {
+            what: "SELECT DATABASE() result",
+            reason: "expected one column",
+        });
+    }
+    // The column definition, then an EOF unless DEPRECATE_EOF.
+    if next().is_none() {
+        return Ok(None);
+    }
+    if !deprecate_eof && next().is_none() {
+        return Ok(None);
+    }
+    let Some(row) = next() else { return Ok(None) };
+    let schema = if row.first() == Some(&0xFB) {
+        None
+    } else {
+        let mut r = Reader::new(&row);
+        let name = r.lenenc_bytes("schema name")?;
+        Some(
+            String::from_utf8(name.to_vec()).map_err(|_| ProtocolError::InvalidUtf8 {
+                what: "schema name",
+            })?,
+        )
+    };
+    // The terminator (EOF, or OK with a 0xFE header).
+    if next().is_none() {
+        return Ok(None);
+    }
+    Ok(Some(ResetOutcome::Reset { schema }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,5 +431,50 @@ mod tests {
         assert_eq!(com_payload(COM_INIT_DB, b"shop"), b"\x02shop");
         assert_eq!(com_payload(COM_RESET_CONNECTION, b""), [0x1F]);
         assert_eq!(com_payload(COM_QUIT, b""), [0x01]);
+    }
+
+    fn packets(payloads: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, p) in payloads.iter().enumerate() {
+            crate::mysql::packet::write_packet(&mut out, i as u8, p);
+        }
+        out
+    }
+
+    #[test]
+    fn reset_replies_report_the_schema() {
+        let ok = ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0);
+        let coldef = b"\x03def\x00\x00\x00\x0aDATABASE()\x00\x0c\x21\x00\x00\x01\x00\x00\xfd\x00\x00\x1f\x00\x00";
+        let eof = eof_payload(SERVER_STATUS_AUTOCOMMIT, 0);
+        let null_row: &[u8] = &[0xFB];
+        let shop_row: &[u8] = b"\x04shop";
+        let mut buf = packets(&[&ok]);
+        buf.extend(packets(&[&[1], coldef, &eof, null_row, &eof]));
+        assert_eq!(
+            parse_reset_replies(&buf, false),
+            Ok(Some(ResetOutcome::Reset { schema: None }))
+        );
+        // Every prefix is "need more".
+        for cut in 0..buf.len() {
+            assert_eq!(
+                parse_reset_replies(&buf[..cut], false),
+                Ok(None),
+                "cut {cut}"
+            );
+        }
+        let mut buf = packets(&[&ok]);
+        let term = [0xFE, 0, 0, 2, 0, 0, 0];
+        buf.extend(packets(&[&[1], coldef, shop_row, &term]));
+        assert_eq!(
+            parse_reset_replies(&buf, true),
+            Ok(Some(ResetOutcome::Reset {
+                schema: Some("shop".into())
+            }))
+        );
+        let err = packets(&[&err_payload(1047, "Unknown command")]);
+        assert!(matches!(
+            parse_reset_replies(&err, false),
+            Ok(Some(ResetOutcome::Failed { code: 1047, .. }))
+        ));
     }
 }

@@ -22,7 +22,9 @@ use crate::mysql::auth::{native_token, NATIVE_PASSWORD};
 use crate::mysql::constants::*;
 use crate::mysql::handshake::{self, HandshakeResponse};
 use crate::mysql::packet::{split_packet, write_packet};
-use crate::mysql::reply::{com_payload, parse_auth_reply, parse_reply, ServerReply};
+use crate::mysql::reply::{
+    com_payload, parse_auth_reply, parse_reply, parse_reset_replies, ResetOutcome, ServerReply,
+};
 use crate::mysql::ProtocolError;
 use crate::ring::{ops, OpTag, Token};
 
@@ -114,6 +116,11 @@ pub(super) struct Backend {
     /// When the current connect or proxy-made exchange began: a server that
     /// accepts TCP and then stalls is cut after --backend-connect-timeout.
     pub exchange_since: Instant,
+    /// The connection's current schema as last learned (None = none):
+    /// COM_RESET_CONNECTION keeps it, so the reset exchange asks for it.
+    pub schema: Option<String>,
+    /// The schema a COM_INIT_DB in flight asked for.
+    pub requested_schema: Option<String>,
 }
 
 fn backend_token(tag: OpTag, (i, g): (u32, u32)) -> u64 {
@@ -146,11 +153,24 @@ impl Worker {
             return true;
         };
         let key = s.key;
-        while let Some(pos) = self
-            .idle
-            .iter()
-            .rposition(|&b| self.backends.get(b).is_some_and(|b| b.key == key))
-        {
+        let wanted = s.login.as_ref().and_then(|l| l.database.clone());
+        // A client that gave a schema gets it selected on any connection
+        // (COM_INIT_DB, skipped when it is already current); one that gave
+        // none needs a connection with no schema selected, since there is no
+        // command that unselects one.
+        let usable = |b: &Backend| b.key == key && (wanted.is_some() || b.schema.is_none());
+        let pick = |idle: &[u32], backends: &super::slab::Slab<Backend>| {
+            let exact = idle.iter().rposition(|&b| {
+                backends
+                    .get(b)
+                    .is_some_and(|b| usable(b) && b.schema == wanted)
+            });
+            exact.or_else(|| {
+                idle.iter()
+                    .rposition(|&b| backends.get(b).is_some_and(|b| usable(b)))
+            })
+        };
+        while let Some(pos) = pick(&self.idle, &self.backends) {
             let bi = self.idle.remove(pos);
             let bg = self.backends.generation(bi);
             self.metrics().backend_idle.fetch_sub(1, Relaxed);
@@ -250,9 +270,11 @@ impl Worker {
         if !resettable {
             return self.discard_backend(bi, bg);
         }
+        // Pipelined: the reset, then the schema it left selected.
         let out = b.out.bytes_mut();
         out.clear();
         write_packet(out, 0, &com_payload(COM_RESET_CONNECTION, &[]));
+        write_packet(out, 0, &com_payload(COM_QUERY, b"SELECT DATABASE()"));
         b.state = BackendState::Exchange(Purpose::Reset, Phase::Writing);
         self.backend_write_out((bi, bg));
     }
@@ -265,6 +287,7 @@ impl Worker {
         let out = b.out.bytes_mut();
         out.clear();
         write_packet(out, 0, &com_payload(COM_INIT_DB, db.as_bytes()));
+        b.requested_schema = Some(db.to_string());
         b.state = BackendState::Exchange(Purpose::InitDb, Phase::Writing);
         self.backend_write_out((bi, bg));
     }
@@ -340,6 +363,8 @@ impl Worker {
             opened_for,
             busy: false,
             exchange_since: Instant::now(),
+            schema: None,
+            requested_schema: None,
         };
         let (bi, bg) = self.backends.insert(backend);
         let fd = self.backends.get(bi).map_or(-1, |b| b.sock.as_raw_fd());
@@ -507,6 +532,9 @@ impl Worker {
             };
             return self.backend_failed(bi, bg, &cause);
         }
+        if let BackendState::Exchange(Purpose::Reset, _) = b.state {
+            return self.on_backend_reset_replies(bi, bg);
+        }
         let Some((pkt, consumed)) = split_packet(b.buf.filled()) else {
             if b.buf.filled_len() >= b.buf.capacity() {
                 return self.backend_failed(bi, bg, "reply larger than the read buffer");
@@ -525,7 +553,7 @@ impl Worker {
                 self.on_backend_auth_reply(bi, bg, seq, &payload)
             }
             Purpose::InitDb => self.on_backend_init_db_reply(bi, bg, &payload),
-            Purpose::Reset => self.on_backend_reset_reply(bi, bg, &payload),
+            Purpose::Reset => unreachable!("handled before packet splitting"),
         }
     }
 
@@ -682,7 +710,12 @@ impl Worker {
             return self.release_backend((bi, bg), true);
         };
         match parse_reply(payload, deprecate_eof) {
-            Ok(ServerReply::Ok { .. }) => self.send_auth_ok(si, sg),
+            Ok(ServerReply::Ok { .. }) => {
+                if let Some(b) = self.backends.get_mut(bi, bg) {
+                    b.schema = b.requested_schema.take();
+                }
+                self.send_auth_ok(si, sg)
+            }
             Ok(ServerReply::Err {
                 code,
                 sqlstate,
@@ -692,13 +725,21 @@ impl Worker {
         }
     }
 
-    fn on_backend_reset_reply(&mut self, bi: u32, bg: u32, payload: &[u8]) {
-        match parse_reply(payload, false) {
-            Ok(ServerReply::Ok { .. }) => self.make_idle(bi, bg),
-            _ => {
+    fn on_backend_reset_replies(&mut self, bi: u32, bg: u32) {
+        let Some(b) = self.backends.get_mut(bi, bg) else {
+            return;
+        };
+        let deprecate_eof = b.key.caps & CLIENT_DEPRECATE_EOF != 0;
+        match parse_reset_replies(b.buf.filled(), deprecate_eof) {
+            Ok(None) if b.buf.filled_len() < b.buf.capacity() => self.backend_start_read((bi, bg)),
+            Ok(Some(ResetOutcome::Reset { schema })) => {
+                b.schema = schema;
+                self.make_idle(bi, bg)
+            }
+            outcome => {
                 tracing::debug!(
                     worker = self.id,
-                    "COM_RESET_CONNECTION failed; connection discarded"
+                    "COM_RESET_CONNECTION failed ({outcome:?}); connection discarded"
                 );
                 self.discard_backend(bi, bg);
             }

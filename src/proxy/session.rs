@@ -533,9 +533,17 @@ impl Worker {
             return;
         };
         s.backend = Some(backend);
-        match s.login.as_ref().and_then(|l| l.database.clone()) {
-            Some(db) => self.backend_init_db(backend, &db),
-            None => self.send_auth_ok(i, g),
+        let wanted = s.login.as_ref().and_then(|l| l.database.clone());
+        let current = self
+            .backends
+            .get_checked(backend.0, backend.1)
+            .and_then(|b| b.schema.clone());
+        match wanted {
+            // Already selected on this connection: skip the round trip.
+            Some(db) if current.as_deref() != Some(db.as_str()) => {
+                self.backend_init_db(backend, &db)
+            }
+            _ => self.send_auth_ok(i, g),
         }
     }
 

@@ -30,6 +30,13 @@ pub enum RingError {
     Unavailable(io::Error),
     #[error("io_uring setup failed: {0}")]
     Setup(io::Error),
+    /// Even a small ring did not fit: for an unprivileged process the
+    /// ring's own memory counts against RLIMIT_MEMLOCK.
+    #[error(
+        "io_uring setup failed: out of locked memory ({0}); the ring itself counts against \
+         RLIMIT_MEMLOCK for unprivileged users: raise LimitMEMLOCK / `ulimit -l`, or grant CAP_IPC_LOCK"
+    )]
+    Memlock(io::Error),
     #[error("io_uring_enter failed: {0}")]
     Enter(io::Error),
 }
@@ -66,6 +73,9 @@ impl std::fmt::Display for Features {
     }
 }
 
+/// The smallest ring worth running: 16 SQEs, 64 CQEs.
+const MIN_ENTRIES: u32 = 16;
+
 /// One worker's ring. Not `Send`-shared: with SINGLE_ISSUER the thread that
 /// created it is the only one allowed to submit.
 pub struct Ring {
@@ -86,6 +96,30 @@ impl Ring {
     /// COOP_TASKRUN needs 5.19; older kernels reject unknown setup flags with
     /// EINVAL, which is what each fallback step catches.
     pub fn new(entries: u32) -> Result<Ring, RingError> {
+        // ENOMEM means the ring's own pages did not fit the locked-memory
+        // limit (unprivileged, small RLIMIT_MEMLOCK): a smaller ring still
+        // works, only with shallower batches.
+        let mut entries = entries.max(MIN_ENTRIES);
+        loop {
+            match Self::with_entries(entries) {
+                Err(RingError::Setup(e))
+                    if e.raw_os_error() == Some(libc::ENOMEM) && entries > MIN_ENTRIES =>
+                {
+                    entries /= 4;
+                    tracing::warn!(
+                        "io_uring setup hit the locked-memory limit; retrying with {entries} entries \
+                         (raise LimitMEMLOCK or grant CAP_IPC_LOCK for the full size)"
+                    );
+                }
+                Err(RingError::Setup(e)) if e.raw_os_error() == Some(libc::ENOMEM) => {
+                    return Err(RingError::Memlock(e))
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn with_entries(entries: u32) -> Result<Ring, RingError> {
         let cq_entries = entries.saturating_mul(4);
         let attempts: [(bool, bool, bool); 3] = [
             (true, true, true),
