@@ -167,7 +167,7 @@ impl Worker {
             });
             exact.or_else(|| {
                 idle.iter()
-                    .rposition(|&b| backends.get(b).is_some_and(|b| usable(b)))
+                    .rposition(|&b| backends.get(b).is_some_and(&usable))
             })
         };
         while let Some(pos) = pick(&self.idle, &self.backends) {
