@@ -48,7 +48,10 @@ fn parse_buffer_count(s: &str) -> Result<u32, String> {
 
 /// ringgate: a MySQL-protocol proxy on io_uring whose per-connection read
 /// buffers are kernel-registered fixed buffers.
-#[derive(Parser, Debug, Clone)]
+///
+/// `Debug` is written by hand so that the backend password never reaches a
+/// log line or a panic message.
+#[derive(Parser, Clone)]
 #[command(name = "ringgate", version, about, long_about = None)]
 pub struct Config {
     /// Address clients connect to. Every worker binds it with SO_REUSEPORT.
@@ -173,7 +176,56 @@ pub enum LogFormat {
     Json,
 }
 
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let password = if self.backend_password.is_empty() {
+            ""
+        } else {
+            "********"
+        };
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("workers", &self.workers)
+            .field("backend", &self.backend)
+            .field("backend_user", &self.backend_user)
+            .field("backend_password", &password)
+            .field("users_file", &self.users_file)
+            .field("read_buffers", &self.read_buffers)
+            .field("read_buffer_size", &self.read_buffer_size)
+            .field("read_buffer_count", &self.read_buffer_count)
+            .field("max_connections", &self.max_connections)
+            .field("backend_pool_size", &self.backend_pool_size)
+            .field("backend_max_connections", &self.backend_max_connections)
+            .field("backend_wait_timeout", &self.backend_wait_timeout)
+            .field("backend_connect_timeout", &self.backend_connect_timeout)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("client_write_timeout", &self.client_write_timeout)
+            .field("max_packet_size", &self.max_packet_size)
+            .field("drain_timeout", &self.drain_timeout)
+            .field("socket", &self.socket)
+            .field("allow_local_infile", &self.allow_local_infile)
+            .field("metrics_listen", &self.metrics_listen)
+            .field("log_level", &self.log_level)
+            .field("log_format", &self.log_format)
+            .finish()
+    }
+}
+
 impl Config {
+    /// Locked memory the fixed read-buffer pools register, in bytes:
+    /// workers × slots × slot size (0 with `--read-buffers heap`).
+    pub fn locked_memory_bytes(&self) -> u64 {
+        match self.read_buffers {
+            ReadBufferMode::Heap => 0,
+            ReadBufferMode::Fixed => {
+                self.worker_count() as u64
+                    * u64::from(self.read_buffer_count)
+                    * u64::from(self.read_buffer_size)
+            }
+        }
+    }
+
     /// Worker count after applying the default (one per CPU).
     pub fn worker_count(&self) -> usize {
         self.workers
@@ -200,6 +252,39 @@ mod tests {
         assert_eq!(c.read_buffer_size, 16384);
         assert_eq!(c.read_buffer_count, 1024);
         assert_eq!(c.backend_wait_timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn debug_masks_the_password() {
+        let c = Config::try_parse_from([
+            "ringgate",
+            "--users-file",
+            "u.json",
+            "--backend-password",
+            "hunter2",
+        ])
+        .unwrap();
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("hunter2"), "{dbg}");
+        assert!(dbg.contains("********"), "{dbg}");
+    }
+
+    #[test]
+    fn locked_memory_is_workers_times_slots_times_size() {
+        let c =
+            Config::try_parse_from(["ringgate", "--users-file", "u", "--workers", "4"]).unwrap();
+        assert_eq!(c.locked_memory_bytes(), 4 * 1024 * 16384);
+        let c = Config::try_parse_from([
+            "ringgate",
+            "--users-file",
+            "u",
+            "--workers",
+            "4",
+            "--read-buffers",
+            "heap",
+        ])
+        .unwrap();
+        assert_eq!(c.locked_memory_bytes(), 0);
     }
 
     #[test]

@@ -3,7 +3,10 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod buffers;
+pub mod check;
 pub mod config;
+pub mod config_file;
+pub mod logging;
 pub mod metrics;
 pub mod mysql;
 pub mod proxy;

@@ -1,28 +1,53 @@
-//! The `ringgate` binary: parse flags, load users, start the metrics
-//! endpoint and the workers, wait for SIGTERM/SIGINT, report at exit.
+//! The `ringgate` binary: parse flags and the `--config` file, then either
+//! print the effective config (`--print-config`), run the preflight report
+//! (`ringgate check`), or load users, start the metrics endpoint and the
+//! workers, reload users on SIGHUP, drain on SIGTERM/SIGINT, report at exit.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use clap::Parser;
-use tracing_subscriber::EnvFilter;
-
 use ringgate::config::{Config, ReadBufferMode};
+use ringgate::config_file::{self, Action, CliError};
 use ringgate::metrics::{self, BufferMode, Metrics};
 use ringgate::mysql::Users;
 use ringgate::proxy::{worker, Shared};
+use ringgate::{check, logging};
 
 fn main() -> ExitCode {
-    let config = Config::parse();
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&config.log_level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
+    let inv = match config_file::parse(std::env::args_os()) {
+        Ok(inv) => inv,
+        Err(CliError::Clap(e)) => e.exit(),
+        Err(CliError::File(msg)) => {
+            eprintln!("ringgate: error: {msg}");
+            return ExitCode::from(2);
+        }
+    };
+    match inv.action {
+        Action::PrintConfig => {
+            print!("{}", inv.render_config());
+            return ExitCode::SUCCESS;
+        }
+        Action::Check => {
+            let report = check::run(&inv.config);
+            print!("{}", report.render());
+            return if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            };
+        }
+        Action::Run => {}
+    }
+    let config = inv.config;
+    let warning = logging::init(&config.log_level, config.log_format);
+    if let Some(w) = warning {
+        tracing::warn!("{w}");
+    }
+    if let Some(path) = &inv.config_path {
+        tracing::info!(config = %path.display(), "configuration file loaded");
+    }
+    raise_nofile_limit();
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
@@ -50,6 +75,11 @@ fn run(config: Config) -> Result<(), String> {
         signal_hook::flag::register(sig, Arc::clone(&shutdown))
             .map_err(|e| format!("cannot install signal handler: {e}"))?;
     }
+    // Installed before the workers start, so an early SIGHUP cannot kill us
+    // (its default action is to terminate).
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&reload))
+        .map_err(|e| format!("cannot install signal handler: {e}"))?;
     let shared = Arc::new(Shared {
         config: config.clone(),
         metrics: Arc::clone(&metrics),
@@ -87,6 +117,9 @@ fn run(config: Config) -> Result<(), String> {
         if shutdown.load(Ordering::Relaxed) {
             shared.shutdown.store(true, Ordering::Relaxed);
         }
+        if reload.swap(false, Ordering::Relaxed) {
+            reload_users(&shared);
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let mut failed = None;
@@ -102,5 +135,51 @@ fn run(config: Config) -> Result<(), String> {
     match failed {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// SIGHUP: load the users file again and swap it in whole. Workers read
+/// `Shared::users` once per login, so new logins see the new set at once and
+/// sessions already logged in are untouched. A file that does not load is
+/// refused and the old users stay.
+fn reload_users(shared: &Shared) {
+    let path = &shared.config.users_file;
+    let old = shared.users().len();
+    match Users::load(path) {
+        Ok(users) => {
+            let n = users.len();
+            let new = Arc::new(users);
+            match shared.users.write() {
+                Ok(mut g) => *g = new,
+                Err(poisoned) => *poisoned.into_inner() = new,
+            }
+            tracing::info!(
+                users_file = %path.display(),
+                "SIGHUP: users file reloaded: {n} user(s) (was {old})"
+            );
+        }
+        Err(e) => tracing::error!(
+            "SIGHUP: users file reload refused, keeping the {old} user(s) loaded before: {e}"
+        ),
+    }
+}
+
+/// Raise the soft fd limit to the hard limit: every client and backend
+/// connection is an fd, and the usual soft default (1024) is far below
+/// `--max-connections`. `ringgate check` assumes this.
+fn raise_nofile_limit() {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass and nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 || rl.rlim_cur >= rl.rlim_max {
+        return;
+    }
+    let before = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    // SAFETY: setrlimit only reads the struct we pass.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &rl) } == 0 {
+        tracing::debug!("raised the soft fd limit from {before} to {}", rl.rlim_max);
     }
 }

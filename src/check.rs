@@ -1,0 +1,1034 @@
+//! `ringgate check`: a preflight report on whether this host can run
+//! ringgate well with the given settings.
+//!
+//! Each check prints one `OK`/`WARN`/`FAIL` line saying what it found, and a
+//! `fix:` line for anything that is not OK. The report exits non-zero when
+//! any check FAILs: something that stops ringgate from starting, or makes
+//! it run worse than configured (e.g. heap buffers instead of fixed ones).
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::config::{Config, ReadBufferMode};
+use crate::mysql::auth::{native_token, NATIVE_PASSWORD};
+use crate::mysql::constants::{
+    CLIENT_LONG_FLAG, CLIENT_LONG_PASSWORD, CLIENT_PLUGIN_AUTH,
+    CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA, CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION,
+    CLIENT_TRANSACTIONS, UTF8MB4_GENERAL_CI,
+};
+use crate::mysql::handshake::{self, HandshakeResponse};
+use crate::mysql::packet::{split_packet, write_packet};
+use crate::mysql::reply::{parse_auth_reply, ServerReply};
+use crate::mysql::{ProtocolError, Users};
+use crate::ring::{Ring, RingError};
+
+/// The outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "OK",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+        }
+    }
+}
+
+/// One line of the report.
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub status: Status,
+    pub what: &'static str,
+    pub detail: String,
+    pub fix: Option<String>,
+}
+
+impl Item {
+    fn ok(what: &'static str, detail: impl Into<String>) -> Item {
+        Item {
+            status: Status::Ok,
+            what,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+    fn warn(what: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Item {
+        Item {
+            status: Status::Warn,
+            what,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+    fn fail(what: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Item {
+        Item {
+            status: Status::Fail,
+            what,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+}
+
+/// The whole report.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub items: Vec<Item>,
+}
+
+impl Report {
+    /// True when nothing FAILed (WARNs are allowed).
+    pub fn passed(&self) -> bool {
+        self.items.iter().all(|i| i.status != Status::Fail)
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for i in &self.items {
+            let _ = writeln!(out, "{:<4}  {:<9} {}", i.status.as_str(), i.what, i.detail);
+            if let Some(fix) = &i.fix {
+                for (n, line) in fix.lines().enumerate() {
+                    let lead = if n == 0 { "fix:" } else { "    " };
+                    let _ = writeln!(out, "{:<4}  {:<9} {lead} {line}", "", "");
+                }
+            }
+        }
+        let fails = self
+            .items
+            .iter()
+            .filter(|i| i.status == Status::Fail)
+            .count();
+        let warns = self
+            .items
+            .iter()
+            .filter(|i| i.status == Status::Warn)
+            .count();
+        if fails == 0 {
+            let _ = writeln!(
+                out,
+                "\nready: {warns} warning(s), no problem blocks a good run"
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "\nNOT ready: {fails} problem(s) block a good run, {warns} warning(s)"
+            );
+        }
+        out
+    }
+}
+
+/// Runs every check for `cfg`.
+pub fn run(cfg: &Config) -> Report {
+    let kernel = kernel_release();
+    let caps = cap_eff();
+    let mut items = vec![check_kernel(&kernel, cfg)];
+    let exempt = caps.is_some_and(|c| c & (1 << CAP_IPC_LOCK) != 0);
+    let ring_bytes = if !exempt && kernel_charges_rings() == Some(true) {
+        ring_locked_bytes(WORKER_RING_ENTRIES)
+    } else {
+        0
+    };
+    items.push(check_io_uring(&kernel, ring_bytes));
+    items.push(check_memlock(cfg, ring_bytes, memlock_limit(), caps));
+    items.push(check_nofile(cfg, nofile_limit()));
+    items.push(check_listen(cfg));
+    items.push(check_users(&cfg.users_file));
+    items.push(check_backend(cfg));
+    Report { items }
+}
+
+// ---------------------------------------------------------------------------
+// Kernel and io_uring
+// ---------------------------------------------------------------------------
+
+/// `uname -r`, and its major.minor.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    pub release: String,
+    pub version: Option<(u32, u32)>,
+}
+
+fn kernel_release() -> Kernel {
+    // SAFETY: uname fills the struct we pass; all-zero is a valid utsname.
+    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `uts` is a valid, writable utsname.
+    let release = if unsafe { libc::uname(&mut uts) } == 0 {
+        // SAFETY: uname NUL-terminates `release` inside the array.
+        unsafe { std::ffi::CStr::from_ptr(uts.release.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    } else {
+        String::from("unknown")
+    };
+    let version = parse_version(&release);
+    Kernel { release, version }
+}
+
+/// `6.8.0-45-generic` → (6, 8).
+pub fn parse_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit());
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+fn at_least(k: &Kernel, v: (u32, u32)) -> bool {
+    k.version.is_some_and(|have| have >= v)
+}
+
+fn check_kernel(k: &Kernel, cfg: &Config) -> Item {
+    let what = "kernel";
+    let Some(_) = k.version else {
+        return Item::warn(
+            what,
+            format!("Linux {}: version not recognised", k.release),
+            "ringgate needs Linux 5.1+ (5.19+ or 6.1+ recommended); see docs/operations.md",
+        );
+    };
+    let fixed = cfg.read_buffers == ReadBufferMode::Fixed;
+    if !at_least(k, (5, 1)) {
+        return Item::fail(
+            what,
+            format!("Linux {}: older than 5.1, which has no io_uring", k.release),
+            "run on Linux 5.1 or newer (5.19+ recommended, 6.1+ for DEFER_TASKRUN)",
+        );
+    }
+    if fixed && cfg.read_buffer_count > 1024 && !at_least(k, (5, 13)) {
+        return Item::fail(
+            what,
+            format!(
+                "Linux {}: more than 1024 registered buffers per ring needs 5.13+, and \
+                 --read-buffer-count is {}",
+                k.release, cfg.read_buffer_count
+            ),
+            "set --read-buffer-count 1024 or lower, or upgrade the kernel to 5.13+",
+        );
+    }
+    let mut missing = Vec::new();
+    if !at_least(k, (5, 19)) {
+        missing.push("multishot accept and COOP_TASKRUN (5.19)");
+    }
+    if !at_least(k, (6, 0)) {
+        missing.push("SINGLE_ISSUER (6.0)");
+    }
+    if !at_least(k, (6, 1)) {
+        missing.push("DEFER_TASKRUN (6.1)");
+    }
+    if missing.is_empty() {
+        Item::ok(
+            what,
+            format!(
+                "Linux {}: has every io_uring feature ringgate uses",
+                k.release
+            ),
+        )
+    } else {
+        Item::warn(
+            what,
+            format!(
+                "Linux {}: runs, with fallbacks; missing {}",
+                k.release,
+                missing.join(", ")
+            ),
+            "a 6.1+ kernel gives the full feature set (see docs/operations.md, Kernel requirements)",
+        )
+    }
+}
+
+fn read_trimmed(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+/// `Seccomp:` of /proc/self/status: 0 none, 1 strict, 2 filter.
+fn seccomp_mode() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Ring size a worker uses (worker.rs RING_ENTRIES): the probe ring is the
+/// same size, so its locked-memory charge is a worker's.
+const WORKER_RING_ENTRIES: u32 = 1024;
+
+/// Locked memory one ring of `entries` SQEs (and 4× CQEs, as `Ring::new`
+/// sets up) takes, when the kernel charges it: the SQE array (64 bytes
+/// each) plus the ring header, CQEs (16 bytes each) and SQ index array
+/// (4 bytes each), each rounded up to pages. 136 KiB for 1024 entries,
+/// which is what Linux 6.18 charges.
+pub fn ring_locked_bytes(entries: u32) -> u64 {
+    const PAGE: u64 = 4096;
+    let e = u64::from(entries);
+    let round = |b: u64| b.div_ceil(PAGE) * PAGE;
+    round(64 * e) + round(256 + 16 * 4 * e + 4 * e)
+}
+
+/// Whether this kernel charges io_uring's ring memory to RLIMIT_MEMLOCK
+/// (kernels before 5.12 do, and recent ones again): set up a tiny ring with
+/// the soft limit lowered to 0 for the moment. `None` when that cannot be
+/// tried. Only meaningful without CAP_IPC_LOCK, which exempts from charging.
+fn kernel_charges_rings() -> Option<bool> {
+    let mut orig = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass and nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut orig) } != 0 {
+        return None;
+    }
+    let zero = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: orig.rlim_max,
+    };
+    // SAFETY: setrlimit only reads the struct we pass; lowering the soft
+    // limit is always allowed.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &zero) } != 0 {
+        return None;
+    }
+    // A raw ring, without `Ring::new`'s fallbacks: only the errno matters.
+    let probe = io_uring::IoUring::new(8);
+    // SAFETY: as above; restoring the original soft limit (<= hard) is allowed.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &orig) };
+    match probe {
+        Ok(_) => Some(false),
+        Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => Some(true),
+        Err(_) => None,
+    }
+}
+
+/// Sets up a ring the size a worker's is.
+fn check_io_uring(k: &Kernel, ring_bytes: u64) -> Item {
+    let what = "io_uring";
+    let disabled = read_trimmed("/proc/sys/kernel/io_uring_disabled");
+    let sysctl = match disabled.as_deref() {
+        None => String::from("kernel.io_uring_disabled absent"),
+        Some(v) => format!("kernel.io_uring_disabled={v}"),
+    };
+    match Ring::new(WORKER_RING_ENTRIES) {
+        Ok(ring) => {
+            let charged = if ring_bytes > 0 {
+                format!(
+                    "; this kernel charges each ring {} of locked memory",
+                    show_bytes(ring_bytes)
+                )
+            } else {
+                String::new()
+            };
+            let accept = if at_least(k, (5, 19)) {
+                "multishot accept"
+            } else {
+                "one-shot accept (multishot needs 5.19)"
+            };
+            Item::ok(
+                what,
+                format!(
+                    "ring set up ({sysctl}); ringgate will use: {}, {accept}{charged}",
+                    ring.features()
+                ),
+            )
+        }
+        Err(RingError::Unavailable(e)) => {
+            let mut causes = Vec::new();
+            match disabled.as_deref() {
+                Some("2") => causes.push(
+                    "the sysctl kernel.io_uring_disabled=2 disables io_uring for everyone"
+                        .to_owned(),
+                ),
+                Some("1") => {
+                    let group = read_trimmed("/proc/sys/kernel/io_uring_group")
+                        .unwrap_or_else(|| "-1".into());
+                    causes.push(format!(
+                        "the sysctl kernel.io_uring_disabled=1 allows io_uring only to \
+                         CAP_SYS_ADMIN and to members of group {group} (kernel.io_uring_group)"
+                    ));
+                }
+                _ => {}
+            }
+            if seccomp_mode() == Some(2) {
+                causes.push(
+                    "a seccomp filter is active on this process (a container runtime's \
+                     default profile, e.g. Docker's, blocks io_uring)"
+                        .to_owned(),
+                );
+            }
+            let cause = if causes.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", causes.join("; "))
+            };
+            Item::fail(
+                what,
+                format!("io_uring is unavailable here ({e}, {sysctl}){cause}"),
+                "set `sysctl -w kernel.io_uring_disabled=0` (or 1 and add ringgate's user to \
+                 kernel.io_uring_group); in a container, run with a seccomp profile that allows \
+                 io_uring_setup, io_uring_enter and io_uring_register \
+                 (docker run --security-opt seccomp=PROFILE.json); see docs/operations.md",
+            )
+        }
+        Err(RingError::Setup(e)) if e.raw_os_error() == Some(libc::ENOMEM) => {
+            let limit = memlock_limit().and_then(|l| l.soft);
+            Item::fail(
+                what,
+                format!(
+                    "cannot set up a ring: {e} ({sysctl}); this kernel charges ring memory to \
+                     the locked-memory limit (RLIMIT_MEMLOCK {}, counted per user across all \
+                     of the user's processes), and it is exhausted",
+                    show_limit(limit)
+                ),
+                "raise the locked-memory limit (see the memlock line) or grant CAP_IPC_LOCK; \
+                 see docs/operations.md",
+            )
+        }
+        Err(e) => Item::fail(
+            what,
+            format!("cannot set up a ring: {e} ({sysctl})"),
+            "check the kernel (5.1+) and the locked-memory limit (see the memlock line: \
+             some kernels charge ring memory to RLIMIT_MEMLOCK, per user)",
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Limits
+// ---------------------------------------------------------------------------
+
+/// A resource limit: soft and hard, `None` = unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    pub soft: Option<u64>,
+    pub hard: Option<u64>,
+}
+
+fn get_limit(resource: libc::__rlimit_resource_t) -> Option<Limit> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass and nothing else.
+    if unsafe { libc::getrlimit(resource, &mut rl) } != 0 {
+        return None;
+    }
+    let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v);
+    Some(Limit {
+        soft: f(rl.rlim_cur),
+        hard: f(rl.rlim_max),
+    })
+}
+
+fn memlock_limit() -> Option<Limit> {
+    get_limit(libc::RLIMIT_MEMLOCK)
+}
+
+fn nofile_limit() -> Option<Limit> {
+    get_limit(libc::RLIMIT_NOFILE)
+}
+
+/// The effective capability set (CapEff of /proc/self/status).
+fn cap_eff() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
+const CAP_IPC_LOCK: u32 = 14;
+
+fn show_bytes(b: u64) -> String {
+    if b >= 1 << 20 && b % (1 << 20) == 0 {
+        format!("{b} bytes ({} MiB)", b >> 20)
+    } else if b >= 1 << 10 && b % (1 << 10) == 0 {
+        format!("{b} bytes ({} KiB)", b >> 10)
+    } else {
+        format!("{b} bytes")
+    }
+}
+
+fn show_limit(v: Option<u64>) -> String {
+    v.map_or_else(|| "unlimited".to_owned(), show_bytes)
+}
+
+/// The locked-memory check: the pool registers workers × slots × size, and
+/// on kernels that charge ring memory, each worker's ring adds `ring_bytes`.
+pub fn check_memlock(
+    cfg: &Config,
+    ring_bytes: u64,
+    limit: Option<Limit>,
+    cap_eff: Option<u64>,
+) -> Item {
+    let what = "memlock";
+    let workers = cfg.worker_count();
+    let rings = workers as u64 * ring_bytes;
+    let need = cfg.locked_memory_bytes() + rings;
+    let ring_note = if rings > 0 {
+        format!(" + {workers} rings × {ring_bytes} bytes")
+    } else {
+        String::new()
+    };
+    if cfg.read_buffers == ReadBufferMode::Heap && rings == 0 {
+        return Item::ok(
+            what,
+            "--read-buffers heap: no locked memory needed".to_owned(),
+        );
+    }
+    let pool = if cfg.read_buffers == ReadBufferMode::Heap {
+        format!(
+            "--read-buffers heap; the rings need {} ({workers} rings × {ring_bytes} bytes)",
+            show_bytes(need)
+        )
+    } else {
+        format!(
+            "the fixed pool needs {} ({workers} workers × {} slots × {} bytes{ring_note})",
+            show_bytes(need),
+            cfg.read_buffer_count,
+            cfg.read_buffer_size
+        )
+    };
+    if cap_eff.is_some_and(|c| c & (1 << CAP_IPC_LOCK) != 0) {
+        return Item::ok(
+            what,
+            format!("{pool}; CAP_IPC_LOCK is effective, so no limit applies"),
+        );
+    }
+    let Some(limit) = limit else {
+        return Item::warn(
+            what,
+            format!("{pool}; cannot read RLIMIT_MEMLOCK"),
+            "make sure the locked-memory limit is at least that",
+        );
+    };
+    match limit.soft {
+        None => Item::ok(what, format!("{pool}; RLIMIT_MEMLOCK is unlimited")),
+        Some(soft) if soft >= need => Item::ok(
+            what,
+            format!("{pool}; RLIMIT_MEMLOCK is {} (enough)", show_bytes(soft)),
+        ),
+        Some(soft) => {
+            let kib = need.div_ceil(1024);
+            let hard_note = match limit.hard {
+                Some(h) if h < need => format!(
+                    " (the hard limit is {}, so `ulimit -l` alone cannot raise it: set \
+                     `ringgate - memlock {kib}` in /etc/security/limits.conf, or use systemd)",
+                    show_bytes(h)
+                ),
+                _ => String::new(),
+            };
+            Item::fail(
+                what,
+                format!(
+                    "{pool}, but RLIMIT_MEMLOCK is {} and CAP_IPC_LOCK is not effective: {}",
+                    show_limit(Some(soft)),
+                    if soft < rings {
+                        "not even enough for full-size rings"
+                    } else {
+                        "ringgate would fall back to heap read buffers"
+                    }
+                ),
+                format!(
+                    "systemd: LimitMEMLOCK={need} (or AmbientCapabilities=CAP_IPC_LOCK)\n\
+                     shell: ulimit -l {kib}{hard_note}\n\
+                     or lower --workers / --read-buffer-count / --read-buffer-size"
+                ),
+            )
+        }
+    }
+}
+
+/// File descriptors ringgate needs at its configured limits: every client,
+/// every backend connection, and per worker a ring, listeners and spares.
+pub fn fds_needed(cfg: &Config) -> u64 {
+    const SLACK: u64 = 64;
+    cfg.max_connections as u64
+        + cfg.backend_max_connections as u64
+        + 4 * cfg.worker_count() as u64
+        + SLACK
+}
+
+/// The fd check. ringgate raises its soft RLIMIT_NOFILE to the hard limit
+/// at start-up, so the hard limit is what counts.
+pub fn check_nofile(cfg: &Config, limit: Option<Limit>) -> Item {
+    let what = "fds";
+    let need = fds_needed(cfg);
+    let basis = format!(
+        "need {need} (--max-connections {} + --backend-max-connections {} + slack)",
+        cfg.max_connections, cfg.backend_max_connections
+    );
+    let Some(limit) = limit else {
+        return Item::warn(
+            what,
+            format!("{basis}; cannot read RLIMIT_NOFILE"),
+            format!("make sure the fd limit is at least {need}"),
+        );
+    };
+    let show = |v: Option<u64>| v.map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
+    let have = format!(
+        "RLIMIT_NOFILE soft {} / hard {}",
+        show(limit.soft),
+        show(limit.hard)
+    );
+    match limit.hard {
+        Some(hard) if hard < need => Item::fail(
+            what,
+            format!("{basis}, but {have}: connections beyond it fail with EMFILE"),
+            format!(
+                "systemd: LimitNOFILE={need}\nshell: ulimit -n {need} (as root, or raise the \
+                 hard limit in /etc/security/limits.conf)\nor lower --max-connections / \
+                 --backend-max-connections"
+            ),
+        ),
+        _ if limit.soft.is_some_and(|s| s < need) => Item::ok(
+            what,
+            format!("{basis}; {have} (ringgate raises the soft limit to the hard one at start)"),
+        ),
+        _ => Item::ok(what, format!("{basis}; {have}")),
+    }
+}
+
+fn check_listen(cfg: &Config) -> Item {
+    let what = "listen";
+    match std::net::TcpListener::bind(cfg.listen) {
+        Ok(_) => {}
+        Err(e) => {
+            return Item::warn(
+                what,
+                format!("cannot bind {}: {e}", cfg.listen),
+                "another process holds it (is ringgate already running?): stop it, or choose \
+                 another --listen",
+            )
+        }
+    }
+    if let Some(m) = cfg.metrics_listen {
+        if let Err(e) = std::net::TcpListener::bind(m) {
+            return Item::warn(
+                what,
+                format!("cannot bind --metrics-listen {m}: {e}"),
+                "stop the process that holds it, or choose another --metrics-listen",
+            );
+        }
+    }
+    if let Some(path) = &cfg.socket {
+        if let Some(item) = check_socket_path(path) {
+            return item;
+        }
+    }
+    Item::ok(
+        what,
+        format!(
+            "{} is free{}{}",
+            cfg.listen,
+            cfg.metrics_listen
+                .map(|m| format!(", metrics {m} is free"))
+                .unwrap_or_default(),
+            cfg.socket
+                .as_ref()
+                .map(|p| format!(", unix socket {} can be created", p.display()))
+                .unwrap_or_default()
+        ),
+    )
+}
+
+/// `--socket`: the same rules as the worker's bind (a stale socket is
+/// replaced, a live one or a non-socket refused), and a writable directory.
+fn check_socket_path(path: &Path) -> Option<Item> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::FileTypeExt;
+    let what = "listen";
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Some(Item::fail(
+                what,
+                format!("--socket {} exists and is not a socket", path.display()),
+                "ringgate never deletes it: remove it or choose another --socket",
+            ));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Some(Item::warn(
+                what,
+                format!("--socket {} is in use by a running server", path.display()),
+                "stop it (is ringgate already running?), or choose another --socket",
+            ));
+        }
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let cdir = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: access(2) reads the NUL-terminated path we pass.
+    if unsafe { libc::access(cdir.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Some(Item::fail(
+            what,
+            format!(
+                "cannot create --socket {}: directory {}: {}",
+                path.display(),
+                dir.display(),
+                std::io::Error::last_os_error()
+            ),
+            "create the directory writable by ringgate's user (systemd: RuntimeDirectory=ringgate \
+             gives /run/ringgate)",
+        ));
+    }
+    None
+}
+
+// ---------------------------------------------------------------------------
+// Users file
+// ---------------------------------------------------------------------------
+
+fn check_users(path: &Path) -> Item {
+    let what = "users";
+    match Users::load(path) {
+        Ok(u) if u.is_empty() => Item::warn(
+            what,
+            format!(
+                "{} parses but has no users: every login fails",
+                path.display()
+            ),
+            "add users in Vitess static-auth JSON: {\"user\": [{\"Password\": \"...\"}]}",
+        ),
+        Ok(u) => Item::ok(what, format!("{}: {} user(s)", path.display(), u.len())),
+        Err(e) => Item::fail(
+            what,
+            e.to_string(),
+            "fix the file (Vitess static-auth JSON: {\"user\": [{\"Password\": \"...\"}]} or \
+             {\"user\": [{\"MysqlNativePassword\": \"*HEX\"}]}) or --users-file",
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Backend login
+// ---------------------------------------------------------------------------
+
+/// Why a backend login failed.
+#[derive(Debug)]
+pub enum LoginError {
+    /// TCP connect, read or write failed (refused, timed out, reset).
+    Io(std::io::Error),
+    /// The server answered with an ERR before authentication.
+    Refused { code: u16, message: String },
+    /// The credentials were rejected (ERR during authentication).
+    Denied { code: u16, message: String },
+    /// The server wants an auth plugin ringgate does not speak.
+    Plugin(String),
+    /// Anything the protocol code could not make sense of.
+    Protocol(String),
+}
+
+impl std::fmt::Display for LoginError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoginError::Io(e) => write!(f, "{e}"),
+            LoginError::Refused { code, message } => {
+                write!(f, "server refused the connection: {code} {message}")
+            }
+            LoginError::Denied { code, message } => write!(f, "login refused: {code} {message}"),
+            LoginError::Plugin(p) => write!(
+                f,
+                "the server wants auth plugin '{p}'; ringgate speaks mysql_native_password only"
+            ),
+            LoginError::Protocol(m) => write!(f, "unexpected reply: {m}"),
+        }
+    }
+}
+
+fn read_packet(
+    s: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    deadline: Instant,
+) -> Result<(u8, Vec<u8>), LoginError> {
+    loop {
+        if let Some((p, used)) = split_packet(buf) {
+            let out = (p.seq, p.payload.to_vec());
+            buf.drain(..used);
+            return Ok(out);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(LoginError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "timed out waiting for the server",
+            )));
+        }
+        s.set_read_timeout(Some(left)).map_err(LoginError::Io)?;
+        let mut chunk = [0u8; 4096];
+        match s.read(&mut chunk) {
+            Ok(0) => {
+                return Err(LoginError::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the server closed the connection",
+                )))
+            }
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(LoginError::Io(e)),
+        }
+    }
+}
+
+fn send(s: &mut TcpStream, seq: u8, payload: &[u8]) -> Result<(), LoginError> {
+    let mut out = Vec::with_capacity(payload.len() + 4);
+    write_packet(&mut out, seq, payload);
+    s.write_all(&out).map_err(LoginError::Io)
+}
+
+/// Logs into the backend the way a pool connection does (HandshakeResponse41
+/// with mysql_native_password, following an AuthSwitch to it), then quits.
+/// Returns the server version.
+pub fn backend_login(cfg: &Config, timeout: Duration) -> Result<String, LoginError> {
+    let deadline = Instant::now() + timeout;
+    let mut s = TcpStream::connect_timeout(&cfg.backend, timeout).map_err(LoginError::Io)?;
+    s.set_write_timeout(Some(timeout)).map_err(LoginError::Io)?;
+    let mut buf = Vec::new();
+    let (seq, payload) = read_packet(&mut s, &mut buf, deadline)?;
+    let greeting = match handshake::parse_greeting(&payload) {
+        Ok(g) => g,
+        Err(ProtocolError::ServerError { code, message, .. }) => {
+            return Err(LoginError::Refused { code, message })
+        }
+        Err(e) => return Err(LoginError::Protocol(format!("bad greeting: {e}"))),
+    };
+    let wanted = CLIENT_LONG_PASSWORD
+        | CLIENT_LONG_FLAG
+        | CLIENT_PROTOCOL_41
+        | CLIENT_TRANSACTIONS
+        | CLIENT_SECURE_CONNECTION
+        | CLIENT_PLUGIN_AUTH
+        | CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA;
+    let response = HandshakeResponse {
+        capabilities: wanted & (greeting.capabilities | CLIENT_LONG_PASSWORD),
+        max_packet_size: 1 << 24,
+        charset: UTF8MB4_GENERAL_CI,
+        username: cfg.backend_user.clone(),
+        auth_response: native_token(cfg.backend_password.as_bytes(), &greeting.scramble),
+        database: None,
+        auth_plugin: Some(NATIVE_PASSWORD.into()),
+        connect_attrs: Vec::new(),
+    };
+    send(
+        &mut s,
+        seq.wrapping_add(1),
+        &handshake::build_handshake_response(&response),
+    )?;
+    let mut switched = false;
+    loop {
+        let (seq, payload) = read_packet(&mut s, &mut buf, deadline)?;
+        match parse_auth_reply(&payload) {
+            Ok(ServerReply::Ok { .. }) => {
+                // COM_QUIT, best effort.
+                let _ = send(&mut s, 0, &[0x01]);
+                return Ok(greeting.server_version);
+            }
+            Ok(ServerReply::Err { code, message, .. }) => {
+                return Err(LoginError::Denied { code, message })
+            }
+            Ok(ServerReply::AuthSwitch { plugin, data })
+                if plugin == NATIVE_PASSWORD && !switched =>
+            {
+                switched = true;
+                let token = native_token(cfg.backend_password.as_bytes(), &data);
+                send(&mut s, seq.wrapping_add(1), &token)?;
+            }
+            Ok(ServerReply::AuthSwitch { plugin, .. }) => return Err(LoginError::Plugin(plugin)),
+            Ok(other) => {
+                return Err(LoginError::Protocol(format!(
+                    "{other:?} during authentication"
+                )))
+            }
+            Err(e) => return Err(LoginError::Protocol(e.to_string())),
+        }
+    }
+}
+
+fn check_backend(cfg: &Config) -> Item {
+    let what = "backend";
+    let timeout = cfg
+        .backend_connect_timeout
+        .clamp(Duration::from_secs(1), Duration::from_secs(10));
+    let user = &cfg.backend_user;
+    match backend_login(cfg, timeout) {
+        Ok(version) => Item::ok(
+            what,
+            format!(
+                "{} reachable, logged in as '{user}' (server {version})",
+                cfg.backend
+            ),
+        ),
+        Err(e @ LoginError::Io(_)) => Item::fail(
+            what,
+            format!("cannot reach {}: {e}", cfg.backend),
+            "start the server, or fix --backend; check firewalls between this host and it",
+        ),
+        Err(e @ LoginError::Refused { .. }) => Item::fail(
+            what,
+            format!("{} {e}", cfg.backend),
+            "the server refused before login (too many connections? host blocked? \
+             `FLUSH HOSTS` clears a host blocked by max_connect_errors)",
+        ),
+        Err(e @ LoginError::Denied { .. }) => Item::fail(
+            what,
+            format!("{} refused --backend-user '{user}': {e}", cfg.backend),
+            format!(
+                "check --backend-user and RINGGATE_BACKEND_PASSWORD; on the server: \
+                 CREATE USER '{user}'@'<ringgate host>' IDENTIFIED WITH mysql_native_password \
+                 BY '...' and GRANT it what clients need"
+            ),
+        ),
+        Err(e @ LoginError::Plugin(_)) => Item::fail(
+            what,
+            format!("{}: {e}", cfg.backend),
+            format!(
+                "ALTER USER '{user}'@'<ringgate host>' IDENTIFIED WITH mysql_native_password \
+                 BY '...'"
+            ),
+        ),
+        Err(e) => Item::fail(
+            what,
+            format!("{}: {e}", cfg.backend),
+            "is --backend a MySQL/MariaDB server?",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn cfg(extra: &[&str]) -> Config {
+        let mut args = vec!["ringgate", "--users-file", "u.json", "--workers", "2"];
+        args.extend_from_slice(extra);
+        Config::try_parse_from(args).unwrap()
+    }
+
+    #[test]
+    fn versions() {
+        assert_eq!(parse_version("6.8.0-45-generic"), Some((6, 8)));
+        assert_eq!(
+            parse_version("5.15.153.1-microsoft-standard-WSL2"),
+            Some((5, 15))
+        );
+        assert_eq!(parse_version("unknown"), None);
+    }
+
+    #[test]
+    fn memlock_shortfall_names_the_exact_fix() {
+        let c = cfg(&[]);
+        let need = 2 * 1024 * 16384u64;
+        let lim = Limit {
+            soft: Some(65536),
+            hard: Some(65536),
+        };
+        let item = check_memlock(&c, 0, Some(lim), Some(0));
+        assert_eq!(item.status, Status::Fail);
+        let fix = item.fix.unwrap();
+        assert!(fix.contains(&format!("LimitMEMLOCK={need}")), "{fix}");
+        assert!(fix.contains(&format!("ulimit -l {}", need / 1024)), "{fix}");
+        // Enough, unlimited, CAP_IPC_LOCK, heap: all fine.
+        let big = Limit {
+            soft: Some(need),
+            hard: Some(need),
+        };
+        assert_eq!(check_memlock(&c, 0, Some(big), Some(0)).status, Status::Ok);
+        let inf = Limit {
+            soft: None,
+            hard: None,
+        };
+        assert_eq!(check_memlock(&c, 0, Some(inf), Some(0)).status, Status::Ok);
+        assert_eq!(
+            check_memlock(&c, 0, Some(lim), Some(1 << CAP_IPC_LOCK)).status,
+            Status::Ok
+        );
+        let heap = cfg(&["--read-buffers", "heap"]);
+        assert_eq!(
+            check_memlock(&heap, 0, Some(lim), Some(0)).status,
+            Status::Ok
+        );
+        // Kernels that charge the rings: 2 × 136 KiB on top of the pool.
+        let ring = 136 * 1024;
+        let item = check_memlock(&c, ring, Some(big), Some(0));
+        assert_eq!(item.status, Status::Fail);
+        assert!(
+            item.fix
+                .unwrap()
+                .contains(&format!("LimitMEMLOCK={}", need + 2 * ring)),
+            "rings must be counted"
+        );
+        assert_eq!(
+            check_memlock(&heap, ring, Some(lim), Some(0)).status,
+            Status::Fail,
+            "64 KiB cannot hold two rings"
+        );
+    }
+
+    #[test]
+    fn nofile_counts_clients_and_backends() {
+        let c = cfg(&[
+            "--max-connections",
+            "1000",
+            "--backend-max-connections",
+            "100",
+        ]);
+        let need = fds_needed(&c);
+        assert!(need >= 1100);
+        let low = Limit {
+            soft: Some(1024),
+            hard: Some(1024),
+        };
+        let item = check_nofile(&c, Some(low));
+        assert_eq!(item.status, Status::Fail);
+        assert!(item.fix.unwrap().contains(&format!("LimitNOFILE={need}")));
+        let raisable = Limit {
+            soft: Some(1024),
+            hard: Some(65536),
+        };
+        assert_eq!(check_nofile(&c, Some(raisable)).status, Status::Ok);
+    }
+
+    #[test]
+    fn ring_cost_matches_what_linux_6_18_charges() {
+        assert_eq!(ring_locked_bytes(1024), 136 * 1024);
+    }
+
+    #[test]
+    fn report_fails_on_any_fail() {
+        let r = Report {
+            items: vec![Item::ok("a", "fine"), Item::warn("b", "meh", "do x")],
+        };
+        assert!(r.passed());
+        assert!(r.render().contains("ready:"));
+        let r = Report {
+            items: vec![Item::fail("c", "broken", "fix it\nsecond line")],
+        };
+        assert!(!r.passed());
+        let text = r.render();
+        assert!(text.contains("FAIL  c         broken"), "{text}");
+        assert!(text.contains("fix: fix it"), "{text}");
+        assert!(text.contains("NOT ready"), "{text}");
+    }
+
+    #[test]
+    fn backend_down_is_an_io_error() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let c = cfg(&["--backend", &format!("127.0.0.1:{port}")]);
+        match backend_login(&c, Duration::from_secs(2)) {
+            Err(LoginError::Io(_)) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! Operating ringgate: the config file and `--print-config`, SIGHUP reload of
+//! the users file, and the `ringgate check` preflight report.
+//!
+//! Tests that talk to MariaDB need the sandbox's `RINGGATE_TEST_*` variables
+//! (`make test` sets them).
+
+#[allow(unused_macros)]
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::*;
+use mysql::prelude::Queryable;
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"))
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn write(path: &Path, contents: &str) {
+    fs::write(path, contents).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    set_mode(path, 0o644);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Config file and --print-config
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn print_config_merges_file_env_and_flags_and_masks_the_password() {
+    let dir = scratch_dir("print-config");
+    let cfg = dir.join("ringgate.toml");
+    write(
+        &cfg,
+        "# example\n\
+         users-file = \"/etc/ringgate/users.json\"\n\
+         backend-password = \"file-secret-1\"\n\
+         backend-pool-size = 8\n\
+         drain-timeout = \"45s\"\n",
+    );
+    let out = run(Command::new(ringgate_bin())
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--print-config", "--backend-pool-size", "3"])
+        .env("RINGGATE_BACKEND_PASSWORD", "env-secret-2"));
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "exit {}: {stderr}", out.status);
+    for secret in ["file-secret-1", "env-secret-2"] {
+        assert!(!stdout.contains(secret), "{secret} leaked:\n{stdout}");
+        assert!(!stderr.contains(secret), "{secret} leaked:\n{stderr}");
+    }
+    assert!(
+        stdout.contains("backend-password = \"********\"  # env"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("backend-pool-size = 3  # flag"), "{stdout}");
+    assert!(
+        stdout.contains("drain-timeout = \"45s\"  # file"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("users-file = \"/etc/ringgate/users.json\"  # file"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("listen = \"127.0.0.1:15306\"  # default"),
+        "{stdout}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn config_file_errors_name_the_file_line_and_key() {
+    let dir = scratch_dir("config-errors");
+    let cfg = dir.join("ringgate.toml");
+    let cases = [
+        (
+            "users-file = \"u.json\"\n\n# buffers\nread-bufers = \"fixed\"\n",
+            ":4: unknown key \"read-bufers\" (did you mean \"read-buffers\"?)",
+        ),
+        (
+            "users-file = \"u.json\"\nbackend-pool-size = \"8\"\n",
+            ":2: key \"backend-pool-size\" must be an integer, found a string \"8\"",
+        ),
+        (
+            "read-buffers = \"fixd\"\n",
+            ":1: invalid value \"fixd\" for key \"read-buffers\": possible values: fixed, heap",
+        ),
+    ];
+    for (contents, want) in cases {
+        write(&cfg, contents);
+        let out = run(Command::new(ringgate_bin()).arg("--config").arg(&cfg));
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{contents:?}: {stderr}");
+        let want = format!("{}{want}", cfg.display());
+        assert!(stderr.contains(&want), "want {want:?} in:\n{stderr}");
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SIGHUP reloads the users file
+// ---------------------------------------------------------------------------------------------
+
+fn sighup(pid: u32) {
+    // SAFETY: kill(2) with a pid we spawned and a valid signal number.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, libc::SIGHUP) };
+    assert_eq!(
+        rc,
+        0,
+        "kill -HUP {pid}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Waits until `needle` occurs in ringgate's log `count` times.
+fn wait_for_log(proxy: &mut Proxy, needle: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        proxy.assert_running();
+        let log = proxy.stderr();
+        if log.matches(needle).count() >= count {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "no {needle:?} (x{count}) in ringgate's log:\n{}",
+                tail(&log, 40)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn login(proxy: &Proxy, user: &str, password: &str) -> Result<(), mysql::Error> {
+    let mut conn = proxy.connect(proxy.opts(user, password))?;
+    let one: Option<i64> = conn.query_first("SELECT 1")?;
+    assert_eq!(one, Some(1));
+    Ok(())
+}
+
+fn assert_denied(proxy: &Proxy, user: &str, password: &str) {
+    match login(proxy, user, password) {
+        Ok(()) => panic!("{user} could still log in"),
+        Err(e) => assert_eq!(mysql_error_code(&e), Some(1045), "{user}: {e}"),
+    }
+}
+
+#[test]
+fn sighup_reloads_users_and_keeps_them_when_the_file_is_broken() {
+    let dir = scratch_dir("sighup");
+    let users = dir.join("users.json");
+    write(
+        &users,
+        r#"{"app": [{"Password": "app-secret"}], "leaver": [{"Password": "leaver-pw"}]}"#,
+    );
+    let mut opts = ProxyOpts::new(Mode::Fixed);
+    opts.users_file = users.clone();
+    let mut proxy = Proxy::start_with(opts);
+
+    login(&proxy, "leaver", "leaver-pw").expect("leaver logs in before the reload");
+    assert_denied(&proxy, "newbie", "newbie-pw");
+
+    // Add newbie, remove leaver.
+    write(
+        &users,
+        r#"{"app": [{"Password": "app-secret"}], "newbie": [{"Password": "newbie-pw"}]}"#,
+    );
+    sighup(proxy.pid());
+    wait_for_log(&mut proxy, "users file reloaded", 1);
+    login(&proxy, "newbie", "newbie-pw").expect("newbie logs in after the reload");
+    assert_denied(&proxy, "leaver", "leaver-pw");
+
+    // A broken file is refused and the users stay.
+    write(
+        &users,
+        r#"{"app": [{"Password": "app-secret"}], "newbie": ["#,
+    );
+    sighup(proxy.pid());
+    wait_for_log(&mut proxy, "reload refused", 1);
+    login(&proxy, "newbie", "newbie-pw").expect("newbie still logs in after a broken reload");
+    login(&proxy, APP_USER, APP_PASSWORD).expect("app still logs in after a broken reload");
+    assert_denied(&proxy, "leaver", "leaver-pw");
+    let log = proxy.stderr();
+    assert!(
+        log.contains("keeping the 2 user(s) loaded before"),
+        "the refusal names what stays:\n{}",
+        tail(&log, 20)
+    );
+    for secret in ["newbie-pw", "leaver-pw", "app-secret"] {
+        assert!(!log.contains(secret), "{secret} appears in the log");
+    }
+    proxy.assert_running();
+    let _ = fs::remove_dir_all(&dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// ringgate check
+// ---------------------------------------------------------------------------------------------
+
+/// `ringgate check` against the sandbox backend, with a free listen port.
+fn check_cmd(bin: &Path, users: &Path, backend: &str) -> Command {
+    let env = backend_env();
+    let mut c = Command::new(bin);
+    c.arg("check")
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--workers", "2", "--max-connections", "1000"])
+        .args(["--backend-max-connections", "100"])
+        .args(["--backend", backend, "--backend-user", &env.user])
+        .arg("--users-file")
+        .arg(users)
+        .env("RINGGATE_BACKEND_PASSWORD", &env.password)
+        .env_remove("RUST_LOG");
+    c
+}
+
+fn assert_check_fails(out: &Output, line: &str, fix: &str) {
+    let (stdout, stderr) = text(out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "check must fail:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains(line), "want {line:?} in:\n{stdout}");
+    assert!(stdout.contains(fix), "want {fix:?} in:\n{stdout}");
+    assert!(stdout.contains("NOT ready"), "{stdout}");
+}
+
+#[test]
+fn check_passes_on_this_machine() {
+    let env = backend_env();
+    let out = run(&mut check_cmd(&ringgate_bin(), &users_file(), &env.addr()));
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "check failed:\n{stdout}\n{stderr}");
+    for what in ["kernel", "io_uring", "memlock", "fds", "users", "backend"] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.contains(what) && (l.starts_with("OK") || l.starts_with("WARN"))),
+            "no OK/WARN line for {what}:\n{stdout}"
+        );
+    }
+    assert!(stdout.contains("logged in as"), "{stdout}");
+    assert!(
+        !stdout.contains(&env.password),
+        "the password leaked:\n{stdout}"
+    );
+}
+
+#[test]
+fn check_help_works() {
+    let out = run(Command::new(ringgate_bin()).args(["check", "--help"]));
+    let (stdout, _) = text(&out);
+    assert!(out.status.success());
+    assert!(stdout.contains("Usage: ringgate check"), "{stdout}");
+    assert!(stdout.contains("--config <PATH>"), "{stdout}");
+}
+
+#[test]
+fn check_fails_when_the_backend_is_down() {
+    let closed = format!("127.0.0.1:{}", free_port());
+    let out = run(&mut check_cmd(&ringgate_bin(), &users_file(), &closed));
+    assert_check_fails(
+        &out,
+        &format!("FAIL  backend   cannot reach {closed}"),
+        "start the server, or fix --backend",
+    );
+}
+
+#[test]
+fn check_fails_when_the_backend_password_is_wrong() {
+    let env = backend_env();
+    let out = run(check_cmd(&ringgate_bin(), &users_file(), &env.addr())
+        .env("RINGGATE_BACKEND_PASSWORD", "not-the-password"));
+    assert_check_fails(&out, "1045", "RINGGATE_BACKEND_PASSWORD");
+    assert!(!text(&out).0.contains("not-the-password"));
+}
+
+#[test]
+fn check_fails_when_the_users_file_is_broken() {
+    let dir = scratch_dir("check-users");
+    let users = dir.join("users.json");
+    write(&users, "{\"app\": [{\"Password\": \"x\"}\n");
+    let env = backend_env();
+    let out = run(&mut check_cmd(&ringgate_bin(), &users, &env.addr()));
+    assert_check_fails(&out, "FAIL  users", "Vitess static-auth JSON");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// Runs check as `nobody` (root has CAP_IPC_LOCK, which lifts RLIMIT_MEMLOCK)
+/// under a 64 KiB locked-memory limit.
+#[test]
+fn check_fails_when_memlock_is_too_small_for_the_pool() {
+    let prlimit = find_in_path("prlimit").expect("prlimit (util-linux) is required");
+    let dir = scratch_dir("check-memlock");
+    let bin: PathBuf = dir.join("ringgate");
+    fs::copy(ringgate_bin(), &bin).expect("copy ringgate binary");
+    set_mode(&bin, 0o755);
+    let users = dir.join("users.json");
+    fs::copy(users_file(), &users).expect("copy users file");
+    set_mode(&users, 0o644);
+
+    let mut wrapper: Vec<String> = vec![
+        prlimit.display().to_string(),
+        "--memlock=65536:65536".into(),
+    ];
+    if current_euid() == 0 {
+        let setpriv = find_in_path("setpriv").expect("setpriv (util-linux) is required");
+        wrapper.extend(
+            [
+                setpriv.display().to_string().as_str(),
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--",
+            ]
+            .map(String::from),
+        );
+    }
+    let env = backend_env();
+    let inner = check_cmd(&bin, &users, &env.addr());
+    let mut cmd = Command::new(&wrapper[0]);
+    cmd.args(&wrapper[1..])
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .env("RINGGATE_BACKEND_PASSWORD", &env.password);
+    let out = run(&mut cmd);
+    // 2 workers × 1024 slots × 16384 bytes = 32 MiB, plus the rings on
+    // kernels that charge them.
+    assert_check_fails(&out, "FAIL  memlock", "LimitMEMLOCK=");
+    let (stdout, _) = text(&out);
+    assert!(stdout.contains("ulimit -l "), "{stdout}");
+    assert!(
+        stdout.contains("2 workers × 1024 slots × 16384 bytes"),
+        "{stdout}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Logs
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn json_logs_are_one_object_per_line_without_secrets() {
+    let mut opts = ProxyOpts::new(Mode::Heap);
+    opts.extra_args = vec!["--log-format".into(), "json".into()];
+    let proxy = Proxy::start_with(opts);
+    login(&proxy, APP_USER, APP_PASSWORD).expect("app logs in");
+    assert!(login(&proxy, APP_USER, "wrong-password").is_err());
+    let log = proxy.stderr();
+    let mut started = false;
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(
+            v.get("level").is_some() && v.get("message").is_some(),
+            "{line}"
+        );
+        started |= v["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("ringgate started"));
+    }
+    assert!(started, "no start-up line:\n{log}");
+    for secret in [
+        APP_PASSWORD,
+        "wrong-password",
+        proxy.backend.password.as_str(),
+    ] {
+        assert!(!log.contains(secret), "{secret} appears in the log");
+    }
+}
