@@ -260,9 +260,8 @@ fn seccomp_mode() -> Option<u32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// Ring size a worker uses (worker.rs RING_ENTRIES): the probe ring is the
-/// same size, so its locked-memory charge is a worker's.
-const WORKER_RING_ENTRIES: u32 = 1024;
+/// The probe ring is the size a worker uses, so the memlock figure matches.
+const WORKER_RING_ENTRIES: u32 = crate::proxy::worker::RING_ENTRIES;
 
 /// Locked memory one ring of `entries` SQEs (and 4× CQEs, as `Ring::new`
 /// sets up) takes, when the kernel charges it: the SQE array (64 bytes

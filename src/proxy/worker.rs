@@ -29,7 +29,7 @@ use crate::ring::{ops, OpTag, Ring, RingError, Token};
 const TICK: Duration = Duration::from_millis(100);
 
 /// Submission queue entries per ring; completions get 4× that.
-const RING_ENTRIES: u32 = 1024;
+pub const RING_ENTRIES: u32 = 1024;
 
 /// How long to wait after EMFILE/ENFILE before accepting again, so that fd
 /// exhaustion backs off instead of spinning.
