@@ -43,3 +43,19 @@ clean:
 	cargo clean
 	rm -rf .sandbox
 	find tests/python -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# Benchmark (issue 3): MariaDB sandbox + HAProxy + ringgate fixed/heap + direct, interleaved
+# rounds, sysbench; prints a table and writes bench/results/<timestamp>/ (see docs/benchmarks.md).
+# BENCH_PROFILE=quick|full, BENCH_TARGETS=fixed,heap,direct,haproxy,
+# BENCH_SCENARIOS=connect,point-select,large-result, BENCH_RATE=N (open loop), BENCH_SYSBENCH=off.
+.PHONY: bench bench-smoke
+bench:
+	cargo build --release -p ringgate -p ringgate-bench
+	target/release/ringgate-bench run
+
+# The bench's unit tests and a few-seconds smoke run (fixed + direct, debug builds). Reuses the
+# MariaDB from RINGGATE_TEST_MYSQL_* (scripts/mariadb-sandbox.sh env) when set, else starts one.
+bench-smoke:
+	cargo test -p ringgate-bench
+	cargo build -p ringgate -p ringgate-bench
+	RINGGATE_BIN="$${RINGGATE_BIN:-target/debug/ringgate}" target/debug/ringgate-bench smoke

@@ -47,6 +47,11 @@ eval "$("$SANDBOX" env "$SANDBOX_DIR" "$SANDBOX_PORT")"
 # Make the ringgate stderr tails of failed tests useful, without drowning passing runs.
 export RUST_LOG="${RUST_LOG:-info}"
 
+LINT_RC=0
+step "cargo fmt --check and clippy"
+cargo fmt --all -- --check || LINT_RC=$?
+cargo clippy --workspace --all-targets -- -D warnings || LINT_RC=$?
+
 CARGO_RC=0
 step "cargo test"
 # shellcheck disable=SC2086
@@ -60,9 +65,16 @@ if [ "$PYTEST_RC" = 5 ]; then
     echo "pytest collected no tests (exit 5): tests/python is missing its tests" >&2
 fi
 
+BENCH_RC=0
+step "bench smoke (fixed + direct, a few seconds each)"
+make bench-smoke || BENCH_RC=$?
+
 step "summary"
-echo "cargo test: $([ "$CARGO_RC" = 0 ] && echo ok || echo "FAILED (exit $CARGO_RC)")"
-echo "pytest:     $([ "$PYTEST_RC" = 0 ] && echo ok || echo "FAILED (exit $PYTEST_RC)")"
-if [ "$CARGO_RC" != 0 ] || [ "$PYTEST_RC" != 0 ]; then
+status() { [ "$1" = 0 ] && echo ok || echo "FAILED (exit $1)"; }
+echo "fmt/clippy:  $(status "$LINT_RC")"
+echo "cargo test:  $(status "$CARGO_RC")"
+echo "pytest:      $(status "$PYTEST_RC")"
+echo "bench smoke: $(status "$BENCH_RC")"
+if [ "$LINT_RC" != 0 ] || [ "$CARGO_RC" != 0 ] || [ "$PYTEST_RC" != 0 ] || [ "$BENCH_RC" != 0 ]; then
     exit 1
 fi

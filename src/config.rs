@@ -118,6 +118,11 @@ pub struct Config {
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub backend_wait_timeout: Duration,
 
+    /// Idle backend connections beyond --backend-pool-size per worker are
+    /// closed after this long unused, so a connection storm's pool shrinks back.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub backend_idle_timeout: Duration,
+
     /// How long opening and authenticating a new backend connection may take.
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub backend_connect_timeout: Duration,
@@ -197,6 +202,7 @@ impl std::fmt::Debug for Config {
             .field("backend_pool_size", &self.backend_pool_size)
             .field("backend_max_connections", &self.backend_max_connections)
             .field("backend_wait_timeout", &self.backend_wait_timeout)
+            .field("backend_idle_timeout", &self.backend_idle_timeout)
             .field("backend_connect_timeout", &self.backend_connect_timeout)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("idle_timeout", &self.idle_timeout)

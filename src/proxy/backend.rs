@@ -121,6 +121,8 @@ pub(super) struct Backend {
     pub schema: Option<String>,
     /// The schema a COM_INIT_DB in flight asked for.
     pub requested_schema: Option<String>,
+    /// When it last went idle (for --backend-idle-timeout).
+    pub idle_since: Instant,
 }
 
 fn backend_token(tag: OpTag, (i, g): (u32, u32)) -> u64 {
@@ -184,6 +186,23 @@ impl Worker {
             );
             self.discard_backend(bi, bg);
         }
+        // A connection of this key that is being reset will be free within
+        // one round trip to the server; waiting for it is far cheaper than a
+        // new connection (TCP + login + a server thread), and it keeps a
+        // connect storm from growing the pool past the real concurrency.
+        let resetting = self
+            .backends
+            .indexes()
+            .into_iter()
+            .filter(|&bi| {
+                self.backends.get(bi).is_some_and(|b| {
+                    matches!(b.state, BackendState::Exchange(Purpose::Reset, _)) && b.key == key
+                })
+            })
+            .count();
+        if resetting > self.waiters_ahead(key, (si, sg)) {
+            return false;
+        }
         let max = self.shared.config.backend_max_connections;
         if try_reserve(&self.shared.backends, max) {
             self.open_backend(key, Some((si, sg)));
@@ -229,6 +248,46 @@ impl Worker {
         b.busy = true;
         self.metrics().backend_busy.fetch_add(1, Relaxed);
         self.session_backend_ready(si, sg, (bi, bg));
+    }
+
+    /// Sessions of `key` queued for a connection ahead of `session` (all of
+    /// them when it is not queued yet).
+    fn waiters_ahead(&self, key: PoolKey, session: (u32, u32)) -> usize {
+        self.waiters
+            .iter()
+            .take_while(|w| w.session != session)
+            .filter(|w| {
+                let (si, _) = w.session;
+                self.sessions.get(si).is_some_and(|s| s.key == key)
+            })
+            .count()
+    }
+
+    /// Close idle connections beyond `--backend-pool-size` that have not
+    /// been used for `--backend-idle-timeout`, oldest first.
+    pub(super) fn trim_idle(&mut self, now: Instant) {
+        let keep = self.shared.config.backend_pool_size;
+        let timeout = self.shared.config.backend_idle_timeout;
+        // `idle` is ordered by when each connection went idle (pushed on
+        // make_idle), so the front holds the longest-idle ones.
+        while self.idle.len() > keep {
+            let bi = self.idle[0];
+            let expired = self
+                .backends
+                .get(bi)
+                .is_some_and(|b| now.duration_since(b.idle_since) >= timeout);
+            if !expired {
+                break;
+            }
+            self.idle.remove(0);
+            self.metrics().backend_idle.fetch_sub(1, Relaxed);
+            let bg = self.backends.generation(bi);
+            tracing::debug!(
+                worker = self.id,
+                "idle backend connection closed after --backend-idle-timeout"
+            );
+            self.discard_backend(bi, bg);
+        }
     }
 
     /// Serve queued sessions in order while connections can be had.
@@ -365,6 +424,7 @@ impl Worker {
             exchange_since: Instant::now(),
             schema: None,
             requested_schema: None,
+            idle_since: Instant::now(),
         };
         let (bi, bg) = self.backends.insert(backend);
         let fd = self.backends.get(bi).map_or(-1, |b| b.sock.as_raw_fd());
@@ -690,6 +750,7 @@ impl Worker {
             return;
         };
         b.state = BackendState::Idle;
+        b.idle_since = Instant::now();
         b.buf.clear();
         self.idle.push(bi);
         self.metrics().backend_idle.fetch_add(1, Relaxed);

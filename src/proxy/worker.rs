@@ -351,6 +351,7 @@ impl Worker {
         self.expire_waiters(now);
         self.expire_backends(now);
         if self.draining.is_none() {
+            self.trim_idle(now);
             self.refill_pool();
         }
         self.push(ops::timeout(self.tick_ts, Token::new(OpTag::Tick, 0, 0)));
