@@ -1,5 +1,7 @@
 # ringgate — common tasks. `make test` is what CI runs (.ci/run).
 SHELL := /bin/bash
+# Where cargo puts binaries (respects CARGO_TARGET_DIR).
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
 .PHONY: all build test run lint fmt clean deps deps-bench sandbox-start sandbox-stop sandbox-status
 
@@ -51,11 +53,11 @@ clean:
 .PHONY: bench bench-smoke
 bench:
 	cargo build --release -p ringgate -p ringgate-bench
-	target/release/ringgate-bench run
+	RINGGATE_BIN="$${RINGGATE_BIN:-$(TARGET_DIR)/release/ringgate}" $(TARGET_DIR)/release/ringgate-bench run
 
 # The bench's unit tests and a few-seconds smoke run (fixed + direct, debug builds). Reuses the
 # MariaDB from RINGGATE_TEST_MYSQL_* (scripts/mariadb-sandbox.sh env) when set, else starts one.
 bench-smoke:
 	cargo test -p ringgate-bench
 	cargo build -p ringgate -p ringgate-bench
-	RINGGATE_BIN="$${RINGGATE_BIN:-target/debug/ringgate}" target/debug/ringgate-bench smoke
+	RINGGATE_BIN="$${RINGGATE_BIN:-$(TARGET_DIR)/debug/ringgate}" $(TARGET_DIR)/debug/ringgate-bench smoke
