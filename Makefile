@@ -61,3 +61,21 @@ bench-smoke:
 	cargo test -p ringgate-bench
 	cargo build -p ringgate -p ringgate-bench
 	RINGGATE_BIN="$${RINGGATE_BIN:-$(TARGET_DIR)/debug/ringgate}" $(TARGET_DIR)/debug/ringgate-bench smoke
+
+.PHONY: fuzz chaos mem
+
+# Fuzz each cargo-fuzz target for FUZZ_SECONDS (default 60) from the committed seeds
+# (fuzz/seeds/, built by scripts/fuzz-seeds.py). Needs `cargo install cargo-fuzz`; runs on the
+# stable toolchain with RUSTC_BOOTSTRAP=1. Prints executions per target; fails on any crash.
+fuzz:
+	scripts/fuzz.sh
+
+# The full 60 s chaos test (tests/chaos.rs) against a private MariaDB it starts and restarts.
+# CHAOS_SECONDS / CHAOS_MODE=heap override. Needs the sandbox env (as make test sets it).
+chaos:
+	scripts/reliability.sh chaos
+
+# Memory per connection: 2,000 idle sessions, RSS before/after (tests/memory.rs, ignored by
+# default). MEM_SESSIONS overrides the count.
+mem:
+	scripts/reliability.sh mem

@@ -17,7 +17,7 @@ use crate::metrics::RejectReason;
 use crate::mysql::auth::{self, NATIVE_PASSWORD};
 use crate::mysql::constants::*;
 use crate::mysql::handshake::{self, ClientHello, Greeting, HandshakeResponse};
-use crate::mysql::packet::{split_packet, write_packet};
+use crate::mysql::packet::{parse_header, split_packet, write_packet};
 use crate::mysql::reply::{err_payload, err_payload_with_state, ok_payload};
 use crate::mysql::tracker::{Direction, StopReason, TrackError, Tracker};
 use crate::ring::{OpTag, Token};
@@ -47,6 +47,9 @@ const PASSTHROUGH_CAPS: u32 = CLIENT_FOUND_ROWS
     | CLIENT_DEPRECATE_EOF
     | CLIENT_LOCAL_FILES;
 
+/// How long a refused client may go on sending before it is cut.
+const LINGER: Duration = Duration::from_secs(2);
+
 /// ER_UNKNOWN_ERROR: what MySQL itself uses for errors without a better code.
 const ER_UNKNOWN_ERROR: u16 = 1105;
 
@@ -71,6 +74,12 @@ pub(super) enum SessionState {
     Relay(RelayStep),
     /// Writing an ERR the proxy made, then closing.
     SendErrThenClose,
+    /// Writing an ERR to a client that may still be sending a packet, then
+    /// half-closing and discarding its input until EOF or a deadline: closing
+    /// with unread input would reset the connection and lose the ERR.
+    SendErrThenLinger,
+    /// Half-closed after the ERR; reading and discarding until EOF.
+    Lingering { until: Instant },
     /// Shut down; waiting for the last in-flight operation's CQE.
     Closing,
 }
@@ -345,6 +354,18 @@ impl Worker {
                 let clean = s.tracker.pending_responses() == 0;
                 self.close_session(i, g, clean)
             }
+            SessionState::SendErrThenLinger => {
+                let _ = s.sock.shutdown(Shutdown::Write);
+                s.state = SessionState::Lingering {
+                    until: Instant::now() + LINGER,
+                };
+                // The backend is not needed while the client finishes.
+                if let Some(b) = s.backend.take() {
+                    let clean = !s.backend_dirty;
+                    self.release_backend(b, clean);
+                }
+                self.linger_read(i, g)
+            }
             SessionState::Greeting => {
                 s.state = SessionState::ReadHello;
                 self.start_client_read(i, g)
@@ -390,6 +411,7 @@ impl Worker {
             return self.close_session(i, g, clean);
         }
         match s.state {
+            SessionState::Lingering { .. } => self.linger_read(i, g),
             SessionState::ReadHello | SessionState::ReadSwitchResponse => {
                 self.on_login_packet(i, g)
             }
@@ -405,8 +427,17 @@ impl Worker {
         };
         let Some(buf) = s.buf.as_ref() else { return };
         let filled = buf.filled();
-        let Some((pkt, _)) = split_packet(filled) else {
-            if buf.filled_len() >= buf.capacity() {
+        // A login packet declared longer than the buffer can never complete
+        // (e.g. an HTTP request sent to the MySQL port): refuse it now
+        // rather than at --handshake-timeout.
+        let header = parse_header(filled);
+        let too_long = header.is_some_and(|(len, _)| len + HEADER_LEN > buf.capacity());
+        if let Some((_, seq)) = header {
+            // Errors answer the client's packet: its sequence id + 1.
+            s.seq = seq.wrapping_add(1);
+        }
+        let Some((pkt, _)) = split_packet(filled).filter(|_| !too_long) else {
+            if too_long || buf.filled_len() >= buf.capacity() {
                 return self.login_failed(
                     i,
                     g,
@@ -445,6 +476,18 @@ impl Worker {
             ),
             Ok(ClientHello::Response(hello)) => self.on_hello(i, g, hello),
         }
+    }
+
+    /// Discard what the client still sends; EOF (or the deadline, checked
+    /// by the tick) ends the session.
+    fn linger_read(&mut self, i: u32, g: u32) {
+        let Some(s) = self.sessions.get_mut(i, g) else {
+            return;
+        };
+        if let Some(b) = s.buf.as_mut() {
+            b.clear();
+        }
+        self.start_client_read(i, g)
     }
 
     fn on_hello(&mut self, i: u32, g: u32, hello: HandshakeResponse) {
@@ -649,7 +692,7 @@ impl Worker {
                     g,
                     ER_NET_PACKET_TOO_LARGE,
                     "Got a packet bigger than 'max_allowed_packet' bytes",
-                    SessionState::SendErrThenClose,
+                    SessionState::SendErrThenLinger,
                 );
             }
             Err(e) => {
@@ -894,6 +937,8 @@ impl Worker {
                     let who = peer(&s.sock);
                     tracing::info!(worker = self.id, peer = %who, "login not completed within --handshake-timeout; dropped");
                 }
+                self.close_session(i, g, false);
+            } else if matches!(s.state, SessionState::Lingering { until } if now >= until) {
                 self.close_session(i, g, false);
             } else if drain_over && !matches!(s.state, SessionState::Closing) {
                 let clean = s.tracker.at_command_boundary();

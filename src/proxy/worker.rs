@@ -35,6 +35,9 @@ pub const RING_ENTRIES: u32 = 1024;
 /// exhaustion backs off instead of spinning.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// At most one fd-exhaustion log line per worker in this interval.
+const FD_EXHAUSTION_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
 /// After a failed backend connect, pool refills wait this long.
 pub(super) const BACKEND_RETRY: Duration = Duration::from_secs(1);
 
@@ -118,6 +121,9 @@ pub struct Worker {
     pub(super) backend_retry_at: Option<Instant>,
     pub(super) draining: Option<Instant>,
     pub(super) log_limiter: super::session::LogLimiter,
+    fd_exhaustion_logged_at: Option<Instant>,
+    /// Accept pauses since the last fd-exhaustion log line.
+    fd_exhaustion_paused: u32,
 }
 
 fn leak<T>(v: T) -> &'static T {
@@ -205,6 +211,8 @@ impl Worker {
             backend_retry_at: None,
             draining: None,
             log_limiter: Default::default(),
+            fd_exhaustion_logged_at: None,
+            fd_exhaustion_paused: 0,
             shared,
         };
         Ok((worker, startup))
@@ -308,13 +316,21 @@ impl Worker {
                     self.accept_multishot = false;
                 }
                 libc::EMFILE | libc::ENFILE => {
-                    if self.log_limiter.allow() {
+                    let now = Instant::now();
+                    self.fd_exhaustion_paused += 1;
+                    if self
+                        .fd_exhaustion_logged_at
+                        .is_none_or(|t| now.duration_since(t) >= FD_EXHAUSTION_LOG_INTERVAL)
+                    {
                         tracing::warn!(
                             worker = self.id,
-                            "out of file descriptors ({}); pausing accepts for {:?}: raise LimitNOFILE / ulimit -n",
+                            "out of file descriptors ({}); accepts paused {} time(s) for {:?} each: raise LimitNOFILE / ulimit -n",
                             io::Error::from_raw_os_error(errno),
+                            self.fd_exhaustion_paused,
                             ACCEPT_BACKOFF
                         );
+                        self.fd_exhaustion_logged_at = Some(now);
+                        self.fd_exhaustion_paused = 0;
                     }
                     self.accept_resume_at = Some(Instant::now() + ACCEPT_BACKOFF);
                     return;

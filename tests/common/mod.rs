@@ -173,6 +173,9 @@ pub struct ProxyOpts {
     pub binary: Option<PathBuf>,
     pub users_file: PathBuf,
     pub extra_args: Vec<String>,
+    /// Use this backend instead of the sandbox from the `RINGGATE_TEST_*` variables (e.g. a
+    /// private MariaDB a test kills, or a fake server).
+    pub backend_override: Option<BackendEnv>,
 }
 
 impl ProxyOpts {
@@ -191,6 +194,7 @@ impl ProxyOpts {
             binary: None,
             users_file: users_file(),
             extra_args: Vec::new(),
+            backend_override: None,
         }
     }
 }
@@ -213,7 +217,7 @@ impl Proxy {
     }
 
     pub fn start_with(opts: ProxyOpts) -> Proxy {
-        let backend = backend_env();
+        let backend = opts.backend_override.clone().unwrap_or_else(backend_env);
         let mut last_err = String::new();
         // A free port can be taken by someone else between our probe and ringgate's bind;
         // retry a few times in that (rare) case.

@@ -1,0 +1,198 @@
+//! Memory per connection (issue 5): 2,000 concurrent idle sessions through ringgate, with its
+//! RSS (VmRSS) measured before and after. Ignored by default (it opens ~4,000 sockets and takes
+//! a while); `make mem` runs it:
+//!
+//!     cargo test --release --test memory -- --ignored --nocapture
+//!
+//! In `fixed` mode the registered region is mmapped and pinned at start-up, so it is already
+//! in the baseline RSS: the growth is the per-connection cost *excluding* the registered
+//! region. `heap` mode is measured too; there each connection also mallocs its 16 KiB buffer.
+//! Two figures per mode:
+//!   * idle client (greeting sent, login not finished): client-side state only;
+//!   * idle session (logged in): client state + its leased backend connection (session
+//!     pooling gives every session its own backend connection).
+//!
+//! `MEM_SESSIONS` changes the count (default 2000).
+
+#[allow(unused_macros)]
+mod common;
+mod relsupport;
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use common::{Mode, Proxy, ProxyOpts};
+use relsupport::*;
+
+/// Raises the soft fd limit to the hard one (enough for 2,000 sockets + slack).
+fn raise_nofile(want: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a valid struct we own.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: setrlimit reads a valid, initialised struct.
+    let r = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    assert_eq!(r, 0, "setrlimit(NOFILE)");
+    assert!(
+        lim.rlim_cur >= want,
+        "the hard fd limit {} is below {want}: raise ulimit -n",
+        lim.rlim_cur
+    );
+}
+
+fn hard_nofile() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a valid struct we own.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    lim.rlim_max as usize
+}
+
+fn settle_rss(pid: u32) -> u64 {
+    // RSS moves a little while the worker threads finish; take the max of a few samples.
+    let mut v = 0;
+    for _ in 0..5 {
+        v = v.max(rss_bytes(pid));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    v
+}
+
+struct Figures {
+    mode: Mode,
+    n: usize,
+    rss_base: u64,
+    rss_clients: u64,
+    rss_sessions: u64,
+    slots_clients: f64,
+    slots_sessions: f64,
+    registered: u64,
+}
+
+fn measure(mode: Mode, db: &OwnMariaDb, n: usize) -> Figures {
+    let mut o = ProxyOpts::new(mode);
+    o.backend_override = Some(db.env());
+    o.workers = 2;
+    // Slots for n clients + n backends, with room for an uneven SO_REUSEPORT spread.
+    o.read_buffer_count = 4096;
+    o.max_connections = n + 100;
+    o.backend_max_connections = n + 50;
+    o.backend_pool_size = 4;
+    o.backend_wait_timeout = "60s";
+    // ringgate needs ~2n fds (n clients + n backends); inherits the raised limit, capped.
+    let nofile = format!("--nofile={0}:{0}", (4 * n + 1000).min(hard_nofile()));
+    o.wrapper = vec!["prlimit".into(), nofile];
+    o.extra_args = vec!["--handshake-timeout".into(), "10m".into()];
+    let mut proxy = Proxy::start_with(o);
+    let base = baseline(&mut proxy);
+    let pid = proxy.pid();
+    let registered = match mode {
+        Mode::Fixed => 2 * 4096 * proxy.opts.read_buffer_size as u64,
+        Mode::Heap => 0,
+    };
+    let rss_base = settle_rss(pid);
+
+    // n idle clients: greeted, never answering (client state + its read buffer slot).
+    let mut clients = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut s = raw_connect(proxy.port);
+        let mut b = [0u8; 4];
+        s.read_exact(&mut b).expect("greeting");
+        clients.push(s);
+    }
+    wait_until(
+        &proxy,
+        Duration::from_secs(30),
+        "all clients counted",
+        || proxy.metrics().get("ringgate_client_connections") >= n as f64,
+    );
+    let rss_clients = settle_rss(pid);
+    let slots_clients = proxy
+        .metrics()
+        .get(r#"ringgate_read_buffers_in_use{owner="client"}"#);
+    drop(clients);
+    wait_until(&proxy, Duration::from_secs(30), "clients gone", || {
+        proxy.metrics().get("ringgate_client_connections") == 0.0
+    });
+
+    // n idle sessions: logged in, each leasing a backend connection.
+    let t0 = Instant::now();
+    let mut sessions = Vec::with_capacity(n);
+    for _ in 0..n {
+        sessions.push(raw_login(proxy.port));
+    }
+    let login_time = t0.elapsed();
+    let m = proxy.metrics();
+    assert_eq!(
+        m.get(r#"ringgate_backend_connections{state="busy"}"#),
+        n as f64,
+        "every session holds a backend connection"
+    );
+    let rss_sessions = settle_rss(pid);
+    let slots_sessions = m.get(r#"ringgate_read_buffers_in_use{owner="client"}"#)
+        + m.get(r#"ringgate_read_buffers_in_use{owner="backend"}"#);
+    eprintln!("{n} logins in {login_time:?}");
+    // Every session still works.
+    for s in sessions.iter_mut().step_by(97) {
+        raw_query(s, "SELECT 1").expect("query on an idle session");
+    }
+    drop(sessions);
+    assert_no_leaks(&mut proxy, &base, 2 * n as u64);
+    Figures {
+        mode,
+        n,
+        rss_base,
+        rss_clients,
+        rss_sessions,
+        slots_clients,
+        slots_sessions,
+        registered,
+    }
+}
+
+#[test]
+#[ignore = "opens ~4,000 sockets; run with `make mem`"]
+fn memory_per_connection() {
+    let n: usize = std::env::var("MEM_SESSIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    raise_nofile(n as u64 + 500);
+    let db = OwnMariaDb::started("mem");
+    // n sessions + the warm-up pools + root: above the sandbox's 2000.
+    db.root_sql(&format!("SET GLOBAL max_connections = {}", n + 300));
+    let mut out = Vec::new();
+    for mode in [Mode::Fixed, Mode::Heap] {
+        let f = measure(mode, &db, n);
+        let per_client = f.rss_clients.saturating_sub(f.rss_base) as f64 / f.n as f64;
+        let per_session = f.rss_sessions.saturating_sub(f.rss_base) as f64 / f.n as f64;
+        let line = format!(
+            "{:?}: {} connections; RSS base {:.1} MiB (registered region {:.1} MiB, pinned at \
+             start-up), with {} idle clients {:.1} MiB ({} client slots) = {:.0} B/client \
+             ({:.1} KiB), with {} idle sessions {:.1} MiB ({} slots, client+backend) = {:.0} \
+             B/session ({:.1} KiB)",
+            f.mode,
+            f.n,
+            f.rss_base as f64 / 1048576.0,
+            f.registered as f64 / 1048576.0,
+            f.n,
+            f.rss_clients as f64 / 1048576.0,
+            f.slots_clients,
+            per_client,
+            per_client / 1024.0,
+            f.n,
+            f.rss_sessions as f64 / 1048576.0,
+            f.slots_sessions,
+            per_session,
+            per_session / 1024.0,
+        );
+        eprintln!("MEMORY {line}");
+        out.push(line);
+    }
+    eprintln!("\n{}", out.join("\n"));
+}
