@@ -218,8 +218,14 @@ impl Worker {
         if !counted {
             self.metrics().reject(RejectReason::MaxConnections);
             if self.log_limiter.allow() {
+                let who = self
+                    .sessions
+                    .get_checked(i, g)
+                    .map(|s| peer(&s.sock))
+                    .unwrap_or_default();
                 tracing::warn!(
                     worker = self.id,
+                    peer = %who,
                     "rejected a client: --max-connections {} reached (ERR 1040)",
                     self.shared.config.max_connections
                 );
@@ -464,8 +470,10 @@ impl Worker {
         }
         match handshake::parse_handshake_response(&payload) {
             Err(e) => {
-                tracing::debug!(worker = self.id, "bad handshake response: {e}");
-                self.login_failed(i, g, RejectReason::Handshake, ER_HANDSHAKE_ERROR, "Bad handshake")
+                // The client gets the generic text; the log gets the reason.
+                self.log_failure(i, g, &format!("login refused (ERR 1043): bad handshake response: {e}"));
+                self.metrics().reject(RejectReason::Handshake);
+                self.send_err(i, g, ER_HANDSHAKE_ERROR, "Bad handshake", SessionState::SendErrThenClose)
             }
             Ok(ClientHello::SslRequest { .. }) => self.login_failed(
                 i,
@@ -558,15 +566,23 @@ impl Worker {
 
     fn login_failed(&mut self, i: u32, g: u32, reason: RejectReason, code: u16, msg: &str) {
         self.metrics().reject(reason);
-        if self.log_limiter.allow() {
-            let who = self
-                .sessions
-                .get_mut(i, g)
-                .map(|s| peer(&s.sock))
-                .unwrap_or_default();
-            tracing::info!(worker = self.id, peer = %who, code, "login refused: {msg}");
-        }
+        self.log_failure(i, g, &format!("login refused (ERR {code}): {msg}"));
         self.send_err(i, g, code, msg, SessionState::SendErrThenClose);
+    }
+
+    /// One line per failed connection, with the peer and the cause;
+    /// rate-limited so that a storm of bad clients cannot flood the disk.
+    /// Never given passwords or scrambles.
+    pub(super) fn log_failure(&mut self, i: u32, g: u32, cause: &str) {
+        if !self.log_limiter.allow() {
+            return;
+        }
+        let who = self
+            .sessions
+            .get_checked(i, g)
+            .map(|s| peer(&s.sock))
+            .unwrap_or_default();
+        tracing::info!(worker = self.id, peer = %who, "connection failed: {cause}");
     }
 
     /// The lease succeeded: select the schema if one was asked for, then
@@ -696,7 +712,7 @@ impl Worker {
                 );
             }
             Err(e) => {
-                tracing::debug!(worker = self.id, "client protocol error: {e}");
+                self.log_failure(i, g, &format!("client protocol error: {e}"));
                 return self.close_session(i, g, false);
             }
         };
@@ -749,7 +765,16 @@ impl Worker {
     ) {
         if res <= 0 {
             // The backend went away mid-command.
-            tracing::debug!(worker = self.id, "write to backend failed: {res}");
+            let cause = if res < 0 {
+                std::io::Error::from_raw_os_error(-res).to_string()
+            } else {
+                "connection closed".to_string()
+            };
+            self.log_failure(
+                i,
+                g,
+                &format!("backend connection lost while sending a command: {cause}"),
+            );
             return self.close_session(i, g, false);
         }
         self.metrics()
@@ -812,6 +837,7 @@ impl Worker {
             return;
         };
         if !ok {
+            self.log_failure(i, g, "backend connection lost while waiting for a response");
             return self.close_session(i, g, false);
         }
         let Some((bi, bg)) = s.backend else { return };
@@ -820,7 +846,7 @@ impl Worker {
             return self.close_session(i, g, false);
         };
         if let Err(e) = s.tracker.on_server_bytes(b.buf.filled()) {
-            tracing::debug!(worker = self.id, "backend protocol error: {e}");
+            self.log_failure(i, g, &format!("unexpected bytes from the backend: {e}"));
             return self.close_session(i, g, false);
         }
         s.client_write_since = Some(Instant::now());
