@@ -333,15 +333,19 @@ impl Worker {
             return;
         };
         s.op_in_flight = false;
-        if let SessionState::Relay(RelayStep::WriteBackend { pos, end, stop }) = s.state {
-            if let Some(buf) = s.buf.as_mut() {
-                buf.complete_write();
-            }
-            return self.relay_backend_write_done(i, g, res, pos, end, stop);
+        // Exactly one of the session's buffers was in flight: the read
+        // buffer (relaying a command to the backend) or `out` (a packet the
+        // proxy made). Ask the buffers, not the state: the state may have
+        // moved to Closing while the write was in the kernel.
+        match s.buf.as_mut().filter(|b| b.in_flight()) {
+            Some(buf) => buf.complete_write(),
+            None => s.out.complete(),
         }
-        s.out.complete();
         if matches!(s.state, SessionState::Closing) {
             return self.finish_close(i, g);
+        }
+        if let SessionState::Relay(RelayStep::WriteBackend { pos, end, stop }) = s.state {
+            return self.relay_backend_write_done(i, g, res, pos, end, stop);
         }
         if res <= 0 {
             return self.close_session(i, g, false);
