@@ -910,3 +910,62 @@ fn fd_exhaustion_backs_off_logs_once_per_interval_and_recovers() {
     drop(conn);
     assert_no_leaks(&mut proxy, &base, greeted as u64 + 1);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Drain timeout while a command is stuck on its way to the backend
+// ---------------------------------------------------------------------------------------------
+
+/// SIGTERM while a session's write to the backend cannot complete (the server is frozen with
+/// SIGSTOP, so it reads nothing): the drain timeout cuts the session, the in-flight write
+/// completes with an error, and its read buffer still goes back to the pool. The final log
+/// line must account for every slot.
+fn drain_cuts_a_stuck_command(mode: Mode) {
+    let db = OwnMariaDb::started(&format!("stuck-{}", mode.as_str()));
+    let mut proxy = Proxy::start_with(own_opts(mode, &db, &["--drain-timeout", "1s"]));
+    let mut s = raw_login(proxy.port);
+    let pid = db.pid().expect("MariaDB pid");
+    let signal = |sig: &str| {
+        let _ = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status();
+    };
+    signal("-STOP");
+    // 20 MiB: far more than the loopback socket buffers hold, so ringgate's WRITE(_FIXED)
+    // to the frozen server stays in flight.
+    let mut query = vec![0x03];
+    query.extend_from_slice(b"SELECT LENGTH('");
+    query.extend(std::iter::repeat_n(b'x', 20 << 20));
+    query.extend_from_slice(b"')");
+    let writer = std::thread::spawn(move || {
+        let _ = s.write_all(&frame(0, &query[..0xFF_FFFF]));
+        let _ = s.write_all(&frame(1, &query[0xFF_FFFF..]));
+        s
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &proxy.pid().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while proxy.is_running() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal("-CONT");
+    assert!(!proxy.is_running(), "ringgate did not exit after the drain timeout");
+    drop(writer.join());
+    let log = proxy.stderr();
+    let last = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("stopped:"))
+        .unwrap_or_else(|| panic!("no final log line:\n{}", tail(&log, 30)));
+    assert!(last.contains("buffers_held_client=0"), "{last}");
+    assert!(last.contains("buffers_held_backend=0"), "{last}");
+    let slots = last
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("slots_free="))
+        .expect("slots_free in the final line");
+    let (free, total) = slots.split_once('/').expect("free/total");
+    assert_eq!(free, total, "slots leaked: {last}");
+    assert!(!log.contains("leaked"), "{}", tail(&log, 30));
+}
+both_modes!(drain_timeout_cuts_a_stuck_command, drain_cuts_a_stuck_command);
