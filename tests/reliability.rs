@@ -950,7 +950,10 @@ fn drain_cuts_a_stuck_command(mode: Mode) {
         std::thread::sleep(Duration::from_millis(50));
     }
     signal("-CONT");
-    assert!(!proxy.is_running(), "ringgate did not exit after the drain timeout");
+    assert!(
+        !proxy.is_running(),
+        "ringgate did not exit after the drain timeout"
+    );
     drop(writer.join());
     let log = proxy.stderr();
     let last = log
@@ -968,4 +971,7 @@ fn drain_cuts_a_stuck_command(mode: Mode) {
     assert_eq!(free, total, "slots leaked: {last}");
     assert!(!log.contains("leaked"), "{}", tail(&log, 30));
 }
-both_modes!(drain_timeout_cuts_a_stuck_command, drain_cuts_a_stuck_command);
+both_modes!(
+    drain_timeout_cuts_a_stuck_command,
+    drain_cuts_a_stuck_command
+);
