@@ -14,11 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{Config, ReadBufferMode};
 use crate::mysql::auth::{native_token, NATIVE_PASSWORD};
-use crate::mysql::constants::{
-    CLIENT_LONG_FLAG, CLIENT_LONG_PASSWORD, CLIENT_PLUGIN_AUTH,
-    CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA, CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION,
-    CLIENT_TRANSACTIONS, UTF8MB4_GENERAL_CI,
-};
+use crate::mysql::constants::{CLIENT_LONG_PASSWORD, NATIVE_LOGIN_CAPS, UTF8MB4_GENERAL_CI};
 use crate::mysql::handshake::{self, HandshakeResponse};
 use crate::mysql::packet::{split_packet, write_packet};
 use crate::mysql::reply::{parse_auth_reply, ServerReply};
@@ -798,13 +794,7 @@ pub fn backend_login(cfg: &Config, timeout: Duration) -> Result<String, LoginErr
         }
         Err(e) => return Err(LoginError::Protocol(format!("bad greeting: {e}"))),
     };
-    let wanted = CLIENT_LONG_PASSWORD
-        | CLIENT_LONG_FLAG
-        | CLIENT_PROTOCOL_41
-        | CLIENT_TRANSACTIONS
-        | CLIENT_SECURE_CONNECTION
-        | CLIENT_PLUGIN_AUTH
-        | CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA;
+    let wanted = NATIVE_LOGIN_CAPS;
     let response = HandshakeResponse {
         capabilities: wanted & (greeting.capabilities | CLIENT_LONG_PASSWORD),
         max_packet_size: 1 << 24,

@@ -300,7 +300,6 @@ fn check_fails_when_the_users_file_is_broken() {
 /// under a 64 KiB locked-memory limit.
 #[test]
 fn check_fails_when_memlock_is_too_small_for_the_pool() {
-    let prlimit = find_in_path("prlimit").expect("prlimit (util-linux) is required");
     let dir = scratch_dir("check-memlock");
     let bin: PathBuf = dir.join("ringgate");
     fs::copy(ringgate_bin(), &bin).expect("copy ringgate binary");
@@ -309,24 +308,7 @@ fn check_fails_when_memlock_is_too_small_for_the_pool() {
     fs::copy(users_file(), &users).expect("copy users file");
     set_mode(&users, 0o644);
 
-    let mut wrapper: Vec<String> = vec![
-        prlimit.display().to_string(),
-        "--memlock=65536:65536".into(),
-    ];
-    if current_euid() == 0 {
-        let setpriv = find_in_path("setpriv").expect("setpriv (util-linux) is required");
-        wrapper.extend(
-            [
-                setpriv.display().to_string().as_str(),
-                "--reuid=nobody",
-                "--regid=nogroup",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--",
-            ]
-            .map(String::from),
-        );
-    }
+    let wrapper = low_memlock_wrapper(65536);
     let env = backend_env();
     let inner = check_cmd(&bin, &users, &env.addr());
     let mut cmd = Command::new(&wrapper[0]);

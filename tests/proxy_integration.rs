@@ -713,26 +713,7 @@ const FALLBACK_MEMLOCK_BYTES: usize = 64 * 1024;
 /// buffers: ringgate must say why, fall back to heap buffers, and work.
 #[test]
 fn fixed_buffers_fall_back_to_heap_without_memlock() {
-    let prlimit = find_in_path("prlimit").expect("prlimit (util-linux) is required");
-    let mut wrapper = vec![
-        prlimit.display().to_string(),
-        format!("--memlock={FALLBACK_MEMLOCK_BYTES}:{FALLBACK_MEMLOCK_BYTES}"),
-    ];
-    if current_euid() == 0 {
-        // Root has CAP_IPC_LOCK, which ignores RLIMIT_MEMLOCK: drop to nobody.
-        let setpriv = find_in_path("setpriv").expect("setpriv (util-linux) is required");
-        wrapper.extend(
-            [
-                setpriv.display().to_string().as_str(),
-                "--reuid=nobody",
-                "--regid=nogroup",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--",
-            ]
-            .map(String::from),
-        );
-    }
+    let wrapper = low_memlock_wrapper(FALLBACK_MEMLOCK_BYTES);
     // A copy of the binary and the users file that `nobody` can surely read, whatever the
     // permissions on the path to this checkout.
     let dir = scratch_dir("fallback");

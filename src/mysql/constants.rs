@@ -75,6 +75,16 @@ pub const CLIENT_SSL_VERIFY_SERVER_CERT: u32 = 1 << 30;
 /// Client-side only: remember options after a failed connect.
 pub const CLIENT_REMEMBER_OPTIONS: u32 = 1 << 31;
 
+/// What a 4.1-protocol client logging in with mysql_native_password always
+/// sets: ringgate's own logins to the backend (and `ringgate check`'s) use it.
+pub const NATIVE_LOGIN_CAPS: u32 = CLIENT_LONG_PASSWORD
+    | CLIENT_LONG_FLAG
+    | CLIENT_PROTOCOL_41
+    | CLIENT_TRANSACTIONS
+    | CLIENT_SECURE_CONNECTION
+    | CLIENT_PLUGIN_AUTH
+    | CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA;
+
 /// Capabilities that change how a backend session behaves or frames its
 /// responses. A pooled backend connection may only be handed to a client
 /// whose bits here match the ones the connection was authenticated with,

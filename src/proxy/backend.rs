@@ -50,15 +50,6 @@ impl PoolKey {
     }
 }
 
-/// Capabilities ringgate always asks of the backend at login.
-const BACKEND_LOGIN_CAPS: u32 = CLIENT_LONG_PASSWORD
-    | CLIENT_LONG_FLAG
-    | CLIENT_PROTOCOL_41
-    | CLIENT_TRANSACTIONS
-    | CLIENT_SECURE_CONNECTION
-    | CLIENT_PLUGIN_AUTH
-    | CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA;
-
 /// Largest packet we ask the backend to send us; the server's own
 /// max_allowed_packet is what really limits it.
 const BACKEND_MAX_PACKET: u32 = 1 << 30;
@@ -123,6 +114,14 @@ pub(super) struct Backend {
     pub requested_schema: Option<String>,
     /// When it last went idle (for --backend-idle-timeout).
     pub idle_since: Instant,
+}
+
+/// Take a connection out of the busy gauge (it is no longer leased).
+fn clear_busy(b: &mut Backend, metrics: &crate::metrics::WorkerMetrics) {
+    if b.busy {
+        b.busy = false;
+        metrics.backend_busy.fetch_sub(1, Relaxed);
+    }
 }
 
 fn backend_token(tag: OpTag, (i, g): (u32, u32)) -> u64 {
@@ -316,14 +315,7 @@ impl Worker {
             return;
         };
         b.leased_to = None;
-        if b.busy {
-            b.busy = false;
-            self.shared
-                .metrics
-                .worker(self.id)
-                .backend_busy
-                .fetch_sub(1, Relaxed);
-        }
+        clear_busy(b, self.shared.metrics.worker(self.id));
         let resettable =
             clean && !b.op_in_flight && matches!(b.state, BackendState::Leased) && !draining;
         if !resettable {
@@ -681,7 +673,7 @@ impl Worker {
             return;
         };
         let caps =
-            (BACKEND_LOGIN_CAPS | b.key.caps) & (greeting.capabilities | CLIENT_LONG_PASSWORD);
+            (NATIVE_LOGIN_CAPS | b.key.caps) & (greeting.capabilities | CLIENT_LONG_PASSWORD);
         let password = self.shared.config.backend_password.as_bytes();
         let response = HandshakeResponse {
             capabilities: caps,
@@ -846,14 +838,7 @@ impl Worker {
             return;
         };
         b.state = BackendState::Closing;
-        if b.busy {
-            b.busy = false;
-            self.shared
-                .metrics
-                .worker(self.id)
-                .backend_busy
-                .fetch_sub(1, Relaxed);
-        }
+        clear_busy(b, self.shared.metrics.worker(self.id));
         let _ = b.sock.shutdown(Shutdown::Both);
         if !b.op_in_flight {
             self.finish_backend_close(bi, bg);

@@ -127,6 +127,31 @@ pub fn current_euid() -> u32 {
     panic!("no Uid: line in /proc/self/status");
 }
 
+/// A command prefix that runs its command with RLIMIT_MEMLOCK = `memlock_bytes` and, when
+/// we are root, as `nobody` without capabilities: root's CAP_IPC_LOCK would ignore the limit.
+pub fn low_memlock_wrapper(memlock_bytes: usize) -> Vec<String> {
+    let prlimit = find_in_path("prlimit").expect("prlimit (util-linux) is required");
+    let mut wrapper = vec![
+        prlimit.display().to_string(),
+        format!("--memlock={memlock_bytes}:{memlock_bytes}"),
+    ];
+    if current_euid() == 0 {
+        let setpriv = find_in_path("setpriv").expect("setpriv (util-linux) is required");
+        wrapper.extend(
+            [
+                setpriv.display().to_string().as_str(),
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--",
+            ]
+            .map(String::from),
+        );
+    }
+    wrapper
+}
+
 pub fn find_in_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
