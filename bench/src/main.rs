@@ -926,7 +926,7 @@ fn finish_record(
         hgrm: hgrm_name,
         ..Default::default()
     };
-    r.set_percentiles(&Percentiles::of(&hist));
+    r.latency = Percentiles::of(&hist);
     (r, hist)
 }
 

@@ -142,12 +142,9 @@ pub struct Record {
     pub failures: u64,
     pub timeouts: u64,
     pub setup_failures: u64,
-    pub p50_us: u64,
-    pub p90_us: u64,
-    pub p99_us: u64,
-    pub p999_us: u64,
-    pub max_us: u64,
-    pub mean_us: f64,
+    /// p50_us … max_us, mean_us: flattened, so summary.json keeps flat keys.
+    #[serde(flatten)]
+    pub latency: Percentiles,
     pub spread: Spread,
     pub per_round: Vec<RoundFig>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -163,15 +160,6 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn set_percentiles(&mut self, p: &Percentiles) {
-        self.p50_us = p.p50_us;
-        self.p90_us = p.p90_us;
-        self.p99_us = p.p99_us;
-        self.p999_us = p.p999_us;
-        self.max_us = p.max_us;
-        self.mean_us = p.mean_us;
-    }
-
     /// "connect c=16", "large-result 64KiB c=8".
     pub fn cell_label(&self) -> String {
         cell_label(&self.scenario, self.concurrency, self.row_bytes)
@@ -300,19 +288,19 @@ pub fn table(s: &Summary, markdown: bool) -> String {
             .map(|r| {
                 let (d50, d99, d999) = match direct {
                     Some(d) => (
-                        ratio(r.p50_us as f64, d.p50_us as f64),
-                        ratio(r.p99_us as f64, d.p99_us as f64),
-                        ratio(r.p999_us as f64, d.p999_us as f64),
+                        ratio(r.latency.p50_us as f64, d.latency.p50_us as f64),
+                        ratio(r.latency.p99_us as f64, d.latency.p99_us as f64),
+                        ratio(r.latency.p999_us as f64, d.latency.p999_us as f64),
                     ),
                     None => ("-".into(), "-".into(), "-".into()),
                 };
                 vec![
                     format!("{}{}", r.target, if r.verified.ok { "" } else { " (!)" }),
-                    fmt_us(r.p50_us),
-                    fmt_us(r.p90_us),
-                    fmt_us(r.p99_us),
-                    fmt_us(r.p999_us),
-                    fmt_us(r.max_us),
+                    fmt_us(r.latency.p50_us),
+                    fmt_us(r.latency.p90_us),
+                    fmt_us(r.latency.p99_us),
+                    fmt_us(r.latency.p999_us),
+                    fmt_us(r.latency.max_us),
                     format!("{:.0}", r.rate),
                     r.mb_per_s.map_or("-".into(), |m| format!("{m:.0}")),
                     format!("{}", r.failures + r.timeouts + r.setup_failures),
@@ -334,9 +322,9 @@ pub fn table(s: &Summary, markdown: bool) -> String {
         let fh = match (fixed, heap) {
             (Some(f), Some(h)) => format!(
                 "fixed/heap: p50 {} p99 {} p99.9 {} ops/s {}",
-                ratio(f.p50_us as f64, h.p50_us as f64),
-                ratio(f.p99_us as f64, h.p99_us as f64),
-                ratio(f.p999_us as f64, h.p999_us as f64),
+                ratio(f.latency.p50_us as f64, h.latency.p50_us as f64),
+                ratio(f.latency.p99_us as f64, h.latency.p99_us as f64),
+                ratio(f.latency.p999_us as f64, h.latency.p999_us as f64),
                 ratio(f.rate, h.rate),
             ),
             _ => String::new(),
@@ -795,14 +783,14 @@ mod tests {
             hgrm: format!("connect-c16-{target}.hgrm"),
             ..Default::default()
         };
-        r.set_percentiles(&Percentiles {
+        r.latency = Percentiles {
             p50_us: p99 / 2,
             p90_us: p99 - 10,
             p99_us: p99,
             p999_us: p99 * 2,
             max_us: p99 * 3,
             mean_us: 1.5,
-        });
+        };
         r
     }
 
