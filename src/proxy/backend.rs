@@ -191,12 +191,9 @@ impl Worker {
         // connect storm from growing the pool past the real concurrency.
         let resetting = self
             .backends
-            .indexes()
-            .into_iter()
-            .filter(|&bi| {
-                self.backends.get(bi).is_some_and(|b| {
-                    matches!(b.state, BackendState::Exchange(Purpose::Reset, _)) && b.key == key
-                })
+            .values()
+            .filter(|b| {
+                matches!(b.state, BackendState::Exchange(Purpose::Reset, _)) && b.key == key
             })
             .count();
         if resetting > self.waiters_ahead(key, (si, sg)) {
@@ -352,19 +349,14 @@ impl Worker {
         let key = self.warm_key;
         let have = self
             .backends
-            .indexes()
-            .into_iter()
-            .filter(|&i| {
-                self.backends.get(i).is_some_and(|b| {
-                    b.key == key
-                        && matches!(
-                            b.state,
-                            BackendState::Idle
-                                | BackendState::Connecting
-                                | BackendState::Exchange(..)
-                        )
-                        && b.leased_to.is_none()
-                })
+            .values()
+            .filter(|b| {
+                b.key == key
+                    && matches!(
+                        b.state,
+                        BackendState::Idle | BackendState::Connecting | BackendState::Exchange(..)
+                    )
+                    && b.leased_to.is_none()
             })
             .count();
         for _ in have..want {

@@ -77,6 +77,11 @@ impl<T> Slab<T> {
         self.len
     }
 
+    /// The occupied entries, borrowed (no allocation).
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.entries.iter().filter_map(|e| e.value.as_ref())
+    }
+
     /// Indexes of occupied entries (a snapshot, so the caller may mutate).
     pub fn indexes(&self) -> Vec<u32> {
         self.entries
