@@ -14,8 +14,10 @@ set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CMD="${1:-}"
-DIR="${2:-${RINGGATE_SANDBOX_DIR:-$REPO_ROOT/.sandbox/mariadb}}"
-PORT="${3:-${RINGGATE_SANDBOX_PORT:-3407}}"
+# shellcheck source=scripts/sandbox-defaults.sh
+. "$REPO_ROOT/scripts/sandbox-defaults.sh"
+DIR="${2:-$SANDBOX_DIR}"
+PORT="${3:-$SANDBOX_PORT}"
 
 BACKEND_USER=ringgate
 BACKEND_PASSWORD=ringgate-backend

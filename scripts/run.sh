@@ -10,9 +10,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO_ROOT="$(pwd)"
 
-SANDBOX=scripts/mariadb-sandbox.sh
-SANDBOX_DIR="${RINGGATE_SANDBOX_DIR:-$REPO_ROOT/.sandbox/mariadb}"
-SANDBOX_PORT="${RINGGATE_SANDBOX_PORT:-3407}"
+# shellcheck source=scripts/sandbox-defaults.sh
+. scripts/sandbox-defaults.sh
 LISTEN="${RINGGATE_LISTEN:-127.0.0.1:15306}"
 METRICS="${RINGGATE_METRICS_LISTEN:-127.0.0.1:9104}"
 USERS_FILE="$REPO_ROOT/.sandbox/demo-users.json"

@@ -9,9 +9,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO_ROOT="$(pwd)"
 
-SANDBOX=scripts/mariadb-sandbox.sh
-SANDBOX_DIR="${RINGGATE_SANDBOX_DIR:-$REPO_ROOT/.sandbox/mariadb}"
-SANDBOX_PORT="${RINGGATE_SANDBOX_PORT:-3407}"
+# shellcheck source=scripts/sandbox-defaults.sh
+. scripts/sandbox-defaults.sh
 
 step() { printf '\n==> %s\n' "$*"; }
 
