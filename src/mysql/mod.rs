@@ -5,6 +5,7 @@
 //! instead of panicking, because every byte here comes from the network.
 
 pub mod auth;
+pub mod client_login;
 pub mod constants;
 pub mod handshake;
 pub mod packet;

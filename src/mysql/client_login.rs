@@ -1,0 +1,776 @@
+//! The client side of the MySQL login, as a machine with no I/O inside.
+//!
+//! ringgate logs into its backend in two places: the proxy's pooled backend
+//! connections and `ringgate check`. Both drive one [`ClientLogin`]: feed it
+//! each whole packet the server sends, write out every
+//! [`LoginStep::Send`] it returns, stop at [`LoginStep::Done`] or an error.
+//! The caller owns the socket, the buffers and the deadline, so the same code
+//! runs under io_uring and over a blocking `TcpStream`.
+//!
+//! The exchange it speaks (mysql_native_password only):
+//!
+//! ```text
+//! server                          client
+//! HandshakeV10 (seq 0)       ->
+//!                            <-   HandshakeResponse41 (seq 1)
+//! OK | ERR (seq 2)           ->   done | LoginError::Server
+//! AuthSwitchRequest (seq 2)  ->
+//!                            <-   native token for the new scramble (seq 3)
+//! OK | ERR (seq 4)           ->   done | LoginError::Server
+//! ```
+
+use std::fmt;
+
+use crate::mysql::auth::{native_token, NATIVE_PASSWORD, SCRAMBLE_LEN};
+use crate::mysql::constants::*;
+use crate::mysql::handshake::{self, Greeting, HandshakeResponse};
+use crate::mysql::packet::write_packet;
+use crate::mysql::reply::{parse_auth_reply, ServerReply};
+use crate::mysql::ProtocolError;
+
+/// Capabilities ringgate never asks a backend for, whatever the caller
+/// wants: it speaks neither TLS nor the compressed protocol to the backend,
+/// and a response with CLIENT_SSL set would make the server expect a TLS
+/// handshake next.
+const NEVER_ASKED: u32 = CLIENT_SSL | CLIENT_COMPRESS | CLIENT_ZSTD_COMPRESSION_ALGORITHM;
+
+/// What to log in with.
+#[derive(Clone)]
+pub struct LoginParams {
+    pub user: String,
+    pub password: Vec<u8>,
+    /// Initial schema, sent with CLIENT_CONNECT_WITH_DB.
+    pub database: Option<String>,
+    /// Capabilities wanted, before masking with the server's.
+    pub capabilities: u32,
+    /// Collation id for the session (the HandshakeResponse's charset byte).
+    pub collation: u8,
+    pub max_packet_size: u32,
+}
+
+/// The password stays out of logs.
+impl fmt::Debug for LoginParams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoginParams")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .field("database", &self.database)
+            .field("capabilities", &format_args!("{:#010x}", self.capabilities))
+            .field("collation", &self.collation)
+            .field("max_packet_size", &self.max_packet_size)
+            .finish()
+    }
+}
+
+/// What the caller does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoginStep {
+    /// Send this packet (already framed with its sequence id, ready to write as-is).
+    Send(Vec<u8>),
+    /// Logged in. `greeting` is the server's parsed HandshakeV10 (version, capabilities,
+    /// connection id, ...), `capabilities` what was negotiated, `status` the OK's status flags.
+    Done {
+        greeting: Greeting,
+        capabilities: u32,
+        status: u16,
+    },
+}
+
+/// Why the login failed. After any error the machine is finished: every
+/// further packet is a [`LoginError::Protocol`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoginError {
+    /// The server refused: its own ERR, to be passed on as-is (code, SQLSTATE, message).
+    /// Sent instead of a greeting (1040 too many connections, 1129 host
+    /// blocked) or in answer to the credentials (1045, 1049 unknown database).
+    #[error("{code} ({sqlstate}): {message}")]
+    Server {
+        code: u16,
+        sqlstate: String,
+        message: String,
+    },
+    #[error("the server wants auth plugin '{0}'; ringgate logs in with mysql_native_password")]
+    UnsupportedPlugin(String),
+    #[error("malformed {what} from the server: {detail}")]
+    Protocol { what: &'static str, detail: String },
+}
+
+/// Where the exchange is.
+#[derive(Debug)]
+enum State {
+    /// Waiting for the server's first packet (sequence id 0).
+    Greeting,
+    /// The HandshakeResponse (or the AuthSwitch answer) is out; waiting for
+    /// the server's verdict with sequence id `expect_seq`.
+    Auth {
+        greeting: Greeting,
+        capabilities: u32,
+        expect_seq: u8,
+        /// An AuthSwitchRequest was answered already; a second one is not
+        /// something mysql_native_password ever sends.
+        switched: bool,
+    },
+    /// Logged in, or failed: nothing more is expected.
+    Finished,
+}
+
+/// A client login in progress. See the module documentation.
+#[derive(Debug)]
+pub struct ClientLogin {
+    params: LoginParams,
+    state: State,
+}
+
+impl ClientLogin {
+    pub fn new(params: LoginParams) -> ClientLogin {
+        ClientLogin {
+            params,
+            state: State::Greeting,
+        }
+    }
+
+    /// Feed one whole packet from the server (sequence id + payload, as split by
+    /// mysql::packet::split_packet). The first is the greeting.
+    pub fn on_packet(&mut self, seq: u8, payload: &[u8]) -> Result<LoginStep, LoginError> {
+        // Any error finishes the login, so take the state out first and put
+        // the next one back only on success.
+        match std::mem::replace(&mut self.state, State::Finished) {
+            State::Greeting => self.on_greeting(seq, payload),
+            State::Auth {
+                greeting,
+                capabilities,
+                expect_seq,
+                switched,
+            } => {
+                check_seq("auth reply", expect_seq, seq)?;
+                self.on_auth_reply(greeting, capabilities, seq, switched, payload)
+            }
+            State::Finished => Err(protocol(
+                "packet",
+                "the login is already over, nothing more was expected",
+            )),
+        }
+    }
+
+    fn on_greeting(&mut self, seq: u8, payload: &[u8]) -> Result<LoginStep, LoginError> {
+        let greeting = match handshake::parse_greeting(payload) {
+            Ok(g) => g,
+            // A refusal before any handshake (1040, 1129): the server's words.
+            Err(ProtocolError::ServerError {
+                code,
+                sqlstate,
+                message,
+            }) => {
+                return Err(LoginError::Server {
+                    code,
+                    sqlstate,
+                    message,
+                })
+            }
+            Err(e) => return Err(protocol("greeting", e)),
+        };
+        check_seq("greeting", 0, seq)?;
+        let needed = CLIENT_PROTOCOL_41 | CLIENT_SECURE_CONNECTION;
+        if greeting.capabilities & needed != needed {
+            return Err(protocol(
+                "greeting",
+                format!(
+                    "capabilities {:#010x} lack the 4.1 protocol with secure authentication \
+                     (server {})",
+                    greeting.capabilities, greeting.server_version
+                ),
+            ));
+        }
+        if greeting.scramble.len() != SCRAMBLE_LEN {
+            return Err(protocol(
+                "greeting",
+                format!(
+                    "a {}-byte scramble, mysql_native_password needs {SCRAMBLE_LEN}",
+                    greeting.scramble.len()
+                ),
+            ));
+        }
+        let capabilities = self.negotiate(greeting.capabilities);
+        let response = HandshakeResponse {
+            capabilities,
+            max_packet_size: self.params.max_packet_size,
+            charset: self.params.collation,
+            username: self.params.user.clone(),
+            // Native token whatever plugin the greeting names: a server whose
+            // default plugin differs (MySQL 8: caching_sha2_password) answers
+            // with an AuthSwitchRequest, handled below.
+            auth_response: native_token(&self.params.password, &greeting.scramble),
+            database: self.params.database.clone(),
+            auth_plugin: Some(NATIVE_PASSWORD.into()),
+            connect_attrs: Vec::new(),
+        };
+        let mut out = Vec::new();
+        let expect_seq = write_packet(
+            &mut out,
+            seq.wrapping_add(1),
+            &handshake::build_handshake_response(&response),
+        );
+        self.state = State::Auth {
+            greeting,
+            capabilities,
+            expect_seq,
+            switched: false,
+        };
+        Ok(LoginStep::Send(out))
+    }
+
+    /// The capability word of the HandshakeResponse, which is also what is
+    /// in effect for the session: what the caller wants and the server
+    /// offers, plus what this login itself relies on.
+    fn negotiate(&self, server: u32) -> u32 {
+        // MariaDB clears bit 0 in its greeting (it reads it as CLIENT_MYSQL,
+        // "not MariaDB") yet accepts it from a client as CLIENT_LONG_PASSWORD,
+        // which every 4.1 client sends: keep it if the caller wants it.
+        let offered = server | CLIENT_LONG_PASSWORD;
+        let mut caps = self.params.capabilities & offered & !NEVER_ASKED;
+        caps |= CLIENT_PROTOCOL_41 | CLIENT_SECURE_CONNECTION | CLIENT_PLUGIN_AUTH;
+        // The flag says whether the field is in the packet: set it exactly
+        // when there is a schema to send.
+        if self.params.database.is_some() {
+            caps |= CLIENT_CONNECT_WITH_DB;
+        } else {
+            caps &= !CLIENT_CONNECT_WITH_DB;
+        }
+        // No connection attributes are sent, so do not announce a block.
+        caps & !CLIENT_CONNECT_ATTRS
+    }
+
+    fn on_auth_reply(
+        &mut self,
+        greeting: Greeting,
+        capabilities: u32,
+        seq: u8,
+        switched: bool,
+        payload: &[u8],
+    ) -> Result<LoginStep, LoginError> {
+        match parse_auth_reply(payload).map_err(|e| protocol("auth reply", e))? {
+            ServerReply::Ok { status, .. } => Ok(LoginStep::Done {
+                greeting,
+                capabilities,
+                status,
+            }),
+            ServerReply::Err {
+                code,
+                sqlstate,
+                message,
+            } => Err(LoginError::Server {
+                code,
+                sqlstate,
+                message,
+            }),
+            ServerReply::AuthSwitch { plugin, .. } if plugin != NATIVE_PASSWORD => {
+                Err(LoginError::UnsupportedPlugin(plugin))
+            }
+            ServerReply::AuthSwitch { .. } if switched => Err(protocol(
+                "auth switch request",
+                "a second switch to mysql_native_password after answering one",
+            )),
+            ServerReply::AuthSwitch { data, .. } => {
+                // libmysqlclient refuses anything but a 20-byte scramble here
+                // too: a token computed from another length can only fail.
+                if data.len() != SCRAMBLE_LEN {
+                    return Err(protocol(
+                        "auth switch request",
+                        format!(
+                            "a {}-byte scramble for mysql_native_password, expected {SCRAMBLE_LEN}",
+                            data.len()
+                        ),
+                    ));
+                }
+                let token = native_token(&self.params.password, &data);
+                let mut out = Vec::with_capacity(4 + token.len());
+                let expect_seq = write_packet(&mut out, seq.wrapping_add(1), &token);
+                self.state = State::Auth {
+                    greeting,
+                    capabilities,
+                    expect_seq,
+                    switched: true,
+                };
+                Ok(LoginStep::Send(out))
+            }
+            // Only caching_sha2_password and sha256_password send these, and
+            // ringgate never answers with either.
+            ServerReply::AuthMoreData(_) => Err(protocol(
+                "auth reply",
+                "AuthMoreData (0x01), which mysql_native_password never sends",
+            )),
+            other => Err(protocol(
+                "auth reply",
+                format!("unexpected {other:?} during authentication"),
+            )),
+        }
+    }
+}
+
+fn protocol(what: &'static str, detail: impl ToString) -> LoginError {
+    LoginError::Protocol {
+        what,
+        detail: detail.to_string(),
+    }
+}
+
+fn check_seq(what: &'static str, expected: u8, got: u8) -> Result<(), LoginError> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(protocol(what, ProtocolError::OutOfOrder { expected, got }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mysql::packet::split_packet;
+    use crate::mysql::reply::{err_payload_with_state, ok_payload};
+
+    // Packets captured from MariaDB 10.11.19 (Debian 12) on 127.0.0.1, user
+    // `ringgate` / `ringgate-backend`, one connection per exchange. Each
+    // greeting carries its own scramble, so each exchange keeps its own.
+
+    /// Greeting of the plain successful login (connection id 6).
+    const GOOD_GREETING: &str = "0a352e352e352d31302e31312e31392d4d6172696144422d302b6465623132\
+        753100060000005b5c3e5e4166603000fef7080200ff81150000000000001d0000006c5130396f464c2e\
+        3f327d3f006d7973716c5f6e61746976655f70617373776f726400";
+    /// The HandshakeResponse41 libmysqlclient-style clients send for it with
+    /// NATIVE_LOGIN_CAPS, utf8mb4_general_ci and a 16 MiB max packet; the
+    /// server accepted it.
+    const GOOD_RESPONSE: &str = "05a22800000000012d00000000000000000000000000000000000000000000\
+        0072696e67676174650014e1e02bc62c5d87a56f1fcf9220b850f56beedead6d7973716c5f6e6174697665\
+        5f70617373776f726400";
+    /// Its OK: no rows, no insert id, SERVER_STATUS_AUTOCOMMIT.
+    const LOGIN_OK: &str = "00000002000000";
+
+    /// Greeting and answer of a wrong password.
+    const BAD_GREETING: &str = "0a352e352e352d31302e31312e31392d4d6172696144422d302b64656231\
+        32753100070000005f6d256f7e4c424500fef7080200ff81150000000000001d000000712a7b5160703245\
+        44655145006d7973716c5f6e61746976655f70617373776f726400";
+    const ACCESS_DENIED: &str = "ff15042332383030304163636573732064656e69656420666f72207573657220\
+        2772696e67676174652740273132372e302e302e312720287573696e672070617373776f72643a2059455329";
+
+    /// A login that named caching_sha2_password in its response: MariaDB
+    /// switches it to mysql_native_password, re-sending the same scramble.
+    const SWITCH_GREETING: &str = "0a352e352e352d31302e31312e31392d4d6172696144422d302b6465623132\
+        753100080000003930276f7d47283200fef7080200ff81150000000000001d00000061713962634d355f5f42\
+        6b75006d7973716c5f6e61746976655f70617373776f726400";
+    const SWITCH_REQUEST: &str =
+        "fe6d7973716c5f6e61746976655f70617373776f7264003930276f7d4728326171\
+        3962634d355f5f426b7500";
+    const SWITCH_SCRAMBLE: &str = "3930276f7d47283261713962634d355f5f426b75";
+
+    /// A login with CLIENT_CONNECT_WITH_DB and a schema that does not exist,
+    /// and what the server said.
+    const NODB_GREETING: &str = "0a352e352e352d31302e31312e31392d4d6172696144422d302b6465623132\
+        7531000a00000046664f3764753f7600fef7080200ff81150000000000001d0000005836432f60744a523d7a\
+        724b006d7973716c5f6e61746976655f70617373776f726400";
+    const NODB_RESPONSE: &str =
+        "0da22800000000012d000000000000000000000000000000000000000000000072\
+        696e676761746500146b2f5d696c5216cda04840da7b7acba085392cc56e6f5f737563685f6462006d7973716c\
+        5f6e61746976655f70617373776f726400";
+    const UNKNOWN_DB: &str =
+        "ff1904233432303030556e6b6e6f776e20646174616261736520276e6f5f737563685f\
+        646227";
+
+    fn hex(s: &str) -> Vec<u8> {
+        let s: Vec<u8> = s.bytes().filter(u8::is_ascii_hexdigit).collect();
+        s.chunks(2)
+            .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).unwrap())
+            .collect()
+    }
+
+    fn params() -> LoginParams {
+        LoginParams {
+            user: "ringgate".into(),
+            password: b"ringgate-backend".to_vec(),
+            database: None,
+            capabilities: NATIVE_LOGIN_CAPS,
+            collation: UTF8MB4_GENERAL_CI,
+            max_packet_size: 1 << 24,
+        }
+    }
+
+    /// The packet inside a `Send`, unframed: (sequence id, payload).
+    fn sent(step: LoginStep) -> (u8, Vec<u8>) {
+        let LoginStep::Send(bytes) = step else {
+            panic!("expected Send, got {step:?}");
+        };
+        let (p, used) = split_packet(&bytes).expect("one whole packet");
+        assert_eq!(used, bytes.len(), "exactly one packet");
+        (p.seq, p.payload.to_vec())
+    }
+
+    /// A login past its greeting: the machine and its HandshakeResponse.
+    fn after_greeting(params: LoginParams, greeting: &str) -> (ClientLogin, Vec<u8>) {
+        let mut login = ClientLogin::new(params);
+        let (seq, response) = sent(login.on_packet(0, &hex(greeting)).unwrap());
+        assert_eq!(seq, 1);
+        (login, response)
+    }
+
+    fn server_err(e: LoginError) -> (u16, String, String) {
+        match e {
+            LoginError::Server {
+                code,
+                sqlstate,
+                message,
+            } => (code, sqlstate, message),
+            other => panic!("expected a server error, got {other:?}"),
+        }
+    }
+
+    fn assert_protocol(r: Result<LoginStep, LoginError>, what: &str, needle: &str) {
+        match r {
+            Err(LoginError::Protocol { what: w, detail }) => {
+                assert_eq!(w, what, "{detail}");
+                assert!(detail.contains(needle), "{detail:?} lacks {needle:?}");
+            }
+            other => panic!("expected a protocol error about {what}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn mariadb_login_sends_what_the_server_accepted_and_reports_the_session() {
+        let (mut login, response) = after_greeting(params(), GOOD_GREETING);
+        assert_eq!(response, hex(GOOD_RESPONSE));
+        match login.on_packet(2, &hex(LOGIN_OK)).unwrap() {
+            LoginStep::Done {
+                greeting,
+                capabilities,
+                status,
+            } => {
+                assert_eq!(greeting.server_version, "5.5.5-10.11.19-MariaDB-0+deb12u1");
+                assert_eq!(greeting.connection_id, 6);
+                assert_eq!(greeting.capabilities, 0x81FF_F7FE);
+                assert_eq!(capabilities, NATIVE_LOGIN_CAPS);
+                assert_eq!(status, SERVER_STATUS_AUTOCOMMIT);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Finished: anything more is a protocol error.
+        assert_protocol(login.on_packet(3, &hex(LOGIN_OK)), "packet", "already over");
+    }
+
+    #[test]
+    fn wrong_password_is_the_servers_1045_as_is() {
+        let (mut login, _) = after_greeting(
+            LoginParams {
+                password: b"nope".to_vec(),
+                ..params()
+            },
+            BAD_GREETING,
+        );
+        let e = login.on_packet(2, &hex(ACCESS_DENIED)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "1045 (28000): Access denied for user 'ringgate'@'127.0.0.1' (using password: YES)"
+        );
+        assert_eq!(server_err(e).0, 1045);
+        assert_protocol(login.on_packet(3, &hex(LOGIN_OK)), "packet", "already over");
+    }
+
+    #[test]
+    fn auth_switch_to_native_is_answered_with_a_token_for_the_new_scramble() {
+        let (mut login, _) = after_greeting(params(), SWITCH_GREETING);
+        let (seq, token) = sent(login.on_packet(2, &hex(SWITCH_REQUEST)).unwrap());
+        assert_eq!(seq, 3);
+        assert_eq!(
+            token,
+            native_token(b"ringgate-backend", &hex(SWITCH_SCRAMBLE))
+        );
+        assert!(matches!(
+            login.on_packet(4, &hex(LOGIN_OK)),
+            Ok(LoginStep::Done {
+                status: SERVER_STATUS_AUTOCOMMIT,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn wrong_password_after_an_auth_switch_is_the_servers_1045() {
+        let (mut login, _) = after_greeting(
+            LoginParams {
+                password: b"wrong".to_vec(),
+                ..params()
+            },
+            SWITCH_GREETING,
+        );
+        let (seq, _) = sent(login.on_packet(2, &hex(SWITCH_REQUEST)).unwrap());
+        assert_eq!(seq, 3);
+        let (code, sqlstate, _) = server_err(login.on_packet(4, &hex(ACCESS_DENIED)).unwrap_err());
+        assert_eq!((code, sqlstate.as_str()), (1045, "28000"));
+    }
+
+    #[test]
+    fn a_second_auth_switch_is_a_protocol_error() {
+        let (mut login, _) = after_greeting(params(), SWITCH_GREETING);
+        sent(login.on_packet(2, &hex(SWITCH_REQUEST)).unwrap());
+        assert_protocol(
+            login.on_packet(4, &hex(SWITCH_REQUEST)),
+            "auth switch request",
+            "second switch",
+        );
+    }
+
+    #[test]
+    fn database_is_sent_with_connect_with_db_and_its_err_passed_on() {
+        let (mut login, response) = after_greeting(
+            LoginParams {
+                database: Some("no_such_db".into()),
+                ..params()
+            },
+            NODB_GREETING,
+        );
+        assert_eq!(response, hex(NODB_RESPONSE));
+        let (code, sqlstate, message) =
+            server_err(login.on_packet(2, &hex(UNKNOWN_DB)).unwrap_err());
+        assert_eq!(code, 1049);
+        assert_eq!(sqlstate, "42000");
+        assert_eq!(message, "Unknown database 'no_such_db'");
+    }
+
+    #[test]
+    fn connect_with_db_is_set_exactly_when_a_database_is_given() {
+        let (mut login, response) = after_greeting(
+            LoginParams {
+                capabilities: NATIVE_LOGIN_CAPS | CLIENT_CONNECT_WITH_DB,
+                ..params()
+            },
+            GOOD_GREETING,
+        );
+        let caps = u32::from_le_bytes(response[..4].try_into().unwrap());
+        assert_eq!(caps & CLIENT_CONNECT_WITH_DB, 0);
+        let Ok(LoginStep::Done { capabilities, .. }) = login.on_packet(2, &hex(LOGIN_OK)) else {
+            panic!()
+        };
+        assert_eq!(capabilities, caps);
+    }
+
+    #[test]
+    fn greeting_phase_err_is_the_servers_refusal() {
+        // MariaDB at max_connections: no '#sqlstate', the client's
+        // capabilities are not known yet.
+        let mut p = vec![0xFF, 0x10, 0x04];
+        p.extend_from_slice(b"Too many connections");
+        let e = ClientLogin::new(params()).on_packet(0, &p).unwrap_err();
+        assert_eq!(e.to_string(), "1040 (HY000): Too many connections");
+        // A host blocked by max_connect_errors (1129).
+        let mut p = vec![0xFF, 0x69, 0x04];
+        p.extend_from_slice(
+            b"Host '10.0.0.7' is blocked because of many connection errors; \
+              unblock with 'mariadb-admin flush-hosts'",
+        );
+        let mut login = ClientLogin::new(params());
+        let (code, _, message) = server_err(login.on_packet(0, &p).unwrap_err());
+        assert_eq!(code, 1129);
+        assert!(message.starts_with("Host '10.0.0.7' is blocked"));
+        assert_protocol(
+            login.on_packet(0, &hex(GOOD_GREETING)),
+            "packet",
+            "already over",
+        );
+    }
+
+    #[test]
+    fn other_plugins_are_refused_by_name() {
+        let mut scramble = b"0123456789abcdefghij".to_vec();
+        for (plugin, data_len) in [
+            ("caching_sha2_password", 20), // MySQL 8's default
+            ("client_ed25519", 32),        // MariaDB's ed25519
+            ("sha256_password", 20),
+        ] {
+            scramble.resize(data_len, b'x');
+            let mut req = vec![0xFE];
+            req.extend_from_slice(plugin.as_bytes());
+            req.push(0);
+            req.extend_from_slice(&scramble);
+            req.push(0);
+            let (mut login, _) = after_greeting(params(), GOOD_GREETING);
+            let e = login.on_packet(2, &req).unwrap_err();
+            assert_eq!(e, LoginError::UnsupportedPlugin(plugin.into()));
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "the server wants auth plugin '{plugin}'; ringgate logs in with \
+                     mysql_native_password"
+                )
+            );
+        }
+        // A lone 0xFE is the pre-4.1 "old password" request.
+        let (mut login, _) = after_greeting(params(), GOOD_GREETING);
+        assert_eq!(
+            login.on_packet(2, &[0xFE]),
+            Err(LoginError::UnsupportedPlugin("mysql_old_password".into()))
+        );
+    }
+
+    #[test]
+    fn caching_sha2_greeting_is_answered_with_native_then_switched() {
+        // MySQL 8 names caching_sha2_password in its greeting; ringgate still
+        // answers with a native token and follows the server's switch.
+        let mut g = handshake::parse_greeting(&hex(GOOD_GREETING)).unwrap();
+        g.auth_plugin = crate::mysql::auth::CACHING_SHA2.into();
+        g.server_version = "8.0.36".into();
+        let mut login = ClientLogin::new(params());
+        let (_, response) = sent(login.on_packet(0, &handshake::build_greeting(&g)).unwrap());
+        let handshake::ClientHello::Response(r) =
+            handshake::parse_handshake_response(&response).unwrap()
+        else {
+            panic!("expected a response");
+        };
+        assert_eq!(r.auth_plugin.as_deref(), Some(NATIVE_PASSWORD));
+        assert_eq!(
+            r.auth_response,
+            native_token(b"ringgate-backend", &g.scramble)
+        );
+        assert_eq!(r.username, "ringgate");
+        assert_eq!(r.database, None);
+        let (seq, _) = sent(login.on_packet(2, &hex(SWITCH_REQUEST)).unwrap());
+        assert_eq!(seq, 3);
+    }
+
+    #[test]
+    fn auth_more_data_and_unknown_replies_are_protocol_errors() {
+        let cases: [(&[u8], &str, &str); 4] = [
+            (&[0x01, 0x04], "auth reply", "AuthMoreData"), // caching_sha2 "full auth"
+            (&[0x05], "auth reply", "unexpected"),
+            (&[], "auth reply", "truncated"),
+            (&[0x00, 0xFC], "auth reply", "truncated"), // OK cut inside a lenenc int
+        ];
+        for (payload, what, needle) in cases {
+            let (mut login, _) = after_greeting(params(), GOOD_GREETING);
+            assert_protocol(login.on_packet(2, payload), what, needle);
+        }
+    }
+
+    #[test]
+    fn switch_scramble_of_the_wrong_length_is_a_protocol_error() {
+        let (mut login, _) = after_greeting(params(), GOOD_GREETING);
+        let mut req = b"\xFEmysql_native_password\0abcdefgh".to_vec();
+        req.push(0);
+        assert_protocol(login.on_packet(2, &req), "auth switch request", "8-byte");
+    }
+
+    #[test]
+    fn out_of_order_sequence_ids_are_protocol_errors() {
+        let mut login = ClientLogin::new(params());
+        assert_protocol(
+            login.on_packet(1, &hex(GOOD_GREETING)),
+            "greeting",
+            "expected sequence id 0, got 1",
+        );
+        let (mut login, _) = after_greeting(params(), GOOD_GREETING);
+        assert_protocol(
+            login.on_packet(1, &hex(LOGIN_OK)),
+            "auth reply",
+            "expected sequence id 2, got 1",
+        );
+        let (mut login, _) = after_greeting(params(), SWITCH_GREETING);
+        sent(login.on_packet(2, &hex(SWITCH_REQUEST)).unwrap());
+        assert_protocol(
+            login.on_packet(3, &hex(LOGIN_OK)),
+            "auth reply",
+            "expected sequence id 4, got 3",
+        );
+    }
+
+    #[test]
+    fn malformed_or_pre_41_greetings_are_protocol_errors() {
+        let good = hex(GOOD_GREETING);
+        assert_protocol(
+            ClientLogin::new(params()).on_packet(0, &[9, 0]),
+            "greeting",
+            "version 9",
+        );
+        assert_protocol(
+            ClientLogin::new(params()).on_packet(0, &good[..40]),
+            "greeting",
+            "truncated",
+        );
+        assert_protocol(
+            ClientLogin::new(params()).on_packet(0, &[]),
+            "greeting",
+            "truncated",
+        );
+        // Every prefix errors or parses; none panics.
+        for n in 0..good.len() {
+            let _ = ClientLogin::new(params()).on_packet(0, &good[..n]);
+        }
+        let mut g = handshake::parse_greeting(&good).unwrap();
+        g.capabilities &= !CLIENT_PROTOCOL_41;
+        assert_protocol(
+            ClientLogin::new(params()).on_packet(0, &handshake::build_greeting(&g)),
+            "greeting",
+            "4.1 protocol",
+        );
+    }
+
+    #[test]
+    fn capabilities_are_what_both_sides_have_minus_tls_and_compression() {
+        let mut g = handshake::parse_greeting(&hex(GOOD_GREETING)).unwrap();
+        g.capabilities &= !CLIENT_DEPRECATE_EOF;
+        let wanted = NATIVE_LOGIN_CAPS
+            | CLIENT_DEPRECATE_EOF
+            | CLIENT_MULTI_RESULTS
+            | CLIENT_SSL
+            | CLIENT_COMPRESS
+            | CLIENT_CONNECT_ATTRS;
+        let mut login = ClientLogin::new(LoginParams {
+            capabilities: wanted,
+            ..params()
+        });
+        let (_, response) = sent(login.on_packet(0, &handshake::build_greeting(&g)).unwrap());
+        let caps = u32::from_le_bytes(response[..4].try_into().unwrap());
+        assert_eq!(caps, NATIVE_LOGIN_CAPS | CLIENT_MULTI_RESULTS);
+        // MariaDB's greeting lacks bit 0, but CLIENT_LONG_PASSWORD is kept.
+        assert_eq!(g.capabilities & CLIENT_LONG_PASSWORD, 0);
+        assert_ne!(caps & CLIENT_LONG_PASSWORD, 0);
+        let Ok(LoginStep::Done { capabilities, .. }) = login.on_packet(2, &ok_payload(0, 0, 2, 0))
+        else {
+            panic!()
+        };
+        assert_eq!(capabilities, caps);
+    }
+
+    #[test]
+    fn empty_password_sends_an_empty_auth_response() {
+        let (_, response) = after_greeting(
+            LoginParams {
+                password: Vec::new(),
+                ..params()
+            },
+            GOOD_GREETING,
+        );
+        let handshake::ClientHello::Response(r) =
+            handshake::parse_handshake_response(&response).unwrap()
+        else {
+            panic!()
+        };
+        assert!(r.auth_response.is_empty());
+    }
+
+    #[test]
+    fn server_err_with_another_sqlstate_is_kept_verbatim() {
+        let (mut login, _) = after_greeting(params(), GOOD_GREETING);
+        let err = err_payload_with_state(
+            1227,
+            "42000",
+            "Access denied; you need (at least one of) the SUPER privilege(s)",
+        );
+        let (code, sqlstate, message) = server_err(login.on_packet(2, &err).unwrap_err());
+        assert_eq!((code, sqlstate.as_str()), (1227, "42000"));
+        assert!(message.ends_with("privilege(s)"));
+    }
+
+    #[test]
+    fn debug_does_not_show_the_password() {
+        let login = ClientLogin::new(params());
+        let text = format!("{login:?}");
+        assert!(!text.contains("ringgate-backend"), "{text}");
+        assert!(text.contains("<redacted>"), "{text}");
+    }
+}
