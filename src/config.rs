@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::{ArgAction, Parser, ValueEnum};
 
 /// Which memory the per-connection read buffers come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -24,6 +24,15 @@ pub const MAX_READ_BUFFER_COUNT: u32 = 16384;
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 5s, 2m)"))
+}
+
+/// Keepalive times are whole seconds in the kernel (1..=32767).
+fn parse_keepalive_secs(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.subsec_nanos() != 0 || !(1..=32767).contains(&d.as_secs()) {
+        return Err("must be whole seconds between 1s and 32767s".into());
+    }
+    Ok(d)
 }
 
 fn parse_buffer_size(s: &str) -> Result<u32, String> {
@@ -141,6 +150,45 @@ pub struct Config {
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub client_write_timeout: Duration,
 
+    /// SO_KEEPALIVE on client and backend sockets, so a peer whose host
+    /// vanished without a FIN (power loss, a dropped NAT entry) is noticed and
+    /// its slot and backend come back. `--tcp-keepalive=false` turns it off.
+    #[arg(
+        long,
+        default_value_t = true,
+        action = ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub tcp_keepalive: bool,
+
+    /// Idle time before the first keepalive probe (TCP_KEEPIDLE).
+    #[arg(long, default_value = "60s", value_parser = parse_keepalive_secs, value_name = "DURATION")]
+    pub tcp_keepalive_idle: Duration,
+
+    /// Time between keepalive probes (TCP_KEEPINTVL).
+    #[arg(long, default_value = "10s", value_parser = parse_keepalive_secs, value_name = "DURATION")]
+    pub tcp_keepalive_interval: Duration,
+
+    /// Unanswered keepalive probes before the connection is dropped (TCP_KEEPCNT).
+    #[arg(long, default_value = "6", value_parser = clap::value_parser!(u32).range(1..=127), value_name = "N")]
+    pub tcp_keepalive_count: u32,
+
+    /// Drop a connection whose sent data stays unacknowledged this long
+    /// (TCP_USER_TIMEOUT; "0" = the kernel's default, about 15 minutes of
+    /// retransmissions). Covers a peer that vanished while we were writing,
+    /// which keepalive does not.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub tcp_user_timeout: Duration,
+
+    /// Cut a backend that sends nothing for this long while a response is
+    /// owed ("0" = never, the default). Off by default because a long query
+    /// legitimately sends nothing for minutes; set it above your longest query.
+    #[arg(long, default_value = "0", value_parser = parse_duration, value_name = "DURATION")]
+    pub backend_read_timeout: Duration,
+
     /// Largest client packet accepted (bytes); a larger one gets ERR 1153 and
     /// the connection is closed.
     #[arg(long, default_value = "67108864", value_name = "BYTES")]
@@ -207,6 +255,12 @@ impl std::fmt::Debug for Config {
             .field("handshake_timeout", &self.handshake_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("client_write_timeout", &self.client_write_timeout)
+            .field("tcp_keepalive", &self.tcp_keepalive)
+            .field("tcp_keepalive_idle", &self.tcp_keepalive_idle)
+            .field("tcp_keepalive_interval", &self.tcp_keepalive_interval)
+            .field("tcp_keepalive_count", &self.tcp_keepalive_count)
+            .field("tcp_user_timeout", &self.tcp_user_timeout)
+            .field("backend_read_timeout", &self.backend_read_timeout)
             .field("max_packet_size", &self.max_packet_size)
             .field("drain_timeout", &self.drain_timeout)
             .field("socket", &self.socket)
@@ -258,6 +312,30 @@ mod tests {
         assert_eq!(c.read_buffer_size, 16384);
         assert_eq!(c.read_buffer_count, 1024);
         assert_eq!(c.backend_wait_timeout, Duration::from_secs(5));
+        assert!(c.tcp_keepalive);
+        assert_eq!(c.tcp_keepalive_idle, Duration::from_secs(60));
+        assert_eq!(c.tcp_keepalive_interval, Duration::from_secs(10));
+        assert_eq!(c.tcp_keepalive_count, 6);
+        assert_eq!(c.tcp_user_timeout, Duration::from_secs(60));
+        assert_eq!(c.backend_read_timeout, Duration::ZERO);
+    }
+
+    #[test]
+    fn tcp_keepalive_switch_takes_an_optional_bool() {
+        let parse = |extra: &[&str]| {
+            let mut args = vec!["ringgate", "--users-file", "u"];
+            args.extend_from_slice(extra);
+            Config::try_parse_from(args)
+        };
+        assert!(parse(&["--tcp-keepalive"]).unwrap().tcp_keepalive);
+        assert!(parse(&["--tcp-keepalive=true"]).unwrap().tcp_keepalive);
+        assert!(!parse(&["--tcp-keepalive=false"]).unwrap().tcp_keepalive);
+        assert!(parse(&["--tcp-keepalive=maybe"]).is_err());
+        assert!(parse(&["--tcp-keepalive-idle", "1500ms"]).is_err());
+        assert!(parse(&["--tcp-keepalive-count", "0"]).is_err());
+        let c = parse(&["--tcp-user-timeout", "0", "--backend-read-timeout", "10m"]).unwrap();
+        assert_eq!(c.tcp_user_timeout, Duration::ZERO);
+        assert_eq!(c.backend_read_timeout, Duration::from_secs(600));
     }
 
     #[test]

@@ -77,10 +77,10 @@ enum Kind {
 
 fn kind_of(arg: &Arg) -> Kind {
     use std::any::TypeId;
-    if matches!(arg.get_action(), ArgAction::SetTrue) {
+    let t = arg.get_value_parser().type_id();
+    if matches!(arg.get_action(), ArgAction::SetTrue) || t == TypeId::of::<bool>() {
         return Kind::Bool;
     }
-    let t = arg.get_value_parser().type_id();
     let integers = [
         TypeId::of::<u8>(),
         TypeId::of::<u16>(),
@@ -411,9 +411,14 @@ fn entry_args(arg: &Arg, key: &str, value: &toml::Value) -> Result<Vec<OsString>
             toml_type(value)
         )
     };
+    let switch = matches!(arg.get_action(), ArgAction::SetTrue);
     let raw = match (kind, value) {
-        (Kind::Bool, toml::Value::Boolean(true)) => return Ok(vec![format!("--{key}").into()]),
-        (Kind::Bool, toml::Value::Boolean(false)) => return Ok(Vec::new()),
+        // A plain switch has no `=false` form: absent is false.
+        (Kind::Bool, toml::Value::Boolean(true)) if switch => {
+            return Ok(vec![format!("--{key}").into()])
+        }
+        (Kind::Bool, toml::Value::Boolean(false)) if switch => return Ok(Vec::new()),
+        (Kind::Bool, toml::Value::Boolean(b)) => b.to_string(),
         (Kind::Integer, toml::Value::Integer(i)) if *i < 0 => {
             return Err(format!(
                 "invalid value {i} for key \"{key}\": must not be negative"
@@ -776,6 +781,28 @@ mod tests {
     }
 
     #[test]
+    fn a_default_on_switch_can_be_turned_off_in_the_file_and_back_on_by_flag() {
+        let path = temp_file(
+            "keepalive",
+            "users-file = \"u.json\"\ntcp-keepalive = false\ntcp-keepalive-idle = \"30s\"\n",
+        );
+        let p = path.to_str().unwrap();
+        let inv = parse(["ringgate", "--config", p]).unwrap();
+        assert!(!inv.config.tcp_keepalive);
+        assert_eq!(inv.config.tcp_keepalive_idle, Duration::from_secs(30));
+        assert!(inv
+            .render_config()
+            .contains("tcp-keepalive = false  # file"));
+        let inv = parse(["ringgate", "--config", p, "--tcp-keepalive"]).unwrap();
+        assert!(inv.config.tcp_keepalive);
+        let e = file_err("tcp-keepalive = \"no\"\n");
+        assert_eq!(
+            e,
+            "ringgate.toml:1: key \"tcp-keepalive\" must be true or false, found a string \"no\""
+        );
+    }
+
+    #[test]
     fn values_starting_with_a_dash_survive() {
         let path = temp_file(
             "dash",
@@ -861,6 +888,8 @@ mod tests {
             assert_eq!(kinds[k], Kind::Integer, "{k}");
         }
         assert_eq!(kinds["allow-local-infile"], Kind::Bool);
+        assert_eq!(kinds["tcp-keepalive"], Kind::Bool);
+        assert_eq!(kinds["tcp-keepalive-count"], Kind::Integer);
         assert_eq!(kinds["drain-timeout"], Kind::Text);
         assert_eq!(kinds["read-buffers"], Kind::Text);
     }

@@ -11,3 +11,4 @@ pub mod metrics;
 pub mod mysql;
 pub mod proxy;
 pub mod ring;
+pub mod sockopt;

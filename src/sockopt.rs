@@ -1,0 +1,159 @@
+//! TCP options that let ringgate notice a dead peer, set on every accepted
+//! client socket and every backend socket.
+//!
+//! Without them a client host that vanishes without a FIN (power loss, a
+//! dropped NAT entry, a cable pulled) keeps its session, its read buffer and
+//! its leased backend connection forever: nothing ever completes the read
+//! that is waiting on it.
+//!
+//! - **Keepalive** (`SO_KEEPALIVE`, `TCP_KEEPIDLE`, `TCP_KEEPINTVL`,
+//!   `TCP_KEEPCNT`) covers an idle connection: after `--tcp-keepalive-idle`
+//!   of silence the kernel probes every `--tcp-keepalive-interval` and
+//!   resets the connection after `--tcp-keepalive-count` unanswered probes,
+//!   so the pending read completes with an error and the normal close path
+//!   returns everything.
+//! - **`TCP_USER_TIMEOUT`** covers a connection with unacknowledged data in
+//!   flight (we were writing when the peer vanished), where keepalive does
+//!   not probe and retransmissions would otherwise go on for ~15 minutes.
+//!
+//! Both are kernel timers: they cost nothing on the data path.
+
+use std::io;
+use std::os::fd::BorrowedFd;
+
+use socket2::{Protocol, SockRef, Socket, TcpKeepalive, Type};
+
+use crate::config::Config;
+
+/// Applies `--tcp-keepalive*` and `--tcp-user-timeout` to `sock`.
+///
+/// A unix socket, a UDP socket or any other socket that is not TCP is left
+/// alone and `Ok(())` is returned, so callers can apply this to every
+/// accepted connection without checking which listener it came from.
+pub fn apply_tcp_options(sock: &Socket, cfg: &Config) -> io::Result<()> {
+    if !is_tcp(sock)? {
+        return Ok(());
+    }
+    if cfg.tcp_keepalive {
+        let keepalive = TcpKeepalive::new()
+            .with_time(cfg.tcp_keepalive_idle)
+            .with_interval(cfg.tcp_keepalive_interval)
+            .with_retries(cfg.tcp_keepalive_count);
+        sock.set_tcp_keepalive(&keepalive)?;
+    } else {
+        sock.set_keepalive(false)?;
+    }
+    // 0 means "the kernel's default" both in the flag and in the option.
+    let user_timeout = (!cfg.tcp_user_timeout.is_zero()).then_some(cfg.tcp_user_timeout);
+    sock.set_tcp_user_timeout(user_timeout)?;
+    Ok(())
+}
+
+/// [`apply_tcp_options`] for a socket known only by its fd (an accept or
+/// socket completion from the ring). The fd stays owned by the caller.
+pub fn apply_tcp_options_to_fd(fd: BorrowedFd<'_>, cfg: &Config) -> io::Result<()> {
+    apply_tcp_options(&SockRef::from(&fd), cfg)
+}
+
+/// True for an IPv4/IPv6 stream socket whose protocol is TCP (or unstated,
+/// which for an inet stream socket means TCP).
+fn is_tcp(sock: &Socket) -> io::Result<bool> {
+    // A unix socket's address has no inet form; an unbound inet socket still
+    // reports 0.0.0.0:0, so this does not depend on the socket's state.
+    if sock.local_addr()?.as_socket().is_none() || sock.r#type()? != Type::STREAM {
+        return Ok(false);
+    }
+    Ok(match sock.protocol()? {
+        None => true,
+        Some(p) => p == Protocol::TCP,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use socket2::Domain;
+    use std::net::{SocketAddr, TcpListener};
+    use std::time::Duration;
+
+    fn config(extra: &[&str]) -> Config {
+        let mut args = vec!["ringgate", "--users-file", "u.json"];
+        args.extend_from_slice(extra);
+        Config::try_parse_from(args).unwrap()
+    }
+
+    /// A connected client socket and the server side of it, both real TCP.
+    fn tcp_pair() -> (Socket, Socket) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        let client = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        client.connect(&addr.into()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        (client, Socket::from(server))
+    }
+
+    #[test]
+    fn defaults_are_set_and_read_back_with_getsockopt() {
+        let cfg = config(&[]);
+        let (client, server) = tcp_pair();
+        for sock in [&client, &server] {
+            apply_tcp_options(sock, &cfg).unwrap();
+            assert!(sock.keepalive().unwrap());
+            assert_eq!(sock.keepalive_time().unwrap(), Duration::from_secs(60));
+            assert_eq!(sock.keepalive_interval().unwrap(), Duration::from_secs(10));
+            assert_eq!(sock.keepalive_retries().unwrap(), 6);
+            assert_eq!(
+                sock.tcp_user_timeout().unwrap(),
+                Some(Duration::from_secs(60))
+            );
+        }
+    }
+
+    #[test]
+    fn flags_are_honoured_and_zero_or_false_turn_options_off() {
+        let (client, _server) = tcp_pair();
+        let cfg = config(&[
+            "--tcp-keepalive-idle=7s",
+            "--tcp-keepalive-interval=3s",
+            "--tcp-keepalive-count=2",
+            "--tcp-user-timeout=1500ms",
+        ]);
+        apply_tcp_options(&client, &cfg).unwrap();
+        assert_eq!(client.keepalive_time().unwrap(), Duration::from_secs(7));
+        assert_eq!(client.keepalive_interval().unwrap(), Duration::from_secs(3));
+        assert_eq!(client.keepalive_retries().unwrap(), 2);
+        assert_eq!(
+            client.tcp_user_timeout().unwrap(),
+            Some(Duration::from_millis(1500))
+        );
+
+        let cfg = config(&["--tcp-keepalive=false", "--tcp-user-timeout=0"]);
+        apply_tcp_options(&client, &cfg).unwrap();
+        assert!(!client.keepalive().unwrap());
+        assert_eq!(client.tcp_user_timeout().unwrap(), None);
+    }
+
+    #[test]
+    fn works_on_a_borrowed_fd_and_on_an_unconnected_socket() {
+        use std::os::fd::AsFd;
+        let cfg = config(&[]);
+        let (client, _server) = tcp_pair();
+        apply_tcp_options_to_fd(client.as_fd(), &cfg).unwrap();
+        assert!(client.keepalive().unwrap());
+        // A backend socket is configured before its connect is submitted.
+        let fresh = Socket::new(Domain::IPV6, Type::STREAM, None).unwrap();
+        apply_tcp_options(&fresh, &cfg).unwrap();
+        assert!(fresh.keepalive().unwrap());
+    }
+
+    #[test]
+    fn unix_and_udp_sockets_are_left_alone() {
+        let cfg = config(&[]);
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        apply_tcp_options(&SockRef::from(&a), &cfg).unwrap();
+        assert!(!SockRef::from(&a).keepalive().unwrap());
+        let udp = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();
+        apply_tcp_options(&udp, &cfg).unwrap();
+    }
+}
