@@ -13,12 +13,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, ReadBufferMode};
-use crate::mysql::auth::{native_token, NATIVE_PASSWORD};
-use crate::mysql::constants::{CLIENT_LONG_PASSWORD, NATIVE_LOGIN_CAPS, UTF8MB4_GENERAL_CI};
-use crate::mysql::handshake::{self, HandshakeResponse};
+use crate::mysql::client_login::{ClientLogin, LoginError, LoginParams, LoginStep};
+use crate::mysql::constants::{COM_QUIT, NATIVE_LOGIN_CAPS, UTF8MB4_GENERAL_CI};
 use crate::mysql::packet::{split_packet, write_packet};
-use crate::mysql::reply::{parse_auth_reply, ServerReply};
-use crate::mysql::{ProtocolError, Users};
+use crate::mysql::reply::com_payload;
+use crate::mysql::Users;
 use crate::ring::{Ring, RingError};
 
 /// The outcome of one check.
@@ -706,43 +705,30 @@ fn check_users(path: &Path) -> Item {
 // Backend login
 // ---------------------------------------------------------------------------
 
-/// Why a backend login failed.
-#[derive(Debug)]
-pub enum LoginError {
+/// Why `ringgate check` could not log into the backend.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
     /// TCP connect, read or write failed (refused, timed out, reset).
-    Io(std::io::Error),
-    /// The server answered with an ERR before authentication.
-    Refused { code: u16, message: String },
-    /// The credentials were rejected (ERR during authentication).
-    Denied { code: u16, message: String },
-    /// The server wants an auth plugin ringgate does not speak.
-    Plugin(String),
-    /// Anything the protocol code could not make sense of.
-    Protocol(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The server sent an ERR instead of its greeting (too many connections,
+    /// host blocked): it refused before any login.
+    #[error("server refused the connection: {0}")]
+    Refused(LoginError),
+    /// The login itself failed: the credentials were refused, the server
+    /// wants another plugin, or it answered something unexpected.
+    #[error("{0}")]
+    Login(LoginError),
 }
 
-impl std::fmt::Display for LoginError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LoginError::Io(e) => write!(f, "{e}"),
-            LoginError::Refused { code, message } => {
-                write!(f, "server refused the connection: {code} {message}")
-            }
-            LoginError::Denied { code, message } => write!(f, "login refused: {code} {message}"),
-            LoginError::Plugin(p) => write!(
-                f,
-                "the server wants auth plugin '{p}'; ringgate speaks mysql_native_password only"
-            ),
-            LoginError::Protocol(m) => write!(f, "unexpected reply: {m}"),
-        }
-    }
-}
-
+/// Reads one whole packet: (sequence id, payload). Login packets are small,
+/// so a physical packet is all that is ever needed.
 fn read_packet(
     s: &mut TcpStream,
     buf: &mut Vec<u8>,
     deadline: Instant,
-) -> Result<(u8, Vec<u8>), LoginError> {
+) -> Result<(u8, Vec<u8>), std::io::Error> {
+    use std::io::{Error, ErrorKind};
     loop {
         if let Some((p, used)) = split_packet(buf) {
             let out = (p.seq, p.payload.to_vec());
@@ -751,91 +737,67 @@ fn read_packet(
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(LoginError::Io(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
+            return Err(Error::new(
+                ErrorKind::TimedOut,
                 "timed out waiting for the server",
-            )));
+            ));
         }
-        s.set_read_timeout(Some(left)).map_err(LoginError::Io)?;
+        s.set_read_timeout(Some(left))?;
         let mut chunk = [0u8; 4096];
         match s.read(&mut chunk) {
             Ok(0) => {
-                return Err(LoginError::Io(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
+                return Err(Error::new(
+                    ErrorKind::UnexpectedEof,
                     "the server closed the connection",
-                )))
+                ))
             }
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(LoginError::Io(e)),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            // What a read timeout looks like on a socket (EAGAIN).
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(Error::new(
+                    ErrorKind::TimedOut,
+                    "timed out waiting for the server",
+                ))
+            }
+            Err(e) => return Err(e),
         }
     }
 }
 
-fn send(s: &mut TcpStream, seq: u8, payload: &[u8]) -> Result<(), LoginError> {
-    let mut out = Vec::with_capacity(payload.len() + 4);
-    write_packet(&mut out, seq, payload);
-    s.write_all(&out).map_err(LoginError::Io)
-}
-
-/// Logs into the backend the way a pool connection does (HandshakeResponse41
-/// with mysql_native_password, following an AuthSwitch to it), then quits.
-/// Returns the server version.
-pub fn backend_login(cfg: &Config, timeout: Duration) -> Result<String, LoginError> {
+/// Logs into the backend with the login code the pool's connections use
+/// ([`ClientLogin`]), over a blocking socket, then quits. Returns the server
+/// version.
+pub fn backend_login(cfg: &Config, timeout: Duration) -> Result<String, BackendError> {
     let deadline = Instant::now() + timeout;
-    let mut s = TcpStream::connect_timeout(&cfg.backend, timeout).map_err(LoginError::Io)?;
-    s.set_write_timeout(Some(timeout)).map_err(LoginError::Io)?;
-    let mut buf = Vec::new();
-    let (seq, payload) = read_packet(&mut s, &mut buf, deadline)?;
-    let greeting = match handshake::parse_greeting(&payload) {
-        Ok(g) => g,
-        Err(ProtocolError::ServerError { code, message, .. }) => {
-            return Err(LoginError::Refused { code, message })
-        }
-        Err(e) => return Err(LoginError::Protocol(format!("bad greeting: {e}"))),
-    };
-    let wanted = NATIVE_LOGIN_CAPS;
-    let response = HandshakeResponse {
-        capabilities: wanted & (greeting.capabilities | CLIENT_LONG_PASSWORD),
-        max_packet_size: 1 << 24,
-        charset: UTF8MB4_GENERAL_CI,
-        username: cfg.backend_user.clone(),
-        auth_response: native_token(cfg.backend_password.as_bytes(), &greeting.scramble),
+    let mut s = TcpStream::connect_timeout(&cfg.backend, timeout)?;
+    s.set_write_timeout(Some(timeout))?;
+    let mut login = ClientLogin::new(LoginParams {
+        user: cfg.backend_user.clone(),
+        password: cfg.backend_password.as_bytes().to_vec(),
         database: None,
-        auth_plugin: Some(NATIVE_PASSWORD.into()),
-        connect_attrs: Vec::new(),
-    };
-    send(
-        &mut s,
-        seq.wrapping_add(1),
-        &handshake::build_handshake_response(&response),
-    )?;
-    let mut switched = false;
+        capabilities: NATIVE_LOGIN_CAPS,
+        collation: UTF8MB4_GENERAL_CI,
+        max_packet_size: 1 << 24,
+    });
+    let mut buf = Vec::new();
+    let mut greeted = false;
     loop {
         let (seq, payload) = read_packet(&mut s, &mut buf, deadline)?;
-        match parse_auth_reply(&payload) {
-            Ok(ServerReply::Ok { .. }) => {
-                // COM_QUIT, best effort.
-                let _ = send(&mut s, 0, &[0x01]);
+        match login.on_packet(seq, &payload) {
+            Ok(LoginStep::Send(bytes)) => {
+                greeted = true;
+                s.write_all(&bytes)?;
+            }
+            Ok(LoginStep::Done { greeting, .. }) => {
+                // COM_QUIT, best effort: the check is over either way.
+                let mut quit = Vec::with_capacity(5);
+                write_packet(&mut quit, 0, &com_payload(COM_QUIT, &[]));
+                let _ = s.write_all(&quit);
                 return Ok(greeting.server_version);
             }
-            Ok(ServerReply::Err { code, message, .. }) => {
-                return Err(LoginError::Denied { code, message })
-            }
-            Ok(ServerReply::AuthSwitch { plugin, data })
-                if plugin == NATIVE_PASSWORD && !switched =>
-            {
-                switched = true;
-                let token = native_token(cfg.backend_password.as_bytes(), &data);
-                send(&mut s, seq.wrapping_add(1), &token)?;
-            }
-            Ok(ServerReply::AuthSwitch { plugin, .. }) => return Err(LoginError::Plugin(plugin)),
-            Ok(other) => {
-                return Err(LoginError::Protocol(format!(
-                    "{other:?} during authentication"
-                )))
-            }
-            Err(e) => return Err(LoginError::Protocol(e.to_string())),
+            Err(e @ LoginError::Server { .. }) if !greeted => return Err(BackendError::Refused(e)),
+            Err(e) => return Err(BackendError::Login(e)),
         }
     }
 }
@@ -854,27 +816,30 @@ fn check_backend(cfg: &Config) -> Item {
                 cfg.backend
             ),
         ),
-        Err(e @ LoginError::Io(_)) => Item::fail(
+        Err(e @ BackendError::Io(_)) => Item::fail(
             what,
             format!("cannot reach {}: {e}", cfg.backend),
             "start the server, or fix --backend; check firewalls between this host and it",
         ),
-        Err(e @ LoginError::Refused { .. }) => Item::fail(
+        Err(e @ BackendError::Refused(_)) => Item::fail(
             what,
             format!("{} {e}", cfg.backend),
             "the server refused before login (too many connections? host blocked? \
              `FLUSH HOSTS` clears a host blocked by max_connect_errors)",
         ),
-        Err(e @ LoginError::Denied { .. }) => Item::fail(
+        Err(BackendError::Login(e @ LoginError::Server { .. })) => Item::fail(
             what,
-            format!("{} refused --backend-user '{user}': {e}", cfg.backend),
+            format!(
+                "{} refused --backend-user '{user}': login refused: {e}",
+                cfg.backend
+            ),
             format!(
                 "check --backend-user and RINGGATE_BACKEND_PASSWORD; on the server: \
                  CREATE USER '{user}'@'<ringgate host>' IDENTIFIED WITH mysql_native_password \
                  BY '...' and GRANT it what clients need"
             ),
         ),
-        Err(e @ LoginError::Plugin(_)) => Item::fail(
+        Err(BackendError::Login(e @ LoginError::UnsupportedPlugin(_))) => Item::fail(
             what,
             format!("{}: {e}", cfg.backend),
             format!(
@@ -882,7 +847,7 @@ fn check_backend(cfg: &Config) -> Item {
                  BY '...'"
             ),
         ),
-        Err(e) => Item::fail(
+        Err(e @ BackendError::Login(LoginError::Protocol { .. })) => Item::fail(
             what,
             format!("{}: {e}", cfg.backend),
             "is --backend a MySQL/MariaDB server?",
@@ -1007,6 +972,124 @@ mod tests {
         assert!(text.contains("NOT ready"), "{text}");
     }
 
+    /// A one-connection fake backend: sends `script[0]` on accept, then the
+    /// next entry after each whole packet it reads from the client.
+    fn fake_backend(script: Vec<Vec<u8>>) -> (String, std::thread::JoinHandle<()>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            for (i, packet) in script.iter().enumerate() {
+                if i > 0 {
+                    let mut header = [0u8; 4];
+                    s.read_exact(&mut header).unwrap();
+                    let len = usize::from(header[0])
+                        | usize::from(header[1]) << 8
+                        | usize::from(header[2]) << 16;
+                    s.read_exact(&mut vec![0; len]).unwrap();
+                }
+                s.write_all(packet).unwrap();
+            }
+            // Hold the connection until the client is done with it.
+            let _ = s.read(&mut [0u8; 64]);
+        });
+        (addr, server)
+    }
+
+    fn framed(seq: u8, payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_packet(&mut out, seq, payload);
+        out
+    }
+
+    fn greeting_packet() -> Vec<u8> {
+        use crate::mysql::constants::*;
+        framed(
+            0,
+            &crate::mysql::handshake::build_greeting(&crate::mysql::handshake::Greeting {
+                protocol_version: 10,
+                server_version: "5.5.5-10.11.19-MariaDB".into(),
+                connection_id: 7,
+                scramble: b"abcdefgh0123456789AB".to_vec(),
+                capabilities: 0x81FF_F7FE,
+                charset: UTF8MB4_GENERAL_CI,
+                status: SERVER_STATUS_AUTOCOMMIT,
+                auth_plugin: crate::mysql::auth::NATIVE_PASSWORD.into(),
+            }),
+        )
+    }
+
+    fn check_against(script: Vec<Vec<u8>>) -> Item {
+        let (addr, server) = fake_backend(script);
+        let item = check_backend(&cfg(&["--backend", &addr]));
+        server.join().unwrap();
+        item
+    }
+
+    #[test]
+    fn backend_login_follows_the_shared_login_machine() {
+        use crate::mysql::reply::ok_payload;
+        let switch = b"\xFEmysql_native_password\x00abcdefgh0123456789AB\x00";
+        let item = check_against(vec![
+            greeting_packet(),
+            framed(2, switch),
+            framed(4, &ok_payload(0, 0, 2, 0)),
+        ]);
+        assert_eq!(item.status, Status::Ok, "{item:?}");
+        assert!(
+            item.detail.contains("server 5.5.5-10.11.19-MariaDB"),
+            "{item:?}"
+        );
+    }
+
+    #[test]
+    fn backend_refusing_before_the_greeting_is_reported_as_a_refusal() {
+        use crate::mysql::reply::err_payload;
+        let item = check_against(vec![framed(0, &err_payload(1040, "Too many connections"))]);
+        assert_eq!(item.status, Status::Fail);
+        assert!(
+            item.detail
+                .contains("server refused the connection: 1040 (08004): Too many connections"),
+            "{item:?}"
+        );
+        assert!(item.fix.unwrap().contains("FLUSH HOSTS"));
+    }
+
+    #[test]
+    fn backend_wanting_another_plugin_names_it_and_the_fix() {
+        let switch = b"\xFEcaching_sha2_password\x00abcdefgh0123456789AB\x00";
+        let item = check_against(vec![greeting_packet(), framed(2, switch)]);
+        assert_eq!(item.status, Status::Fail);
+        assert!(item.detail.contains("'caching_sha2_password'"), "{item:?}");
+        assert!(item
+            .fix
+            .unwrap()
+            .contains("IDENTIFIED WITH mysql_native_password"));
+    }
+
+    #[test]
+    fn backend_that_is_not_mysql_is_a_protocol_failure() {
+        // Framed, but protocol version 9: not a HandshakeV10.
+        let item = check_against(vec![framed(0, b"\x09not a greeting\x00")]);
+        assert_eq!(item.status, Status::Fail);
+        assert!(item.detail.contains("malformed greeting"), "{item:?}");
+        assert!(item.fix.unwrap().contains("MySQL/MariaDB server"));
+    }
+
+    #[test]
+    fn silent_backend_times_out_with_a_clear_message() {
+        // Listening, so the connect succeeds, but nothing ever answers.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = cfg(&["--backend", &listener.local_addr().unwrap().to_string()]);
+        match backend_login(&c, Duration::from_millis(200)) {
+            Err(BackendError::Io(e)) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+                assert_eq!(e.to_string(), "timed out waiting for the server");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn backend_down_is_an_io_error() {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -1016,7 +1099,7 @@ mod tests {
             .port();
         let c = cfg(&["--backend", &format!("127.0.0.1:{port}")]);
         match backend_login(&c, Duration::from_secs(2)) {
-            Err(LoginError::Io(_)) => {}
+            Err(BackendError::Io(_)) => {}
             other => panic!("{other:?}"),
         }
     }
