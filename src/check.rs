@@ -311,7 +311,7 @@ fn check_io_uring(k: &Kernel, ring_bytes: u64) -> Item {
         None => String::from("kernel.io_uring_disabled absent"),
         Some(v) => format!("kernel.io_uring_disabled={v}"),
     };
-    match Ring::new(WORKER_RING_ENTRIES) {
+    match Ring::new(WORKER_RING_ENTRIES, WORKER_RING_ENTRIES * 4) {
         Ok(ring) => {
             let charged = if ring_bytes > 0 {
                 format!(

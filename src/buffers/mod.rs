@@ -21,7 +21,10 @@
 //!   [`ReadBuffer::read_sqe`], [`ReadBuffer::write_sqe`] or
 //!   [`WriteBuf::write_sqe`], which mark the buffer *in flight*;
 //!   [`ReadBuffer::complete`] / [`WriteBuf::complete`] clear the mark when
-//!   the CQE is reaped.
+//!   the CQE is reaped. Those builders return a [`Sqe`], the only thing
+//!   the ring accepts, and an SQE the ring cannot queue comes back as a
+//!   synthetic failed completion: the mark is always cleared through the
+//!   owner's completion path.
 //! - [`BufferPool::release`] refuses a buffer that is in flight (it returns
 //!   it to the caller as an error), and dropping an in-flight buffer leaks its
 //!   memory on purpose instead of freeing memory the kernel may still write.
@@ -33,9 +36,10 @@ mod fixed;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
-use io_uring::{opcode, squeue, types};
+use io_uring::{opcode, types};
 
 use crate::metrics::{BufferMode, Metrics};
+use crate::ring::Sqe;
 use fixed::FixedRegion;
 
 pub use fixed::RegisterError;
@@ -139,7 +143,7 @@ impl ReadBuffer {
     /// SQE that reads from `fd` into the free space after the valid bytes:
     /// READ_FIXED for a registered slot, READ for a heap buffer. The buffer
     /// is in flight until [`ReadBuffer::complete`].
-    pub fn read_sqe(&mut self, fd: RawFd, user_data: u64) -> squeue::Entry {
+    pub fn read_sqe(&mut self, fd: RawFd, user_data: u64) -> Sqe {
         assert!(!self.in_flight, "second operation on a busy buffer");
         assert!(self.filled < self.capacity, "read into a full buffer");
         let start = self.filled;
@@ -155,18 +159,16 @@ impl ReadBuffer {
                 .offset(SOCKET_OFFSET)
                 .build(),
         };
-        entry.user_data(user_data)
+        // SAFETY: the buffer is now marked in flight: it cannot be released
+        // to the pool, its bytes cannot be touched, and dropping it leaks the
+        // memory instead of freeing it, until `complete` is called for this
+        // operation's (real or synthetic) completion.
+        unsafe { Sqe::new(entry.user_data(user_data)) }
     }
 
     /// SQE that writes `filled()[range]` to `fd`: WRITE_FIXED straight from
     /// the registered slot (no userspace copy), WRITE for a heap buffer.
-    pub fn write_sqe(
-        &mut self,
-        fd: RawFd,
-        start: usize,
-        end: usize,
-        user_data: u64,
-    ) -> squeue::Entry {
+    pub fn write_sqe(&mut self, fd: RawFd, start: usize, end: usize, user_data: u64) -> Sqe {
         assert!(!self.in_flight, "second operation on a busy buffer");
         assert!(
             start < end && end <= self.filled,
@@ -184,7 +186,8 @@ impl ReadBuffer {
                 .offset(SOCKET_OFFSET)
                 .build(),
         };
-        entry.user_data(user_data)
+        // SAFETY: as in `read_sqe`: in flight until `complete_write`.
+        unsafe { Sqe::new(entry.user_data(user_data)) }
     }
 
     /// The CQE of this buffer's operation was reaped. For a read, `read`
@@ -247,17 +250,21 @@ impl WriteBuf {
     }
 
     /// SQE that sends `bytes[start..]`.
-    pub fn write_sqe(&mut self, fd: RawFd, start: usize, user_data: u64) -> squeue::Entry {
+    pub fn write_sqe(&mut self, fd: RawFd, start: usize, user_data: u64) -> Sqe {
         assert!(!self.in_flight && start < self.bytes.len());
         self.in_flight = true;
         let len = (self.bytes.len() - start) as u32;
         // SAFETY: `start < len()`, inside the Vec, which is not touched until
         // `complete` (bytes_mut asserts that).
         let ptr = unsafe { self.bytes.as_ptr().add(start) };
-        opcode::Write::new(types::Fd(fd), ptr, len)
+        let entry = opcode::Write::new(types::Fd(fd), ptr, len)
             .offset(SOCKET_OFFSET)
             .build()
-            .user_data(user_data)
+            .user_data(user_data);
+        // SAFETY: the Vec is marked in flight: `bytes_mut` refuses to hand it
+        // out and dropping it leaks it, until `complete` is called for this
+        // operation's (real or synthetic) completion.
+        unsafe { Sqe::new(entry) }
     }
 
     pub fn complete(&mut self) {

@@ -416,13 +416,9 @@ impl Worker {
             fd,
             self.backend_addr,
             Token::new(OpTag::BackendConnect, bi, bg),
-        )
-        .flags(io_uring::squeue::Flags::IO_LINK);
-        self.push(connect);
-        self.push(ops::link_timeout(
-            self.connect_timeout,
-            Token::new(OpTag::Ignore, 0, 0),
-        ));
+        );
+        let timeout = ops::link_timeout(self.connect_timeout, Token::new(OpTag::Ignore, 0, 0));
+        self.ring.push_linked(connect, timeout);
     }
 
     fn backend_open_failed(&mut self, opened_for: Option<(u32, u32)>, cause: &str) {

@@ -22,7 +22,7 @@ use super::Shared;
 use crate::buffers::BufferPool;
 use crate::config::ReadBufferMode;
 use crate::metrics::{BufferMode, WorkerMetrics};
-use crate::ring::{ops, OpTag, Ring, RingError, Token};
+use crate::ring::{ops, Completion, OpTag, Ring, RingError, Token};
 
 /// How often the worker wakes up on its own: timeouts (handshake, pool
 /// wait), pool refills and the shutdown flag are checked at this cadence.
@@ -153,7 +153,7 @@ impl Worker {
         unix: Option<Socket>,
     ) -> Result<(Worker, WorkerStartup), WorkerError> {
         let cfg = &shared.config;
-        let ring = Ring::new(RING_ENTRIES)?;
+        let ring = Ring::new(RING_ENTRIES, RING_ENTRIES * 4)?;
         let metrics = Arc::clone(&shared.metrics);
         let size = cfg.read_buffer_size as usize;
         let (pool, fallback) = match cfg.read_buffers {
@@ -222,14 +222,10 @@ impl Worker {
         self.shared.metrics.worker(self.id)
     }
 
-    /// Queue an SQE whose memory is owned by `buffers` types or is `'static`.
-    pub(super) fn push(&mut self, entry: io_uring::squeue::Entry) {
-        // SAFETY: every SQE built in this crate points either at a
-        // ReadBuffer/WriteBuf marked in flight (kept alive until its CQE,
-        // see crate::buffers) or at leaked 'static data, or at nothing.
-        if let Err(e) = unsafe { self.ring.push(&entry) } {
-            tracing::error!(worker = self.id, error = %e, "cannot submit to io_uring");
-        }
+    /// Queue an SQE. It cannot fail: an SQE the ring cannot queue comes
+    /// back as a failed completion through the normal handlers.
+    pub(super) fn push(&mut self, sqe: crate::ring::Sqe) {
+        self.ring.push(sqe);
     }
 
     /// Run until a drain completes.
@@ -237,13 +233,13 @@ impl Worker {
         self.arm_accepts();
         self.push(ops::timeout(self.tick_ts, Token::new(OpTag::Tick, 0, 0)));
         self.refill_pool();
-        let mut batch: Vec<cqueue::Entry> = Vec::with_capacity(RING_ENTRIES as usize * 4);
+        let mut batch: Vec<Completion> = Vec::with_capacity(RING_ENTRIES as usize * 4);
         loop {
             self.ring.submit_and_wait()?;
             batch.clear();
             self.ring.reap(&mut batch);
             for cqe in batch.iter() {
-                self.dispatch(cqe.user_data(), cqe.result(), cqe.flags());
+                self.dispatch(cqe.user_data, cqe.result, cqe.flags);
             }
             if self.waiters_dirty {
                 self.waiters_dirty = false;

@@ -1,18 +1,62 @@
-//! The io_uring driver: ring set-up with feature probing, submission with
-//! back-pressure, batched completion reaping, and the `user_data` encoding.
+//! The io_uring driver: ring set-up with feature probing, ring sizing,
+//! submission that never loses an operation, completion reaping that never
+//! strands one, and the `user_data` encoding.
 //!
 //! This layer never allocates per operation and never owns I/O memory: the
 //! buffers an operation points at belong to `crate::buffers`, whose types
-//! keep them alive until the operation's completion has been reaped.
+//! keep them alive until the operation's completion has been reaped. Only
+//! [`Sqe`]s can be pushed, and only `unsafe` code (here and in `buffers`)
+//! can make one.
+//!
+//! # The kernel facts this rests on
+//! - The SQ can be full: pushing then means handing the queue to the kernel
+//!   first. `io_uring_enter` can fail; a dropped SQE whose buffer is already
+//!   marked in flight would strand that buffer and its connection forever,
+//!   so a push that cannot be queued becomes a *synthetic completion*
+//!   `(user_data, -errno, 0)` that the owner handles like any failed op.
+//! - The CQ can be full. With IORING_FEAT_NODROP the kernel keeps further
+//!   completions on an internal overflow list, sets IORING_SQ_CQ_OVERFLOW,
+//!   and moves them back only on an `io_uring_enter(GETEVENTS)` after we
+//!   made room; older kernels answer a submit with EBUSY meanwhile. So
+//!   `reap` flushes the overflow list whenever the flag is set, and an
+//!   EBUSY makes `push` reap into an internal backlog instead of spinning.
+//!   If the kernel could not even buffer an overflowed CQE (EBADR), state is
+//!   lost: that is a hard error.
+//! - A linked pair (IOSQE_IO_LINK) is only linked if both SQEs are in the
+//!   same submission: `push_linked` makes room for both before queueing
+//!   either.
+//! - The CQ may be at most IORING_MAX_CQ_ENTRIES = 65536 entries and must
+//!   hold at least as many as the SQ; the SQ at most 32768.
 
+mod fault;
+mod queue;
+mod sqe;
 mod token;
 
+#[cfg(test)]
+mod tests;
+
+pub use fault::{
+    parse_cq_entries, parse_fault_plan, DebugKnobs, FaultPlan, DEBUG_CQ_ENTRIES_VAR,
+    FAULT_INJECT_VAR,
+};
+pub use queue::{Completion, RingStats};
+pub use sqe::Sqe;
 pub use token::{next_generation, OpTag, Token};
 
+/// Builders for the SQEs that point at no caller memory. The ones that do
+/// (reads, writes) are built by `crate::buffers`, which owns that memory.
+pub mod ops {
+    pub use super::sqe::{
+        accept, accept_multi, cancel_fd, cancel_user_data, connect, link_timeout, nop, timeout,
+    };
+}
+
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
 
-use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use io_uring::IoUring;
 use thiserror::Error;
 
 /// Errors from setting up or driving the ring.
@@ -37,8 +81,31 @@ pub enum RingError {
          RLIMIT_MEMLOCK for unprivileged users: raise LimitMEMLOCK / `ulimit -l`, or grant CAP_IPC_LOCK"
     )]
     Memlock(io::Error),
+    /// A hard `io_uring_enter` failure. Operations queued since have been
+    /// failed with synthetic completions; the worker must stop.
     #[error("io_uring_enter failed: {0}")]
     Enter(io::Error),
+    /// EBADR: the kernel could not buffer an overflowed completion, so an
+    /// operation's completion is gone and its owner would wait forever.
+    #[error(
+        "io_uring dropped completions (the CQ overflowed and the kernel could not buffer them); \
+         the worker's state is no longer consistent"
+    )]
+    CompletionsLost,
+    /// A debug-only environment variable is malformed.
+    #[error("invalid {var}: {reason}")]
+    DebugEnv { var: &'static str, reason: String },
+}
+
+impl RingError {
+    /// The error a latched `io_uring_enter` errno is reported as.
+    fn from_errno(errno: i32) -> RingError {
+        if errno == libc::EBADR {
+            RingError::CompletionsLost
+        } else {
+            RingError::Enter(io::Error::from_raw_os_error(errno))
+        }
+    }
 }
 
 /// What the kernel offered and what this ring uses. Logged once at start-up.
@@ -73,14 +140,52 @@ impl std::fmt::Display for Features {
     }
 }
 
-/// The smallest ring worth running: 16 SQEs, 64 CQEs.
-const MIN_ENTRIES: u32 = 16;
+/// The smallest SQ worth running when locked memory is short.
+const MIN_SQ_ENTRIES: u32 = 16;
+/// IORING_MAX_ENTRIES: the kernel's cap on the SQ.
+const MAX_SQ_ENTRIES: u32 = 32768;
+/// IORING_MAX_CQ_ENTRIES: the kernel's cap on the CQ.
+pub const MAX_CQ_ENTRIES: u32 = 2 * MAX_SQ_ENTRIES;
+
+/// A CQ size for a worker that may have `max_in_flight_ops` operations
+/// outstanding at once: 25% headroom, rounded up to a power of two (the
+/// kernel rounds anyway), clamped to what the kernel allows. Overflow beyond
+/// it is still handled, only slower.
+pub fn cq_entries_for(max_in_flight_ops: usize) -> u32 {
+    let want = max_in_flight_ops.saturating_add(max_in_flight_ops / 4);
+    let want = u32::try_from(want).unwrap_or(MAX_CQ_ENTRIES);
+    want.max(2 * MIN_SQ_ENTRIES)
+        .checked_next_power_of_two()
+        .unwrap_or(MAX_CQ_ENTRIES)
+        .min(MAX_CQ_ENTRIES)
+}
+
+/// The (SQ, CQ) sizes to ask for: SQ in [2, 32768], CQ in [2×SQ, 65536],
+/// both powers of two. A forced debug CQ size wins and shrinks the SQ to fit.
+fn ring_sizes(sq: u32, cq: u32, forced_cq: Option<u32>) -> (u32, u32) {
+    let sq = sq.clamp(2, MAX_SQ_ENTRIES).next_power_of_two();
+    match forced_cq {
+        Some(n) => {
+            let cq = n.clamp(2, MAX_CQ_ENTRIES).next_power_of_two();
+            (sq.min(cq), cq)
+        }
+        None => (sq, cq.clamp(2 * sq, MAX_CQ_ENTRIES).next_power_of_two()),
+    }
+}
 
 /// One worker's ring. Not `Send`-shared: with SINGLE_ISSUER the thread that
 /// created it is the only one allowed to submit.
 pub struct Ring {
     uring: IoUring,
     features: Features,
+    /// Completions taken off the CQ (to make room) or made up (for SQEs
+    /// that could not be queued), delivered by the next `reap` first.
+    backlog: VecDeque<Completion>,
+    /// errno of a hard `io_uring_enter` failure: every later push fails
+    /// at once and `submit_and_wait` reports it.
+    latched: Option<i32>,
+    stats: RingStats,
+    faults: fault::Injector,
 }
 
 fn is_unavailable(e: &io::Error) -> bool {
@@ -91,24 +196,34 @@ fn is_unavailable(e: &io::Error) -> bool {
 }
 
 impl Ring {
-    /// Set up a ring with the best task-run mode the kernel accepts, falling
-    /// back one feature at a time: DEFER_TASKRUN needs SINGLE_ISSUER (6.1),
-    /// COOP_TASKRUN needs 5.19; older kernels reject unknown setup flags with
-    /// EINVAL, which is what each fallback step catches.
-    pub fn new(entries: u32) -> Result<Ring, RingError> {
+    /// Set up a ring of `sq_entries` SQEs and `cq_entries` CQEs (clamped to
+    /// [2×SQ, 65536]; see [`cq_entries_for`]), with the best task-run mode
+    /// the kernel accepts. Debug builds honour the fault-injection variables
+    /// in [`fault`](DebugKnobs::from_env).
+    pub fn new(sq_entries: u32, cq_entries: u32) -> Result<Ring, RingError> {
+        Self::with_knobs(sq_entries, cq_entries, DebugKnobs::from_env()?)
+    }
+
+    /// [`Ring::new`] with explicit debug knobs instead of the environment.
+    pub fn with_knobs(
+        sq_entries: u32,
+        cq_entries: u32,
+        knobs: DebugKnobs,
+    ) -> Result<Ring, RingError> {
+        let (mut sq, mut cq) = ring_sizes(sq_entries, cq_entries, knobs.cq_entries);
         // ENOMEM means the ring's own pages did not fit the locked-memory
         // limit (unprivileged, small RLIMIT_MEMLOCK): a smaller ring still
-        // works, only with shallower batches.
-        let mut entries = entries.max(MIN_ENTRIES);
+        // works, only with shallower batches (and overflow is handled).
         loop {
-            match Self::with_entries(entries) {
+            match Self::with_sizes(sq, cq, knobs) {
                 Err(RingError::Setup(e))
-                    if e.raw_os_error() == Some(libc::ENOMEM) && entries > MIN_ENTRIES =>
+                    if e.raw_os_error() == Some(libc::ENOMEM) && sq > MIN_SQ_ENTRIES =>
                 {
-                    entries /= 4;
+                    sq /= 4;
+                    cq = (cq / 4).max(2 * sq);
                     tracing::warn!(
-                        "io_uring setup hit the locked-memory limit; retrying with {entries} entries \
-                         (raise LimitMEMLOCK or grant CAP_IPC_LOCK for the full size)"
+                        "io_uring setup hit the locked-memory limit; retrying with {sq} SQ / {cq} CQ \
+                         entries (raise LimitMEMLOCK or grant CAP_IPC_LOCK for the full size)"
                     );
                 }
                 Err(RingError::Setup(e)) if e.raw_os_error() == Some(libc::ENOMEM) => {
@@ -119,8 +234,11 @@ impl Ring {
         }
     }
 
-    fn with_entries(entries: u32) -> Result<Ring, RingError> {
-        let cq_entries = entries.saturating_mul(4);
+    /// Try SINGLE_ISSUER + DEFER_TASKRUN + COOP_TASKRUN, then COOP_TASKRUN
+    /// alone, then nothing: DEFER_TASKRUN needs SINGLE_ISSUER (6.1),
+    /// COOP_TASKRUN needs 5.19; older kernels reject unknown setup flags
+    /// with EINVAL, which is what each fallback step catches.
+    fn with_sizes(sq: u32, cq: u32, knobs: DebugKnobs) -> Result<Ring, RingError> {
         let attempts: [(bool, bool, bool); 3] = [
             (true, true, true),
             (false, false, true),
@@ -129,7 +247,7 @@ impl Ring {
         let mut last_err = None;
         for (single_issuer, defer_taskrun, coop_taskrun) in attempts {
             let mut builder = IoUring::builder();
-            builder.setup_cqsize(cq_entries).setup_clamp();
+            builder.setup_cqsize(cq).setup_clamp();
             if single_issuer {
                 builder.setup_single_issuer();
             }
@@ -139,7 +257,7 @@ impl Ring {
             if coop_taskrun {
                 builder.setup_coop_taskrun();
             }
-            match builder.build(entries) {
+            match builder.build(sq) {
                 Ok(uring) => {
                     let params = uring.params();
                     let features = Features {
@@ -149,7 +267,14 @@ impl Ring {
                         fast_poll: params.is_feature_fast_poll(),
                         nodrop: params.is_feature_nodrop(),
                     };
-                    return Ok(Ring { uring, features });
+                    return Ok(Ring {
+                        uring,
+                        features,
+                        backlog: VecDeque::new(),
+                        latched: None,
+                        stats: RingStats::default(),
+                        faults: fault::Injector::new(knobs.faults),
+                    });
                 }
                 Err(e) if is_unavailable(&e) => return Err(RingError::Unavailable(e)),
                 Err(e) => last_err = Some(e),
@@ -162,6 +287,21 @@ impl Ring {
 
     pub fn features(&self) -> Features {
         self.features
+    }
+
+    /// SQ entries the kernel gave us (for the start-up log).
+    pub fn sq_capacity(&self) -> u32 {
+        self.uring.params().sq_entries()
+    }
+
+    /// CQ entries the kernel gave us (for the start-up log).
+    pub fn cq_capacity(&self) -> u32 {
+        self.uring.params().cq_entries()
+    }
+
+    /// Counters of the rare paths, for metrics.
+    pub fn stats(&self) -> RingStats {
+        self.stats
     }
 
     /// The ring's own fd, e.g. to find it in /proc/self/fdinfo.
@@ -180,52 +320,6 @@ impl Ring {
         // SAFETY: forwarded from this function's contract.
         unsafe { self.uring.submitter().register_buffers(iovecs) }
     }
-
-    /// Queue one SQE. When the submission queue is full, flush it to the
-    /// kernel and retry, so a burst never drops an operation.
-    ///
-    /// # Safety
-    /// Any memory `entry` points at must stay valid until its completion is
-    /// reaped (the `buffers` types and `'static` data guarantee this for
-    /// every call site).
-    pub unsafe fn push(&mut self, entry: &squeue::Entry) -> Result<(), RingError> {
-        loop {
-            // SAFETY: forwarded from this function's contract.
-            if unsafe { self.uring.submission().push(entry) }.is_ok() {
-                return Ok(());
-            }
-            self.submit()?;
-        }
-    }
-
-    /// Hand queued SQEs to the kernel without waiting.
-    pub fn submit(&mut self) -> Result<usize, RingError> {
-        loop {
-            match self.uring.submit() {
-                Ok(n) => return Ok(n),
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                // EBUSY: the CQ overflowed; reaping completions makes room.
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(0),
-                Err(e) => return Err(RingError::Enter(e)),
-            }
-        }
-    }
-
-    /// Submit and block until at least one completion is ready. With
-    /// DEFER_TASKRUN this is also where the kernel runs completion work.
-    pub fn submit_and_wait(&mut self) -> Result<(), RingError> {
-        match self.uring.submit_and_wait(1) {
-            Ok(_) => Ok(()),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) => Ok(()),
-            Err(e) => Err(RingError::Enter(e)),
-        }
-    }
-
-    /// Move every ready completion into `out` (reused by the caller, so the
-    /// loop does not allocate). Handlers run from `out`, never inline.
-    pub fn reap(&mut self, out: &mut Vec<cqueue::Entry>) {
-        out.extend(self.uring.completion());
-    }
 }
 
 /// Take ownership of an fd that an ACCEPT completion returned.
@@ -235,65 +329,4 @@ pub fn accepted_socket(fd: i32) -> socket2::Socket {
     // SAFETY: a non-negative ACCEPT result is a new fd that the kernel just
     // created for us and that nothing else in the process refers to.
     unsafe { socket2::Socket::from_raw_fd(fd) }
-}
-
-/// Builders for the few SQEs that point at no caller memory. The ones that
-/// do (reads, writes) are built by `crate::buffers`, which owns that memory.
-pub mod ops {
-    use super::*;
-
-    /// Multishot accept (5.19): one SQE yields a CQE per connection.
-    pub fn accept_multi(listener: RawFd, token: Token) -> squeue::Entry {
-        opcode::AcceptMulti::new(types::Fd(listener))
-            .flags(libc::SOCK_CLOEXEC)
-            .build()
-            .user_data(token.into())
-    }
-
-    /// One-shot accept, the fallback on kernels without multishot accept.
-    pub fn accept(listener: RawFd, token: Token) -> squeue::Entry {
-        opcode::Accept::new(
-            types::Fd(listener),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        )
-        .flags(libc::SOCK_CLOEXEC)
-        .build()
-        .user_data(token.into())
-    }
-
-    /// A relative timeout; `ts` is `'static` so it outlives the operation.
-    pub fn timeout(ts: &'static types::Timespec, token: Token) -> squeue::Entry {
-        opcode::Timeout::new(ts).build().user_data(token.into())
-    }
-
-    /// TCP connect to `addr` (`'static`: one per worker, leaked on purpose
-    /// so the kernel's pointer is valid for the whole process).
-    pub fn connect(fd: RawFd, addr: &'static socket2::SockAddr, token: Token) -> squeue::Entry {
-        opcode::Connect::new(types::Fd(fd), addr.as_ptr(), addr.len())
-            .build()
-            .user_data(token.into())
-    }
-
-    /// A timeout linked to the previous SQE (which must carry IO_LINK):
-    /// cancels that operation when `ts` elapses first.
-    pub fn link_timeout(ts: &'static types::Timespec, token: Token) -> squeue::Entry {
-        opcode::LinkTimeout::new(ts).build().user_data(token.into())
-    }
-
-    /// Cancel the in-flight operation(s) whose user_data is `target`.
-    pub fn cancel_user_data(target: u64, token: Token) -> squeue::Entry {
-        opcode::AsyncCancel::new(target)
-            .build()
-            .user_data(token.into())
-    }
-
-    /// Cancel every in-flight operation on `fd` (5.19:
-    /// IORING_ASYNC_CANCEL_FD|ALL). Completions of the cancelled ops still
-    /// arrive, with -ECANCELED, and must be reaped before their memory is reused.
-    pub fn cancel_fd(fd: RawFd, token: Token) -> squeue::Entry {
-        opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fd(fd)).all())
-            .build()
-            .user_data(token.into())
-    }
 }

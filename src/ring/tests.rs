@@ -1,0 +1,243 @@
+//! Real-kernel tests of the rare paths: a full SQ, a full CQ (overflow and
+//! EBUSY), linked pairs at the SQ boundary, and injected failures.
+
+use std::collections::HashMap;
+
+use super::*;
+
+fn tiny(knobs: DebugKnobs) -> Ring {
+    // 4 SQ / 8 CQ: a few dozen pushes overflow the CQ many times over.
+    let ring = Ring::with_knobs(4, 8, knobs).expect("io_uring set-up");
+    assert_eq!((ring.sq_capacity(), ring.cq_capacity()), (4, 8));
+    ring
+}
+
+fn token(i: u32) -> Token {
+    Token::new(OpTag::Ignore, i, 0)
+}
+
+/// Submit and reap until `n` completions arrived (bounded, so a lost
+/// completion fails the test instead of hanging it... except in the
+/// kernel wait, which only blocks when nothing at all is outstanding).
+fn collect(ring: &mut Ring, n: usize) -> HashMap<u64, Vec<i32>> {
+    let mut seen: HashMap<u64, Vec<i32>> = HashMap::new();
+    let mut batch = Vec::new();
+    let mut total = 0;
+    for _ in 0..10_000 {
+        if total >= n {
+            break;
+        }
+        ring.submit_and_wait().expect("submit_and_wait");
+        batch.clear();
+        ring.reap(&mut batch);
+        for c in &batch {
+            seen.entry(c.user_data).or_default().push(c.result);
+        }
+        total += batch.len();
+    }
+    assert_eq!(total, n, "completions lost or duplicated");
+    seen
+}
+
+#[test]
+fn a_flood_of_nops_into_a_tiny_ring_loses_nothing() {
+    let mut ring = tiny(DebugKnobs::default());
+    const N: u32 = 2000;
+    for i in 0..N {
+        ring.push(ops::nop(token(i)));
+    }
+    let seen = collect(&mut ring, N as usize);
+    for i in 0..N {
+        assert_eq!(seen.get(&token(i).into()), Some(&vec![0]), "nop {i}");
+    }
+    let stats = ring.stats();
+    assert!(
+        stats.overflow_flushes > 0,
+        "the CQ never overflowed: {stats:?}"
+    );
+    assert_eq!(stats.synthetic_failures, 0);
+}
+
+#[cfg(debug_assertions)]
+#[test]
+fn injected_ebusy_reaps_into_the_backlog_and_loses_nothing() {
+    let faults = FaultPlan {
+        push_fail: 0,
+        // Between two injected EBUSYs, four submits of 4 NOPs: more than the
+        // 8-entry CQ holds, so real overflow happens as well.
+        ebusy: 5,
+    };
+    let mut ring = tiny(DebugKnobs {
+        faults,
+        cq_entries: None,
+    });
+    const N: u32 = 1000;
+    for i in 0..N {
+        ring.push(ops::nop(token(i)));
+    }
+    let seen = collect(&mut ring, N as usize);
+    assert!((0..N).all(|i| seen.get(&token(i).into()) == Some(&vec![0])));
+    let stats = ring.stats();
+    assert!(stats.ebusy_reaps > 0, "{stats:?}");
+    assert!(stats.overflow_flushes > 0, "{stats:?}");
+    assert_eq!(stats.synthetic_failures, 0);
+}
+
+#[cfg(debug_assertions)]
+#[test]
+fn injected_push_failures_come_back_as_synthetic_completions() {
+    let faults = FaultPlan {
+        push_fail: 3,
+        ebusy: 0,
+    };
+    let mut ring = tiny(DebugKnobs {
+        faults,
+        cq_entries: None,
+    });
+    for i in 0..30 {
+        ring.push(ops::nop(token(i)));
+    }
+    let seen = collect(&mut ring, 30);
+    for i in 0..30 {
+        let want = if (i + 1) % 3 == 0 { -libc::EIO } else { 0 };
+        assert_eq!(seen.get(&token(i).into()), Some(&vec![want]), "op {i}");
+    }
+    assert_eq!(ring.stats().synthetic_failures, 10);
+}
+
+/// A cancel of an unknown user_data fails with ENOENT, and a failed link
+/// head cancels the rest of its chain. So if every pair is really linked,
+/// every second half completes with -ECANCELED; a split pair would let it
+/// run on its own and complete with 0.
+#[test]
+fn push_linked_never_splits_a_pair() {
+    let mut ring = tiny(DebugKnobs::default());
+    const PAIRS: u32 = 200;
+    for p in 0..PAIRS {
+        // Singles in between shift where each pair lands in the 4-slot SQ,
+        // so some pairs would straddle a full SQ.
+        if p % 3 == 0 {
+            ring.push(ops::nop(token(10_000 + p)));
+        }
+        let head = ops::cancel_user_data(u64::MAX, token(2 * p));
+        ring.push_linked(head, ops::nop(token(2 * p + 1)));
+    }
+    let singles = PAIRS.div_ceil(3);
+    let seen = collect(&mut ring, (2 * PAIRS + singles) as usize);
+    for p in 0..PAIRS {
+        assert_eq!(seen[&token(2 * p).into()], vec![-libc::ENOENT], "head {p}");
+        assert_eq!(
+            seen[&token(2 * p + 1).into()],
+            vec![-libc::ECANCELED],
+            "pair {p} was split"
+        );
+    }
+}
+
+#[cfg(debug_assertions)]
+#[test]
+fn a_failed_linked_push_fails_both_halves() {
+    let faults = FaultPlan {
+        push_fail: 1,
+        ebusy: 0,
+    };
+    let mut ring = tiny(DebugKnobs {
+        faults,
+        cq_entries: None,
+    });
+    ring.push_linked(ops::nop(token(1)), ops::nop(token(2)));
+    let seen = collect(&mut ring, 2);
+    assert_eq!(seen[&token(1).into()], vec![-libc::EIO]);
+    assert_eq!(seen[&token(2).into()], vec![-libc::ECANCELED]);
+    assert_eq!(ring.stats().synthetic_failures, 2);
+}
+
+#[test]
+fn submit_and_wait_does_not_block_on_a_backlog() {
+    // A synthetic completion sits in the backlog while nothing is in flight
+    // in the kernel: waiting for a CQE here would block forever.
+    let mut ring = tiny(DebugKnobs::default());
+    ring.synthesize(42, -libc::EIO);
+    ring.submit_and_wait().expect("must not block");
+    let mut out = Vec::new();
+    ring.reap(&mut out);
+    assert_eq!(
+        out,
+        vec![Completion {
+            user_data: 42,
+            result: -libc::EIO,
+            flags: 0
+        }]
+    );
+}
+
+#[test]
+fn ring_sizes_are_clamped_to_what_the_kernel_allows() {
+    assert_eq!(ring_sizes(4, 1, None), (4, 8));
+    assert_eq!(ring_sizes(1000, 5000, None), (1024, 8192));
+    assert_eq!(ring_sizes(1 << 20, 1 << 20, None), (32768, 65536));
+    assert_eq!(ring_sizes(1024, 1 << 30, None), (1024, 65536));
+    // A forced tiny CQ shrinks the SQ with it (the kernel wants CQ >= SQ).
+    assert_eq!(ring_sizes(1024, 4096, Some(8)), (8, 8));
+    let ring = Ring::with_knobs(8, 4, DebugKnobs::default()).expect("set-up");
+    assert_eq!((ring.sq_capacity(), ring.cq_capacity()), (8, 16));
+}
+
+#[test]
+fn cq_entries_for_adds_headroom_and_clamps() {
+    assert_eq!(cq_entries_for(0), 32);
+    assert_eq!(cq_entries_for(100), 128);
+    assert_eq!(cq_entries_for(1000), 2048); // 1250 -> 2048
+    assert_eq!(cq_entries_for(1600), 2048); // 2000 -> 2048
+    assert_eq!(cq_entries_for(1700), 4096); // 2125 -> 4096
+    assert_eq!(cq_entries_for(60_000), MAX_CQ_ENTRIES);
+    assert_eq!(cq_entries_for(usize::MAX), MAX_CQ_ENTRIES);
+}
+
+#[test]
+fn fault_specs_parse_strictly() {
+    assert_eq!(parse_fault_plan(""), Ok(FaultPlan::default()));
+    assert_eq!(
+        parse_fault_plan("push_fail=37,ebusy=11"),
+        Ok(FaultPlan {
+            push_fail: 37,
+            ebusy: 11
+        })
+    );
+    assert_eq!(
+        parse_fault_plan("ebusy=2"),
+        Ok(FaultPlan {
+            push_fail: 0,
+            ebusy: 2
+        })
+    );
+    for bad in [
+        "push_fail",
+        "push_fail=",
+        "push_fail=0",
+        "push_fail=-1",
+        "push_fail=+3",
+        "push_fail=x",
+        "push_fail=1 ",
+        " push_fail=1",
+        "push_fail=1,",
+        "push_fail=1,push_fail=2",
+        "overflow=3",
+        "push_fail=99999999999",
+    ] {
+        assert!(parse_fault_plan(bad).is_err(), "{bad:?} was accepted");
+    }
+    assert_eq!(parse_cq_entries("8"), Ok(8));
+    for bad in ["", "0", "1", "65537", "eight", "-8"] {
+        assert!(parse_cq_entries(bad).is_err(), "{bad:?} was accepted");
+    }
+}
+
+#[test]
+fn a_malformed_variable_is_named_in_the_error() {
+    let e = RingError::DebugEnv {
+        var: FAULT_INJECT_VAR,
+        reason: parse_fault_plan("bogus").unwrap_err(),
+    };
+    assert!(e.to_string().contains("RINGGATE_FAULT_INJECT"), "{e}");
+}
