@@ -575,14 +575,9 @@ fn keepalive_of(sock: &socket2::Socket) -> Keepalive {
     }
 }
 
-/// A client or server host that vanishes without a FIN is only noticed with TCP keepalive and
-/// TCP_USER_TIMEOUT. Both legs (the accepted client socket and every backend socket) must have
-/// SO_KEEPALIVE on, idle 60 s, interval 10 s, 6 probes and TCP_USER_TIMEOUT 60 s by default.
-/// Read from the proxy's own sockets, duplicated with pidfd_getfd(2).
-#[test]
-#[ignore = "defect 6: fixed by the src/proxy restructure (issue 10)"]
-fn d06_client_and_backend_sockets_have_keepalive_and_user_timeout() {
-    let proxy = Proxy::start(Mode::Fixed);
+/// The client and backend sockets of `proxy` (with a session open) whose settings differ from
+/// `want`, one line each.
+fn sockets_without(proxy: &Proxy, want: &Keepalive) -> Vec<String> {
     let mut conn = proxy.connect_app();
     assert_eq!(conn.query_first::<u32, _>("SELECT 1").unwrap(), Some(1));
     let backend_port = backend_env().port;
@@ -605,15 +600,53 @@ fn d06_client_and_backend_sockets_have_keepalive_and_user_timeout() {
     for (what, list) in [("client", &clients), ("backend", &backends)] {
         for (local, peer, sock) in list.iter() {
             let got = keepalive_of(sock);
-            if got != WANT_KEEPALIVE {
+            if got != *want {
                 wrong.push(format!("{what} socket {local} -> {peer}: {got:?}"));
             }
         }
     }
+    drop(conn);
+    wrong
+}
+
+/// A client or server host that vanishes without a FIN is only noticed with TCP keepalive and
+/// TCP_USER_TIMEOUT. Both legs (the accepted client socket and every backend socket) must have
+/// SO_KEEPALIVE on, idle 60 s, interval 10 s, 6 probes and TCP_USER_TIMEOUT 60 s by default,
+/// and the `--tcp-keepalive-*` / `--tcp-user-timeout` flags must reach both legs. Read from the
+/// proxy's own sockets, duplicated with pidfd_getfd(2).
+#[test]
+#[ignore = "defect 6: fixed by the src/proxy restructure (issue 10)"]
+fn d06_client_and_backend_sockets_have_keepalive_and_user_timeout() {
+    let proxy = Proxy::start(Mode::Fixed);
+    let wrong = sockets_without(&proxy, &WANT_KEEPALIVE);
     assert!(
         wrong.is_empty(),
-        "want {WANT_KEEPALIVE:?} on every client and backend socket, got:\n  {}",
+        "want {WANT_KEEPALIVE:?} on every client and backend socket by default, got:\n  {}",
         wrong.join("\n  ")
     );
-    drop(conn);
+    drop(proxy);
+
+    let mut o = ProxyOpts::new(Mode::Fixed);
+    o.extra_args = [
+        "--tcp-keepalive-idle=20s",
+        "--tcp-keepalive-interval=5s",
+        "--tcp-keepalive-count=3",
+        "--tcp-user-timeout=15s",
+    ]
+    .map(String::from)
+    .to_vec();
+    let proxy = Proxy::start_with(o);
+    let want = Keepalive {
+        keepalive: true,
+        idle: Duration::from_secs(20),
+        interval: Duration::from_secs(5),
+        count: 3,
+        user_timeout: Some(Duration::from_secs(15)),
+    };
+    let wrong = sockets_without(&proxy, &want);
+    assert!(
+        wrong.is_empty(),
+        "want {want:?} from the flags on every client and backend socket, got:\n  {}",
+        wrong.join("\n  ")
+    );
 }
