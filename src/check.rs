@@ -13,6 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, ReadBufferMode};
+use crate::listen_guard;
 use crate::mysql::client_login::{ClientLogin, LoginError, LoginParams, LoginStep};
 use crate::mysql::constants::{COM_QUIT, NATIVE_LOGIN_CAPS, UTF8MB4_GENERAL_CI};
 use crate::mysql::packet::{split_packet, write_packet};
@@ -591,16 +592,29 @@ pub fn check_nofile(cfg: &Config, limit: Option<Limit>) -> Item {
 
 fn check_listen(cfg: &Config) -> Item {
     let what = "listen";
-    match std::net::TcpListener::bind(cfg.listen) {
-        Ok(_) => {}
-        Err(e) => {
-            return Item::warn(
+    // The same probe and wording as start-up (defect: a second ringgate on
+    // the same port used to share it silently through SO_REUSEPORT).
+    if listen_guard::probe(cfg.listen) == listen_guard::PortState::Held {
+        return if cfg.reuse_port_handover {
+            Item::warn(
                 what,
-                format!("cannot bind {}: {e}", cfg.listen),
-                "another process holds it (is ringgate already running?): stop it, or choose \
-                 another --listen",
+                listen_guard::handover_detail(cfg.listen),
+                "stop the old ringgate once the new one runs",
             )
-        }
+        } else {
+            Item::fail(
+                what,
+                listen_guard::held_detail(cfg.listen),
+                listen_guard::HELD_FIX,
+            )
+        };
+    }
+    if let Err(e) = std::net::TcpListener::bind(cfg.listen) {
+        return Item::warn(
+            what,
+            format!("cannot bind {}: {e}", cfg.listen),
+            "ringgate will not be able to listen there: choose another --listen",
+        );
     }
     if let Some(m) = cfg.metrics_listen {
         if let Err(e) = std::net::TcpListener::bind(m) {

@@ -67,6 +67,13 @@ pub struct Config {
     #[arg(long, default_value = "127.0.0.1:15306", value_name = "ADDR")]
     pub listen: SocketAddr,
 
+    /// Start even though another process already listens on --listen, and
+    /// share new connections with it (SO_REUSEPORT) until it stops: for a
+    /// deliberate hand-over from a running ringgate. Without it ringgate
+    /// refuses to start, so that a second instance cannot split the traffic.
+    #[arg(long)]
+    pub reuse_port_handover: bool,
+
     /// Worker threads, each with its own io_uring, listener, buffer pool and
     /// backend pool. Default: the number of CPUs.
     #[arg(long, value_name = "N")]
@@ -238,6 +245,7 @@ impl std::fmt::Debug for Config {
         };
         f.debug_struct("Config")
             .field("listen", &self.listen)
+            .field("reuse_port_handover", &self.reuse_port_handover)
             .field("workers", &self.workers)
             .field("backend", &self.backend)
             .field("backend_user", &self.backend_user)

@@ -6,6 +6,7 @@ pub mod buffers;
 pub mod check;
 pub mod config;
 pub mod config_file;
+pub mod listen_guard;
 pub mod logging;
 pub mod metrics;
 pub mod mysql;

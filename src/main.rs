@@ -12,7 +12,7 @@ use ringgate::config_file::{self, Action, CliError};
 use ringgate::metrics::{self, BufferMode, Metrics};
 use ringgate::mysql::Users;
 use ringgate::proxy::{worker, Shared};
-use ringgate::{check, logging};
+use ringgate::{check, listen_guard, logging};
 
 fn main() -> ExitCode {
     let inv = match config_file::parse(std::env::args_os()) {
@@ -50,14 +50,35 @@ fn main() -> ExitCode {
     raise_nofile_limit();
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(msg) => {
+        Err(RunError::Start(msg)) => {
             tracing::error!("{msg}");
             ExitCode::FAILURE
         }
+        // Already logged, one ERROR line per failed worker.
+        Err(RunError::WorkerFailed) => ExitCode::FAILURE,
     }
 }
 
-fn run(config: Config) -> Result<(), String> {
+/// Why `run` ended badly.
+enum RunError {
+    /// Start-up failed; the message is logged by `main`.
+    Start(String),
+    /// A worker failed while running; `watch_workers` logged it.
+    WorkerFailed,
+}
+
+impl From<String> for RunError {
+    fn from(msg: String) -> Self {
+        RunError::Start(msg)
+    }
+}
+
+fn run(config: Config) -> Result<(), RunError> {
+    // Before anything binds: a second ringgate on the same port would
+    // otherwise share it silently (SO_REUSEPORT).
+    if let Some(warning) = listen_guard::check_listen(config.listen, config.reuse_port_handover)? {
+        tracing::warn!("{warning}");
+    }
     let users = Users::load(&config.users_file).map_err(|e| format!("cannot start: {e}"))?;
     let workers = config.worker_count();
     let requested = match config.read_buffers {
@@ -111,30 +132,119 @@ fn run(config: Config) -> Result<(), String> {
         first.features
     );
 
-    // The workers poll Shared::shutdown on their tick; forward the signal.
-    let handles: Vec<_> = started.into_iter().map(|(h, _)| h).collect();
-    while !handles.iter().all(|h| h.is_finished()) {
+    #[allow(unused_mut)] // mutated only by the debug-build fault injection
+    let mut handles: Vec<Option<WorkerHandle>> =
+        started.into_iter().map(|(h, _)| Some(h)).collect();
+    #[cfg(debug_assertions)]
+    debug_fault::inject(&mut handles);
+    let failed = watch_workers(handles, &shared, &shutdown, &reload);
+    let snap = metrics.snapshot();
+    tracing::info!("stopped: {snap}");
+    if failed {
+        Err(RunError::WorkerFailed)
+    } else {
+        Ok(())
+    }
+}
+
+type WorkerHandle = std::thread::JoinHandle<Result<(), worker::WorkerError>>;
+
+/// The main thread's loop until every worker has ended: forwards SIGTERM/
+/// SIGINT to the workers (they poll `Shared::shutdown` on their tick),
+/// reloads users on SIGHUP, and joins each worker as soon as it ends.
+///
+/// A worker that ends before shutdown was asked for (an error from its
+/// ring, a panic) leaves a proxy that still accepts on the other workers'
+/// listeners but has lost a share of its sessions and capacity. Rather than
+/// run on half-dead, ringgate logs one ERROR line naming the worker and the
+/// cause, drains the other workers as on SIGTERM (their listeners close at
+/// once), and exits non-zero so that the service manager restarts it.
+/// Returns whether a worker failed.
+fn watch_workers(
+    mut handles: Vec<Option<WorkerHandle>>,
+    shared: &Shared,
+    shutdown: &AtomicBool,
+    reload: &AtomicBool,
+) -> bool {
+    let mut failed = false;
+    loop {
         if shutdown.load(Ordering::Relaxed) {
             shared.shutdown.store(true, Ordering::Relaxed);
         }
         if reload.swap(false, Ordering::Relaxed) {
-            reload_users(&shared);
+            reload_users(shared);
+        }
+        for (id, slot) in handles.iter_mut().enumerate() {
+            if !slot.as_ref().is_some_and(|h| h.is_finished()) {
+                continue;
+            }
+            let Some(handle) = slot.take() else { continue };
+            let asked_to_stop = shared.shutdown.load(Ordering::Relaxed);
+            let cause = match handle.join() {
+                Ok(Ok(())) if asked_to_stop => continue,
+                Ok(Ok(())) => "its loop returned without being asked to stop".to_owned(),
+                Ok(Err(e)) => e.to_string(),
+                Err(panic) => format!("panicked: {}", panic_message(panic.as_ref())),
+            };
+            failed = true;
+            tracing::error!(
+                worker = id,
+                "worker {id} (ringgate-w{id}) failed: {cause}; draining the other workers and \
+                 exiting non-zero so that the service manager restarts ringgate"
+            );
+            shared.shutdown.store(true, Ordering::Relaxed);
+        }
+        if handles.iter().all(Option::is_none) {
+            return failed;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let mut failed = None;
-    for h in handles {
-        match h.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => failed = Some(e.to_string()),
-            Err(_) => failed = Some("a worker thread panicked".into()),
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+/// Test-only fault injection, compiled into debug builds only (release
+/// builds, the ones deployed, do not contain it): with
+/// `RINGGATE_DEBUG_WORKER_FAIL_AFTER_MS=N`, worker 0's handle is replaced by
+/// a thread that fails after N ms with the error a worker's `run()` returns
+/// when `io_uring_enter` fails. The real worker 0 keeps running and is drained
+/// with the others. `tests/operations.rs` uses it to prove that a failed
+/// worker stops the process with a non-zero exit.
+#[cfg(debug_assertions)]
+mod debug_fault {
+    use super::WorkerHandle;
+    use ringgate::proxy::worker::WorkerError;
+    use ringgate::ring::RingError;
+
+    pub const ENV: &str = "RINGGATE_DEBUG_WORKER_FAIL_AFTER_MS";
+
+    pub fn inject(handles: &mut [Option<WorkerHandle>]) {
+        let Some(ms) = std::env::var(ENV).ok().and_then(|v| v.parse::<u64>().ok()) else {
+            return;
+        };
+        let Some(slot) = handles.first_mut() else {
+            return;
+        };
+        tracing::warn!("{ENV}={ms}: worker 0 will be reported failed after {ms} ms (test only)");
+        let fake = std::thread::Builder::new()
+            .name("ringgate-w0-fault".into())
+            .spawn(move || -> Result<(), WorkerError> {
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                Err(WorkerError::Ring(RingError::Enter(std::io::Error::other(
+                    format!("injected by {ENV}"),
+                ))))
+            });
+        match fake {
+            // The real worker 0 is detached; shutdown still reaches it.
+            Ok(h) => *slot = Some(h),
+            Err(e) => tracing::warn!("{ENV}: cannot spawn the fault thread: {e}"),
         }
-    }
-    let snap = metrics.snapshot();
-    tracing::info!("stopped: {snap}");
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(()),
     }
 }
 

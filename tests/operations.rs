@@ -362,3 +362,168 @@ fn json_logs_are_one_object_per_line_without_secrets() {
         assert!(!log.contains(secret), "{secret} appears in the log");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// A second instance on the same port (defect 12) and a failed worker (defect 11)
+// ---------------------------------------------------------------------------------------------
+
+/// Starts `cmd` with stderr captured and waits until it exits or `timeout` passes (then it is
+/// killed). Returns the exit code (`None` if it had to be killed) and stderr.
+fn run_bounded(cmd: &mut Command, timeout: Duration) -> (Option<i32>, String) {
+    let dir = scratch_dir("bounded");
+    let log = dir.join("stderr");
+    let file = fs::File::create(&log).unwrap();
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(file)
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let deadline = Instant::now() + timeout;
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = fs::read_to_string(&log).unwrap_or_default();
+    let _ = fs::remove_dir_all(&dir);
+    (code, stderr)
+}
+
+/// A plain ringgate command line on `listen`, against the sandbox backend.
+fn ringgate_on(listen: &str) -> Command {
+    let env = backend_env();
+    let mut c = Command::new(ringgate_bin());
+    c.args([
+        "--listen",
+        listen,
+        "--workers",
+        "2",
+        "--read-buffers",
+        "heap",
+    ])
+    .args(["--backend", &env.addr(), "--backend-user", &env.user])
+    .arg("--users-file")
+    .arg(users_file())
+    .env("RINGGATE_BACKEND_PASSWORD", &env.password)
+    .env("RUST_LOG", "info");
+    c
+}
+
+fn error_lines(log: &str) -> Vec<&str> {
+    log.lines().filter(|l| l.contains("ERROR")).collect()
+}
+
+#[test]
+fn a_second_ringgate_on_the_same_port_refuses_to_start() {
+    let mut first = Proxy::start(Mode::Heap);
+    let listen = format!("127.0.0.1:{}", first.port);
+    let (code, log) = run_bounded(&mut ringgate_on(&listen), Duration::from_secs(20));
+    assert_eq!(code, Some(1), "the second ringgate must exit 1:\n{log}");
+    let errors = error_lines(&log);
+    assert_eq!(errors.len(), 1, "want one ERROR line:\n{log}");
+    for want in [
+        format!("another process already listens on {listen}"),
+        format!("ss -ltnp 'sport = :{}'", first.port),
+        "--reuse-port-handover".to_owned(),
+    ] {
+        assert!(errors[0].contains(&want), "want {want:?} in:\n{log}");
+    }
+    assert!(!log.contains("ringgate started"), "{log}");
+    // The first one still has all the traffic.
+    first.assert_running();
+    login(&first, APP_USER, APP_PASSWORD).expect("the first ringgate still serves");
+}
+
+#[test]
+fn reuse_port_handover_starts_a_second_ringgate_with_a_warning() {
+    let mut first = Proxy::start(Mode::Heap);
+    let listen = format!("127.0.0.1:{}", first.port);
+    // It runs until killed: 4 s is plenty to see it start.
+    let (code, log) = run_bounded(
+        ringgate_on(&listen).arg("--reuse-port-handover"),
+        Duration::from_secs(4),
+    );
+    assert_eq!(
+        code, None,
+        "with --reuse-port-handover it must keep running:\n{log}"
+    );
+    assert!(log.contains("ringgate started"), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("--reuse-port-handover")),
+        "want a warning naming the flag:\n{log}"
+    );
+    assert!(error_lines(&log).is_empty(), "{log}");
+    first.assert_running();
+}
+
+#[test]
+fn check_fails_when_another_process_listens_and_warns_with_handover() {
+    let env = backend_env();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let port = taken.local_addr().unwrap().port();
+    let mut cmd = check_cmd(&ringgate_bin(), &users_file(), &env.addr());
+    let out = run(cmd.args(["--listen", &addr]));
+    assert_check_fails(
+        &out,
+        &format!("FAIL  listen    another process already listens on {addr}"),
+        "--reuse-port-handover",
+    );
+    assert!(
+        text(&out)
+            .0
+            .contains(&format!("ss -ltnp 'sport = :{port}'")),
+        "{}",
+        text(&out).0
+    );
+    let mut cmd = check_cmd(&ringgate_bin(), &users_file(), &env.addr());
+    let out = run(cmd.args(["--listen", &addr, "--reuse-port-handover"]));
+    let (stdout, stderr) = text(&out);
+    assert!(
+        out.status.success(),
+        "check must pass with a WARN:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("WARN  listen"), "{stdout}");
+}
+
+/// Debug builds only: `RINGGATE_DEBUG_WORKER_FAIL_AFTER_MS` reports worker 0 failed (see
+/// `debug_fault` in src/main.rs). Release builds do not contain the hook.
+#[cfg(debug_assertions)]
+#[test]
+fn a_failed_worker_stops_the_process_with_one_error_line_and_a_nonzero_exit() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let started = Instant::now();
+    let (code, log) = run_bounded(
+        ringgate_on(&listen).env("RINGGATE_DEBUG_WORKER_FAIL_AFTER_MS", "500"),
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        code,
+        Some(1),
+        "a failed worker must end the process with exit 1:\n{log}"
+    );
+    assert!(log.contains("ringgate started"), "{log}");
+    let errors = error_lines(&log);
+    assert_eq!(errors.len(), 1, "want one ERROR line:\n{log}");
+    assert!(
+        errors[0].contains("worker 0 (ringgate-w0) failed")
+            && errors[0].contains("injected by RINGGATE_DEBUG_WORKER_FAIL_AFTER_MS"),
+        "the ERROR line must name the worker and the cause:\n{log}"
+    );
+    // The others were drained at once (no sessions), not left running.
+    assert!(log.contains("stopped: "), "{log}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+}

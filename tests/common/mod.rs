@@ -250,7 +250,9 @@ impl Proxy {
             match Proxy::try_start(&opts, &backend) {
                 Ok(p) => return p,
                 Err(e) => {
-                    let retry = e.contains("Address already in use") || e.contains("AddrInUse");
+                    let retry = e.contains("Address already in use")
+                        || e.contains("AddrInUse")
+                        || e.contains("already listens on");
                     last_err = e;
                     if !retry {
                         break;

@@ -203,7 +203,7 @@ class Proxy:
             if last is None:
                 return
             self.kill()
-            if "Address already in use" not in self.stderr():
+            if "Address already in use" not in self.stderr() and "already listens on" not in self.stderr():
                 break
         raise AssertionError(
             f"ringgate did not start: {last}\n--- command: {' '.join(self.args)}\n"

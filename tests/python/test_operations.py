@@ -113,20 +113,25 @@ def test_config_file_only_start_and_sighup_reload(configured_proxy):
     assert "py-pw" not in log.read_text()
 
 
-def test_check_passes_with_the_same_config(configured_proxy):
-    # The running proxy holds `listen`: check reports that as a WARN, not a failure.
+def test_check_with_the_same_config_fails_on_listen_unless_handing_over(configured_proxy):
+    # The running proxy holds `listen`: a second ringgate there would split its traffic, so
+    # check fails on `listen` (everything else is fine), and only warns with
+    # --reuse-port-handover.
     env = backend_env()
+    cmd = [str(ringgate_bin()), "check", "--config", str(configured_proxy["config"])]
+    run_env = {**os.environ, "RINGGATE_BACKEND_PASSWORD": env["password"]}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=run_env)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "FAIL  listen    another process already listens on" in out.stdout, out.stdout
+    assert "OK    backend" in out.stdout, out.stdout
+    assert env["password"] not in out.stdout
+
     out = subprocess.run(
-        [str(ringgate_bin()), "check", "--config", str(configured_proxy["config"])],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "RINGGATE_BACKEND_PASSWORD": env["password"]},
+        cmd + ["--reuse-port-handover"], capture_output=True, text=True, timeout=60, env=run_env
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "WARN  listen" in out.stdout, out.stdout
     assert "OK    backend" in out.stdout, out.stdout
-    assert env["password"] not in out.stdout
 
 
 def test_print_config_masks_the_password(configured_proxy):
