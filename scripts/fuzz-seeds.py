@@ -13,7 +13,8 @@ Stdlib only. Writes small files under fuzz/seeds/<target>/ (committed) from:
     SSLRequest cut from that real HandshakeResponse (an SSLRequest is its first 32 bytes).
 
 Seed formats are those of the fuzz targets (fuzz/fuzz_targets/*.rs):
-  framing_handshake: 1 flag byte (bit 0 = deprecate_eof, bits 1-2 = size limit), then bytes
+  framing_handshake: 1 flag byte (bit 0 = deprecate_eof, bit 1 = the backend login sends a
+                     schema, bit 2 = it has an empty password), then bytes
   tracker: 1 flag byte (bit 0 = deprecate_eof), then records: 0xF0 = client bytes follow,
            0xF1 = server bytes follow, 0xF3 = chunk boundary; data bytes 0xF0..0xF4 are escaped
            as 0xF4, b - 0xF0.
@@ -195,7 +196,8 @@ def live_login(seeds, port):
     for flags in (0, 2, 4, 6):
         seeds.add("framing_handshake", bytes([flags]) + greeting[1])
         seeds.add("framing_handshake", bytes([flags]) + hello[1])
-    # The whole login exchange, each direction as one stream.
+    # The whole login exchange, each direction as one stream (flag 4: root's empty password,
+    # so the server's side drives the backend login machine to its end).
     seeds.add("framing_handshake", bytes([4]) + bytes(streams[1]))
     seeds.add("framing_handshake", bytes([4]) + bytes(streams[0]))
     # An SSLRequest is the first 32 bytes of a HandshakeResponse41, with CLIENT_SSL set.

@@ -2,11 +2,14 @@
 //! whatever the input (every byte they see comes from the network).
 //!
 //! The first input byte selects nothing: every parser runs on every input, so
-//! one corpus entry exercises them all. The rest of the byte is used as the
-//! `deprecate_eof` flag and the `max` limit of the logical-packet splitter.
+//! one corpus entry exercises them all. Its bits set the parsers' options:
+//! bit 0 = `deprecate_eof`; bit 1 = the backend login asks for a schema
+//! (CLIENT_CONNECT_WITH_DB); bit 2 = it logs in with an empty password.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use ringgate::mysql::client_login::{ClientLogin, LoginParams, LoginStep};
+use ringgate::mysql::constants::{NATIVE_LOGIN_CAPS, UTF8MB4_GENERAL_CI};
 use ringgate::mysql::{handshake, packet, reply};
 
 fuzz_target!(|data: &[u8]| {
@@ -15,16 +18,21 @@ fuzz_target!(|data: &[u8]| {
         None => (0, data),
     };
     let deprecate_eof = flags & 1 != 0;
-    // Small limits exercise the "too large" paths, large ones the assembler.
-    let max = match (flags >> 1) & 3 {
-        0 => 16,
-        1 => 1024,
-        2 => 1 << 20,
-        _ => 64 << 20,
-    };
+    let mut login = Some(ClientLogin::new(LoginParams {
+        user: "ringgate".into(),
+        password: if flags & 4 != 0 {
+            Vec::new()
+        } else {
+            b"pw".to_vec()
+        },
+        database: (flags & 2 != 0).then(|| "app".to_owned()),
+        capabilities: NATIVE_LOGIN_CAPS,
+        collation: UTF8MB4_GENERAL_CI,
+        max_packet_size: 1 << 24,
+    }));
 
-    // Framing: walk the input as a stream of physical packets, then as
-    // logical packets, checking the invariants the proxy relies on.
+    // Framing: walk the input as a stream of physical packets, checking the
+    // invariants the proxy relies on.
     let mut rest = input;
     while let Some((p, used)) = packet::split_packet(rest) {
         assert!(used >= 4 && used <= rest.len());
@@ -35,11 +43,23 @@ fuzz_target!(|data: &[u8]| {
         let _ = reply::parse_reply(p.payload, deprecate_eof);
         let _ = reply::parse_auth_reply(p.payload);
         let _ = reply::parse_err(p.payload);
-        rest = &rest[used..];
-    }
-    let mut rest = input;
-    while let Ok(Some((_lp, used))) = packet::split_logical_packet(rest, max) {
-        assert!(used >= 4 && used <= rest.len());
+        // The stream as a server's side of a backend login, as the pool and
+        // `ringgate check` drive it.
+        if let Some(l) = login.as_mut() {
+            match l.on_packet(p.seq, p.payload) {
+                Ok(LoginStep::Send(out)) => {
+                    // Exactly one framed packet, answering the one just read.
+                    let (sent, n) = packet::split_packet(&out).expect("a whole packet");
+                    assert_eq!(n, out.len());
+                    assert_eq!(sent.seq, p.seq.wrapping_add(1));
+                }
+                Ok(LoginStep::Done { .. }) | Err(_) => {
+                    // Finished: whatever follows is refused, never a panic.
+                    assert!(l.on_packet(p.seq.wrapping_add(1), p.payload).is_err());
+                    login = None;
+                }
+            }
+        }
         rest = &rest[used..];
     }
     let _ = packet::read_lenenc_int(input);

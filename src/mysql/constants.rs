@@ -267,10 +267,6 @@ pub const HEADER_LEN: usize = 4;
 /// Collation id of utf8mb4_general_ci (the handshake "charset" byte is a
 /// collation id).
 pub const UTF8MB4_GENERAL_CI: u8 = 45;
-/// Collation id of utf8mb3_general_ci.
-pub const UTF8_GENERAL_CI: u8 = 33;
-/// Collation id of binary.
-pub const BINARY_COLLATION: u8 = 63;
 
 #[cfg(test)]
 mod tests {

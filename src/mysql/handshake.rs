@@ -8,15 +8,15 @@ use crate::mysql::reply::parse_err;
 use crate::mysql::ProtocolError;
 
 /// The only handshake protocol version in use since MySQL 3.21.
-pub const PROTOCOL_VERSION: u8 = 10;
+const PROTOCOL_VERSION: u8 = 10;
 
 /// Upper bound on the connect-attributes block; MySQL itself caps the
 /// client side at 64 KiB, so anything larger is hostile or broken.
-pub const MAX_CONNECT_ATTRS_LEN: usize = 64 * 1024;
+const MAX_CONNECT_ATTRS_LEN: usize = 64 * 1024;
 
 /// Length of the fixed prefix of HandshakeResponse41, which is also the whole
 /// SSLRequest: capabilities(4) + max packet(4) + charset(1) + filler(23).
-pub const SSL_REQUEST_LEN: usize = 32;
+const SSL_REQUEST_LEN: usize = 32;
 
 /// A HandshakeV10 greeting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -356,7 +356,7 @@ fn utf8<'a>(b: &'a [u8], what: &'static str) -> Result<&'a str, ProtocolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mysql::auth::{native_token, CACHING_SHA2};
+    use crate::mysql::auth::native_token;
 
     const SCRAMBLE: [u8; 20] = *b"abcdefgh0123456789AB";
 
@@ -536,7 +536,7 @@ mod tests {
         assert_eq!(r.charset, UTF8MB4_GENERAL_CI);
         assert_eq!(r.auth_response, native_token(b"secret", &SCRAMBLE));
         assert_eq!(r.database.as_deref(), Some("shop"));
-        assert_eq!(r.auth_plugin.as_deref(), Some(CACHING_SHA2));
+        assert_eq!(r.auth_plugin.as_deref(), Some("caching_sha2_password"));
         assert_eq!(r.connect_attrs.len(), 3);
         assert_eq!(
             r.connect_attrs[1],

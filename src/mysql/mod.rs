@@ -13,8 +13,7 @@ pub mod reply;
 pub mod tracker;
 pub mod users;
 
-pub use packet::{Packet, Reader};
-pub use users::{Users, UsersError};
+pub use users::Users;
 
 /// Errors produced while decoding protocol packets.
 ///
@@ -130,7 +129,16 @@ mod tests {
             let _ = handshake::parse_handshake_response(&input);
             let _ = reply::parse_reply(&input, round % 2 == 0);
             let _ = reply::parse_auth_reply(&input);
-            let _ = packet::split_logical_packet(&input, 1 << 20);
+            let _ = packet::split_packet(&input);
+            let _ = client_login::ClientLogin::new(client_login::LoginParams {
+                user: "u".into(),
+                password: b"p".to_vec(),
+                database: None,
+                capabilities: constants::NATIVE_LOGIN_CAPS,
+                collation: constants::UTF8MB4_GENERAL_CI,
+                max_packet_size: 1 << 24,
+            })
+            .on_packet(0, &input);
             let _ = packet::read_lenenc_int(&input);
         }
     }

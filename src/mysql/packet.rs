@@ -26,7 +26,7 @@ pub fn parse_header(b: &[u8]) -> Option<(usize, u8)> {
 /// Encodes a packet header. The length is masked to 24 bits: callers must
 /// split payloads longer than [`MAX_PAYLOAD`] (see [`write_packet`]).
 #[inline]
-pub fn encode_header(len: usize, seq: u8) -> [u8; HEADER_LEN] {
+fn encode_header(len: usize, seq: u8) -> [u8; HEADER_LEN] {
     let len = len & MAX_PAYLOAD;
     [len as u8, (len >> 8) as u8, (len >> 16) as u8, seq]
 }
@@ -78,136 +78,6 @@ pub fn write_packet(out: &mut Vec<u8>, seq: u8, payload: &[u8]) -> u8 {
             return seq;
         }
     }
-}
-
-/// A logical packet reassembled from one or more physical packets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogicalPacket {
-    /// Sequence id of the first physical packet.
-    pub first_seq: u8,
-    /// Sequence id of the last physical packet; a reply uses `last_seq + 1`.
-    pub last_seq: u8,
-    pub payload: Vec<u8>,
-}
-
-/// Reassembles a logical packet from physical packets fed one at a time.
-///
-/// Only meant for the connection phase (greeting, HandshakeResponse, auth
-/// exchanges), where packets are small and must be parsed as a whole; the
-/// command phase forwards physical packets without reassembly. The total
-/// size is bounded so a peer cannot make us buffer 16 MiB chunks forever.
-#[derive(Debug)]
-pub struct LogicalPacketAssembler {
-    max: usize,
-    buf: Vec<u8>,
-    first_seq: u8,
-    next_seq: Option<u8>,
-}
-
-impl LogicalPacketAssembler {
-    /// `max` is the largest logical payload accepted.
-    pub fn new(max: usize) -> Self {
-        LogicalPacketAssembler {
-            max,
-            buf: Vec::new(),
-            first_seq: 0,
-            next_seq: None,
-        }
-    }
-
-    /// Feeds one physical packet. Returns the logical packet once its last
-    /// physical packet has been pushed; the assembler is then reset and can
-    /// be reused.
-    pub fn push(&mut self, p: Packet<'_>) -> Result<Option<LogicalPacket>, ProtocolError> {
-        match self.next_seq {
-            None => self.first_seq = p.seq,
-            Some(expected) if expected != p.seq => {
-                return Err(ProtocolError::OutOfOrder {
-                    expected,
-                    got: p.seq,
-                })
-            }
-            Some(_) => {}
-        }
-        let total = self.buf.len().saturating_add(p.payload.len());
-        if total > self.max {
-            return Err(ProtocolError::PacketTooLarge {
-                len: total,
-                max: self.max,
-            });
-        }
-        self.buf.extend_from_slice(p.payload);
-        if p.has_continuation() {
-            self.next_seq = Some(p.seq.wrapping_add(1));
-            return Ok(None);
-        }
-        self.next_seq = None;
-        Ok(Some(LogicalPacket {
-            first_seq: self.first_seq,
-            last_seq: p.seq,
-            payload: std::mem::take(&mut self.buf),
-        }))
-    }
-
-    /// Payload bytes buffered so far for an unfinished logical packet.
-    pub fn buffered(&self) -> usize {
-        self.buf.len()
-    }
-}
-
-/// Extracts one complete logical packet from the front of `buf`.
-///
-/// Returns `Ok(None)` while more bytes are needed, and
-/// `Ok(Some((packet, consumed)))` once the terminating physical packet is in
-/// `buf`. Fails as soon as the declared lengths exceed `max`, before the data
-/// has arrived, so an oversized handshake is rejected early.
-pub fn split_logical_packet(
-    buf: &[u8],
-    max: usize,
-) -> Result<Option<(LogicalPacket, usize)>, ProtocolError> {
-    // First pass: find the end and check sizes/sequence without copying.
-    let mut pos = 0usize;
-    let mut total = 0usize;
-    let mut expected: Option<u8> = None;
-    loop {
-        let Some((len, seq)) = buf.get(pos..).and_then(parse_header) else {
-            return Ok(None);
-        };
-        if let Some(e) = expected {
-            if e != seq {
-                return Err(ProtocolError::OutOfOrder {
-                    expected: e,
-                    got: seq,
-                });
-            }
-        }
-        total = total.saturating_add(len);
-        if total > max {
-            return Err(ProtocolError::PacketTooLarge { len: total, max });
-        }
-        let end = pos + HEADER_LEN + len;
-        if buf.len() < end {
-            return Ok(None);
-        }
-        pos = end;
-        if len < MAX_PAYLOAD {
-            break;
-        }
-        expected = Some(seq.wrapping_add(1));
-    }
-    let consumed = pos;
-    let mut asm = LogicalPacketAssembler::new(max);
-    let mut rest = buf.get(..consumed).unwrap_or_default();
-    while let Some((p, n)) = split_packet(rest) {
-        if let Some(lp) = asm.push(p)? {
-            return Ok(Some((lp, consumed)));
-        }
-        rest = rest.get(n..).unwrap_or_default();
-    }
-    // Unreachable in practice: the first pass proved the packet is complete.
-    Err(ProtocolError::Truncated {
-        what: "logical packet",
-    })
 }
 
 // ---------------------------------------------------------------------------
@@ -295,7 +165,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The unconsumed bytes, without consuming them.
-    pub fn peek_rest(&self) -> &'a [u8] {
+    fn peek_rest(&self) -> &'a [u8] {
         self.buf.get(self.pos..).unwrap_or_default()
     }
 
@@ -342,11 +212,6 @@ impl<'a> Reader<'a> {
 
     pub fn u16(&mut self, what: &'static str) -> Result<u16, ProtocolError> {
         Ok(u16::from_le_bytes(self.array(what)?))
-    }
-
-    pub fn u24(&mut self, what: &'static str) -> Result<u32, ProtocolError> {
-        let [a, b, c] = self.array(what)?;
-        Ok(u32::from_le_bytes([a, b, c, 0]))
     }
 
     pub fn u32(&mut self, what: &'static str) -> Result<u32, ProtocolError> {
@@ -433,18 +298,6 @@ mod tests {
         assert!(rest.is_empty());
         assert_eq!(seqs.len(), expected_packets);
         assert_eq!(joined, payload);
-
-        // Logical reassembly from a contiguous buffer.
-        let (lp, used) = split_logical_packet(&out, usize::MAX).unwrap().unwrap();
-        assert_eq!(used, out.len());
-        assert_eq!(lp.first_seq, 7);
-        assert_eq!(lp.last_seq, next.wrapping_sub(1));
-        assert_eq!(lp.payload, payload);
-        // A strict prefix is never a complete logical packet.
-        assert_eq!(
-            split_logical_packet(&out[..out.len() - 1], usize::MAX),
-            Ok(None)
-        );
     }
 
     #[test]
@@ -492,67 +345,6 @@ mod tests {
         assert_eq!(split_packet(&[5, 0, 0, 0, 1, 2]), None);
         let (p, n) = split_packet(&[2, 0, 0, 3, 0xAA, 0xBB, 0xCC]).unwrap();
         assert_eq!((p.seq, p.payload, n), (3, &[0xAA, 0xBB][..], 6));
-    }
-
-    #[test]
-    fn logical_too_large_rejected_early() {
-        // Only the header of a 16 MiB packet has arrived.
-        let hdr = [0xFF, 0xFF, 0xFF, 0];
-        assert_eq!(
-            split_logical_packet(&hdr, 1024),
-            Err(ProtocolError::PacketTooLarge {
-                len: MAX_PAYLOAD,
-                max: 1024
-            })
-        );
-        let mut asm = LogicalPacketAssembler::new(10);
-        assert!(matches!(
-            asm.push(Packet {
-                seq: 0,
-                payload: &[0; 11]
-            }),
-            Err(ProtocolError::PacketTooLarge { .. })
-        ));
-    }
-
-    #[test]
-    fn logical_out_of_order() {
-        let mut buf = Vec::new();
-        buf.extend_from_slice(&encode_header(MAX_PAYLOAD, 0));
-        buf.extend_from_slice(&vec![0u8; MAX_PAYLOAD]);
-        buf.extend_from_slice(&encode_header(0, 5));
-        assert_eq!(
-            split_logical_packet(&buf, usize::MAX),
-            Err(ProtocolError::OutOfOrder {
-                expected: 1,
-                got: 5
-            })
-        );
-    }
-
-    #[test]
-    fn assembler_reuse() {
-        let mut asm = LogicalPacketAssembler::new(100);
-        let lp = asm
-            .push(Packet {
-                seq: 1,
-                payload: b"abc",
-            })
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            (lp.first_seq, lp.last_seq, &lp.payload[..]),
-            (1, 1, &b"abc"[..])
-        );
-        assert_eq!(asm.buffered(), 0);
-        let lp = asm
-            .push(Packet {
-                seq: 9,
-                payload: b"",
-            })
-            .unwrap()
-            .unwrap();
-        assert_eq!(lp.first_seq, 9);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::mysql::ProtocolError;
 
 /// SQLSTATE reported when an ERR packet carries none (pre-4.1 framing, or an
 /// ERR sent before the handshake negotiated CLIENT_PROTOCOL_41).
-pub const DEFAULT_SQLSTATE: &str = "HY000";
+const DEFAULT_SQLSTATE: &str = "HY000";
 
 /// ERR payload with the SQLSTATE MySQL uses for `code`.
 pub fn err_payload(code: u16, message: &str) -> Vec<u8> {
@@ -41,15 +41,6 @@ pub fn ok_payload(affected_rows: u64, last_insert_id: u64, status: u16, warnings
     write_lenenc_int(&mut out, last_insert_id);
     out.extend_from_slice(&status.to_le_bytes());
     out.extend_from_slice(&warnings.to_le_bytes());
-    out
-}
-
-/// Legacy 5-byte EOF payload (clients without CLIENT_DEPRECATE_EOF).
-pub fn eof_payload(status: u16, warnings: u16) -> Vec<u8> {
-    let mut out = Vec::with_capacity(5);
-    out.push(EOF_HEADER);
-    out.extend_from_slice(&warnings.to_le_bytes());
-    out.extend_from_slice(&status.to_le_bytes());
     out
 }
 
@@ -312,6 +303,15 @@ pub fn parse_reset_replies(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Legacy 5-byte EOF payload: the proxy never builds one (it relays the
+    /// server's), but the tests need servers' replies.
+    fn eof_payload(status: u16, warnings: u16) -> Vec<u8> {
+        let mut out = vec![EOF_HEADER];
+        out.extend_from_slice(&warnings.to_le_bytes());
+        out.extend_from_slice(&status.to_le_bytes());
+        out
+    }
 
     #[test]
     fn err_1045_bytes() {

@@ -41,9 +41,9 @@
 use std::collections::VecDeque;
 
 /// Bytes of each logical packet kept for decoding (OK: 1 + 9 + 9 + 2 = 21, PREPARE_OK: 12).
-pub const PREFIX_LEN: usize = 32;
+const PREFIX_LEN: usize = 32;
 /// Commands whose responses may be outstanding at once before the tracker gives up.
-pub const MAX_PENDING: usize = 16_384;
+const MAX_PENDING: usize = 16_384;
 
 const MAX_PACKET: u32 = 0xFF_FFFF;
 
