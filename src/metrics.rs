@@ -11,13 +11,13 @@
 //! connection, never per packet.
 //!
 //! The HTTP endpoint runs on its own OS thread ([`serve`]) and sums across
-//! workers at scrape time. Because each worker is read independently, a
+//! workers at scrape time; [`exposition`] hands the sums to the
+//! `prometheus-client` crate, which writes the text format. Because each worker is read independently, a
 //! scrape is not an atomic cut across workers; every individual series is
 //! still monotonic (counters) or a plausible instantaneous value (gauges),
 //! which is all Prometheus asks for.
 
-use std::collections::HashMap;
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,8 +26,10 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+mod exposition;
+
 /// Content type of the Prometheus text exposition format we emit.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Name of the thread that serves `/metrics`; named so it is recognisable in
 /// `top -H`, `perf` and panic messages.
@@ -41,33 +43,30 @@ const HIST_HIGH_US: u64 = 60_000_000;
 /// Significant figures: 0.1% relative error is plenty for latency percentiles.
 const HIST_SIGFIG: u8 = 3;
 
-/// Upper bounds of the `ringgate_connect_duration_seconds` buckets: the label
-/// text exactly as rendered, and the bound in nanoseconds. Kept as text so the
-/// `le` labels are stable strings rather than whatever float formatting gives.
-const CONNECT_BUCKETS: [(&str, u64); 16] = [
-    ("0.0001", 100_000),
-    ("0.00025", 250_000),
-    ("0.0005", 500_000),
-    ("0.001", 1_000_000),
-    ("0.0025", 2_500_000),
-    ("0.005", 5_000_000),
-    ("0.01", 10_000_000),
-    ("0.025", 25_000_000),
-    ("0.05", 50_000_000),
-    ("0.1", 100_000_000),
-    ("0.25", 250_000_000),
-    ("0.5", 500_000_000),
-    ("1", 1_000_000_000),
-    ("2.5", 2_500_000_000),
-    ("5", 5_000_000_000),
-    ("10", 10_000_000_000),
+/// Upper bounds of the `ringgate_connect_duration_seconds` buckets, in
+/// nanoseconds (integers, so that a duration exactly on a bound is counted
+/// exactly; the `le` labels are these divided by 1e9).
+const CONNECT_BUCKETS_NS: [u64; 16] = [
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
 ];
 
 /// Number of histogram buckets including the implicit `+Inf` one.
-pub const CONNECT_BUCKET_COUNT: usize = CONNECT_BUCKETS.len() + 1;
-
-/// Quantiles exported as `ringgate_connect_duration_seconds_quantile`.
-const QUANTILES: [(&str, f64); 3] = [("0.5", 0.5), ("0.99", 0.99), ("0.999", 0.999)];
+pub const CONNECT_BUCKET_COUNT: usize = CONNECT_BUCKETS_NS.len() + 1;
 
 /// Errors from starting the metrics endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -245,6 +244,20 @@ pub struct WorkerMetrics {
     pub bytes_client_to_backend_total: AtomicU64,
     /// Bytes forwarded backend → client.
     pub bytes_backend_to_client_total: AtomicU64,
+    /// Sessions waiting for a backend connection now (the pool is at its
+    /// limit, or the connection they wait for is being reset).
+    pub pool_waiters: AtomicI64,
+    /// Times the ring's submission met EBUSY (completion ring full) and
+    /// reaped completions into its backlog instead of spinning. The worker
+    /// stores its ring's running total here.
+    pub ring_ebusy_reaps: AtomicU64,
+    /// Times the ring flushed the kernel's CQ overflow list
+    /// (IORING_SQ_CQ_OVERFLOW). Stored from the ring's running total.
+    pub ring_overflow_flushes: AtomicU64,
+    /// Operations that could not be queued and were completed with a
+    /// synthetic error so their owner rolled back. Stored from the ring's
+    /// running total.
+    pub ring_synthetic_failures: AtomicU64,
     /// Accept → auth OK durations, in microseconds for the hdrhistogram.
     connect_duration: Mutex<ConnectHist>,
 }
@@ -285,6 +298,10 @@ impl WorkerMetrics {
             commands_total: AtomicU64::new(0),
             bytes_client_to_backend_total: AtomicU64::new(0),
             bytes_backend_to_client_total: AtomicU64::new(0),
+            pool_waiters: AtomicI64::new(0),
+            ring_ebusy_reaps: AtomicU64::new(0),
+            ring_overflow_flushes: AtomicU64::new(0),
+            ring_synthetic_failures: AtomicU64::new(0),
             connect_duration: Mutex::new(ConnectHist::new()),
         }
     }
@@ -294,10 +311,10 @@ impl WorkerMetrics {
     pub fn record_connect(&self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        let idx = CONNECT_BUCKETS
+        let idx = CONNECT_BUCKETS_NS
             .iter()
-            .position(|&(_, le_ns)| ns <= le_ns)
-            .unwrap_or(CONNECT_BUCKETS.len());
+            .position(|&le_ns| ns <= le_ns)
+            .unwrap_or(CONNECT_BUCKETS_NS.len());
         let mut h = self.hist();
         // Saturating: a >60 s connect clamps to 60 s in the percentiles
         // instead of being dropped.
@@ -342,7 +359,7 @@ pub struct ConnectDurationSnapshot {
 
 /// Upper bounds (seconds) of the connect-duration buckets, excluding `+Inf`.
 pub fn connect_bucket_bounds() -> impl Iterator<Item = f64> {
-    CONNECT_BUCKETS.iter().map(|&(_, ns)| ns as f64 / 1e9)
+    CONNECT_BUCKETS_NS.iter().map(|&ns| ns as f64 / 1e9)
 }
 
 /// All metrics summed over workers as plain numbers: for the shutdown log
@@ -368,6 +385,10 @@ pub struct Snapshot {
     pub commands_total: u64,
     pub bytes_client_to_backend_total: u64,
     pub bytes_backend_to_client_total: u64,
+    pub pool_waiters: i64,
+    pub ring_ebusy_reaps_total: u64,
+    pub ring_cq_overflow_flushes_total: u64,
+    pub ring_synthetic_failures_total: u64,
     pub connect_duration: ConnectDurationSnapshot,
 }
 
@@ -397,7 +418,8 @@ impl fmt::Display for Snapshot {
              (auth={} max_connections={} handshake={} backend_unavailable={}) \
              commands={} bytes_c2b={} bytes_b2c={} backend_connects={} \
              backend_connect_failures={} backend_discarded={} heap_fallbacks={} \
-             connect_us_p50={} p99={} p999={}",
+             connect_us_p50={} p99={} p999={} pool_waiters={} ring_ebusy_reaps={} \
+             ring_cq_overflow_flushes={} ring_synthetic_failures={}",
             self.mode,
             self.workers,
             self.read_buffers_free,
@@ -423,6 +445,10 @@ impl fmt::Display for Snapshot {
             us(self.connect_duration.p50),
             us(self.connect_duration.p99),
             us(self.connect_duration.p999),
+            self.pool_waiters,
+            self.ring_ebusy_reaps_total,
+            self.ring_cq_overflow_flushes_total,
+            self.ring_synthetic_failures_total,
         )
     }
 }
@@ -514,6 +540,10 @@ impl Metrics {
             commands_total: u(|w| &w.commands_total),
             bytes_client_to_backend_total: u(|w| &w.bytes_client_to_backend_total),
             bytes_backend_to_client_total: u(|w| &w.bytes_backend_to_client_total),
+            pool_waiters: i(|w| &w.pool_waiters),
+            ring_ebusy_reaps_total: u(|w| &w.ring_ebusy_reaps),
+            ring_cq_overflow_flushes_total: u(|w| &w.ring_overflow_flushes),
+            ring_synthetic_failures_total: u(|w| &w.ring_synthetic_failures),
             connect_duration: self.connect_snapshot(),
         }
     }
@@ -557,298 +587,10 @@ impl Metrics {
         }
     }
 
-    /// Renders the Prometheus text exposition format 0.0.4.
+    /// Renders the Prometheus text exposition format 0.0.4 (see
+    /// [`exposition`]).
     pub fn render(&self) -> String {
-        let s = self.snapshot();
-        let mut out = String::with_capacity(4096);
-        let o = &mut out;
-        let mode = format!("mode=\"{}\"", s.mode);
-
-        header(o, "ringgate_workers", "gauge", "Number of worker threads.");
-        sample(o, "ringgate_workers", "", s.workers);
-
-        header(
-            o,
-            "ringgate_read_buffers_total",
-            "gauge",
-            "Slots in the registered read-buffer tables (0 in heap mode); mode is the effective buffer mode.",
-        );
-        sample(
-            o,
-            "ringgate_read_buffers_total",
-            &mode,
-            s.read_buffers_total,
-        );
-        header(
-            o,
-            "ringgate_read_buffers_in_use",
-            "gauge",
-            "Read buffers (fixed slots or heap buffers) currently held, by owning connection side.",
-        );
-        sample(
-            o,
-            "ringgate_read_buffers_in_use",
-            "owner=\"client\"",
-            s.read_buffers_in_use_client,
-        );
-        sample(
-            o,
-            "ringgate_read_buffers_in_use",
-            "owner=\"backend\"",
-            s.read_buffers_in_use_backend,
-        );
-        header(
-            o,
-            "ringgate_read_buffers_free",
-            "gauge",
-            "Free slots in the registered read-buffer tables.",
-        );
-        sample(o, "ringgate_read_buffers_free", "", s.read_buffers_free);
-        header(
-            o,
-            "ringgate_read_buffer_heap_fallbacks_total",
-            "counter",
-            "Times the fixed-buffer pool was exhausted and a heap buffer was handed out.",
-        );
-        sample(
-            o,
-            "ringgate_read_buffer_heap_fallbacks_total",
-            "",
-            s.heap_fallbacks_total,
-        );
-
-        header(
-            o,
-            "ringgate_client_connections",
-            "gauge",
-            "Client sessions currently open.",
-        );
-        sample(o, "ringgate_client_connections", "", s.client_connections);
-        header(
-            o,
-            "ringgate_client_connections_total",
-            "counter",
-            "Client connections accepted since start.",
-        );
-        sample(
-            o,
-            "ringgate_client_connections_total",
-            "",
-            s.client_connections_total,
-        );
-        header(
-            o,
-            "ringgate_client_rejected_total",
-            "counter",
-            "Client connections rejected, by reason.",
-        );
-        for r in RejectReason::ALL {
-            let labels = format!("reason=\"{}\"", r.as_str());
-            sample(o, "ringgate_client_rejected_total", &labels, s.rejected(r));
-        }
-
-        header(
-            o,
-            "ringgate_backend_connections",
-            "gauge",
-            "Backend connections, by state.",
-        );
-        sample(
-            o,
-            "ringgate_backend_connections",
-            "state=\"idle\"",
-            s.backend_idle,
-        );
-        sample(
-            o,
-            "ringgate_backend_connections",
-            "state=\"busy\"",
-            s.backend_busy,
-        );
-        header(
-            o,
-            "ringgate_backend_connects_total",
-            "counter",
-            "Backend connections established.",
-        );
-        sample(
-            o,
-            "ringgate_backend_connects_total",
-            "",
-            s.backend_connects_total,
-        );
-        header(
-            o,
-            "ringgate_backend_connect_failures_total",
-            "counter",
-            "Backend connection attempts that failed.",
-        );
-        sample(
-            o,
-            "ringgate_backend_connect_failures_total",
-            "",
-            s.backend_connect_failures_total,
-        );
-        header(
-            o,
-            "ringgate_backend_discarded_total",
-            "counter",
-            "Backend connections discarded instead of being returned to the pool.",
-        );
-        sample(
-            o,
-            "ringgate_backend_discarded_total",
-            "",
-            s.backend_discarded_total,
-        );
-
-        header(
-            o,
-            "ringgate_commands_total",
-            "counter",
-            "Client commands forwarded to a backend.",
-        );
-        sample(o, "ringgate_commands_total", "", s.commands_total);
-        header(
-            o,
-            "ringgate_bytes_total",
-            "counter",
-            "Bytes forwarded, by direction.",
-        );
-        sample(
-            o,
-            "ringgate_bytes_total",
-            "direction=\"client_to_backend\"",
-            s.bytes_client_to_backend_total,
-        );
-        sample(
-            o,
-            "ringgate_bytes_total",
-            "direction=\"backend_to_client\"",
-            s.bytes_backend_to_client_total,
-        );
-
-        let cd = &s.connect_duration;
-        header(
-            o,
-            "ringgate_connect_duration_seconds",
-            "histogram",
-            "Time from client accept to successful authentication.",
-        );
-        for (i, &cum) in cd.buckets.iter().enumerate() {
-            let le = CONNECT_BUCKETS.get(i).map_or("+Inf", |&(le, _)| le);
-            let labels = format!("le=\"{le}\"");
-            sample(o, "ringgate_connect_duration_seconds_bucket", &labels, cum);
-        }
-        sample(
-            o,
-            "ringgate_connect_duration_seconds_sum",
-            "",
-            Float(cd.sum.as_secs_f64()),
-        );
-        sample(o, "ringgate_connect_duration_seconds_count", "", cd.count);
-        header(
-            o,
-            "ringgate_connect_duration_seconds_quantile",
-            "gauge",
-            "Quantiles of the connect duration since start, from an HDR histogram (3 significant digits); NaN until the first connect.",
-        );
-        for ((label, _), v) in QUANTILES.iter().zip([cd.p50, cd.p99, cd.p999]) {
-            let labels = format!("quantile=\"{label}\"");
-            let v = v.map_or(f64::NAN, |d| d.as_secs_f64());
-            sample(
-                o,
-                "ringgate_connect_duration_seconds_quantile",
-                &labels,
-                Float(v),
-            );
-        }
-        out
-    }
-}
-
-/// A float sample value, formatted the Prometheus way (`+Inf`, `-Inf`,
-/// `NaN`; Rust's `Display` would print `inf`). Rust's float `Display` never
-/// uses exponent notation and round-trips, which Prometheus accepts.
-struct Float(f64);
-
-impl fmt::Display for Float {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let v = self.0;
-        if v.is_nan() {
-            f.write_str("NaN")
-        } else if v.is_infinite() {
-            f.write_str(if v > 0.0 { "+Inf" } else { "-Inf" })
-        } else {
-            write!(f, "{v}")
-        }
-    }
-}
-
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    // Writing to a String cannot fail.
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-fn sample(out: &mut String, name: &str, labels: &str, value: impl fmt::Display) {
-    let _ = if labels.is_empty() {
-        writeln!(out, "{name} {value}")
-    } else {
-        writeln!(out, "{name}{{{labels}}} {value}")
-    };
-}
-
-/// Parses Prometheus text exposition into `name{labels}` → value, with the
-/// key exactly as written on the line (so `ringgate_bytes_total{direction="client_to_backend"}`
-/// is looked up verbatim). Comments, blank lines and unparsable lines are
-/// skipped; a trailing timestamp is ignored. Meant for tests and the bench,
-/// not as a general-purpose parser.
-pub fn parse_prometheus_text(text: &str) -> HashMap<String, f64> {
-    let mut map = HashMap::new();
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Some(split) = key_end(line) else { continue };
-        let (key, rest) = line.split_at(split);
-        let Some(value) = rest.split_whitespace().next().and_then(parse_value) else {
-            continue;
-        };
-        map.insert(key.to_string(), value);
-    }
-    map
-}
-
-/// Byte index where the `name{labels}` part of a sample line ends. Label
-/// values are quoted and may contain spaces, braces and escaped quotes, so
-/// the closing brace is found by scanning with quote awareness.
-fn key_end(line: &str) -> Option<usize> {
-    let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
-    if !line[name_end..].starts_with('{') {
-        return Some(name_end);
-    }
-    let mut in_quotes = false;
-    let mut escaped = false;
-    for (i, c) in line.char_indices().skip_while(|&(i, _)| i <= name_end) {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' if in_quotes => escaped = true,
-            '"' => in_quotes = !in_quotes,
-            '}' if !in_quotes => return Some(i + 1),
-            _ => {}
-        }
-    }
-    None
-}
-
-fn parse_value(s: &str) -> Option<f64> {
-    match s {
-        "+Inf" | "Inf" => Some(f64::INFINITY),
-        "-Inf" => Some(f64::NEG_INFINITY),
-        "NaN" => Some(f64::NAN),
-        _ => s.parse().ok(),
+        exposition::render(self.snapshot())
     }
 }
 
@@ -912,299 +654,4 @@ fn with_content_type<R: std::io::Read>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::{Read, Write};
-    use std::net::TcpStream;
-
-    const ALL_NAMES: [(&str, &str); 16] = [
-        ("ringgate_workers", "gauge"),
-        ("ringgate_read_buffers_total", "gauge"),
-        ("ringgate_read_buffers_in_use", "gauge"),
-        ("ringgate_read_buffers_free", "gauge"),
-        ("ringgate_read_buffer_heap_fallbacks_total", "counter"),
-        ("ringgate_client_connections", "gauge"),
-        ("ringgate_client_connections_total", "counter"),
-        ("ringgate_client_rejected_total", "counter"),
-        ("ringgate_backend_connections", "gauge"),
-        ("ringgate_backend_connects_total", "counter"),
-        ("ringgate_backend_connect_failures_total", "counter"),
-        ("ringgate_backend_discarded_total", "counter"),
-        ("ringgate_commands_total", "counter"),
-        ("ringgate_bytes_total", "counter"),
-        ("ringgate_connect_duration_seconds", "histogram"),
-        ("ringgate_connect_duration_seconds_quantile", "gauge"),
-    ];
-
-    fn populated() -> Arc<Metrics> {
-        let m = Metrics::new(2, BufferMode::Fixed);
-        for (i, k) in [(0usize, 1u64), (1, 10)] {
-            let w = m.worker(i);
-            let ki = k as i64;
-            w.read_buffers_total.store(100 * k, Ordering::Relaxed);
-            w.read_buffers_free.store(90 * ki, Ordering::Relaxed);
-            w.read_buffers_in_use_client
-                .store(3 * ki, Ordering::Relaxed);
-            w.read_buffers_in_use_backend
-                .store(4 * ki, Ordering::Relaxed);
-            w.heap_fallbacks_total.fetch_add(5 * k, Ordering::Relaxed);
-            w.client_connections.fetch_add(6 * ki, Ordering::Relaxed);
-            w.client_connections_total
-                .fetch_add(7 * k, Ordering::Relaxed);
-            w.backend_idle.fetch_add(8 * ki, Ordering::Relaxed);
-            w.backend_busy.fetch_add(9 * ki, Ordering::Relaxed);
-            w.backend_connects_total
-                .fetch_add(11 * k, Ordering::Relaxed);
-            w.backend_connect_failures_total
-                .fetch_add(12 * k, Ordering::Relaxed);
-            w.backend_discarded_total
-                .fetch_add(13 * k, Ordering::Relaxed);
-            w.commands_total.fetch_add(14 * k, Ordering::Relaxed);
-            w.bytes_client_to_backend_total
-                .fetch_add(15 * k, Ordering::Relaxed);
-            w.bytes_backend_to_client_total
-                .fetch_add(16 * k, Ordering::Relaxed);
-            w.reject(RejectReason::Auth);
-            w.reject(RejectReason::BackendUnavailable);
-        }
-        m.worker(1).reject(RejectReason::MaxConnections);
-        m
-    }
-
-    #[test]
-    fn worker_entries_do_not_share_cache_lines() {
-        assert!(std::mem::align_of::<WorkerMetrics>() >= 128);
-        assert_eq!(std::mem::size_of::<WorkerMetrics>() % 128, 0);
-    }
-
-    #[test]
-    fn render_has_help_and_type_for_every_name() {
-        let text = populated().render();
-        for (name, kind) in ALL_NAMES {
-            assert!(
-                text.contains(&format!("# HELP {name} ")),
-                "missing HELP for {name}"
-            );
-            assert!(
-                text.contains(&format!("# TYPE {name} {kind}\n")),
-                "missing TYPE for {name}"
-            );
-        }
-        // Every sample line belongs to a declared family.
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let name = &line[..line.find(['{', ' ']).unwrap()];
-            let family = name
-                .strip_suffix("_bucket")
-                .or_else(|| name.strip_suffix("_sum"))
-                .or_else(|| name.strip_suffix("_count"))
-                .filter(|f| *f == "ringgate_connect_duration_seconds")
-                .unwrap_or(name);
-            assert!(
-                text.contains(&format!("# TYPE {family} ")),
-                "undeclared {name}"
-            );
-        }
-        assert!(text.ends_with('\n'));
-    }
-
-    #[test]
-    fn sums_across_two_workers() {
-        let m = populated();
-        let p = parse_prometheus_text(&m.render());
-        let get = |k: &str| *p.get(k).unwrap_or_else(|| panic!("missing {k}"));
-        assert_eq!(get("ringgate_workers"), 2.0);
-        assert_eq!(get("ringgate_read_buffers_total{mode=\"fixed\"}"), 1100.0);
-        assert_eq!(get("ringgate_read_buffers_free"), 990.0);
-        assert_eq!(get("ringgate_read_buffers_in_use{owner=\"client\"}"), 33.0);
-        assert_eq!(get("ringgate_read_buffers_in_use{owner=\"backend\"}"), 44.0);
-        assert_eq!(get("ringgate_read_buffer_heap_fallbacks_total"), 55.0);
-        assert_eq!(get("ringgate_client_connections"), 66.0);
-        assert_eq!(get("ringgate_client_connections_total"), 77.0);
-        assert_eq!(get("ringgate_client_rejected_total{reason=\"auth\"}"), 2.0);
-        assert_eq!(
-            get("ringgate_client_rejected_total{reason=\"max_connections\"}"),
-            1.0
-        );
-        assert_eq!(
-            get("ringgate_client_rejected_total{reason=\"handshake\"}"),
-            0.0
-        );
-        assert_eq!(
-            get("ringgate_client_rejected_total{reason=\"backend_unavailable\"}"),
-            2.0
-        );
-        assert_eq!(get("ringgate_backend_connections{state=\"idle\"}"), 88.0);
-        assert_eq!(get("ringgate_backend_connections{state=\"busy\"}"), 99.0);
-        assert_eq!(get("ringgate_backend_connects_total"), 121.0);
-        assert_eq!(get("ringgate_backend_connect_failures_total"), 132.0);
-        assert_eq!(get("ringgate_backend_discarded_total"), 143.0);
-        assert_eq!(get("ringgate_commands_total"), 154.0);
-        assert_eq!(
-            get("ringgate_bytes_total{direction=\"client_to_backend\"}"),
-            165.0
-        );
-        assert_eq!(
-            get("ringgate_bytes_total{direction=\"backend_to_client\"}"),
-            176.0
-        );
-
-        let s = m.snapshot();
-        assert_eq!(s.commands_total, 154);
-        assert_eq!(s.rejected_total(), 5);
-        assert_eq!(s.rejected(RejectReason::MaxConnections), 1);
-        assert!(s.to_string().contains("commands=154"));
-    }
-
-    #[test]
-    fn mode_switch_changes_label() {
-        let m = Metrics::new(1, BufferMode::Fixed);
-        m.set_mode(BufferMode::Heap);
-        assert_eq!(m.mode(), BufferMode::Heap);
-        let p = parse_prometheus_text(&m.render());
-        assert_eq!(
-            p.get("ringgate_read_buffers_total{mode=\"heap\"}"),
-            Some(&0.0)
-        );
-        assert!(!p.contains_key("ringgate_read_buffers_total{mode=\"fixed\"}"));
-    }
-
-    #[test]
-    fn histogram_buckets_are_cumulative_and_count_is_right() {
-        let m = Metrics::new(2, BufferMode::Heap);
-        let us = Duration::from_micros;
-        // Exactly on a bound counts in that bucket (le is "<=").
-        m.worker(0).record_connect(us(100));
-        m.worker(0).record_connect(us(101));
-        m.worker(1).record_connect(us(2_500));
-        m.worker(1).record_connect(Duration::from_secs(1));
-        m.worker(1).record_connect(Duration::from_secs(90)); // beyond 10 s and the hdr range
-        let p = parse_prometheus_text(&m.render());
-        let b = |le: &str| p[&format!("ringgate_connect_duration_seconds_bucket{{le=\"{le}\"}}")];
-        assert_eq!(b("0.0001"), 1.0);
-        assert_eq!(b("0.00025"), 2.0);
-        assert_eq!(b("0.001"), 2.0);
-        assert_eq!(b("0.0025"), 3.0);
-        assert_eq!(b("0.5"), 3.0);
-        assert_eq!(b("1"), 4.0);
-        assert_eq!(b("10"), 4.0);
-        assert_eq!(b("+Inf"), 5.0);
-        assert_eq!(p["ringgate_connect_duration_seconds_count"], 5.0);
-        let sum = p["ringgate_connect_duration_seconds_sum"];
-        assert!((sum - 91.002701).abs() < 1e-9, "sum {sum}");
-
-        let mut prev = 0.0;
-        let mut n = 0;
-        for line in m.render().lines().filter(|l| l.contains("_bucket{")) {
-            let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
-            assert!(v >= prev, "not cumulative: {line}");
-            prev = v;
-            n += 1;
-        }
-        assert_eq!(n, CONNECT_BUCKET_COUNT);
-
-        let s = m.snapshot().connect_duration;
-        assert_eq!(s.count, 5);
-        assert_eq!(s.buckets[CONNECT_BUCKET_COUNT - 1], 5);
-        assert_eq!(connect_bucket_bounds().count(), CONNECT_BUCKET_COUNT - 1);
-    }
-
-    #[test]
-    fn quantiles_come_from_merged_histogram() {
-        let m = Metrics::new(2, BufferMode::Fixed);
-        let p = parse_prometheus_text(&m.render());
-        assert!(p["ringgate_connect_duration_seconds_quantile{quantile=\"0.5\"}"].is_nan());
-        assert_eq!(m.snapshot().connect_duration.p99, None);
-
-        for i in 1..=1000u64 {
-            m.worker((i % 2) as usize)
-                .record_connect(Duration::from_micros(i));
-        }
-        let p = parse_prometheus_text(&m.render());
-        let q =
-            |q: &str| p[&format!("ringgate_connect_duration_seconds_quantile{{quantile=\"{q}\"}}")];
-        assert!((q("0.5") - 0.000500).abs() < 1e-6, "{}", q("0.5"));
-        assert!((q("0.99") - 0.000990).abs() < 1e-6, "{}", q("0.99"));
-        assert!((q("0.999") - 0.000999).abs() < 1e-6, "{}", q("0.999"));
-        let s = m.snapshot().connect_duration;
-        assert_eq!(s.p50, Some(Duration::from_micros(500)));
-    }
-
-    #[test]
-    fn parse_round_trip_and_edge_cases() {
-        let m = populated();
-        m.worker(0).record_connect(Duration::from_micros(300));
-        let text = m.render();
-        let p = parse_prometheus_text(&text);
-        let samples = text
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
-            .count();
-        assert_eq!(p.len(), samples);
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let (k, v) = line.rsplit_once(' ').unwrap();
-            let parsed = p[k];
-            let expected = parse_value(v).unwrap();
-            assert!(
-                parsed == expected || (parsed.is_nan() && expected.is_nan()),
-                "{line}"
-            );
-        }
-
-        let odd = "# comment\n\nfoo{a=\"x y}\\\"z\"} 1.5 1700000000\nbar +Inf\nbaz NaN\nbroken{a=\"b\" 3\nnovalue\nqux -2\n";
-        let p = parse_prometheus_text(odd);
-        assert_eq!(p["foo{a=\"x y}\\\"z\"}"], 1.5);
-        assert_eq!(p["bar"], f64::INFINITY);
-        assert!(p["baz"].is_nan());
-        assert_eq!(p["qux"], -2.0);
-        assert_eq!(p.len(), 4);
-    }
-
-    fn http_get(addr: SocketAddr, path: &str) -> String {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut resp = String::new();
-        s.read_to_string(&mut resp).unwrap();
-        resp
-    }
-
-    #[test]
-    fn serve_answers_real_http() {
-        let m = populated();
-        let (addr, handle) = serve("127.0.0.1:0".parse().unwrap(), Arc::clone(&m)).unwrap();
-        assert_ne!(addr.port(), 0);
-        assert_eq!(handle.thread().name(), Some(THREAD_NAME));
-
-        let resp = http_get(addr, "/metrics");
-        assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
-        assert!(
-            resp.to_ascii_lowercase()
-                .contains("content-type: text/plain; version=0.0.4"),
-            "{resp}"
-        );
-        let body = &resp[resp.find("\r\n\r\n").unwrap() + 4..];
-        let p = parse_prometheus_text(body);
-        assert_eq!(p["ringgate_commands_total"], 154.0);
-
-        // Live values: the next scrape sees new counts.
-        m.worker(0).commands_total.fetch_add(1, Ordering::Relaxed);
-        let resp = http_get(addr, "/metrics?x=1");
-        assert!(resp.contains("\nringgate_commands_total 155\n"), "{resp}");
-
-        let resp = http_get(addr, "/");
-        assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");
-    }
-
-    #[test]
-    fn serve_reports_bind_failure_with_address() {
-        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = taken.local_addr().unwrap();
-        let err = serve(addr, Metrics::new(1, BufferMode::Fixed)).unwrap_err();
-        assert!(matches!(err, MetricsError::Bind { .. }));
-        assert!(err.to_string().contains(&addr.to_string()), "{err}");
-    }
-}
+mod tests;

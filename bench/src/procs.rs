@@ -235,7 +235,7 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
 }
 
 /// Prometheus text → `name{labels}` → value (the same shape as
-/// `ringgate::metrics::parse_prometheus_text`, without depending on the proxy crate).
+/// `tests/common`'s `Metrics::parse`, without depending on the proxy crate).
 pub fn parse_prometheus(text: &str) -> HashMap<String, f64> {
     let mut m = HashMap::new();
     for line in text.lines() {

@@ -1,0 +1,271 @@
+//! The `/metrics` text: a [`Snapshot`] written in the Prometheus text
+//! format 0.0.4 by the `prometheus-client` crate.
+//!
+//! The workers keep their own plain atomics (see [`super::WorkerMetrics`]),
+//! because the data path must not share anything between cores; the crate's
+//! own metric types would be one shared value per series. So each scrape
+//! sums the workers into a [`Snapshot`] and registers it as one
+//! [`Collector`] in a fresh [`Registry`]: the crate then does the naming
+//! (`_total` on counters, `_bucket`/`_sum`/`_count` on histograms), HELP and
+//! TYPE lines, label escaping and float formatting (`NaN`, `+Inf`, `le`
+//! labels as Prometheus's Go client writes them).
+//!
+//! Metric names, labels and meanings are an interface: dashboards, alerts,
+//! `docs/operations.md` and the tests rely on them.
+
+use std::fmt;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet, MetricEncoder, NoLabelSet,
+};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use super::{connect_bucket_bounds, RejectReason, Snapshot};
+
+/// Writes `snapshot` as Prometheus text.
+pub(super) fn render(snapshot: Snapshot) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Exposition(snapshot)));
+    let mut out = String::with_capacity(8192);
+    // Only fails when the writer fails, and a String never does.
+    if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut out, &registry) {
+        tracing::warn!(error = %e, "cannot encode metrics");
+    }
+    out
+}
+
+/// One scrape's values.
+#[derive(Debug)]
+struct Exposition(Snapshot);
+
+/// A label set of one pair, e.g. `owner="client"`.
+type Label = [(&'static str, &'static str); 1];
+
+impl Collector for Exposition {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let s = &self.0;
+        gauge(
+            &mut enc,
+            "ringgate_workers",
+            "Number of worker threads.",
+            s.workers,
+        )?;
+
+        gauges(
+            &mut enc,
+            "ringgate_read_buffers_total",
+            "Slots in the registered read-buffer tables (0 in heap mode); mode is the effective \
+             buffer mode.",
+            &[([("mode", s.mode.as_str())], s.read_buffers_total)],
+        )?;
+        gauges(
+            &mut enc,
+            "ringgate_read_buffers_in_use",
+            "Read buffers (fixed slots or heap buffers) currently held, by owning connection side.",
+            &[
+                ([("owner", "client")], s.read_buffers_in_use_client),
+                ([("owner", "backend")], s.read_buffers_in_use_backend),
+            ],
+        )?;
+        gauge(
+            &mut enc,
+            "ringgate_read_buffers_free",
+            "Free slots in the registered read-buffer tables.",
+            s.read_buffers_free,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_read_buffer_heap_fallbacks_total",
+            "Times the fixed-buffer pool was exhausted and a heap buffer was handed out.",
+            s.heap_fallbacks_total,
+        )?;
+
+        gauge(
+            &mut enc,
+            "ringgate_client_connections",
+            "Client sessions currently open.",
+            s.client_connections,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_client_connections_total",
+            "Client connections accepted since start.",
+            s.client_connections_total,
+        )?;
+        let rejected: Vec<(Label, u64)> = RejectReason::ALL
+            .iter()
+            .map(|&r| ([("reason", r.as_str())], s.rejected(r)))
+            .collect();
+        counters(
+            &mut enc,
+            "ringgate_client_rejected_total",
+            "Client connections rejected, by reason.",
+            &rejected,
+        )?;
+
+        gauges(
+            &mut enc,
+            "ringgate_backend_connections",
+            "Backend connections, by state.",
+            &[
+                ([("state", "idle")], s.backend_idle),
+                ([("state", "busy")], s.backend_busy),
+            ],
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_backend_connects_total",
+            "Backend connections established.",
+            s.backend_connects_total,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_backend_connect_failures_total",
+            "Backend connection attempts that failed.",
+            s.backend_connect_failures_total,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_backend_discarded_total",
+            "Backend connections discarded instead of being returned to the pool.",
+            s.backend_discarded_total,
+        )?;
+        gauge(
+            &mut enc,
+            "ringgate_pool_waiters",
+            "Client sessions waiting for a backend connection.",
+            s.pool_waiters,
+        )?;
+
+        counter(
+            &mut enc,
+            "ringgate_commands_total",
+            "Client commands forwarded to a backend.",
+            s.commands_total,
+        )?;
+        counters(
+            &mut enc,
+            "ringgate_bytes_total",
+            "Bytes forwarded, by direction.",
+            &[
+                (
+                    [("direction", "client_to_backend")],
+                    s.bytes_client_to_backend_total,
+                ),
+                (
+                    [("direction", "backend_to_client")],
+                    s.bytes_backend_to_client_total,
+                ),
+            ],
+        )?;
+
+        counter(
+            &mut enc,
+            "ringgate_ring_ebusy_reaps_total",
+            "Times a submission met EBUSY (completion ring full) and completions were reaped \
+             into a backlog instead of spinning.",
+            s.ring_ebusy_reaps_total,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_ring_cq_overflow_flushes_total",
+            "Times the kernel's completion overflow list was flushed (IORING_SQ_CQ_OVERFLOW).",
+            s.ring_cq_overflow_flushes_total,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_ring_synthetic_failures_total",
+            "Operations that could not be queued and were failed locally so their owner rolled \
+             back.",
+            s.ring_synthetic_failures_total,
+        )?;
+
+        connect_duration(&mut enc, s)
+    }
+}
+
+fn connect_duration(enc: &mut DescriptorEncoder, s: &Snapshot) -> fmt::Result {
+    let cd = &s.connect_duration;
+    // The crate wants per-bucket counts and accumulates them itself; the
+    // snapshot's are cumulative. `+Inf` is written from `count`.
+    let mut buckets = Vec::with_capacity(cd.buckets.len());
+    let mut below = 0u64;
+    for (bound, &cumulative) in connect_bucket_bounds().zip(&cd.buckets) {
+        buckets.push((bound, cumulative.saturating_sub(below)));
+        below = cumulative;
+    }
+    enc.encode_descriptor(
+        "ringgate_connect_duration_seconds",
+        "Time from client accept to successful authentication.",
+        None,
+        MetricType::Histogram,
+    )?
+    .encode_histogram::<NoLabelSet>(cd.sum.as_secs_f64(), cd.count, &buckets, None)?;
+
+    let quantile = |d: Option<std::time::Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64());
+    gauges(
+        enc,
+        "ringgate_connect_duration_seconds_quantile",
+        "Quantiles of the connect duration since start, from an HDR histogram (3 significant \
+         digits); NaN until the first connect.",
+        &[
+            ([("quantile", "0.5")], quantile(cd.p50)),
+            ([("quantile", "0.99")], quantile(cd.p99)),
+            ([("quantile", "0.999")], quantile(cd.p999)),
+        ],
+    )
+}
+
+fn gauge<V: EncodeGaugeValue>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: V,
+) -> fmt::Result {
+    enc.encode_descriptor(name, help, None, MetricType::Gauge)?
+        .encode_gauge(&value)
+}
+
+fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(L, V)],
+) -> fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in series {
+        family.encode_family(labels)?.encode_gauge(value)?;
+    }
+    Ok(())
+}
+
+/// The crate appends `_total` to a counter's name; the full name is written
+/// here so that every exported name can be found with grep.
+fn counter_name(name: &str) -> &str {
+    debug_assert!(name.ends_with("_total"), "{name}");
+    name.strip_suffix("_total").unwrap_or(name)
+}
+
+fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
+    let mut m = enc.encode_descriptor(counter_name(name), help, None, MetricType::Counter)?;
+    encode_counter(&mut m, value)
+}
+
+fn counters<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(L, u64)],
+) -> fmt::Result {
+    let mut family = enc.encode_descriptor(counter_name(name), help, None, MetricType::Counter)?;
+    for (labels, value) in series {
+        encode_counter(&mut family.encode_family(labels)?, *value)?;
+    }
+    Ok(())
+}
+
+fn encode_counter(m: &mut MetricEncoder, value: u64) -> fmt::Result {
+    m.encode_counter::<NoLabelSet, u64, u64>(&value, None)
+}
