@@ -5,8 +5,8 @@ Stdlib only. Writes small files under fuzz/seeds/<target>/ (committed) from:
 
   * src/mysql/testdata/*.bin[.gz] -- post-authentication command traffic captured from
     MariaDB 10.11 by scripts/capture-mysql-stream.py (format documented there and in
-    src/mysql/tracker.rs): every command/response exchange becomes a `tracker` seed, and every
-    server reply packet a `framing_handshake` seed;
+    src/mysql/tracker/tests.rs): every command/response exchange becomes a `tracker` seed, and
+    every server reply packet a `framing_handshake` seed;
   * with --port P (a running MariaDB whose root has no password, e.g. the test sandbox): a live
     capture of the login phase through a recording relay, driven by the `mariadb` command-line
     client -- the server greeting, the client's HandshakeResponse41, the auth reply -- plus an
