@@ -110,11 +110,16 @@ impl DebugKnobs {
             if knobs.faults.is_active() || knobs.cq_entries.is_some() {
                 static WARNED: std::sync::Once = std::sync::Once::new();
                 WARNED.call_once(|| {
+                    let every = |n: u32| match n {
+                        0 => "never".to_owned(),
+                        n => format!("every {n}th"),
+                    };
                     tracing::warn!(
-                        "io_uring fault injection is active (debug build): {FAULT_INJECT_VAR}={:?} \
-                         {DEBUG_CQ_ENTRIES_VAR}={:?}; operations will fail on purpose",
-                        knobs.faults,
-                        knobs.cq_entries
+                        "io_uring fault injection is active (debug build, {FAULT_INJECT_VAR} / \
+                         {DEBUG_CQ_ENTRIES_VAR}): push fails {}, enter acts as EBUSY {}, CQ size {}",
+                        every(knobs.faults.push_fail),
+                        every(knobs.faults.ebusy),
+                        knobs.cq_entries.map_or("as configured".to_owned(), |n| n.to_string())
                     );
                 });
             }

@@ -57,11 +57,19 @@ impl Ring {
         if self.faults.fail_push() {
             return self.synthesize(user_data, -libc::EIO);
         }
+        if let Some(errno) = self.latched {
+            return self.synthesize(user_data, -errno);
+        }
+        // The common case first: there is room.
+        // SAFETY: the `Sqe` contract keeps the memory it names valid until
+        // its completion is reaped (or its synthetic one, below).
+        if unsafe { self.uring.submission().push(&sqe.0) }.is_ok() {
+            return;
+        }
         if let Err(errno) = self.make_room(1) {
             return self.synthesize(user_data, -errno);
         }
-        // SAFETY: the `Sqe` contract keeps the memory it names valid until
-        // its completion is reaped.
+        // SAFETY: as above.
         if unsafe { self.uring.submission().push(&sqe.0) }.is_err() {
             // make_room left a free slot; this cannot happen.
             self.synthesize(user_data, -libc::EAGAIN);
@@ -82,10 +90,18 @@ impl Ring {
         if self.faults.fail_push() {
             return fail(self, libc::EIO);
         }
-        if let Err(errno) = self.make_room(2) {
+        if let Some(errno) = self.latched {
             return fail(self, errno);
         }
         let pair = [first.0.flags(squeue::Flags::IO_LINK), second.0];
+        // `push_multiple` queues both or neither.
+        // SAFETY: as in `push`, for both entries.
+        if unsafe { self.uring.submission().push_multiple(&pair) }.is_ok() {
+            return;
+        }
+        if let Err(errno) = self.make_room(2) {
+            return fail(self, errno);
+        }
         // SAFETY: as in `push`, for both entries.
         if unsafe { self.uring.submission().push_multiple(&pair) }.is_err() {
             fail(self, libc::EAGAIN);

@@ -241,3 +241,28 @@ fn a_malformed_variable_is_named_in_the_error() {
     };
     assert!(e.to_string().contains("RINGGATE_FAULT_INJECT"), "{e}");
 }
+
+#[test]
+fn a_latched_error_fails_later_pushes_and_ends_the_loop() {
+    let mut ring = tiny(DebugKnobs::default());
+    ring.latched = Some(libc::EBADF);
+    ring.push(ops::nop(token(1)));
+    ring.push_linked(ops::nop(token(2)), ops::nop(token(3)));
+    assert!(matches!(ring.submit_and_wait(), Err(RingError::Enter(_))));
+    let mut out = Vec::new();
+    ring.reap(&mut out);
+    let results: Vec<(u64, i32)> = out.iter().map(|c| (c.user_data, c.result)).collect();
+    assert_eq!(
+        results,
+        vec![
+            (token(1).into(), -libc::EBADF),
+            (token(2).into(), -libc::EBADF),
+            (token(3).into(), -libc::ECANCELED),
+        ]
+    );
+    ring.latched = Some(libc::EBADR);
+    assert!(matches!(
+        ring.submit_and_wait(),
+        Err(RingError::CompletionsLost)
+    ));
+}
