@@ -204,64 +204,95 @@ fn direct_conn() -> Conn {
 // Defect 7: bytes pipelined after the login packet are dropped
 // ---------------------------------------------------------------------------------------------
 
-/// A client that writes its first command in the same write() as its HandshakeResponse41,
-/// or as its AuthSwitch reply, must get the login OK and then the command's answer. The proxy
-/// dropped whatever followed the login packet in its read buffer, so the client waited forever.
-#[test]
-#[ignore = "defect 7: fixed by the src/proxy restructure (issue 10)"]
-fn d07_pipelined_command_after_login_is_answered() {
-    let proxy = Proxy::start(Mode::Fixed);
-    let addr = proxy_addr(&proxy);
+/// The salt of an AuthSwitchRequest payload (0xFE, plugin name, NUL, salt, NUL).
+fn switch_salt(switch: &[u8]) -> Vec<u8> {
+    assert_eq!(
+        switch.first(),
+        Some(&0xFE),
+        "want an AuthSwitchRequest: {switch:?}"
+    );
+    let body = &switch[1..];
+    let nul = body.iter().position(|&b| b == 0).expect("a plugin name");
+    assert_eq!(&body[..nul], NATIVE.as_bytes(), "switched to {NATIVE}");
+    let salt = &body[nul + 1..];
+    salt.strip_suffix(&[0]).unwrap_or(salt).to_vec()
+}
 
+/// Both pipelined logins against `addr`: the first command in the same write() as the
+/// HandshakeResponse41, then in the same write() as the AuthSwitch reply. `who` names the peer
+/// in failure messages.
+fn pipelined_logins(addr: &str, user: &str, password: &str, who: &str) {
     // HandshakeResponse41 + COM_QUERY in one segment.
-    let mut s = connect_raw(&addr);
+    let mut s = connect_raw(addr);
     let scramble = greeting_scramble(&mut s);
-    let token = native_token(APP_PASSWORD.as_bytes(), &scramble);
-    let mut burst = frame(1, &hello(RAW_CAPS, APP_USER, NATIVE, token));
+    let token = native_token(password.as_bytes(), &scramble);
+    let mut burst = frame(1, &hello(RAW_CAPS, user, NATIVE, token));
     burst.extend(frame(0, &com_query("SELECT 4207")));
     s.write_all(&burst).unwrap();
     let (seq, ok) = read_packet(&mut s).expect("the login reply");
-    assert_eq!((seq, ok.first()), (2, Some(&0x00)), "login OK: {ok:?}");
+    assert_eq!(
+        (seq, ok.first()),
+        (2, Some(&0x00)),
+        "{who}: login OK: {ok:?}"
+    );
     let reply = read_reply(&mut s).unwrap_or_else(|e| {
         panic!(
-            "the COM_QUERY sent in the same write() as the HandshakeResponse got no answer \
-             within {READ_TIMEOUT:?}: {e}\n--- ringgate stderr ---\n{}",
-            tail(&proxy.stderr(), 20)
+            "{who}: the COM_QUERY sent in the same write() as the HandshakeResponse got no \
+             answer within {READ_TIMEOUT:?}: {e}"
         )
     });
-    assert_eq!(single_value(reply), "4207");
+    assert_eq!(single_value(reply), "4207", "{who}");
     // The session goes on working.
-    assert_eq!(single_value(query(&mut s, "SELECT 2")), "2");
+    assert_eq!(single_value(query(&mut s, "SELECT 2")), "2", "{who}");
     drop(s);
 
     // AuthSwitch reply + COM_QUERY in one segment: a MySQL 8 client proposes
     // caching_sha2_password and is switched to mysql_native_password.
-    let mut s = connect_raw(&addr);
-    let scramble = greeting_scramble(&mut s);
+    let mut s = connect_raw(addr);
+    greeting_scramble(&mut s);
     let sha2_token = vec![0x5A; 32];
+    let caps = RAW_CAPS | CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA;
     write_packet(
         &mut s,
         1,
-        &hello(RAW_CAPS, APP_USER, "caching_sha2_password", sha2_token),
+        &hello(caps, user, "caching_sha2_password", sha2_token),
     )
     .unwrap();
     let (seq, switch) = read_packet(&mut s).expect("the AuthSwitchRequest");
-    assert_eq!(switch.first(), Some(&0xFE), "want an AuthSwitchRequest");
+    let salt = switch_salt(&switch);
     let mut burst = frame(
         seq.wrapping_add(1),
-        &native_token(APP_PASSWORD.as_bytes(), &scramble),
+        &native_token(password.as_bytes(), &salt),
     );
     burst.extend(frame(0, &com_query("SELECT 4208")));
     s.write_all(&burst).unwrap();
     let (_, ok) = read_packet(&mut s).expect("the reply to the AuthSwitch response");
-    assert_eq!(ok.first(), Some(&0x00), "login OK after the switch: {ok:?}");
+    assert_eq!(
+        ok.first(),
+        Some(&0x00),
+        "{who}: login OK after the switch: {ok:?}"
+    );
     let reply = read_reply(&mut s).unwrap_or_else(|e| {
         panic!(
-            "the COM_QUERY sent in the same write() as the AuthSwitch reply got no answer \
-             within {READ_TIMEOUT:?}: {e}"
+            "{who}: the COM_QUERY sent in the same write() as the AuthSwitch reply got no \
+             answer within {READ_TIMEOUT:?}: {e}"
         )
     });
-    assert_eq!(single_value(reply), "4208");
+    assert_eq!(single_value(reply), "4208", "{who}");
+}
+
+/// A client that writes its first command in the same write() as its HandshakeResponse41,
+/// or as its AuthSwitch reply, must get the login OK and then the command's answer, as MariaDB
+/// itself answers (checked first). The proxy dropped whatever followed the login packet in its
+/// read buffer, so the client waited forever.
+#[test]
+#[ignore = "defect 7: fixed by the src/proxy restructure (issue 10)"]
+fn d07_pipelined_command_after_login_is_answered() {
+    let b = backend_env();
+    pipelined_logins(&b.addr(), &b.user, &b.password, "MariaDB directly");
+    let proxy = Proxy::start(Mode::Fixed);
+    let who = format!("ringgate on port {}", proxy.port);
+    pipelined_logins(&proxy_addr(&proxy), APP_USER, APP_PASSWORD, &who);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -272,37 +303,30 @@ fn d07_pipelined_command_after_login_is_answered() {
 /// than what the loopback socket buffers absorb while nobody reads.
 const PIPELINE_BYTES: usize = 4 << 20;
 
-/// A client pipelines a query with a large result and, behind it, a large INSERT, then reads.
-/// The server blocks writing the result while the proxy blocks writing the INSERT to it (it
-/// keeps reading the client while a client packet is incomplete, and never reads the server
-/// meanwhile): a deadlock. Both answers must arrive, and the INSERT must be applied.
-#[test]
-#[ignore = "defect 8: fixed by the src/proxy restructure (issue 10)"]
-fn d08_large_command_pipelined_behind_large_result_does_not_deadlock() {
-    let proxy = Proxy::start(Mode::Fixed);
-    let table = format!("d08_pipelined_{}", std::process::id());
-    let mut direct = direct_conn();
-    direct
-        .query_drop(format!(
-            "CREATE TABLE {table} (id INT PRIMARY KEY, v LONGTEXT) ENGINE=InnoDB"
-        ))
-        .unwrap();
-
-    let mut s = login_with_caps(&proxy_addr(&proxy), APP_USER, APP_PASSWORD, RAW_CAPS);
-    // Bounds the whole exchange: a correct proxy needs well under a second.
+/// Logs in at `addr`, writes a PIPELINE_BYTES result query and a PIPELINE_BYTES INSERT of row
+/// `id` into `table` in one burst (from a writer thread, since the write may block), and reads
+/// both answers. Bounded: on a missing answer the socket is shut down so that the writer
+/// returns. Ok(how long the answers took) or Err(what went wrong).
+fn pipelined_burst(
+    addr: &str,
+    user: &str,
+    password: &str,
+    table: &str,
+    id: u32,
+) -> Result<Duration, String> {
+    let mut s = login_with_caps(addr, user, password, RAW_CAPS);
+    // Bounds the whole exchange: a correct peer needs well under a second.
     s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
     let mut burst = frame(
         0,
         &com_query(&format!("SELECT REPEAT('r', {PIPELINE_BYTES})")),
     );
     let insert = format!(
-        "INSERT INTO ringgate_test.{table} VALUES (1, '{}')",
+        "INSERT INTO {}.{table} VALUES ({id}, '{}')",
+        common::TEST_DB,
         "i".repeat(PIPELINE_BYTES)
     );
     burst.extend(frame(0, &com_query(&insert)));
-
-    // The writer may block (that is the point); the reader below is bounded, and on failure
-    // shuts the socket down so that the writer returns.
     let mut w = s.try_clone().unwrap();
     w.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
     let (done_tx, done_rx) = mpsc::channel();
@@ -334,25 +358,54 @@ fn d08_large_command_pipelined_behind_large_result_does_not_deadlock() {
     }
     let wrote = done_rx.recv_timeout(Duration::from_secs(10));
     let _ = writer.join();
-    let stored =
-        direct.query_first::<u64, _>(format!("SELECT LENGTH(v) FROM {table} WHERE id = 1"));
+    outcome.map_err(|e| format!("{e} after {took:?} (the client's write: {wrote:?})"))?;
+    match wrote {
+        Ok(Ok(())) => Ok(took),
+        other => Err(format!("the client's write: {other:?}")),
+    }
+}
+
+/// A client pipelines a query with a large result and, behind it, a large INSERT, then reads.
+/// MariaDB itself answers both (checked first). Through the proxy the server blocked writing
+/// the result while the proxy blocked writing the INSERT to it (it kept reading the client
+/// while a client packet was incomplete, and never read the server meanwhile): a deadlock.
+/// Both answers must arrive, and the INSERT must be applied.
+#[test]
+#[ignore = "defect 8: fixed by the src/proxy restructure (issue 10)"]
+fn d08_large_command_pipelined_behind_large_result_does_not_deadlock() {
+    let table = format!("d08_pipelined_{}", std::process::id());
+    let mut direct = direct_conn();
+    direct
+        .query_drop(format!(
+            "CREATE TABLE {table} (id INT PRIMARY KEY, v LONGTEXT) ENGINE=InnoDB"
+        ))
+        .unwrap();
+    let b = backend_env();
+    let expected = pipelined_burst(&b.addr(), &b.user, &b.password, &table, 1);
+
+    let proxy = Proxy::start(Mode::Fixed);
+    let got = pipelined_burst(&proxy_addr(&proxy), APP_USER, APP_PASSWORD, &table, 2);
+    let stored: Vec<(u32, u64)> = direct
+        .query(format!("SELECT id, LENGTH(v) FROM {table} ORDER BY id"))
+        .unwrap();
     let _ = direct.query_drop(format!("DROP TABLE {table}"));
-    if let Err(e) = outcome {
+    let direct_took = expected.unwrap_or_else(|e| panic!("MariaDB directly: {e}"));
+    let took = got.unwrap_or_else(|e| {
         panic!(
-            "pipelined {} MiB INSERT behind a {} MiB result: {e} after {took:?} (the client's \
-             write: {wrote:?}); the proxy deadlocked\n--- metrics ---\n{}",
+            "through ringgate, a pipelined {} MiB INSERT behind a {} MiB result: {e}; the proxy \
+             deadlocked\n--- metrics ---\n{}",
             PIPELINE_BYTES >> 20,
             PIPELINE_BYTES >> 20,
             proxy.metrics().dump()
-        );
-    }
-    assert!(matches!(wrote, Ok(Ok(()))), "the client's write: {wrote:?}");
+        )
+    });
+    let n = PIPELINE_BYTES as u64;
     assert_eq!(
-        stored.unwrap(),
-        Some(PIPELINE_BYTES as u64),
-        "the pipelined INSERT is visible"
+        stored,
+        [(1, n), (2, n)],
+        "both pipelined INSERTs are stored"
     );
-    eprintln!("both pipelined responses read in {took:?}");
+    eprintln!("both pipelined responses read in {took:?} (directly: {direct_took:?})");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -361,8 +414,9 @@ fn d08_large_command_pipelined_behind_large_result_does_not_deadlock() {
 
 /// COM_QUIT whose 4-byte header arrives in two pieces: the proxy has already forwarded the first
 /// two bytes to the server when it sees that the packet is a COM_QUIT. The backend is then in
-/// the middle of a packet and must be discarded (or the half header never forwarded). `relay_stop` judged "clean" by
-/// `pending_responses() == 0` instead of `at_command_boundary()`, so it sent
+/// the middle of a packet and must be discarded (or the half header never forwarded).
+/// `relay_stop` judged "clean" by `pending_responses() == 0` instead of
+/// `at_command_boundary()`, so it sent
 /// COM_RESET_CONNECTION into the half packet: the server read `01 00` + the reset's first bytes
 /// as a header announcing a 64 KiB packet and waited, the reset stalled until
 /// --backend-connect-timeout, and the next client (the only backend connection allowed) waited
