@@ -16,7 +16,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{backend_env, tail, Mode, Proxy, ProxyOpts, APP_PASSWORD, APP_USER};
+use common::{backend_env, Mode, Proxy, ProxyOpts, APP_PASSWORD, APP_USER};
 use mysql::prelude::Queryable;
 use mysql::{Conn, OptsBuilder};
 use relsupport::*;
