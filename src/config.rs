@@ -6,9 +6,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgAction, Parser, ValueEnum};
+use serde::{Deserialize, Serialize};
 
 /// Which memory the per-connection read buffers come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum ReadBufferMode {
     /// One page-aligned region per worker, registered with its io_uring as
     /// fixed buffers; I/O uses READ_FIXED / WRITE_FIXED.
@@ -22,12 +24,12 @@ pub enum ReadBufferMode {
 /// (IORING_MAX_REG_BUFFERS, Linux 5.13+).
 pub const MAX_READ_BUFFER_COUNT: u32 = 16384;
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 5s, 2m)"))
 }
 
 /// Keepalive times are whole seconds in the kernel (1..=32767).
-fn parse_keepalive_secs(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_keepalive_secs(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d.subsec_nanos() != 0 || !(1..=32767).contains(&d.as_secs()) {
         return Err("must be whole seconds between 1s and 32767s".into());
@@ -35,7 +37,16 @@ fn parse_keepalive_secs(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-fn parse_buffer_size(s: &str) -> Result<u32, String> {
+/// Keepalive probes: the kernel takes 1..=127 (TCP_KEEPCNT).
+pub(crate) fn parse_keepalive_count(s: &str) -> Result<u32, String> {
+    let v: u32 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(1..=127).contains(&v) {
+        return Err("must be between 1 and 127".into());
+    }
+    Ok(v)
+}
+
+pub(crate) fn parse_buffer_size(s: &str) -> Result<u32, String> {
     let v: u32 = s.parse().map_err(|e| format!("{e}"))?;
     // A slot must hold at least a packet header plus a useful payload, and
     // page-multiple sizes keep every slot page-aligned inside the region.
@@ -45,7 +56,7 @@ fn parse_buffer_size(s: &str) -> Result<u32, String> {
     Ok(v)
 }
 
-fn parse_buffer_count(s: &str) -> Result<u32, String> {
+pub(crate) fn parse_buffer_count(s: &str) -> Result<u32, String> {
     let v: u32 = s.parse().map_err(|e| format!("{e}"))?;
     if v == 0 || v > MAX_READ_BUFFER_COUNT {
         return Err(format!(
@@ -180,7 +191,7 @@ pub struct Config {
     pub tcp_keepalive_interval: Duration,
 
     /// Unanswered keepalive probes before the connection is dropped (TCP_KEEPCNT).
-    #[arg(long, default_value = "6", value_parser = clap::value_parser!(u32).range(1..=127), value_name = "N")]
+    #[arg(long, default_value = "6", value_parser = parse_keepalive_count, value_name = "N")]
     pub tcp_keepalive_count: u32,
 
     /// Drop a connection whose sent data stays unacknowledged this long
@@ -230,11 +241,60 @@ pub struct Config {
 }
 
 /// How log lines are written to stderr.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum LogFormat {
     Text,
     Json,
 }
+
+/// A flag's enum value from the config file: the same names as on the
+/// command line, and the same "possible values" help when it is wrong.
+fn value_enum_from_str<T: ValueEnum>(s: &str) -> Result<T, String> {
+    if let Ok(v) = T::from_str(s, false) {
+        return Ok(v);
+    }
+    let names: Vec<String> = T::value_variants()
+        .iter()
+        .filter_map(|v| v.to_possible_value())
+        .map(|p| p.get_name().to_owned())
+        .collect();
+    let mut why = format!("possible values: {}", names.join(", "));
+    // As clap suggests for a flag: the closest name by Jaro similarity.
+    let best = names
+        .iter()
+        .map(|n| (strsim::jaro(s, n), n))
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    if let Some((score, name)) = best {
+        if score > 0.7 {
+            why.push_str(&format!(" (did you mean \"{name}\"?)"));
+        }
+    }
+    Err(why)
+}
+
+fn value_enum_name<T: ValueEnum>(v: &T) -> String {
+    v.to_possible_value()
+        .map(|p| p.get_name().to_owned())
+        .unwrap_or_default()
+}
+
+macro_rules! value_enum_serde {
+    ($($t:ty),*) => {$(
+        impl TryFrom<String> for $t {
+            type Error = String;
+            fn try_from(s: String) -> Result<Self, String> {
+                value_enum_from_str(&s)
+            }
+        }
+        impl From<$t> for String {
+            fn from(v: $t) -> String {
+                value_enum_name(&v)
+            }
+        }
+    )*};
+}
+value_enum_serde!(ReadBufferMode, LogFormat);
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -2,33 +2,43 @@
 //! and the `check` subcommand, on top of the flags of [`Config`].
 //!
 //! The file takes the same keys as the long flags (`read-buffers = "fixed"`,
-//! `backend-pool-size = 8`, `drain-timeout = "30s"`). It is validated key by
-//! key against the flags' own clap definitions, so a key has exactly the
-//! values its flag has, and each problem is reported as `FILE:LINE: ...`.
-//! The validated entries then become `--key=value` arguments placed before
-//! the real command-line arguments; with `args_override_self` the later
-//! (command-line) occurrence wins.
+//! `backend-pool-size = 8`, `drain-timeout = "30s"`). serde deserializes it
+//! into [`FileConfig`], whose value types validate with the very functions
+//! the flags use (so a key accepts exactly what its flag accepts). clap
+//! parses the command line and the environment; then every setting that was
+//! not given there takes the file's value, if the file has one.
 //!
 //! Precedence, highest first: command-line flag, environment variable (only
 //! `RINGGATE_BACKEND_PASSWORD`), config file, built-in default.
+//!
+//! Each problem in the file is reported as `FILE:LINE: ...` naming the key:
+//! a first pass reads the file as spanned TOML to find unknown keys (with a
+//! "did you mean") and wrongly typed values, a second lets serde type it.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, Command, CommandFactory, FromArgMatches};
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use crate::config::Config;
+use crate::config::{self, Config, LogFormat, ReadBufferMode};
 
 /// What `--print-config` prints instead of a secret.
 pub const MASK: &str = "********";
 
 /// Keys whose values are never printed.
 const SECRET_KEYS: &[&str] = &["backend-password"];
+
+/// Stands in for `--users-file` while clap parses, when the file may give
+/// it; `parse` refuses to go on when neither did.
+const USERS_FILE_UNSET: &str = "-";
 
 /// Long options that are not settings, so not accepted in the file.
 const NOT_SETTINGS: &[&str] = &["help", "version", "config", "print-config"];
@@ -64,49 +74,6 @@ impl Origin {
     }
 }
 
-/// How a key's value is written in TOML.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// A switch (`allow-local-infile = true`).
-    Bool,
-    /// A number (`backend-pool-size = 8`).
-    Integer,
-    /// Everything else is a string: addresses, paths, durations, modes.
-    Text,
-}
-
-fn kind_of(arg: &Arg) -> Kind {
-    use std::any::TypeId;
-    let t = arg.get_value_parser().type_id();
-    if matches!(arg.get_action(), ArgAction::SetTrue) || t == TypeId::of::<bool>() {
-        return Kind::Bool;
-    }
-    let integers = [
-        TypeId::of::<u8>(),
-        TypeId::of::<u16>(),
-        TypeId::of::<u32>(),
-        TypeId::of::<u64>(),
-        TypeId::of::<usize>(),
-        TypeId::of::<i32>(),
-        TypeId::of::<i64>(),
-    ];
-    if integers.iter().any(|i| t == *i) {
-        Kind::Integer
-    } else {
-        Kind::Text
-    }
-}
-
-/// One effective setting, for `--print-config`.
-#[derive(Debug, Clone)]
-struct Effective {
-    key: String,
-    kind: Kind,
-    /// The raw value as given (e.g. "5s"); `None` when unset.
-    value: Option<String>,
-    origin: Origin,
-}
-
 /// A parsed command line.
 #[derive(Debug, Clone)]
 pub struct Invocation {
@@ -114,7 +81,8 @@ pub struct Invocation {
     pub config: Config,
     /// `--config PATH`, when given.
     pub config_path: Option<PathBuf>,
-    effective: Vec<Effective>,
+    /// Each setting's key and where its value came from, in flag order.
+    origins: Vec<(&'static str, Origin)>,
 }
 
 /// Why the command line could not be parsed.
@@ -136,13 +104,176 @@ impl std::fmt::Display for CliError {
     }
 }
 
-/// One validated key of the config file.
-#[derive(Debug, Clone)]
-struct FileEntry {
-    key: String,
-    /// The arguments it becomes: `--key=value`, `--key`, or none (`false`).
-    args: Vec<OsString>,
+// ---------------------------------------------------------------------------
+// The file's typed form
+// ---------------------------------------------------------------------------
+
+/// Declares [`FileConfig`] with one optional field per setting, in flag
+/// order, and its two conversions: onto a [`Config`] (only the settings the
+/// command line and environment left alone) and back from one (for
+/// `--print-config`). A field is `plain` when the `Config` field holds the
+/// value itself and `optional` when it holds an `Option`.
+macro_rules! file_config {
+    ($($kind:ident $field:ident: $ty:ty,)*) => {
+        /// The config file, as serde reads it: every key optional, unknown
+        /// keys refused, values validated by their flag's rules.
+        #[derive(Debug, Default, Deserialize, Serialize)]
+        #[serde(rename_all = "kebab-case", deny_unknown_fields)]
+        pub struct FileConfig {
+            $(
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub $field: Option<$ty>,
+            )*
+        }
+
+        impl FileConfig {
+            /// clap ids (the `Config` field names), in flag order.
+            const IDS: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            /// The clap ids of the settings the file gives.
+            fn present(&self) -> Vec<&'static str> {
+                let mut ids = Vec::new();
+                $(
+                    if self.$field.is_some() {
+                        ids.push(stringify!($field));
+                    }
+                )*
+                ids
+            }
+
+            /// Sets every value the file has onto `config`, unless
+            /// `explicit(id)` says the command line or environment set it.
+            fn apply(self, config: &mut Config, explicit: impl Fn(&str) -> bool) {
+                $(
+                    if let Some(v) = self.$field {
+                        if !explicit(stringify!($field)) {
+                            file_config!(@set $kind config.$field, v);
+                        }
+                    }
+                )*
+            }
+
+            /// The file that gives exactly `config`.
+            fn from_config(config: &Config) -> FileConfig {
+                FileConfig {
+                    $($field: file_config!(@get $kind config.$field),)*
+                }
+            }
+        }
+    };
+    (@set plain $dst:expr, $v:expr) => { $dst = $v.into() };
+    (@set optional $dst:expr, $v:expr) => { $dst = Some($v.into()) };
+    (@get plain $src:expr) => { Some($src.clone().into()) };
+    (@get optional $src:expr) => { $src.clone().map(Into::into) };
 }
+
+file_config! {
+    plain listen: SocketAddr,
+    plain reuse_port_handover: bool,
+    optional workers: usize,
+    plain backend: SocketAddr,
+    plain backend_user: String,
+    plain backend_password: String,
+    plain users_file: PathBuf,
+    plain read_buffers: ReadBufferMode,
+    plain read_buffer_size: BufferSize,
+    plain read_buffer_count: BufferCount,
+    plain max_connections: usize,
+    plain backend_pool_size: usize,
+    plain backend_max_connections: usize,
+    plain backend_wait_timeout: HumanDuration,
+    plain backend_idle_timeout: HumanDuration,
+    plain backend_connect_timeout: HumanDuration,
+    plain handshake_timeout: HumanDuration,
+    plain idle_timeout: HumanDuration,
+    plain client_write_timeout: HumanDuration,
+    plain tcp_keepalive: bool,
+    plain tcp_keepalive_idle: KeepaliveTime,
+    plain tcp_keepalive_interval: KeepaliveTime,
+    plain tcp_keepalive_count: KeepaliveCount,
+    plain tcp_user_timeout: HumanDuration,
+    plain backend_read_timeout: HumanDuration,
+    plain max_packet_size: u64,
+    plain drain_timeout: HumanDuration,
+    optional socket: PathBuf,
+    plain allow_local_infile: bool,
+    optional metrics_listen: SocketAddr,
+    plain log_level: String,
+    plain log_format: LogFormat,
+}
+
+/// Declares a newtype that serde reads through `$from` (the file's raw
+/// type, named again as a string for serde's attribute) and the flag's own
+/// parser, and writes back as `$from` with `$show`.
+macro_rules! validated {
+    ($(#[$doc:meta])* $name:ident($inner:ty) from $from:ty = $from_name:literal,
+     parse $parse:path, show $show:path) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+        #[serde(try_from = $from_name, into = $from_name)]
+        pub struct $name($inner);
+
+        impl TryFrom<$from> for $name {
+            type Error = String;
+            fn try_from(raw: $from) -> Result<Self, String> {
+                $parse(&raw.to_string()).map($name)
+            }
+        }
+        impl From<$name> for $from {
+            fn from(v: $name) -> $from {
+                $show(v.0)
+            }
+        }
+        impl From<$name> for $inner {
+            fn from(v: $name) -> $inner {
+                v.0
+            }
+        }
+        impl From<$inner> for $name {
+            fn from(v: $inner) -> $name {
+                $name(v)
+            }
+        }
+    };
+}
+
+fn show_duration(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+fn show_u32(v: u32) -> u64 {
+    u64::from(v)
+}
+
+validated!(
+    /// A duration such as "5s" or "2m" ("0" where the flag allows off).
+    HumanDuration(Duration) from String = "String",
+    parse config::parse_duration, show show_duration
+);
+validated!(
+    /// A keepalive time: whole seconds, 1s..=32767s.
+    KeepaliveTime(Duration) from String = "String",
+    parse config::parse_keepalive_secs, show show_duration
+);
+validated!(
+    /// Bytes per read buffer: a multiple of 4096.
+    BufferSize(u32) from u64 = "u64",
+    parse config::parse_buffer_size, show show_u32
+);
+validated!(
+    /// Registered read buffers per worker: 1..=16384.
+    BufferCount(u32) from u64 = "u64",
+    parse config::parse_buffer_count, show show_u32
+);
+validated!(
+    /// Keepalive probes: 1..=127.
+    KeepaliveCount(u32) from u64 = "u64",
+    parse config::parse_keepalive_count, show show_u32
+);
+
+// ---------------------------------------------------------------------------
+// The command line
+// ---------------------------------------------------------------------------
 
 /// Settings that the file may set: every long flag of [`Config`].
 fn settings() -> Vec<Arg> {
@@ -154,17 +285,24 @@ fn settings() -> Vec<Arg> {
 }
 
 fn with_file_args(cmd: Command) -> Command {
-    cmd.args_override_self(true).arg(
-        Arg::new("config")
-            .long("config")
-            .value_name("PATH")
-            .value_parser(clap::value_parser!(PathBuf))
-            .help(
-                "Read settings from this TOML file. Its keys are the long flag names \
-                 (read-buffers = \"fixed\", backend-pool-size = 8, drain-timeout = \"30s\"); \
-                 flags given on the command line override it",
-            ),
-    )
+    cmd.args_override_self(true)
+        // May come from the file instead; `parse` checks it after the merge.
+        .mut_arg("users_file", |a| {
+            a.required(false)
+                .default_value(USERS_FILE_UNSET)
+                .hide_default_value(true)
+        })
+        .arg(
+            Arg::new("config")
+                .long("config")
+                .value_name("PATH")
+                .value_parser(clap::value_parser!(PathBuf))
+                .help(
+                    "Read settings from this TOML file. Its keys are the long flag names \
+                     (read-buffers = \"fixed\", backend-pool-size = 8, drain-timeout = \"30s\"); \
+                     flags given on the command line override it",
+                ),
+        )
 }
 
 /// The full command: the proxy's flags, `--config`, `--print-config` and
@@ -204,117 +342,65 @@ where
     if args.is_empty() {
         args.push("ringgate".into());
     }
-    let is_check = args.get(1).is_some_and(|a| a == "check");
-    let head = if is_check { 2 } else { 1 };
-    let cli: Vec<OsString> = args[head..].to_vec();
-
-    let config_path = find_config_flag(&cli);
-    let file = match &config_path {
-        Some(p) => load_file(p).map_err(CliError::File)?,
-        None => Vec::new(),
-    };
-
-    // Environment beats the file: drop file values whose flag's variable is set.
-    let env_set = |arg: &Arg| {
-        arg.get_env()
-            .and_then(std::env::var_os)
-            .is_some_and(|v| !v.is_empty())
-    };
-    let all = settings();
-    let mut from_file = Vec::new();
-    let mut file_keys = Vec::new();
-    for entry in file {
-        let Some(arg) = all
-            .iter()
-            .find(|a| a.get_long() == Some(entry.key.as_str()))
-        else {
-            continue;
-        };
-        if env_set(arg) {
-            continue;
-        }
-        file_keys.push(entry.key.clone());
-        from_file.extend(entry.args);
-    }
-
-    let mut argv: Vec<OsString> = args[..head].to_vec();
-    argv.extend(from_file);
-    argv.extend(cli.iter().cloned());
     let matches = command()
-        .try_get_matches_from(argv)
+        .try_get_matches_from(args)
         .map_err(CliError::Clap)?;
-
     let (action, m) = match matches.subcommand() {
         Some(("check", sub)) => (Action::Check, sub),
         _ if matches.get_flag("print-config") => (Action::PrintConfig, &matches),
         _ => (Action::Run, &matches),
     };
-    let config = Config::from_arg_matches(m).map_err(CliError::Clap)?;
-
-    let effective = all
+    let config_path = m.get_one::<PathBuf>("config").cloned();
+    let file = match &config_path {
+        Some(p) => load_file(p).map_err(CliError::File)?,
+        None => FileConfig::default(),
+    };
+    let explicit = |id: &str| {
+        matches!(
+            m.value_source(id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        )
+    };
+    let in_file = file.present();
+    if !explicit("users_file") && !in_file.contains(&"users_file") {
+        let mut cmd = match action {
+            Action::Check => command().find_subcommand("check").cloned(),
+            _ => None,
+        }
+        .unwrap_or_else(command);
+        return Err(CliError::Clap(cmd.error(
+            ErrorKind::MissingRequiredArgument,
+            "the following required arguments were not provided:\n  --users-file <PATH> \
+             (or users-file in the --config file)",
+        )));
+    }
+    let mut config = Config::from_arg_matches(m).map_err(CliError::Clap)?;
+    file.apply(&mut config, explicit);
+    let origins = FileConfig::IDS
         .iter()
-        .map(|arg| {
-            let key = arg.get_long().unwrap_or_default().to_owned();
-            let id = arg.get_id().as_str();
-            let value = m
-                .get_raw(id)
-                .and_then(|mut v| v.next_back())
-                .map(|v| v.to_string_lossy().into_owned());
+        .map(|&id| {
             let origin = match m.value_source(id) {
-                Some(ValueSource::CommandLine) => {
-                    if on_command_line(&cli, &key) || !file_keys.contains(&key) {
-                        Origin::Flag
-                    } else {
-                        Origin::File
-                    }
-                }
+                Some(ValueSource::CommandLine) => Origin::Flag,
                 Some(ValueSource::EnvVariable) => Origin::Env,
+                _ if in_file.contains(&id) => Origin::File,
                 _ => Origin::Default,
             };
-            Effective {
-                kind: kind_of(arg),
-                key,
-                value,
-                origin,
-            }
+            (id, origin)
         })
         .collect();
-
     Ok(Invocation {
         action,
         config,
         config_path,
-        effective,
+        origins,
     })
 }
 
-/// The last `--config PATH` / `--config=PATH` before a `--`.
-fn find_config_flag(cli: &[OsString]) -> Option<PathBuf> {
-    let mut found = None;
-    let mut it = cli.iter();
-    while let Some(a) = it.next() {
-        if a == "--" {
-            break;
-        }
-        if a == "--config" {
-            found = it.next().map(PathBuf::from);
-        } else if let Some(v) = a.to_str().and_then(|s| s.strip_prefix("--config=")) {
-            found = Some(PathBuf::from(v));
-        }
-    }
-    found
-}
+// ---------------------------------------------------------------------------
+// Reading the file
+// ---------------------------------------------------------------------------
 
-fn on_command_line(cli: &[OsString], key: &str) -> bool {
-    let flag = format!("--{key}");
-    let with_eq = format!("--{key}=");
-    cli.iter()
-        .take_while(|a| *a != "--")
-        .filter_map(|a| a.to_str())
-        .any(|a| a == flag || a.starts_with(&with_eq))
-}
-
-fn load_file(path: &Path) -> Result<Vec<FileEntry>, String> {
+fn load_file(path: &Path) -> Result<FileConfig, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
     parse_file(&text, &path.display().to_string())
@@ -329,39 +415,93 @@ fn line_of(text: &str, pos: usize) -> usize {
         + 1
 }
 
-/// Validates a config file's text; `origin` names it in messages.
-fn parse_file(text: &str, origin: &str) -> Result<Vec<FileEntry>, String> {
-    let table: BTreeMap<Spanned<String>, Spanned<toml::Value>> =
-        toml::from_str(text).map_err(|e| {
-            let msg = e.message().trim().to_owned();
-            match e.span() {
-                Some(span) => format!("{origin}:{}: {msg}", line_of(text, span.start)),
-                None => format!("{origin}: {msg}"),
-            }
-        })?;
-    let mut items: Vec<_> = table.into_iter().collect();
-    items.sort_by_key(|(k, _)| k.span().start);
+/// The file's entries with their places, for messages.
+type Entries = BTreeMap<Spanned<String>, Spanned<toml::Value>>;
 
+/// Reads a config file's text; `origin` names it in messages.
+fn parse_file(text: &str, origin: &str) -> Result<FileConfig, String> {
+    let at = |pos: usize| format!("{origin}:{}", line_of(text, pos));
+    // Pass 1: syntax, keys and TOML types, with the line of each.
+    let entries: Entries = toml::from_str(text).map_err(|e| {
+        let msg = e.message().trim().to_owned();
+        match e.span() {
+            Some(span) => format!("{}: {msg}", at(span.start)),
+            None => format!("{origin}: {msg}"),
+        }
+    })?;
+    let mut items: Vec<_> = entries.iter().collect();
+    items.sort_by_key(|(k, _)| k.span().start);
     let all = settings();
-    let mut out = Vec::with_capacity(items.len());
     for (key, value) in items {
         let name = key.get_ref().as_str();
-        let at = format!("{origin}:{}", line_of(text, key.span().start));
         let Some(arg) = all.iter().find(|a| a.get_long() == Some(name)) else {
             return Err(format!(
-                "{at}: unknown key \"{name}\"{}",
-                suggest(name, &all)
+                "{}: unknown key \"{name}\"{}",
+                at(key.span().start),
+                suggest(name)
             ));
         };
-        let value_at = format!("{origin}:{}", line_of(text, value.span().start));
-        let args =
-            entry_args(arg, name, value.get_ref()).map_err(|m| format!("{value_at}: {m}"))?;
-        out.push(FileEntry {
-            key: name.to_owned(),
-            args,
-        });
+        check_type(arg, name, value.get_ref())
+            .map_err(|m| format!("{}: {m}", at(value.span().start)))?;
     }
-    Ok(out)
+    // Pass 2: serde, with each value checked by its flag's rules.
+    toml::from_str::<FileConfig>(text).map_err(|e| {
+        let msg = e.message().trim().to_owned();
+        let Some(span) = e.span() else {
+            return format!("{origin}: {msg}");
+        };
+        let entry = entries
+            .iter()
+            .find(|(_, v)| v.span().contains(&span.start) || v.span() == span);
+        match entry {
+            Some((k, v)) => {
+                let key = k.get_ref();
+                let shown = if SECRET_KEYS.contains(&key.as_str()) {
+                    format!("{MASK:?}")
+                } else {
+                    v.get_ref().to_string()
+                };
+                format!(
+                    "{}: invalid value {shown} for key \"{key}\": {msg}",
+                    at(v.span().start)
+                )
+            }
+            None => format!("{}: {msg}", at(span.start)),
+        }
+    })
+}
+
+/// How a key's value is written in TOML.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A switch (`allow-local-infile = true`).
+    Bool,
+    /// A number (`backend-pool-size = 8`).
+    Integer,
+    /// Everything else is a string: addresses, paths, durations, modes.
+    Text,
+}
+
+fn kind_of(arg: &Arg) -> Kind {
+    use std::any::TypeId;
+    let t = arg.get_value_parser().type_id();
+    if matches!(arg.get_action(), ArgAction::SetTrue) || t == TypeId::of::<bool>() {
+        return Kind::Bool;
+    }
+    let integers = [
+        TypeId::of::<u8>(),
+        TypeId::of::<u16>(),
+        TypeId::of::<u32>(),
+        TypeId::of::<u64>(),
+        TypeId::of::<usize>(),
+        TypeId::of::<i32>(),
+        TypeId::of::<i64>(),
+    ];
+    if integers.iter().any(|i| t == *i) {
+        Kind::Integer
+    } else {
+        Kind::Text
+    }
 }
 
 fn toml_type(v: &toml::Value) -> &'static str {
@@ -376,143 +516,74 @@ fn toml_type(v: &toml::Value) -> &'static str {
     }
 }
 
-fn expected(arg: &Arg, kind: Kind) -> String {
+fn expected(arg: &Arg, kind: Kind) -> &'static str {
     match kind {
-        Kind::Bool => "true or false".into(),
-        Kind::Integer => "an integer".into(),
-        Kind::Text => {
-            let name = arg
-                .get_value_names()
-                .and_then(|n| n.first())
-                .map(|n| n.as_str().to_owned())
-                .unwrap_or_default();
-            match name.as_str() {
-                "DURATION" => "a string such as \"5s\"".into(),
-                "ADDR" => "a string such as \"127.0.0.1:3306\"".into(),
-                "PATH" => "a string (a path)".into(),
-                _ => "a string".into(),
-            }
-        }
+        Kind::Bool => "true or false",
+        Kind::Integer => "an integer",
+        Kind::Text => match arg
+            .get_value_names()
+            .and_then(|n| n.first())
+            .map(|n| n.as_str())
+        {
+            Some("DURATION") => "a string such as \"5s\"",
+            Some("ADDR") => "a string such as \"127.0.0.1:3306\"",
+            Some("PATH") => "a string (a path)",
+            _ => "a string",
+        },
     }
 }
 
-/// The arguments one file entry becomes, after checking its type and value.
-fn entry_args(arg: &Arg, key: &str, value: &toml::Value) -> Result<Vec<OsString>, String> {
+/// The value's TOML type must be the one its flag takes; integers are
+/// never negative. Everything else serde checks.
+fn check_type(arg: &Arg, key: &str, value: &toml::Value) -> Result<(), String> {
     let kind = kind_of(arg);
-    let wrong = || {
-        let shown = match value {
-            toml::Value::String(s) => format!(" {s:?}"),
-            toml::Value::Integer(i) => format!(" {i}"),
-            _ => String::new(),
-        };
-        format!(
-            "key \"{key}\" must be {}, found {}{shown}",
-            expected(arg, kind),
-            toml_type(value)
-        )
-    };
-    let switch = matches!(arg.get_action(), ArgAction::SetTrue);
-    let raw = match (kind, value) {
-        // A plain switch has no `=false` form: absent is false.
-        (Kind::Bool, toml::Value::Boolean(true)) if switch => {
-            return Ok(vec![format!("--{key}").into()])
-        }
-        (Kind::Bool, toml::Value::Boolean(false)) if switch => return Ok(Vec::new()),
-        (Kind::Bool, toml::Value::Boolean(b)) => b.to_string(),
-        (Kind::Integer, toml::Value::Integer(i)) if *i < 0 => {
-            return Err(format!(
-                "invalid value {i} for key \"{key}\": must not be negative"
-            ));
-        }
-        (Kind::Integer, toml::Value::Integer(i)) => i.to_string(),
-        (Kind::Text, toml::Value::String(s)) => s.clone(),
-        _ => return Err(wrong()),
-    };
-    check_value(arg, key, &raw)?;
-    Ok(vec![format!("--{key}={raw}").into()])
-}
-
-/// Runs the flag's own value parser on `raw`.
-fn check_value(arg: &Arg, key: &str, raw: &str) -> Result<(), String> {
-    let probe = Command::new("ringgate")
-        .no_binary_name(true)
-        .arg(arg.clone().required(false));
-    let err = match probe.try_get_matches_from([format!("--{key}={raw}")]) {
-        Ok(_) => return Ok(()),
-        Err(e) => e,
-    };
-    let shown = if SECRET_KEYS.contains(&key) {
-        MASK.to_owned()
-    } else {
-        format!("{raw:?}")
-    };
-    let why = match err.kind() {
-        ErrorKind::ValueValidation => std::error::Error::source(&err)
-            .map(|s| s.to_string())
-            .unwrap_or_else(|| first_line(&err)),
-        ErrorKind::InvalidValue => {
-            let mut why = String::from("possible values:");
-            if let Some(ContextValue::Strings(v)) = err.get(ContextKind::ValidValue) {
-                why.push(' ');
-                why.push_str(&v.join(", "));
-            }
-            let suggested = match err.get(ContextKind::SuggestedValue) {
-                Some(ContextValue::String(s)) => Some(s.clone()),
-                Some(ContextValue::Strings(v)) => v.first().cloned(),
-                _ => None,
+    match (kind, value) {
+        (Kind::Bool, toml::Value::Boolean(_)) | (Kind::Text, toml::Value::String(_)) => Ok(()),
+        (Kind::Integer, toml::Value::Integer(i)) if *i < 0 => Err(format!(
+            "invalid value {i} for key \"{key}\": must not be negative"
+        )),
+        (Kind::Integer, toml::Value::Integer(_)) => Ok(()),
+        _ => {
+            let shown = match value {
+                toml::Value::String(s) if !SECRET_KEYS.contains(&key) => format!(" {s:?}"),
+                toml::Value::Integer(i) => format!(" {i}"),
+                _ => String::new(),
             };
-            if let Some(s) = suggested {
-                let _ = write!(why, " (did you mean \"{s}\"?)");
-            }
-            why
+            Err(format!(
+                "key \"{key}\" must be {}, found {}{shown}",
+                expected(arg, kind),
+                toml_type(value)
+            ))
         }
-        _ => first_line(&err),
-    };
-    Err(format!("invalid value {shown} for key \"{key}\": {why}"))
-}
-
-fn first_line(err: &clap::Error) -> String {
-    let text = err.to_string();
-    let line = text.lines().next().unwrap_or_default();
-    line.strip_prefix("error: ").unwrap_or(line).to_owned()
-}
-
-fn levenshtein(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
     }
-    prev[b.len()]
 }
 
 /// ` (did you mean "read-buffers"?)`, or nothing.
-fn suggest(name: &str, all: &[Arg]) -> String {
-    let longs = all.iter().filter_map(Arg::get_long);
+fn suggest(name: &str) -> String {
+    let keys: Vec<String> = FileConfig::IDS
+        .iter()
+        .map(|id| id.replace('_', "-"))
+        .collect();
     let dashed = name.replace('_', "-");
-    if dashed != name && all.iter().any(|a| a.get_long() == Some(dashed.as_str())) {
+    if dashed != name && keys.contains(&dashed) {
         return format!(" (keys use dashes: did you mean \"{dashed}\"?)");
     }
     if NOT_SETTINGS.contains(&name) {
         return " (not a setting: only usable on the command line)".into();
     }
-    let best = longs
-        .map(|l| (levenshtein(name, l), l))
+    let best = keys
+        .iter()
+        .map(|k| (strsim::levenshtein(name, k), k))
         .min_by_key(|(d, _)| *d);
     match best {
-        Some((d, l)) if d <= 3.max(name.len() / 4) => format!(" (did you mean \"{l}\"?)"),
+        Some((d, k)) if d <= 3.max(name.len() / 4) => format!(" (did you mean \"{k}\"?)"),
         _ => String::new(),
     }
 }
 
-fn toml_string(s: &str) -> String {
-    toml::Value::String(s.to_owned()).to_string()
-}
+// ---------------------------------------------------------------------------
+// --print-config
+// ---------------------------------------------------------------------------
 
 impl Invocation {
     /// The effective configuration as TOML that `--config` accepts back,
@@ -532,34 +603,32 @@ impl Invocation {
             out,
             "# each value's origin: flag > env > file > default; secrets are masked\n"
         );
-        for e in &self.effective {
-            let origin = e.origin.as_str();
-            let Some(v) = &e.value else {
-                let note = match e.key.as_str() {
+        // serde writes the values, so they read back as they were given.
+        let values = match toml::Value::try_from(FileConfig::from_config(&self.config)) {
+            Ok(toml::Value::Table(t)) => t,
+            _ => toml::Table::new(),
+        };
+        for &(id, origin) in &self.origins {
+            let key = id.replace('_', "-");
+            let Some(v) = values.get(&key) else {
+                let note = match id {
                     "workers" => format!(" (one per CPU: {} here)", self.config.worker_count()),
                     _ => String::new(),
                 };
-                let _ = writeln!(out, "# {} is unset{note}", e.key);
+                let _ = writeln!(out, "# {key} is unset{note}");
                 continue;
             };
-            let shown = if SECRET_KEYS.contains(&e.key.as_str()) {
-                if v.is_empty() {
-                    toml_string("")
-                } else {
-                    toml_string(MASK)
+            let shown = match v {
+                toml::Value::String(s) if SECRET_KEYS.contains(&key.as_str()) && !s.is_empty() => {
+                    toml::Value::String(MASK.into())
                 }
-            } else {
-                match e.kind {
-                    Kind::Bool | Kind::Integer => v.clone(),
-                    Kind::Text => toml_string(v),
-                }
+                _ => v.clone(),
             };
-            let _ = writeln!(out, "{} = {shown}  # {origin}", e.key);
+            let _ = writeln!(out, "{key} = {shown}  # {}", origin.as_str());
         }
         out
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -647,9 +716,9 @@ mod tests {
         .unwrap();
         assert_eq!(inv.config.read_buffers, ReadBufferMode::Fixed);
         assert_eq!(inv.config.backend_pool_size, 8);
-        let origin = |k: &str| inv.effective.iter().find(|e| e.key == k).unwrap().origin;
-        assert_eq!(origin("read-buffers"), Origin::Flag);
-        assert_eq!(origin("backend-pool-size"), Origin::File);
+        let origin = |k: &str| inv.origins.iter().find(|(id, _)| *id == k).unwrap().1;
+        assert_eq!(origin("read_buffers"), Origin::Flag);
+        assert_eq!(origin("backend_pool_size"), Origin::File);
         assert_eq!(origin("listen"), Origin::Default);
     }
 
@@ -737,7 +806,7 @@ mod tests {
         );
         let e = file_err("\n\n\nread-buffer-count = 16385\n");
         assert!(
-            e.starts_with("ringgate.toml:4: invalid value \"16385\" for key \"read-buffer-count\": must be between 1 and 16384"),
+            e.starts_with("ringgate.toml:4: invalid value 16385 for key \"read-buffer-count\": must be between 1 and 16384"),
             "{e}"
         );
         let e = file_err("drain-timeout = \"5 parsecs\"\n");
@@ -799,6 +868,70 @@ mod tests {
         assert_eq!(
             e,
             "ringgate.toml:1: key \"tcp-keepalive\" must be true or false, found a string \"no\""
+        );
+    }
+
+    #[test]
+    fn the_file_struct_has_exactly_the_flags_in_flag_order() {
+        let flags: Vec<String> = settings()
+            .iter()
+            .map(|a| a.get_id().as_str().to_owned())
+            .collect();
+        assert_eq!(FileConfig::IDS, flags);
+    }
+
+    #[test]
+    fn users_file_is_required_from_the_flags_or_the_file() {
+        match parse(["ringgate", "--workers", "2"]) {
+            Err(CliError::Clap(e)) => {
+                assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
+                assert!(e.to_string().contains("--users-file <PATH>"), "{e}");
+            }
+            other => panic!("expected a missing --users-file, got {other:?}"),
+        }
+        assert!(matches!(
+            parse(["ringgate", "check"]),
+            Err(CliError::Clap(e)) if e.kind() == ErrorKind::MissingRequiredArgument
+        ));
+        let path = temp_file("users-only", "users-file = \"from-file.json\"\n");
+        let inv = parse(["ringgate", "check", "--config", path.to_str().unwrap()]).unwrap();
+        assert_eq!(inv.config.users_file, PathBuf::from("from-file.json"));
+    }
+
+    #[test]
+    fn integer_and_duration_values_use_the_flag_rules() {
+        let e = file_err("read-buffer-size = 5000\n");
+        assert_eq!(
+            e,
+            "ringgate.toml:1: invalid value 5000 for key \"read-buffer-size\": must be a multiple of 4096 between 4096 and 16777216"
+        );
+        let e = file_err("\ntcp-keepalive-idle = \"1500ms\"\n");
+        assert_eq!(
+            e,
+            "ringgate.toml:2: invalid value \"1500ms\" for key \"tcp-keepalive-idle\": must be whole seconds between 1s and 32767s"
+        );
+        let e = file_err("tcp-keepalive-count = 0\n");
+        assert_eq!(
+            e,
+            "ringgate.toml:1: invalid value 0 for key \"tcp-keepalive-count\": must be between 1 and 127"
+        );
+        let e = file_err("log-format = \"jsn\"\n");
+        assert_eq!(
+            e,
+            "ringgate.toml:1: invalid value \"jsn\" for key \"log-format\": possible values: text, json (did you mean \"json\"?)"
+        );
+        let f = parse_file(
+            "tcp-keepalive-idle = \"2m\"\nread-buffer-size = 8192\nbackend-read-timeout = \"1h\"\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            f.present(),
+            [
+                "read_buffer_size",
+                "tcp_keepalive_idle",
+                "backend_read_timeout"
+            ]
         );
     }
 
