@@ -106,7 +106,7 @@ fn run(config: Config) -> Result<(), RunError> {
         metrics: Arc::clone(&metrics),
         users: RwLock::new(Arc::new(users)),
         clients: AtomicUsize::new(0),
-        backends: AtomicUsize::new(0),
+        backends: Arc::new(AtomicUsize::new(0)),
         shutdown: AtomicBool::new(false),
     });
     let started = worker::spawn_workers(Arc::clone(&shared), workers).map_err(|e| e.to_string())?;

@@ -198,6 +198,17 @@ impl ReadBuffer {
         self.filled = (self.filled + read).min(self.capacity);
     }
 
+    /// Put `data` after the valid bytes as if a read had delivered it
+    /// (unit tests of the machines, which never touch a kernel).
+    #[cfg(test)]
+    pub fn fill_for_test(&mut self, data: &[u8]) {
+        assert!(!self.in_flight);
+        let start = self.filled;
+        let end = (start + data.len()).min(self.capacity);
+        self.as_mut_slice()[start..end].copy_from_slice(&data[..end - start]);
+        self.filled = end;
+    }
+
     /// The CQE of a write was reaped: clear the in-flight mark only.
     pub fn complete_write(&mut self) {
         debug_assert!(self.in_flight);

@@ -91,6 +91,8 @@ pub const NATIVE_LOGIN_CAPS: u32 = CLIENT_LONG_PASSWORD
 /// because they cannot be changed after the handshake.
 pub const SESSION_KEY_CAPS: u32 = CLIENT_DEPRECATE_EOF
     | CLIENT_FOUND_ROWS
+    // The server parses `f (x)` as a function call only with IGNORE_SPACE.
+    | CLIENT_IGNORE_SPACE
     | CLIENT_MULTI_STATEMENTS
     | CLIENT_MULTI_RESULTS
     | CLIENT_PS_MULTI_RESULTS
@@ -285,7 +287,7 @@ mod tests {
 
     #[test]
     fn session_key_caps_bits() {
-        assert_eq!(SESSION_KEY_CAPS, 0x0187_0482);
+        assert_eq!(SESSION_KEY_CAPS, 0x0187_0582);
         assert_eq!(SESSION_KEY_CAPS & CLIENT_SSL, 0);
         assert_eq!(SESSION_KEY_CAPS & CLIENT_CONNECT_WITH_DB, 0);
     }

@@ -1,19 +1,34 @@
 //! The proxy: per-worker event loops that accept clients, log them in,
-//! lease them a pooled backend connection and relay bytes between the two
-//! through the read buffers.
+//! lease them a pooled backend connection and relay bytes between the two.
 //!
-//! - [`worker`]: the io_uring event loop of one worker thread.
-//! - `session`: the client session state machine (login, relay, close).
-//! - `backend`: backend connections (login, reset) and the keyed pool.
-//! - `slab`: generation-checked storage for sessions and backends.
+//! Sans-IO machines on a thin driver (docs/architecture.md has the picture):
+//! - [`session`]: one client (greeting, login, waiting, relay, closing);
+//! - [`relay`]: one session paired with its backend, full duplex;
+//! - [`backend`]: one backend connection (connect, login, idle, leased,
+//!   resetting, closing);
+//! - [`pool`]: the backend connections, the idle list and the waiters;
+//! - [`worker`]: the driver, the only code that touches the ring; it maps
+//!   completions to machines, submits what they return, and owns the fds
+//!   ([`conn_io`]).
+//!
+//! Leaf types shared by the machines live in [`ids`]; `slab` stores
+//! sessions and backends with generations. No machine imports another
+//! except the session, which owns its relay, and the pool, which owns its
+//! backend connections.
 
 mod backend;
+mod conn_io;
+mod ids;
+mod listen;
+mod pool;
+mod relay;
 mod session;
 mod slab;
 pub mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -33,7 +48,7 @@ pub struct Shared {
     pub clients: AtomicUsize,
     /// Open (or opening) backend connections across workers, against
     /// `--backend-max-connections`.
-    pub backends: AtomicUsize,
+    pub backends: Arc<AtomicUsize>,
     /// Set by SIGTERM/SIGINT: stop accepting and drain.
     pub shutdown: AtomicBool,
 }
@@ -49,14 +64,39 @@ impl Shared {
 
 /// Reserve one unit of a global limit; false when it is reached.
 fn try_reserve(counter: &AtomicUsize, max: usize) -> bool {
-    use std::sync::atomic::Ordering::AcqRel;
+    use std::sync::atomic::Ordering::{AcqRel, Acquire};
     counter
-        .fetch_update(AcqRel, std::sync::atomic::Ordering::Acquire, |n| {
-            (n < max).then_some(n + 1)
-        })
+        .fetch_update(AcqRel, Acquire, |n| (n < max).then_some(n + 1))
         .is_ok()
 }
 
 fn unreserve(counter: &AtomicUsize) {
     counter.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+}
+
+/// At most a few log lines per second for per-connection failures, so a
+/// storm of bad clients cannot flood the disk.
+#[derive(Default)]
+struct LogLimiter {
+    window_start: Option<Instant>,
+    count: u32,
+}
+
+impl LogLimiter {
+    const WINDOW: Duration = Duration::from_secs(1);
+    const PER_WINDOW: u32 = 20;
+
+    fn allow(&mut self, now: Instant) -> bool {
+        match self.window_start {
+            Some(t) if now.duration_since(t) < Self::WINDOW => {
+                self.count += 1;
+                self.count <= Self::PER_WINDOW
+            }
+            _ => {
+                self.window_start = Some(now);
+                self.count = 1;
+                true
+            }
+        }
+    }
 }

@@ -50,20 +50,26 @@ impl<T> Slab<T> {
         e.value.as_mut()
     }
 
-    pub fn get_checked(&self, index: u32, generation: u32) -> Option<&T> {
-        let e = self.entries.get(index as usize)?;
-        if e.generation != generation {
-            return None;
-        }
-        e.value.as_ref()
-    }
-
     pub fn get(&self, index: u32) -> Option<&T> {
         self.entries.get(index as usize)?.value.as_ref()
     }
 
     pub fn generation(&self, index: u32) -> u32 {
         self.entries.get(index as usize).map_or(0, |e| e.generation)
+    }
+
+    /// The entry at `index`, whatever its generation (for sweeps over
+    /// `indexes()`).
+    pub fn get_index_mut(&mut self, index: u32) -> Option<&mut T> {
+        self.entries.get_mut(index as usize)?.value.as_mut()
+    }
+
+    /// Remove the entry only if it is still the same occupant.
+    pub fn remove_checked(&mut self, index: u32, generation: u32) -> Option<T> {
+        if self.generation(index) != generation {
+            return None;
+        }
+        self.remove(index)
     }
 
     pub fn remove(&mut self, index: u32) -> Option<T> {

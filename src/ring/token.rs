@@ -16,6 +16,12 @@ pub enum OpTag {
     BackendWrite = 7,
     /// Completions of cancel requests and link timeouts: nothing to do.
     Ignore = 8,
+    /// Relay: the session's buffer written to the backend's socket.
+    UpWrite = 9,
+    /// Relay: the backend's socket read into the backend's buffer.
+    DownRead = 10,
+    /// Relay: the backend's buffer written to the client's socket.
+    DownWrite = 11,
 }
 
 impl OpTag {
@@ -29,6 +35,9 @@ impl OpTag {
             6 => OpTag::BackendRead,
             7 => OpTag::BackendWrite,
             8 => OpTag::Ignore,
+            9 => OpTag::UpWrite,
+            10 => OpTag::DownRead,
+            11 => OpTag::DownWrite,
             _ => return None,
         })
     }

@@ -1,0 +1,255 @@
+//! The backend connection machine without a socket.
+
+use super::*;
+use crate::mysql::handshake::{build_greeting, Greeting};
+use crate::mysql::reply::{err_payload, ok_payload};
+
+const SERVER_CAPS: u32 = 0xf7fe_ffff & !CLIENT_SSL;
+
+fn framed(seq: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    write_packet(&mut v, seq, payload);
+    v
+}
+
+fn greeting() -> Vec<u8> {
+    framed(
+        0,
+        &build_greeting(&Greeting {
+            protocol_version: 10,
+            server_version: "10.11.0-MariaDB".into(),
+            connection_id: 7,
+            scramble: b"abcdefghijklmnopqrst".to_vec(),
+            capabilities: SERVER_CAPS,
+            charset: UTF8MB4_GENERAL_CI,
+            status: SERVER_STATUS_AUTOCOMMIT,
+            auth_plugin: "mysql_native_password".into(),
+        }),
+    )
+}
+
+fn creds() -> BackendCredentials<'static> {
+    BackendCredentials {
+        user: "bench",
+        password: b"secret",
+    }
+}
+
+fn has_event(out: &[BackendOut], f: impl Fn(&BackendEvent) -> bool) -> bool {
+    out.iter()
+        .any(|o| matches!(o, BackendOut::Event(e) if f(e)))
+}
+
+fn sends(out: &[BackendOut]) -> Vec<Vec<u8>> {
+    out.iter()
+        .filter_map(|o| match o {
+            BackendOut::Op(BackendOp::Send(b)) => Some(b.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+const CAP: usize = 16 * 1024;
+
+/// Connect, greeting, login OK: a leased-ready connection.
+fn logged_in(now: Instant) -> BackendConn {
+    let mut out = Vec::new();
+    let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
+    assert_eq!(out, vec![BackendOut::Op(BackendOp::Connect)]);
+    out.clear();
+    c.on_connect(0, &creds(), Duration::from_secs(1), now, &mut out);
+    assert_eq!(out, vec![BackendOut::Op(BackendOp::Read)]);
+    out.clear();
+    let g = greeting();
+    c.on_read(g.len() as i32, &g, CAP, now, &mut out);
+    assert_eq!(sends(&out).len(), 1, "the HandshakeResponse goes out");
+    out.clear();
+    c.on_write(1, &mut out);
+    assert_eq!(
+        out,
+        vec![
+            BackendOut::Op(BackendOp::Clear),
+            BackendOut::Op(BackendOp::Read)
+        ]
+    );
+    out.clear();
+    let ok = framed(2, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
+    c.on_read(ok.len() as i32, &ok, CAP, now, &mut out);
+    assert!(has_event(&out, |e| matches!(e, BackendEvent::Ready { .. })));
+    c
+}
+
+#[test]
+fn login_then_idle_then_lease_without_schema() {
+    let now = Instant::now();
+    let mut c = logged_in(now);
+    c.make_idle(now);
+    assert!(c.is_idle());
+    let mut out = Vec::new();
+    c.lease(None, now, &mut out);
+    assert!(has_event(&out, |e| *e == BackendEvent::SchemaSelected));
+    assert!(c.is_leased());
+}
+
+#[test]
+fn lease_with_a_schema_selects_it_and_skips_it_next_time() {
+    let now = Instant::now();
+    let mut c = logged_in(now);
+    c.make_idle(now);
+    let mut out = Vec::new();
+    c.lease(Some("app"), now, &mut out);
+    let sent = sends(&out);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(&sent[0][4..], b"\x02app", "COM_INIT_DB app");
+    out.clear();
+    c.on_write(sent[0].len() as i32, &mut out);
+    let ok = framed(1, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
+    c.on_read(ok.len() as i32, &ok, CAP, now, &mut out);
+    assert!(has_event(&out, |e| *e == BackendEvent::SchemaSelected));
+    assert_eq!(c.schema(), Some("app"));
+    // Released, reset, leased again for the same schema: no round trip.
+    out.clear();
+    c.release(true, now, &mut out);
+    let reset = sends(&out);
+    assert_eq!(reset.len(), 1, "reset and SELECT DATABASE() in one write");
+    out.clear();
+    c.on_write(reset[0].len() as i32, &mut out);
+    let mut replies = framed(1, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
+    // A one-column, one-row result: DATABASE() = 'app'.
+    replies.extend(framed(1, &[1]));
+    replies.extend(framed(
+        2,
+        b"\x03def\x00\x00\x00\x0aDATABASE()\x00\x0c\x21\x00\x00\x01\x00\x00\xfd\x00\x00\x1f\x00\x00",
+    ));
+    replies.extend(framed(3, &[0xfe, 0, 0, 2, 0]));
+    replies.extend(framed(4, b"\x03app"));
+    replies.extend(framed(5, &[0xfe, 0, 0, 2, 0]));
+    out.clear();
+    c.on_read(replies.len() as i32, &replies, CAP, now, &mut out);
+    assert!(
+        has_event(&out, |e| *e == BackendEvent::ResetDone),
+        "{out:?}"
+    );
+    assert_eq!(c.schema(), Some("app"));
+    out.clear();
+    c.lease(Some("app"), now, &mut out);
+    assert!(sends(&out).is_empty());
+    assert!(has_event(&out, |e| *e == BackendEvent::SchemaSelected));
+}
+
+#[test]
+fn a_refused_schema_reaches_the_client_and_the_connection_stays_usable() {
+    let now = Instant::now();
+    let mut c = logged_in(now);
+    c.make_idle(now);
+    let mut out = Vec::new();
+    c.lease(Some("nope"), now, &mut out);
+    c.on_write(9, &mut out);
+    let err = framed(1, &err_payload(1049, "Unknown database 'nope'"));
+    out.clear();
+    c.on_read(err.len() as i32, &err, CAP, now, &mut out);
+    assert!(has_event(&out, |e| matches!(
+        e,
+        BackendEvent::SchemaRefused { .. }
+    )));
+    assert!(c.is_idle());
+    assert_eq!(c.schema(), None);
+}
+
+#[test]
+fn a_dirty_release_closes() {
+    let now = Instant::now();
+    let mut c = logged_in(now);
+    let mut out = Vec::new();
+    c.release(false, now, &mut out);
+    assert_eq!(out, vec![BackendOut::Op(BackendOp::Close)]);
+    assert!(c.is_closed());
+}
+
+#[test]
+fn connect_refused_and_login_refused_are_open_failures() {
+    let now = Instant::now();
+    let mut out = Vec::new();
+    let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
+    out.clear();
+    c.on_connect(
+        -libc::ECONNREFUSED,
+        &creds(),
+        Duration::from_secs(1),
+        now,
+        &mut out,
+    );
+    assert!(has_event(
+        &out,
+        |e| matches!(e, BackendEvent::OpenFailed { cause } if cause.contains("refused"))
+    ));
+    assert!(c.is_closed());
+
+    let mut out = Vec::new();
+    let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
+    c.on_connect(0, &creds(), Duration::from_secs(1), now, &mut out);
+    let g = greeting();
+    c.on_read(g.len() as i32, &g, CAP, now, &mut out);
+    c.on_write(1, &mut out);
+    out.clear();
+    let err = framed(2, &err_payload(1045, "Access denied for user 'bench'"));
+    c.on_read(err.len() as i32, &err, CAP, now, &mut out);
+    assert!(has_event(
+        &out,
+        |e| matches!(e, BackendEvent::OpenFailed { cause } if cause.contains("1045"))
+    ));
+}
+
+#[test]
+fn a_connect_that_never_completes_is_cut_by_the_tick() {
+    // Defect 4: connecting backends were not covered by the stuck-exchange
+    // sweep; a lost link timeout left them (and their waiter) forever.
+    let t0 = Instant::now();
+    let mut out = Vec::new();
+    let mut c = BackendConn::open(PoolKey::default_warm(), t0, &mut out);
+    out.clear();
+    c.on_tick(
+        t0 + Duration::from_millis(500),
+        Duration::from_secs(1),
+        &mut out,
+    );
+    assert!(out.is_empty());
+    c.on_tick(
+        t0 + Duration::from_secs(2),
+        Duration::from_secs(1),
+        &mut out,
+    );
+    assert!(has_event(&out, |e| matches!(
+        e,
+        BackendEvent::OpenFailed { .. }
+    )));
+    assert!(out.contains(&BackendOut::Op(BackendOp::Close)));
+}
+
+#[test]
+fn a_stalled_reset_is_cut_and_a_broken_one_fails() {
+    let t0 = Instant::now();
+    let mut c = logged_in(t0);
+    let mut out = Vec::new();
+    c.release(true, t0, &mut out);
+    out.clear();
+    c.on_tick(
+        t0 + Duration::from_secs(5),
+        Duration::from_secs(1),
+        &mut out,
+    );
+    assert!(has_event(&out, |e| matches!(
+        e,
+        BackendEvent::Failed { .. }
+    )));
+
+    let mut c = logged_in(t0);
+    let mut out = Vec::new();
+    c.release(true, t0, &mut out);
+    out.clear();
+    c.on_read(0, &[], CAP, t0, &mut out);
+    assert!(has_event(
+        &out,
+        |e| matches!(e, BackendEvent::Failed { cause } if cause.contains("closed"))
+    ));
+}

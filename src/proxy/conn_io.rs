@@ -1,0 +1,93 @@
+//! The I/O half of a connection, which only the driver touches: the socket,
+//! the buffers the kernel reads into and writes from, and the count of
+//! operations that name the socket.
+//!
+//! Buffer rule 2 (src/buffers): a socket is closed only after every CQE
+//! that names it has been reaped. An SQE can name a socket without naming
+//! one of its connection's buffers (the relay writes the session's buffer to
+//! the backend's socket and the backend's buffer to the client's socket),
+//! so the count is kept per socket, not per buffer.
+
+use std::net::Shutdown;
+use std::os::fd::{AsRawFd, RawFd};
+
+use socket2::Socket;
+
+use crate::buffers::{ReadBuffer, WriteBuf};
+
+pub struct ConnIo {
+    sock: Socket,
+    /// The read buffer; `None` once returned to the pool at close.
+    pub buf: Option<ReadBuffer>,
+    /// Packets the proxy makes itself (greetings, ERR, login, reset).
+    pub out: WriteBuf,
+    /// Bytes of `out` already written.
+    pub out_pos: usize,
+    /// Operations in the kernel that name this socket's fd.
+    fd_ops: u32,
+    shut: bool,
+}
+
+impl ConnIo {
+    pub fn new(sock: Socket, buf: Option<ReadBuffer>) -> ConnIo {
+        ConnIo {
+            sock,
+            buf,
+            out: WriteBuf::default(),
+            out_pos: 0,
+            fd_ops: 0,
+            shut: false,
+        }
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// An SQE naming this fd was queued.
+    pub fn op_started(&mut self) {
+        self.fd_ops += 1;
+    }
+
+    /// A CQE for an SQE naming this fd was reaped.
+    pub fn op_done(&mut self) {
+        debug_assert!(self.fd_ops > 0, "more completions than operations");
+        self.fd_ops = self.fd_ops.saturating_sub(1);
+    }
+
+    /// Nothing the kernel holds names this socket or its buffers: the
+    /// socket may be closed and the buffers returned.
+    pub fn quiescent(&self) -> bool {
+        self.fd_ops == 0
+            && !self.out.in_flight()
+            && self.buf.as_ref().is_none_or(|b| !b.in_flight())
+    }
+
+    /// shutdown(2) both ways: an in-flight read or write on the socket
+    /// completes now (close(2) alone would not cancel it; io_uring-facts.md).
+    pub fn shutdown(&mut self) {
+        if !self.shut {
+            self.shut = true;
+            let _ = self.sock.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Half-close after a final ERR, so the client sees EOF after it.
+    pub fn shutdown_write(&mut self) {
+        let _ = self.sock.shutdown(Shutdown::Write);
+    }
+
+    /// A cheap check on checkout (as Pingora does): an idle connection must
+    /// have nothing to read. EOF or stray bytes mean the server closed it
+    /// (e.g. wait_timeout, or a restart).
+    pub fn idle_peer_alive(&self) -> bool {
+        let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+        match self
+            .sock
+            .recv_with_flags(&mut probe, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+        {
+            Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+            Ok(_) => false,
+        }
+    }
+}

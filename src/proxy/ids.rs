@@ -1,0 +1,62 @@
+//! Leaf types that the proxy's machines share: the ids that name sessions
+//! and backend connections, the pool key, and a queued lease request. They
+//! import nothing from the machines, so no machine imports another.
+
+use std::time::Instant;
+
+use crate::mysql::constants::{
+    CLIENT_MULTI_RESULTS, CLIENT_MULTI_STATEMENTS, CLIENT_PS_MULTI_RESULTS, UTF8MB4_GENERAL_CI,
+};
+
+/// A client session: its slab index and the generation of that slot, so a
+/// completion for a torn-down session never reaches the slot's next owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SessionId {
+    pub index: u32,
+    pub generation: u32,
+}
+
+/// A backend connection, named like [`SessionId`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BackendId {
+    pub index: u32,
+    pub generation: u32,
+}
+
+/// What a pooled connection must match to be leased: the capability bits
+/// fixed at the backend handshake that change what the server sends or how
+/// it parses (`SESSION_KEY_CAPS`), and the client's collation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PoolKey {
+    pub caps: u32,
+    pub collation: u8,
+}
+
+impl PoolKey {
+    /// What the pool warms up before any client has logged in: the
+    /// multi-result settings that the common connectors all ask for.
+    pub fn default_warm() -> PoolKey {
+        PoolKey {
+            caps: CLIENT_MULTI_STATEMENTS | CLIENT_MULTI_RESULTS | CLIENT_PS_MULTI_RESULTS,
+            collation: UTF8MB4_GENERAL_CI,
+        }
+    }
+}
+
+/// What a session asks the pool for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRequest {
+    pub session: SessionId,
+    pub key: PoolKey,
+    /// The schema the client gave at connect. A connection with another
+    /// schema can be switched (COM_INIT_DB); one with a schema cannot be
+    /// given to a client that asked for none, since nothing unselects it.
+    pub schema: Option<String>,
+}
+
+/// A lease request that found no connection and waits for one.
+#[derive(Clone, Debug)]
+pub struct Waiter {
+    pub request: LeaseRequest,
+    pub deadline: Instant,
+}

@@ -1,0 +1,702 @@
+//! One worker's backend pool: it owns the backend connections, the idle
+//! list and the queue of sessions waiting for a connection. It never calls
+//! into sessions; it returns [`PoolEvent`]s (`Leased`, `LeaseFailed`, the
+//! operations its connections want) that the driver carries out.
+//!
+//! Session pooling: a connection serves one session from login to close,
+//! then is reset (COM_RESET_CONNECTION) and reused by a session with the
+//! same [`PoolKey`]. A connection that errored or was left mid-protocol is
+//! never reused.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::backend::{BackendConn, BackendCredentials, BackendEvent, BackendOp, BackendOut};
+use super::conn_io::ConnIo;
+use super::ids::{BackendId, LeaseRequest, PoolKey, SessionId, Waiter};
+use super::slab::Slab;
+use super::{try_reserve, unreserve};
+use crate::metrics::{Metrics, WorkerMetrics};
+use crate::mysql::constants::ER_CON_COUNT_ERROR;
+use crate::mysql::reply::err_payload;
+
+/// ER_UNKNOWN_ERROR: what MySQL itself uses for errors without a better code.
+const ER_UNKNOWN_ERROR: u16 = 1105;
+
+/// After a failed backend connect, pool refills wait this long.
+pub const BACKEND_RETRY: Duration = Duration::from_secs(1);
+
+/// The limits and identity the pool works with (from the configuration).
+pub struct PoolConfig {
+    pub backend: std::net::SocketAddr,
+    pub user: String,
+    pub password: String,
+    /// `--backend-pool-size`: idle connections kept warm.
+    pub pool_size: usize,
+    /// `--backend-max-connections`, across workers (see `open_count`).
+    pub max_connections: usize,
+    pub wait_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+/// A backend connection and its I/O.
+pub struct Pooled {
+    pub io: ConnIo,
+    pub conn: BackendConn,
+    /// The session it serves (also while its schema is being selected).
+    pub leased_to: Option<SessionId>,
+    /// The request it was opened for, if that session still waits.
+    opened_for: Option<LeaseRequest>,
+    /// Counted in the busy gauge.
+    busy: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolEvent {
+    /// Open a connection: the driver makes a socket and calls
+    /// [`Pool::insert_opening`] (or [`Pool::open_failed`]).
+    Open {
+        key: PoolKey,
+        request: Option<LeaseRequest>,
+    },
+    /// An operation on a connection's own socket.
+    Io(BackendId, BackendOp),
+    /// The session has its connection, with its schema selected.
+    Leased {
+        session: SessionId,
+        backend: BackendId,
+    },
+    /// The session gets this ERR instead; `unavailable` counts it as a
+    /// backend-unavailable refusal.
+    LeaseFailed {
+        session: SessionId,
+        err_payload: Vec<u8>,
+        unavailable: bool,
+    },
+    /// A backend greeting: the version and capabilities clients are offered.
+    ServerInfo {
+        server_version: String,
+        capabilities: u32,
+    },
+}
+
+pub struct Pool {
+    cfg: PoolConfig,
+    slots: Slab<Pooled>,
+    /// Idle connection indexes, least recently used first.
+    idle: Vec<u32>,
+    waiters: VecDeque<Waiter>,
+    /// Something freed up: serve the waiters.
+    dirty: bool,
+    /// Open (or opening) backend connections across workers.
+    open_count: Arc<AtomicUsize>,
+    /// The key of the most recent client: refills open this kind.
+    warm_key: PoolKey,
+    retry_at: Option<Instant>,
+    draining: bool,
+    metrics: Arc<Metrics>,
+    worker: usize,
+    log_limiter: super::LogLimiter,
+}
+
+fn unavailable(backend: std::net::SocketAddr, cause: &str) -> Vec<u8> {
+    err_payload(
+        ER_UNKNOWN_ERROR,
+        &format!("ringgate: backend {backend} unavailable: {cause}"),
+    )
+}
+
+impl Pool {
+    pub fn new(
+        cfg: PoolConfig,
+        open_count: Arc<AtomicUsize>,
+        metrics: Arc<Metrics>,
+        worker: usize,
+    ) -> Pool {
+        Pool {
+            cfg,
+            slots: Slab::new(),
+            idle: Vec::new(),
+            waiters: VecDeque::new(),
+            dirty: false,
+            open_count,
+            warm_key: PoolKey::default_warm(),
+            retry_at: None,
+            draining: false,
+            metrics,
+            worker,
+            log_limiter: Default::default(),
+        }
+    }
+
+    fn m(&self) -> &WorkerMetrics {
+        self.metrics.worker(self.worker)
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    #[cfg(test)]
+    pub fn waiting(&self) -> usize {
+        self.waiters.len()
+    }
+
+    pub fn get_mut(&mut self, id: BackendId) -> Option<&mut Pooled> {
+        self.slots.get_mut(id.index, id.generation)
+    }
+
+    pub fn id_of(&self, index: u32) -> BackendId {
+        BackendId {
+            index,
+            generation: self.slots.generation(index),
+        }
+    }
+
+    pub fn set_warm_key(&mut self, key: PoolKey) {
+        self.warm_key = key;
+    }
+
+    // ---- leasing ----
+
+    /// Find or open a connection for `req`, or queue it.
+    pub fn lease(&mut self, req: LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) {
+        if !self.try_lease(&req, now, out) {
+            self.m().pool_waiters.fetch_add(1, Relaxed);
+            self.waiters.push_back(Waiter {
+                request: req,
+                deadline: now + self.cfg.wait_timeout,
+            });
+        }
+    }
+
+    /// The session no longer wants a connection (it closed while waiting).
+    pub fn cancel(&mut self, session: SessionId) {
+        let before = self.waiters.len();
+        self.waiters.retain(|w| w.request.session != session);
+        let removed = before - self.waiters.len();
+        self.m().pool_waiters.fetch_sub(removed as i64, Relaxed);
+        for index in self.slots.indexes() {
+            if let Some(p) = self.slots.get_index_mut(index) {
+                if p.opened_for.as_ref().is_some_and(|r| r.session == session) {
+                    p.opened_for = None;
+                }
+            }
+        }
+    }
+
+    /// Lease an idle connection of the key, or open one if the global limit
+    /// allows (evicting an idle connection of another key when that is the
+    /// only way). False when the request must wait.
+    fn try_lease(&mut self, req: &LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) -> bool {
+        while let Some(pos) = self.pick_idle(req) {
+            let index = self.idle.remove(pos);
+            self.m().backend_idle.fetch_sub(1, Relaxed);
+            let id = self.id_of(index);
+            let alive = self
+                .slots
+                .get_index_mut(index)
+                .is_some_and(|p| p.io.idle_peer_alive());
+            if alive {
+                self.give(id, req.clone(), now, out);
+                return true;
+            }
+            tracing::debug!(
+                worker = self.worker,
+                "idle backend connection was closed by the server; discarded"
+            );
+            self.close(id, out);
+        }
+        // A connection of this key that is being reset will be free within
+        // one round trip to the server; waiting for it is far cheaper than a
+        // new connection (TCP + login + a server thread), and it keeps a
+        // connect storm from growing the pool past the real concurrency.
+        let resetting = self
+            .slots
+            .values()
+            .filter(|p| p.conn.is_resetting() && p.conn.key() == req.key)
+            .count();
+        if resetting > self.waiters_ahead(req.key, req.session) {
+            return false;
+        }
+        if try_reserve(&self.open_count, self.cfg.max_connections) {
+            self.open(req.key, Some(req.clone()), out);
+            return true;
+        }
+        // At the limit: make room by closing the longest-idle connection.
+        if let Some(&index) = self.idle.first() {
+            self.idle.remove(0);
+            self.m().backend_idle.fetch_sub(1, Relaxed);
+            let id = self.id_of(index);
+            self.close(id, out);
+            // The closed connection's unit returns when its slot is freed,
+            // after its last completion; this request waits for that.
+        }
+        false
+    }
+
+    /// The idle connection to lease: LIFO, preferring one whose schema is
+    /// already the wanted one. A client that gave no schema needs a
+    /// connection with none selected, since nothing unselects a schema.
+    fn pick_idle(&self, req: &LeaseRequest) -> Option<usize> {
+        let usable = |p: &Pooled| {
+            p.conn.key() == req.key && (req.schema.is_some() || p.conn.schema().is_none())
+        };
+        let exact = self.idle.iter().rposition(|&i| {
+            self.slots
+                .get(i)
+                .is_some_and(|p| usable(p) && p.conn.schema() == req.schema.as_deref())
+        });
+        exact.or_else(|| {
+            self.idle
+                .iter()
+                .rposition(|&i| self.slots.get(i).is_some_and(usable))
+        })
+    }
+
+    /// Requests of `key` queued ahead of `session` (all, if it is not queued).
+    fn waiters_ahead(&self, key: PoolKey, session: SessionId) -> usize {
+        self.waiters
+            .iter()
+            .take_while(|w| w.request.session != session)
+            .filter(|w| w.request.key == key)
+            .count()
+    }
+
+    fn give(&mut self, id: BackendId, req: LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) {
+        let metrics = Arc::clone(&self.metrics);
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        p.leased_to = Some(req.session);
+        if !p.busy {
+            p.busy = true;
+            metrics
+                .worker(self.worker)
+                .backend_busy
+                .fetch_add(1, Relaxed);
+        }
+        let mut bo = Vec::new();
+        p.conn.lease(req.schema.as_deref(), now, &mut bo);
+        self.apply(id, bo, now, out);
+    }
+
+    fn open(&mut self, key: PoolKey, request: Option<LeaseRequest>, out: &mut Vec<PoolEvent>) {
+        self.m().backend_connects_total.fetch_add(1, Relaxed);
+        out.push(PoolEvent::Open { key, request });
+    }
+
+    /// The driver made the socket for an [`PoolEvent::Open`].
+    pub fn insert_opening(
+        &mut self,
+        io: ConnIo,
+        key: PoolKey,
+        request: Option<LeaseRequest>,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) -> BackendId {
+        let mut bo = Vec::new();
+        let conn = BackendConn::open(key, now, &mut bo);
+        let (index, generation) = self.slots.insert(Pooled {
+            io,
+            conn,
+            leased_to: None,
+            opened_for: request,
+            busy: false,
+        });
+        let id = BackendId { index, generation };
+        self.apply(id, bo, now, out);
+        id
+    }
+
+    /// The driver could not even make a socket.
+    pub fn open_failed(
+        &mut self,
+        request: Option<LeaseRequest>,
+        cause: &str,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        unreserve(&self.open_count);
+        self.connect_failed(request, cause, now, out);
+    }
+
+    fn connect_failed(
+        &mut self,
+        request: Option<LeaseRequest>,
+        cause: &str,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        self.m()
+            .backend_connect_failures_total
+            .fetch_add(1, Relaxed);
+        if self.retry_at.is_none_or(|t| now >= t) && self.log_limiter.allow(now) {
+            tracing::warn!(
+                worker = self.worker,
+                backend = %self.cfg.backend,
+                "backend connection failed: {cause}; clients get an error until it is reachable, retrying every {BACKEND_RETRY:?}"
+            );
+        }
+        self.retry_at = Some(now + BACKEND_RETRY);
+        if let Some(req) = request {
+            out.push(PoolEvent::LeaseFailed {
+                session: req.session,
+                err_payload: unavailable(self.cfg.backend, cause),
+                unavailable: true,
+            });
+        }
+    }
+
+    /// The session is done with its connection. A clean one is reset and
+    /// reused; anything else is closed.
+    pub fn release(&mut self, id: BackendId, clean: bool, now: Instant, out: &mut Vec<PoolEvent>) {
+        let draining = self.draining;
+        let metrics = Arc::clone(&self.metrics);
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        p.leased_to = None;
+        if p.busy {
+            p.busy = false;
+            metrics
+                .worker(self.worker)
+                .backend_busy
+                .fetch_sub(1, Relaxed);
+        }
+        let mut bo = Vec::new();
+        p.conn.release(clean && !draining, now, &mut bo);
+        self.apply(id, bo, now, out);
+    }
+
+    /// Close a connection for good.
+    pub fn close(&mut self, id: BackendId, out: &mut Vec<PoolEvent>) {
+        let metrics = Arc::clone(&self.metrics);
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        if p.conn.is_idle() {
+            if let Some(pos) = self.idle.iter().position(|&i| i == id.index) {
+                self.idle.remove(pos);
+                metrics
+                    .worker(self.worker)
+                    .backend_idle
+                    .fetch_sub(1, Relaxed);
+            }
+        }
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        if p.busy {
+            p.busy = false;
+            metrics
+                .worker(self.worker)
+                .backend_busy
+                .fetch_sub(1, Relaxed);
+        }
+        let mut bo = Vec::new();
+        p.conn.close(&mut bo);
+        for o in bo {
+            if let BackendOut::Op(op) = o {
+                out.push(PoolEvent::Io(id, op));
+            }
+        }
+    }
+
+    /// The driver freed a closed connection's slot (after its last CQE):
+    /// forget it and give its unit of the global limit back.
+    pub fn remove(&mut self, id: BackendId) -> Option<Pooled> {
+        let p = self.slots.remove_checked(id.index, id.generation)?;
+        unreserve(&self.open_count);
+        self.m().backend_discarded_total.fetch_add(1, Relaxed);
+        self.dirty = true;
+        Some(p)
+    }
+
+    // ---- completions on a connection's own socket ----
+
+    pub fn on_connect(&mut self, id: BackendId, res: i32, now: Instant, out: &mut Vec<PoolEvent>) {
+        let timeout = self.cfg.connect_timeout;
+        let mut bo = Vec::new();
+        let creds = BackendCredentials {
+            user: &self.cfg.user,
+            password: self.cfg.password.as_bytes(),
+        };
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        p.conn.on_connect(res, &creds, timeout, now, &mut bo);
+        self.apply(id, bo, now, out);
+    }
+
+    pub fn on_read(&mut self, id: BackendId, res: i32, now: Instant, out: &mut Vec<PoolEvent>) {
+        let mut bo = Vec::new();
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        let Some(buf) = p.io.buf.as_ref() else {
+            return;
+        };
+        p.conn
+            .on_read(res, buf.filled(), buf.capacity(), now, &mut bo);
+        self.apply(id, bo, now, out);
+    }
+
+    pub fn on_write(&mut self, id: BackendId, res: i32, now: Instant, out: &mut Vec<PoolEvent>) {
+        let mut bo = Vec::new();
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        p.conn.on_write(res, &mut bo);
+        self.apply(id, bo, now, out);
+    }
+
+    /// Carry out what a connection asked for and answer its events.
+    fn apply(
+        &mut self,
+        id: BackendId,
+        outs: Vec<BackendOut>,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        for o in outs {
+            match o {
+                BackendOut::Op(op) => out.push(PoolEvent::Io(id, op)),
+                BackendOut::Event(e) => self.on_event(id, e, now, out),
+            }
+        }
+    }
+
+    fn on_event(
+        &mut self,
+        id: BackendId,
+        event: BackendEvent,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        match event {
+            BackendEvent::Ready {
+                server_version,
+                capabilities,
+            } => {
+                self.retry_at = None;
+                out.push(PoolEvent::ServerInfo {
+                    server_version,
+                    capabilities,
+                });
+                let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+                    return;
+                };
+                match p.opened_for.take() {
+                    Some(req) => self.give(id, req, now, out),
+                    None => self.make_idle(id, now),
+                }
+            }
+            BackendEvent::OpenFailed { cause } => {
+                let request = self
+                    .slots
+                    .get_mut(id.index, id.generation)
+                    .and_then(|p| p.opened_for.take());
+                self.connect_failed(request, &cause, now, out);
+            }
+            BackendEvent::SchemaSelected => {
+                if let Some(session) = self
+                    .slots
+                    .get_mut(id.index, id.generation)
+                    .and_then(|p| p.leased_to)
+                {
+                    out.push(PoolEvent::Leased {
+                        session,
+                        backend: id,
+                    });
+                }
+            }
+            BackendEvent::SchemaRefused { err_payload } => {
+                let metrics = Arc::clone(&self.metrics);
+                let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+                    return;
+                };
+                if p.busy {
+                    p.busy = false;
+                    metrics
+                        .worker(self.worker)
+                        .backend_busy
+                        .fetch_sub(1, Relaxed);
+                }
+                if let Some(session) = p.leased_to.take() {
+                    out.push(PoolEvent::LeaseFailed {
+                        session,
+                        err_payload,
+                        unavailable: false,
+                    });
+                }
+                // The connection itself is fine (its schema is unchanged).
+                self.push_idle(id, now);
+            }
+            BackendEvent::ResetDone => self.push_idle(id, now),
+            BackendEvent::Failed { cause } => {
+                tracing::debug!(worker = self.worker, "backend connection lost: {cause}");
+                let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+                    return;
+                };
+                // Failed while selecting a lease's schema: that session
+                // waits for nothing now.
+                if let Some(session) = p.leased_to.take() {
+                    out.push(PoolEvent::LeaseFailed {
+                        session,
+                        err_payload: unavailable(self.cfg.backend, &cause),
+                        unavailable: true,
+                    });
+                }
+                self.close(id, out);
+            }
+        }
+    }
+
+    fn make_idle(&mut self, id: BackendId, now: Instant) {
+        if let Some(p) = self.slots.get_mut(id.index, id.generation) {
+            p.conn.make_idle(now);
+        }
+        self.push_idle(id, now);
+    }
+
+    fn push_idle(&mut self, id: BackendId, _now: Instant) {
+        self.idle.push(id.index);
+        self.m().backend_idle.fetch_add(1, Relaxed);
+        self.dirty = true;
+    }
+
+    // ---- housekeeping ----
+
+    /// Serve queued requests in order while connections can be had.
+    pub fn serve_waiters(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
+        if !std::mem::take(&mut self.dirty) {
+            return;
+        }
+        if self.draining {
+            let mut ignored = Vec::new();
+            self.close_idle(&mut ignored);
+            out.extend(ignored);
+            return;
+        }
+        while let Some(w) = self.waiters.front() {
+            let req = w.request.clone();
+            if !self.try_lease(&req, now, out) {
+                break;
+            }
+            self.waiters.pop_front();
+            self.m().pool_waiters.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// Once per tick: waiters past `--backend-wait-timeout`, exchanges past
+    /// `--backend-connect-timeout` (connects included), idle trimming and
+    /// refills.
+    pub fn on_tick(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
+        while let Some(w) = self.waiters.front() {
+            if w.deadline > now {
+                break;
+            }
+            let session = w.request.session;
+            self.waiters.pop_front();
+            self.m().pool_waiters.fetch_sub(1, Relaxed);
+            let msg = format!(
+                "ringgate: no backend connection became free within --backend-wait-timeout ({:?}); --backend-max-connections is {}",
+                self.cfg.wait_timeout, self.cfg.max_connections
+            );
+            out.push(PoolEvent::LeaseFailed {
+                session,
+                err_payload: err_payload(ER_CON_COUNT_ERROR, &msg),
+                unavailable: true,
+            });
+        }
+        let timeout = self.cfg.connect_timeout;
+        for index in self.slots.indexes() {
+            let id = self.id_of(index);
+            let mut bo = Vec::new();
+            if let Some(p) = self.slots.get_mut(id.index, id.generation) {
+                p.conn.on_tick(now, timeout, &mut bo);
+            }
+            self.apply(id, bo, now, out);
+        }
+        if !self.draining {
+            self.trim_idle(now, out);
+            self.refill(now, out);
+        }
+    }
+
+    /// Close idle connections beyond `--backend-pool-size` that have not
+    /// been used for `--backend-idle-timeout`, oldest first.
+    fn trim_idle(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
+        while self.idle.len() > self.cfg.pool_size {
+            let index = self.idle[0];
+            let expired = self
+                .slots
+                .get(index)
+                .is_some_and(|p| now.duration_since(p.conn.idle_since()) >= self.cfg.idle_timeout);
+            if !expired {
+                break;
+            }
+            tracing::debug!(
+                worker = self.worker,
+                "idle backend connection closed after --backend-idle-timeout"
+            );
+            let id = self.id_of(index);
+            self.close(id, out);
+        }
+    }
+
+    /// Keep `--backend-pool-size` connections of the warm key ready.
+    pub fn refill(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
+        if self.draining || self.retry_at.is_some_and(|t| now < t) {
+            return;
+        }
+        let key = self.warm_key;
+        let have = self
+            .slots
+            .values()
+            .filter(|p| {
+                p.conn.key() == key
+                    && !p.conn.is_closed()
+                    && !p.conn.is_leased()
+                    && p.leased_to.is_none()
+            })
+            .count();
+        for _ in have..self.cfg.pool_size {
+            if !try_reserve(&self.open_count, self.cfg.max_connections) {
+                break;
+            }
+            self.open(key, None, out);
+        }
+    }
+
+    /// Drain: no more refills; idle connections close now and returning
+    /// ones close instead of going idle.
+    pub fn begin_drain(&mut self, out: &mut Vec<PoolEvent>) {
+        self.draining = true;
+        self.close_idle(out);
+    }
+
+    fn close_idle(&mut self, out: &mut Vec<PoolEvent>) {
+        for index in std::mem::take(&mut self.idle) {
+            self.m().backend_idle.fetch_sub(1, Relaxed);
+            let id = self.id_of(index);
+            if let Some(p) = self.slots.get_mut(id.index, id.generation) {
+                let mut bo = Vec::new();
+                p.conn.close(&mut bo);
+                for o in bo {
+                    if let BackendOut::Op(op) = o {
+                        out.push(PoolEvent::Io(id, op));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "pool_tests.rs"]
+mod tests;

@@ -1,0 +1,344 @@
+//! The pool without a backend: sockets are socketpairs (for the liveness
+//! probe), bytes from the "server" are put into the buffers directly.
+
+use super::*;
+use crate::buffers::{BufferPool, Owner};
+use crate::metrics::BufferMode;
+use crate::mysql::constants::*;
+use crate::mysql::handshake::{build_greeting, Greeting};
+use crate::mysql::packet::write_packet;
+use crate::mysql::reply::ok_payload;
+use socket2::{Domain, Socket, Type};
+
+struct Harness {
+    pool: Pool,
+    buffers: BufferPool,
+    open: Arc<AtomicUsize>,
+    /// The far ends of the socketpairs, kept open so probes see a live peer.
+    peers: Vec<Socket>,
+    now: Instant,
+}
+
+fn framed(seq: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    write_packet(&mut v, seq, payload);
+    v
+}
+
+fn greeting() -> Vec<u8> {
+    framed(
+        0,
+        &build_greeting(&Greeting {
+            protocol_version: 10,
+            server_version: "10.11.0-MariaDB".into(),
+            connection_id: 7,
+            scramble: b"abcdefghijklmnopqrst".to_vec(),
+            capabilities: 0xf7fe_ffff & !CLIENT_SSL,
+            charset: UTF8MB4_GENERAL_CI,
+            status: SERVER_STATUS_AUTOCOMMIT,
+            auth_plugin: "mysql_native_password".into(),
+        }),
+    )
+}
+
+fn sid(i: u32) -> SessionId {
+    SessionId {
+        index: i,
+        generation: 0,
+    }
+}
+
+fn req(i: u32, key: PoolKey) -> LeaseRequest {
+    LeaseRequest {
+        session: sid(i),
+        key,
+        schema: None,
+    }
+}
+
+impl Harness {
+    fn new(max: usize, pool_size: usize) -> Harness {
+        let metrics = Metrics::new(1, BufferMode::Heap);
+        let open = Arc::new(AtomicUsize::new(0));
+        let pool = Pool::new(
+            PoolConfig {
+                backend: "127.0.0.1:1".parse().unwrap(),
+                user: "bench".into(),
+                password: "pw".into(),
+                pool_size,
+                max_connections: max,
+                wait_timeout: Duration::from_secs(5),
+                idle_timeout: Duration::from_secs(60),
+                connect_timeout: Duration::from_secs(2),
+            },
+            Arc::clone(&open),
+            Arc::clone(&metrics),
+            0,
+        );
+        Harness {
+            pool,
+            buffers: BufferPool::heap(4096, metrics, 0),
+            open,
+            peers: Vec::new(),
+            now: Instant::now(),
+        }
+    }
+
+    /// Play the driver for one batch of events: open sockets, perform
+    /// reads/writes by feeding canned server replies, collect the rest.
+    fn drive(&mut self, mut events: Vec<PoolEvent>) -> Vec<PoolEvent> {
+        let mut seen = Vec::new();
+        while !events.is_empty() {
+            let mut next = Vec::new();
+            for e in events {
+                match e {
+                    PoolEvent::Open { key, request } => {
+                        let (a, b) = Socket::pair(Domain::UNIX, Type::STREAM, None).unwrap();
+                        self.peers.push(b);
+                        let io = ConnIo::new(a, Some(self.buffers.acquire(Owner::Backend)));
+                        self.pool
+                            .insert_opening(io, key, request, self.now, &mut next);
+                    }
+                    PoolEvent::Io(id, BackendOp::Connect) => {
+                        self.pool.on_connect(id, 0, self.now, &mut next)
+                    }
+                    PoolEvent::Io(id, BackendOp::Clear) => {
+                        if let Some(b) = self.pool.get_mut(id).and_then(|p| p.io.buf.as_mut()) {
+                            b.clear();
+                        }
+                    }
+                    PoolEvent::Io(id, BackendOp::Send(bytes)) => {
+                        // The server reads it and answers.
+                        let answer = if bytes.len() > 40 {
+                            // The HandshakeResponse.
+                            framed(2, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0))
+                        } else {
+                            reset_replies()
+                        };
+                        self.pool
+                            .on_write(id, bytes.len() as i32, self.now, &mut next);
+                        self.pending_reply(id, answer);
+                    }
+                    PoolEvent::Io(id, BackendOp::Read) => {
+                        let reply = self.take_reply(id).unwrap_or_else(greeting);
+                        let n = reply.len() as i32;
+                        if let Some(b) = self.pool.get_mut(id).and_then(|p| p.io.buf.as_mut()) {
+                            b.fill_for_test(&reply);
+                        }
+                        self.pool.on_read(id, n, self.now, &mut next);
+                    }
+                    PoolEvent::Io(id, BackendOp::Close) => {
+                        if let Some(mut p) = self.pool.remove(id) {
+                            if let Some(b) = p.io.buf.take() {
+                                let _ = self.buffers.release(b);
+                            }
+                        }
+                    }
+                    other => seen.push(other),
+                }
+            }
+            events = next;
+        }
+        seen
+    }
+
+    fn pending_reply(&mut self, id: BackendId, reply: Vec<u8>) {
+        REPLIES.with(|r| r.borrow_mut().push((id, reply)));
+    }
+
+    fn take_reply(&mut self, id: BackendId) -> Option<Vec<u8>> {
+        REPLIES.with(|r| {
+            let mut r = r.borrow_mut();
+            let pos = r.iter().position(|(i, _)| *i == id)?;
+            Some(r.remove(pos).1)
+        })
+    }
+
+    fn lease(&mut self, r: LeaseRequest) -> Vec<PoolEvent> {
+        let mut out = Vec::new();
+        self.pool.lease(r, self.now, &mut out);
+        self.drive(out)
+    }
+
+    fn release(&mut self, id: BackendId, clean: bool) -> Vec<PoolEvent> {
+        let mut out = Vec::new();
+        self.pool.release(id, clean, self.now, &mut out);
+        self.drive(out)
+    }
+
+    fn serve(&mut self) -> Vec<PoolEvent> {
+        let mut out = Vec::new();
+        self.pool.serve_waiters(self.now, &mut out);
+        self.drive(out)
+    }
+
+    fn tick(&mut self) -> Vec<PoolEvent> {
+        let mut out = Vec::new();
+        self.pool.on_tick(self.now, &mut out);
+        self.drive(out)
+    }
+}
+
+thread_local! {
+    static REPLIES: std::cell::RefCell<Vec<(BackendId, Vec<u8>)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// OK to COM_RESET_CONNECTION, then `SELECT DATABASE()` = NULL.
+fn reset_replies() -> Vec<u8> {
+    let mut v = framed(1, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
+    v.extend(framed(1, &[1]));
+    v.extend(framed(
+        2,
+        b"\x03def\x00\x00\x00\x0aDATABASE()\x00\x0c\x21\x00\x00\x01\x00\x00\xfd\x00\x00\x1f\x00\x00",
+    ));
+    v.extend(framed(3, &[0xfe, 0, 0, 2, 0]));
+    v.extend(framed(4, &[0xfb]));
+    v.extend(framed(5, &[0xfe, 0, 0, 2, 0]));
+    v
+}
+
+fn leased(events: &[PoolEvent]) -> Option<(SessionId, BackendId)> {
+    events.iter().find_map(|e| match e {
+        PoolEvent::Leased { session, backend } => Some((*session, *backend)),
+        _ => None,
+    })
+}
+
+fn failed(events: &[PoolEvent]) -> Option<(SessionId, u16)> {
+    events.iter().find_map(|e| match e {
+        PoolEvent::LeaseFailed {
+            session,
+            err_payload,
+            ..
+        } => Some((
+            *session,
+            u16::from_le_bytes([err_payload[1], err_payload[2]]),
+        )),
+        _ => None,
+    })
+}
+
+#[test]
+fn opens_for_a_request_then_reuses_after_reset() {
+    let mut h = Harness::new(10, 0);
+    let key = PoolKey::default_warm();
+    let ev = h.lease(req(1, key));
+    let (s, b) = leased(&ev).expect("leased after login");
+    assert_eq!(s, sid(1));
+    assert_eq!(h.open.load(Relaxed), 1);
+    h.release(b, true);
+    assert_eq!(h.serve(), vec![]);
+    // The reset connection is reused: no second open.
+    let ev = h.lease(req(2, key));
+    assert_eq!(leased(&ev), Some((sid(2), b)));
+    assert_eq!(h.open.load(Relaxed), 1);
+}
+
+#[test]
+fn a_dirty_release_closes_and_returns_the_global_unit() {
+    let mut h = Harness::new(10, 0);
+    let ev = h.lease(req(1, PoolKey::default_warm()));
+    let (_, b) = leased(&ev).unwrap();
+    h.release(b, false);
+    assert_eq!(h.pool.len(), 0);
+    assert_eq!(h.open.load(Relaxed), 0);
+}
+
+#[test]
+fn at_the_limit_requests_wait_and_time_out_with_1040() {
+    let mut h = Harness::new(1, 0);
+    let key = PoolKey::default_warm();
+    let ev = h.lease(req(1, key));
+    let (_, b) = leased(&ev).unwrap();
+    assert!(h.lease(req(2, key)).is_empty(), "queued");
+    assert_eq!(h.pool.waiting(), 1);
+    h.now += Duration::from_secs(6);
+    let ev = h.tick();
+    assert_eq!(failed(&ev), Some((sid(2), 1040)));
+    assert_eq!(h.pool.waiting(), 0);
+    // A waiter is served when a connection comes back.
+    assert!(h.lease(req(3, key)).is_empty());
+    h.release(b, true);
+    let ev = h.serve();
+    assert_eq!(leased(&ev), Some((sid(3), b)));
+}
+
+#[test]
+fn a_cancelled_waiter_is_forgotten() {
+    let mut h = Harness::new(1, 0);
+    let key = PoolKey::default_warm();
+    let (_, b) = leased(&h.lease(req(1, key))).unwrap();
+    h.lease(req(2, key));
+    h.pool.cancel(sid(2));
+    assert_eq!(h.pool.waiting(), 0);
+    h.release(b, true);
+    assert_eq!(h.serve(), vec![]);
+}
+
+#[test]
+fn at_the_limit_an_idle_connection_of_another_key_is_evicted() {
+    let mut h = Harness::new(1, 0);
+    let other = PoolKey {
+        caps: CLIENT_FOUND_ROWS,
+        collation: 8,
+    };
+    let (_, b) = leased(&h.lease(req(1, other))).unwrap();
+    h.release(b, true);
+    // Another key at the limit: the idle one is closed to make room.
+    let ev = h.lease(req(2, PoolKey::default_warm()));
+    assert!(leased(&ev).is_none());
+    assert_eq!(h.open.load(Relaxed), 0, "the idle connection was closed");
+    let ev = h.serve();
+    assert_eq!(leased(&ev).map(|l| l.0), Some(sid(2)));
+}
+
+#[test]
+fn a_dead_idle_connection_is_discarded_at_checkout() {
+    let mut h = Harness::new(10, 0);
+    let key = PoolKey::default_warm();
+    let (_, b) = leased(&h.lease(req(1, key))).unwrap();
+    h.release(b, true);
+    // The server side goes away.
+    h.peers.clear();
+    let ev = h.lease(req(2, key));
+    let (_, b2) = leased(&ev).unwrap();
+    assert_ne!(b, b2, "a fresh connection, not the dead one");
+}
+
+#[test]
+fn idle_connections_beyond_the_pool_size_are_trimmed_after_the_idle_timeout() {
+    let mut h = Harness::new(10, 1);
+    let key = PoolKey::default_warm();
+    let (_, b1) = leased(&h.lease(req(1, key))).unwrap();
+    let (_, b2) = leased(&h.lease(req(2, key))).unwrap();
+    h.release(b1, true);
+    h.release(b2, true);
+    h.tick();
+    assert_eq!(h.pool.len(), 2, "not idle long enough yet");
+    h.now += Duration::from_secs(61);
+    h.tick();
+    assert_eq!(h.pool.len(), 1, "trimmed to --backend-pool-size");
+}
+
+#[test]
+fn a_connect_failure_fails_the_request_and_delays_refills() {
+    let mut h = Harness::new(10, 2);
+    let mut out = Vec::new();
+    h.pool
+        .lease(req(1, PoolKey::default_warm()), h.now, &mut out);
+    let PoolEvent::Open { key, request } = out.remove(0) else {
+        panic!("expected an open")
+    };
+    let (a, _b) = Socket::pair(Domain::UNIX, Type::STREAM, None).unwrap();
+    let io = ConnIo::new(a, Some(h.buffers.acquire(Owner::Backend)));
+    let mut ev = Vec::new();
+    let id = h.pool.insert_opening(io, key, request, h.now, &mut ev);
+    let mut ev = Vec::new();
+    h.pool.on_connect(id, -libc::ECONNREFUSED, h.now, &mut ev);
+    let ev = h.drive(ev);
+    assert_eq!(failed(&ev), Some((sid(1), 1105)));
+    // No refill storm while the backend is down.
+    let mut out = Vec::new();
+    h.pool.refill(h.now, &mut out);
+    assert!(out.is_empty());
+}

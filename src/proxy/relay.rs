@@ -1,0 +1,397 @@
+//! The relay: one client session paired with one backend connection, in
+//! full duplex.
+//!
+//! Two pipes run at once, each with at most one operation in flight:
+//! - **up**: read the client into the session's buffer, write it to the
+//!   backend. It keeps reading while responses are outstanding (pipelining).
+//! - **down**: read the backend into the backend connection's buffer, write
+//!   it to the client. It reads while the tracker says a response is owed.
+//!
+//! Half duplex deadlocks on pipelining: a client that sends a command bigger
+//! than the socket buffers behind a query with a big result blocks on its
+//! write, the server blocks writing the result, and a proxy that only moves
+//! one direction at a time waits on both. With both pipes moving, the
+//! result drains to the client while the command drains to the server.
+//!
+//! Pure: takes completions (result and the bytes the driver's buffer holds)
+//! and time, and returns [`RelayEvent`]s. The driver owns the buffers: it
+//! clears the up buffer after each up write and the down buffer after each
+//! down write, so every read starts at offset 0.
+
+use std::time::{Duration, Instant};
+
+use crate::mysql::tracker::{Direction, StopReason, TrackError, Tracker};
+
+/// An operation the relay wants submitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RelayOp {
+    /// READ from the client into the (empty) session buffer.
+    ReadClient,
+    /// WRITE `session buffer[..end]` to the backend, all of it.
+    WriteBackend { end: usize },
+    /// READ from the backend into the (empty) backend buffer.
+    ReadBackend,
+    /// WRITE `backend buffer[..end]` to the client, all of it.
+    WriteClient { end: usize },
+}
+
+/// Why the relay ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RelayEnd {
+    /// COM_QUIT: the client is done.
+    Quit,
+    /// A command the proxy does not relay on a pooled connection.
+    Unsupported { command: u8 },
+    /// A client packet longer than `--max-packet-size` (ERR 1153).
+    TooLarge { len: u64, max: u64 },
+    /// The client closed its socket or a read/write on it failed.
+    ClientGone,
+    /// The client's bytes broke the protocol.
+    ClientProtocol(String),
+    /// The backend closed, failed, or sent bytes that break the protocol.
+    BackendLost(String),
+    /// The client stopped reading a result for `--client-write-timeout`.
+    ClientWriteTimeout,
+    /// The backend sent nothing for `--backend-read-timeout` while owing a response.
+    BackendReadTimeout,
+    /// No command for `--idle-timeout`.
+    IdleTimeout,
+    /// Graceful shutdown reached this session between commands.
+    Drained,
+}
+
+/// What the relay tells its session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RelayEvent {
+    Op(RelayOp),
+    /// A new command began (for `commands_total`).
+    CommandStarted,
+    /// The backend is no longer reusable: shut its socket down so that the
+    /// relay's operations on it complete now.
+    AbortBackend,
+    /// The client is gone: shut its socket down for the same reason.
+    AbortClient,
+    /// The relay ended and no relay operation names the backend any more
+    /// (a client read may still be in flight; it names only the client).
+    /// `clean`: the backend sits at a command boundary and may be reused.
+    Ended {
+        reason: RelayEnd,
+        clean: bool,
+    },
+}
+
+/// Timeouts the relay enforces; `Duration::ZERO` turns one off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RelayTimeouts {
+    pub idle: Duration,
+    pub client_write: Duration,
+    pub backend_read: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Up {
+    /// Nothing in flight (before start, or after the end).
+    Idle,
+    /// A client read is in flight.
+    Reading,
+    /// A write to the backend is in flight; `stop` applies once it is done.
+    Writing { stop: Option<StopReason> },
+    /// The client stream stopped (COM_QUIT or an unsupported command): no
+    /// more reads; the stop takes effect once every response is relayed.
+    Stopped(StopReason),
+    /// The client half-closed (EOF) between commands: answers still owed
+    /// are relayed, then the session ends.
+    Eof,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Down {
+    Idle,
+    Reading { since: Instant },
+    Writing { since: Instant },
+}
+
+pub struct Relay {
+    tracker: Tracker,
+    up: Up,
+    down: Down,
+    last_activity: Instant,
+    /// Set when the relay decided to end; `Ended` goes out once quiescent.
+    ending: Option<(RelayEnd, bool)>,
+    ended: bool,
+}
+
+impl Relay {
+    pub fn new(tracker: Tracker, now: Instant) -> Relay {
+        Relay {
+            tracker,
+            up: Up::Idle,
+            down: Down::Idle,
+            last_activity: now,
+            ending: None,
+            ended: false,
+        }
+    }
+
+    /// Begin relaying. `buffered` holds client bytes that arrived behind
+    /// the login packet (a client may pipeline its first command with its
+    /// HandshakeResponse); they are relayed before anything is read.
+    pub fn start(&mut self, buffered: &[u8], now: Instant, out: &mut Vec<RelayEvent>) {
+        debug_assert_eq!(self.up, Up::Idle);
+        self.up = Up::Reading;
+        if buffered.is_empty() {
+            out.push(RelayEvent::Op(RelayOp::ReadClient));
+        } else {
+            self.on_client_read(buffered.len() as i32, buffered, now, out);
+        }
+    }
+
+    /// True once `Ended` was emitted.
+    pub fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Operations in flight that name the backend's socket or buffer.
+    pub fn backend_ops(&self) -> bool {
+        matches!(self.up, Up::Writing { .. }) || self.down != Down::Idle
+    }
+
+    /// Waiting for the client's next command with nothing outstanding.
+    pub fn idle_at_boundary(&self) -> bool {
+        self.up == Up::Reading && self.down == Down::Idle && self.tracker.at_command_boundary()
+    }
+
+    /// The client read completed: `res` bytes (0 = EOF, < 0 = -errno);
+    /// `data` is everything the session buffer holds.
+    pub fn on_client_read(
+        &mut self,
+        res: i32,
+        data: &[u8],
+        now: Instant,
+        out: &mut Vec<RelayEvent>,
+    ) {
+        debug_assert_eq!(self.up, Up::Reading);
+        self.up = Up::Idle;
+        if self.finishing() {
+            return self.maybe_end(out);
+        }
+        if res == 0
+            && self.tracker.pending_responses() > 0
+            && self.tracker.next_read() == Direction::Server
+        {
+            // shutdown(SHUT_WR) after a complete command: the client still
+            // reads its answers (a half-sent command is handled below).
+            self.up = Up::Eof;
+            return self.pump(now, out);
+        }
+        if res <= 0 {
+            return self.end(RelayEnd::ClientGone, out);
+        }
+        self.last_activity = now;
+        let at_boundary = self.tracker.at_command_boundary();
+        let chunk = match self.tracker.on_client_bytes(data) {
+            Ok(c) => c,
+            Err(TrackError::PacketTooLarge { len, max }) => {
+                return self.end(RelayEnd::TooLarge { len, max }, out)
+            }
+            Err(e) => return self.end(RelayEnd::ClientProtocol(e.to_string()), out),
+        };
+        if at_boundary && chunk.forward > 0 {
+            out.push(RelayEvent::CommandStarted);
+        }
+        if chunk.forward > 0 {
+            self.up = Up::Writing { stop: chunk.stop };
+            out.push(RelayEvent::Op(RelayOp::WriteBackend { end: chunk.forward }));
+        } else if let Some(stop) = chunk.stop {
+            self.up = Up::Stopped(stop);
+        } else {
+            self.up = Up::Reading;
+            out.push(RelayEvent::Op(RelayOp::ReadClient));
+        }
+        self.pump(now, out);
+    }
+
+    /// The write to the backend completed (all of it, or failed).
+    pub fn on_backend_write(&mut self, res: i32, now: Instant, out: &mut Vec<RelayEvent>) {
+        let Up::Writing { stop } = self.up else {
+            debug_assert!(false, "backend write completion without a write");
+            return;
+        };
+        self.up = Up::Idle;
+        if self.finishing() {
+            return self.maybe_end(out);
+        }
+        if res < 0 {
+            let cause = std::io::Error::from_raw_os_error(-res);
+            return self.end(
+                RelayEnd::BackendLost(format!("sending a command: {cause}")),
+                out,
+            );
+        }
+        match stop {
+            Some(stop) => self.up = Up::Stopped(stop),
+            None => {
+                self.up = Up::Reading;
+                out.push(RelayEvent::Op(RelayOp::ReadClient));
+            }
+        }
+        self.pump(now, out);
+    }
+
+    /// The backend read completed; `data` is what the backend buffer holds.
+    pub fn on_backend_read(
+        &mut self,
+        res: i32,
+        data: &[u8],
+        now: Instant,
+        out: &mut Vec<RelayEvent>,
+    ) {
+        debug_assert!(matches!(self.down, Down::Reading { .. }));
+        self.down = Down::Idle;
+        if self.finishing() {
+            return self.maybe_end(out);
+        }
+        if res <= 0 {
+            let cause = if res == 0 {
+                "the server closed the connection".to_string()
+            } else {
+                std::io::Error::from_raw_os_error(-res).to_string()
+            };
+            return self.end(
+                RelayEnd::BackendLost(format!("waiting for a response: {cause}")),
+                out,
+            );
+        }
+        if let Err(e) = self.tracker.on_server_bytes(data) {
+            return self.end(
+                RelayEnd::BackendLost(format!("unexpected bytes from the server: {e}")),
+                out,
+            );
+        }
+        self.down = Down::Writing { since: now };
+        out.push(RelayEvent::Op(RelayOp::WriteClient { end: data.len() }));
+    }
+
+    /// The write to the client completed (all of it, or failed).
+    pub fn on_client_write(&mut self, res: i32, now: Instant, out: &mut Vec<RelayEvent>) {
+        debug_assert!(matches!(self.down, Down::Writing { .. }));
+        self.down = Down::Idle;
+        if self.finishing() {
+            return self.maybe_end(out);
+        }
+        if res < 0 {
+            return self.end(RelayEnd::ClientGone, out);
+        }
+        self.last_activity = now;
+        self.pump(now, out);
+    }
+
+    /// End now (the drain timeout is over): whatever is in flight is cut.
+    pub fn abort(&mut self, reason: RelayEnd, out: &mut Vec<RelayEvent>) {
+        if !self.finishing() {
+            // The session closes either way: shut the client too, so a
+            // write to a client that stopped reading completes.
+            out.push(RelayEvent::AbortClient);
+            self.end(reason, out);
+        }
+    }
+
+    /// Deadlines; `draining` ends a session that waits between commands
+    /// outside a transaction.
+    pub fn on_tick(
+        &mut self,
+        now: Instant,
+        timeouts: &RelayTimeouts,
+        draining: bool,
+        out: &mut Vec<RelayEvent>,
+    ) {
+        if self.finishing() {
+            return;
+        }
+        let expired = |since: Instant, limit: Duration| {
+            limit > Duration::ZERO && now.duration_since(since) >= limit
+        };
+        match self.down {
+            Down::Writing { since } if expired(since, timeouts.client_write) => {
+                return self.end(RelayEnd::ClientWriteTimeout, out)
+            }
+            Down::Reading { since } if expired(since, timeouts.backend_read) => {
+                return self.end(RelayEnd::BackendReadTimeout, out)
+            }
+            _ => {}
+        }
+        if self.idle_at_boundary() {
+            if draining && !self.tracker.in_transaction() {
+                return self.end(RelayEnd::Drained, out);
+            }
+            if expired(self.last_activity, timeouts.idle) {
+                self.end(RelayEnd::IdleTimeout, out);
+            }
+        }
+    }
+
+    /// Decided to end (or ended): completions are absorbed, nothing new starts.
+    fn finishing(&self) -> bool {
+        self.ending.is_some() || self.ended
+    }
+
+    /// Give the down pipe work, and apply a stop once everything before it
+    /// has been answered.
+    fn pump(&mut self, now: Instant, out: &mut Vec<RelayEvent>) {
+        if self.down == Down::Idle && self.tracker.pending_responses() > 0 {
+            self.down = Down::Reading { since: now };
+            out.push(RelayEvent::Op(RelayOp::ReadBackend));
+        }
+        let drained = self.down == Down::Idle && self.tracker.pending_responses() == 0;
+        match self.up {
+            Up::Stopped(stop) if drained => {
+                let reason = match stop {
+                    StopReason::Quit => RelayEnd::Quit,
+                    StopReason::Unsupported { command } => RelayEnd::Unsupported { command },
+                };
+                self.end(reason, out);
+            }
+            Up::Eof if drained => self.end(RelayEnd::ClientGone, out),
+            _ => {}
+        }
+    }
+
+    /// Decide to end. The backend is reusable only at a command boundary
+    /// with no operation on it (a client read names only the client).
+    fn end(&mut self, reason: RelayEnd, out: &mut Vec<RelayEvent>) {
+        debug_assert!(self.ending.is_none());
+        let clean = self.tracker.at_command_boundary()
+            && !matches!(self.up, Up::Writing { .. })
+            && self.down == Down::Idle
+            && !matches!(reason, RelayEnd::TooLarge { .. } | RelayEnd::BackendLost(_));
+        if !clean {
+            out.push(RelayEvent::AbortBackend);
+        }
+        if matches!(
+            reason,
+            RelayEnd::ClientGone
+                | RelayEnd::ClientWriteTimeout
+                | RelayEnd::ClientProtocol(_)
+                | RelayEnd::BackendLost(_)
+                | RelayEnd::BackendReadTimeout
+        ) {
+            out.push(RelayEvent::AbortClient);
+        }
+        self.ending = Some((reason, clean));
+        self.maybe_end(out);
+    }
+
+    fn maybe_end(&mut self, out: &mut Vec<RelayEvent>) {
+        if self.ended || self.backend_ops() {
+            return;
+        }
+        if let Some((reason, clean)) = self.ending.take() {
+            self.ended = true;
+            out.push(RelayEvent::Ended { reason, clean });
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "relay_tests.rs"]
+mod tests;

@@ -1,0 +1,343 @@
+//! The relay without sockets: completions in, operations out.
+
+use super::*;
+
+const AUTOCOMMIT: u16 = 0x0002;
+const IN_TRANS: u16 = 0x0001;
+
+fn frame(seq: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(payload.len() + 4);
+    let len = payload.len() as u32;
+    v.extend_from_slice(&len.to_le_bytes()[..3]);
+    v.push(seq);
+    v.extend_from_slice(payload);
+    v
+}
+
+fn query(sql: &str) -> Vec<u8> {
+    let mut p = vec![0x03];
+    p.extend_from_slice(sql.as_bytes());
+    frame(0, &p)
+}
+
+fn ok(status: u16) -> Vec<u8> {
+    let s = status.to_le_bytes();
+    frame(1, &[0x00, 0, 0, s[0], s[1], 0, 0])
+}
+
+fn timeouts() -> RelayTimeouts {
+    RelayTimeouts {
+        idle: Duration::from_secs(60),
+        client_write: Duration::from_secs(10),
+        backend_read: Duration::ZERO,
+    }
+}
+
+fn started(now: Instant) -> (Relay, Vec<RelayEvent>) {
+    let mut r = Relay::new(Tracker::new(false), now);
+    let mut out = Vec::new();
+    r.start(&[], now, &mut out);
+    assert_eq!(out, vec![RelayEvent::Op(RelayOp::ReadClient)]);
+    out.clear();
+    (r, out)
+}
+
+fn ops(out: &[RelayEvent]) -> Vec<RelayOp> {
+    out.iter()
+        .filter_map(|e| match e {
+            RelayEvent::Op(op) => Some(*op),
+            _ => None,
+        })
+        .collect()
+}
+
+fn ended(out: &[RelayEvent]) -> Option<(RelayEnd, bool)> {
+    out.iter().find_map(|e| match e {
+        RelayEvent::Ended { reason, clean } => Some((reason.clone(), *clean)),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_query_goes_up_and_its_answer_comes_down() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let q = query("select 1");
+    r.on_client_read(q.len() as i32, &q, now, &mut out);
+    assert!(out.contains(&RelayEvent::CommandStarted));
+    // The command goes up, and the down pipe starts reading at once.
+    assert_eq!(
+        ops(&out),
+        vec![RelayOp::WriteBackend { end: q.len() }, RelayOp::ReadBackend]
+    );
+    out.clear();
+    r.on_backend_write(q.len() as i32, now, &mut out);
+    // The client is read again while the answer is outstanding.
+    assert_eq!(ops(&out), vec![RelayOp::ReadClient]);
+    out.clear();
+    let answer = ok(AUTOCOMMIT);
+    r.on_backend_read(answer.len() as i32, &answer, now, &mut out);
+    assert_eq!(ops(&out), vec![RelayOp::WriteClient { end: answer.len() }]);
+    out.clear();
+    r.on_client_write(answer.len() as i32, now, &mut out);
+    assert!(out.is_empty(), "nothing owed: the down pipe rests");
+    assert!(r.idle_at_boundary());
+}
+
+#[test]
+fn a_command_pipelined_behind_a_pending_answer_is_forwarded_at_once() {
+    // Defect 8: half duplex stopped reading the backend while a client
+    // command was being forwarded; here both pipes move independently.
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let q1 = query("select big");
+    r.on_client_read(q1.len() as i32, &q1, now, &mut out);
+    r.on_backend_write(q1.len() as i32, now, &mut out);
+    out.clear();
+    // A second command arrives while the first answer is being read.
+    let q2 = query("insert big");
+    r.on_client_read(q2.len() as i32, &q2, now, &mut out);
+    assert_eq!(ops(&out), vec![RelayOp::WriteBackend { end: q2.len() }]);
+    out.clear();
+    // The first answer arrives while the second command is still going up.
+    let a1 = ok(AUTOCOMMIT);
+    r.on_backend_read(a1.len() as i32, &a1, now, &mut out);
+    assert_eq!(ops(&out), vec![RelayOp::WriteClient { end: a1.len() }]);
+    out.clear();
+    r.on_client_write(a1.len() as i32, now, &mut out);
+    // One answer still owed: keep reading the backend.
+    assert_eq!(ops(&out), vec![RelayOp::ReadBackend]);
+}
+
+#[test]
+fn quit_waits_for_earlier_answers_and_leaves_a_clean_backend() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let mut bytes = query("select 1");
+    let forward = bytes.len();
+    bytes.extend_from_slice(&frame(0, &[0x01]));
+    r.on_client_read(bytes.len() as i32, &bytes, now, &mut out);
+    assert_eq!(
+        ops(&out),
+        vec![RelayOp::WriteBackend { end: forward }, RelayOp::ReadBackend]
+    );
+    out.clear();
+    r.on_backend_write(forward as i32, now, &mut out);
+    assert!(ops(&out).is_empty(), "stopped: no more client reads");
+    assert_eq!(ended(&out), None, "the answer to select 1 is still owed");
+    let a = ok(AUTOCOMMIT);
+    r.on_backend_read(a.len() as i32, &a, now, &mut out);
+    out.clear();
+    r.on_client_write(a.len() as i32, now, &mut out);
+    assert_eq!(ended(&out), Some((RelayEnd::Quit, true)));
+}
+
+#[test]
+fn unsupported_command_ends_after_pending_answers() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let change_user = frame(0, &[0x11, b'x', 0]);
+    r.on_client_read(change_user.len() as i32, &change_user, now, &mut out);
+    assert_eq!(
+        ended(&out),
+        Some((RelayEnd::Unsupported { command: 0x11 }, true))
+    );
+}
+
+#[test]
+fn client_gone_mid_answer_discards_the_backend_after_its_ops_complete() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let q = query("select 1");
+    r.on_client_read(q.len() as i32, &q, now, &mut out);
+    r.on_backend_write(q.len() as i32, now, &mut out);
+    out.clear();
+    // The client resets while the backend read is in flight.
+    r.on_client_read(-libc::ECONNRESET, &[], now, &mut out);
+    assert!(out.contains(&RelayEvent::AbortBackend));
+    assert_eq!(ended(&out), None, "a backend read is still in flight");
+    out.clear();
+    // The shut-down backend read completes with an error: now it ends.
+    r.on_backend_read(-libc::ECONNRESET, &[], now, &mut out);
+    assert_eq!(ended(&out), Some((RelayEnd::ClientGone, false)));
+    assert!(!r.backend_ops());
+}
+
+#[test]
+fn backend_reset_mid_answer_ends_dirty() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let q = query("select 1");
+    r.on_client_read(q.len() as i32, &q, now, &mut out);
+    r.on_backend_write(q.len() as i32, now, &mut out);
+    out.clear();
+    r.on_backend_read(0, &[], now, &mut out);
+    assert!(out.contains(&RelayEvent::AbortClient));
+    // The client read is in flight but names only the client.
+    assert!(matches!(
+        ended(&out),
+        Some((RelayEnd::BackendLost(_), false))
+    ));
+}
+
+#[test]
+fn backend_write_failure_ends_dirty() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let q = query("select 1");
+    r.on_client_read(q.len() as i32, &q, now, &mut out);
+    out.clear();
+    r.on_backend_write(-libc::EPIPE, now, &mut out);
+    // The down read on the same dead socket must complete first.
+    assert_eq!(ended(&out), None);
+    r.on_backend_read(-libc::ECANCELED, &[], now, &mut out);
+    assert!(matches!(
+        ended(&out),
+        Some((RelayEnd::BackendLost(_), false))
+    ));
+}
+
+#[test]
+fn oversized_packet_ends_dirty_without_forwarding() {
+    let now = Instant::now();
+    let mut t = Tracker::new(false);
+    t.set_max_client_packet(100);
+    let mut r = Relay::new(t, now);
+    let mut out = Vec::new();
+    r.start(&[], now, &mut out);
+    let mut big = vec![0u8; 4];
+    big[..3].copy_from_slice(&1000u32.to_le_bytes()[..3]);
+    big.push(0x03);
+    r.on_client_read(big.len() as i32, &big, now, &mut out);
+    assert!(ops(&out).iter().all(|op| *op == RelayOp::ReadClient));
+    assert!(matches!(
+        ended(&out),
+        Some((RelayEnd::TooLarge { max: 100, .. }, false))
+    ));
+    assert!(
+        !out.contains(&RelayEvent::AbortClient),
+        "the ERR must reach the client"
+    );
+}
+
+#[test]
+fn bytes_behind_the_login_packet_are_relayed_first() {
+    // Defect 7: a command pipelined behind the HandshakeResponse.
+    let now = Instant::now();
+    let mut r = Relay::new(Tracker::new(false), now);
+    let mut out = Vec::new();
+    let q = query("select 1");
+    r.start(&q, now, &mut out);
+    assert_eq!(
+        ops(&out),
+        vec![RelayOp::WriteBackend { end: q.len() }, RelayOp::ReadBackend]
+    );
+}
+
+#[test]
+fn client_write_timeout_cuts_a_client_that_stopped_reading() {
+    let t0 = Instant::now();
+    let (mut r, mut out) = started(t0);
+    let q = query("select 1");
+    r.on_client_read(q.len() as i32, &q, t0, &mut out);
+    r.on_backend_write(q.len() as i32, t0, &mut out);
+    let a = ok(AUTOCOMMIT);
+    r.on_backend_read(a.len() as i32, &a, t0, &mut out);
+    out.clear();
+    r.on_tick(t0 + Duration::from_secs(11), &timeouts(), false, &mut out);
+    assert!(out.contains(&RelayEvent::AbortClient));
+    assert!(out.contains(&RelayEvent::AbortBackend));
+    assert_eq!(ended(&out), None, "the client write is still in flight");
+    out.clear();
+    r.on_client_write(-libc::EPIPE, t0, &mut out);
+    assert_eq!(ended(&out), Some((RelayEnd::ClientWriteTimeout, false)));
+}
+
+#[test]
+fn backend_read_timeout_is_off_by_default_and_bounds_a_stall_when_set() {
+    let t0 = Instant::now();
+    let (mut r, mut out) = started(t0);
+    let q = query("select sleep(100)");
+    r.on_client_read(q.len() as i32, &q, t0, &mut out);
+    r.on_backend_write(q.len() as i32, t0, &mut out);
+    out.clear();
+    let later = t0 + Duration::from_secs(3600);
+    r.on_tick(later, &timeouts(), false, &mut out);
+    assert!(out.is_empty(), "a long query is not cut by default");
+    let strict = RelayTimeouts {
+        backend_read: Duration::from_secs(30),
+        ..timeouts()
+    };
+    r.on_tick(later, &strict, false, &mut out);
+    assert!(out.contains(&RelayEvent::AbortBackend));
+    r.on_backend_read(-libc::ECANCELED, &[], later, &mut out);
+    assert_eq!(ended(&out), Some((RelayEnd::BackendReadTimeout, false)));
+}
+
+#[test]
+fn drain_and_idle_timeout_end_only_between_commands_outside_a_transaction() {
+    let t0 = Instant::now();
+    let (mut r, mut out) = started(t0);
+    let q = query("begin");
+    r.on_client_read(q.len() as i32, &q, t0, &mut out);
+    r.on_backend_write(q.len() as i32, t0, &mut out);
+    out.clear();
+    // Mid-command: neither drain nor idle applies.
+    r.on_tick(t0 + Duration::from_secs(120), &timeouts(), true, &mut out);
+    assert!(out.is_empty());
+    let a = ok(AUTOCOMMIT | IN_TRANS);
+    r.on_backend_read(a.len() as i32, &a, t0, &mut out);
+    r.on_client_write(a.len() as i32, t0, &mut out);
+    out.clear();
+    // In a transaction: a drain waits for it to finish.
+    r.on_tick(t0 + Duration::from_secs(1), &timeouts(), true, &mut out);
+    assert!(out.is_empty());
+    // The idle timeout still applies.
+    r.on_tick(t0 + Duration::from_secs(61), &timeouts(), false, &mut out);
+    assert_eq!(ended(&out), Some((RelayEnd::IdleTimeout, true)));
+}
+
+#[test]
+fn completions_after_the_end_are_absorbed() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    r.on_tick(now, &timeouts(), true, &mut out);
+    assert_eq!(ended(&out), Some((RelayEnd::Drained, true)));
+    out.clear();
+    // The client read, shut down by the driver, completes: nothing happens.
+    r.on_client_read(-libc::ECANCELED, &[], now, &mut out);
+    assert!(out.is_empty());
+}
+
+#[test]
+fn a_half_close_after_a_command_still_gets_the_answer() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let q = query("select 1");
+    r.on_client_read(q.len() as i32, &q, now, &mut out);
+    r.on_backend_write(q.len() as i32, now, &mut out);
+    out.clear();
+    r.on_client_read(0, &[], now, &mut out);
+    assert!(
+        out.is_empty(),
+        "EOF between commands: keep relaying the answer"
+    );
+    let a = ok(AUTOCOMMIT);
+    r.on_backend_read(a.len() as i32, &a, now, &mut out);
+    out.clear();
+    r.on_client_write(a.len() as i32, now, &mut out);
+    assert_eq!(ended(&out), Some((RelayEnd::ClientGone, true)));
+}
+
+#[test]
+fn a_half_close_in_the_middle_of_a_command_discards_the_backend() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let q = query("select 'cut in the middle'");
+    r.on_client_read(10, &q[..10], now, &mut out);
+    r.on_backend_write(10, now, &mut out);
+    out.clear();
+    r.on_client_read(0, &[], now, &mut out);
+    assert_eq!(ended(&out), Some((RelayEnd::ClientGone, false)));
+    assert!(out.contains(&RelayEvent::AbortBackend));
+}
