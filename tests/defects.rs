@@ -1,8 +1,8 @@
 //! Black-box reproductions of the defects listed in issue 10, one named test per defect
 //! (`dNN_...`), against the real `ringgate` binary in front of the sandbox MariaDB.
 //!
-//! Each test fails on the proxy as it was when the issue was filed and passes once the defect is
-//! fixed; until then it is `#[ignore]`d so that main stays green. Every socket read has a
+//! Each test failed on the proxy as it was when the issue was filed (0a6818a) and passes since
+//! the src/proxy restructure fixed its defect. Every socket read has a
 //! timeout and every scenario has a deadline, so a test that reproduces a hang fails in bounded
 //! time instead of hanging. What each test proves is listed in docs/reliability.md.
 
@@ -286,7 +286,6 @@ fn pipelined_logins(addr: &str, user: &str, password: &str, who: &str) {
 /// itself answers (checked first). The proxy dropped whatever followed the login packet in its
 /// read buffer, so the client waited forever.
 #[test]
-#[ignore = "defect 7: fixed by the src/proxy restructure (issue 10)"]
 fn d07_pipelined_command_after_login_is_answered() {
     let b = backend_env();
     pipelined_logins(&b.addr(), &b.user, &b.password, "MariaDB directly");
@@ -371,7 +370,6 @@ fn pipelined_burst(
 /// while a client packet was incomplete, and never read the server meanwhile): a deadlock.
 /// Both answers must arrive, and the INSERT must be applied.
 #[test]
-#[ignore = "defect 8: fixed by the src/proxy restructure (issue 10)"]
 fn d08_large_command_pipelined_behind_large_result_does_not_deadlock() {
     let table = format!("d08_pipelined_{}", std::process::id());
     let mut direct = direct_conn();
@@ -422,7 +420,6 @@ fn d08_large_command_pipelined_behind_large_result_does_not_deadlock() {
 /// --backend-connect-timeout, and the next client (the only backend connection allowed) waited
 /// that long for its login.
 #[test]
-#[ignore = "defect 9: fixed by the src/proxy restructure (issue 10)"]
 fn d09_quit_after_a_forwarded_half_header_discards_the_backend() {
     let mut o = ProxyOpts::new(Mode::Fixed);
     o.workers = 1;
@@ -491,7 +488,6 @@ fn ignore_space_behaviour(s: &mut TcpStream) -> (bool, bool) {
 /// sql_mode even though the connection negotiated it, so the fix must restore it there too. A
 /// client without the flag must not inherit it.
 #[test]
-#[ignore = "defect 10: fixed by the src/proxy restructure (issue 10)"]
 fn d10_client_ignore_space_reaches_the_backend() {
     let b = backend_env();
     let caps = RAW_CAPS | CLIENT_IGNORE_SPACE;
@@ -669,7 +665,6 @@ fn sockets_without(proxy: &Proxy, want: &Keepalive) -> Vec<String> {
 /// and the `--tcp-keepalive-*` / `--tcp-user-timeout` flags must reach both legs. Read from the
 /// proxy's own sockets, duplicated with pidfd_getfd(2).
 #[test]
-#[ignore = "defect 6: fixed by the src/proxy restructure (issue 10)"]
 fn d06_client_and_backend_sockets_have_keepalive_and_user_timeout() {
     let proxy = Proxy::start(Mode::Fixed);
     let wrong = sockets_without(&proxy, &WANT_KEEPALIVE);

@@ -238,9 +238,13 @@ pub enum ResetOutcome {
 /// Parse the replies to the reset pair from the start of `buf`. `Ok(None)`
 /// means more bytes are needed. Replies are small (one OK, a one-row,
 /// one-column result), so they are parsed whole.
+///
+/// `restore_statements`: statements pipelined between the reset and the
+/// query to restore what the reset undid (each answers with one OK).
 pub fn parse_reset_replies(
     buf: &[u8],
     deprecate_eof: bool,
+    restore_statements: usize,
 ) -> Result<Option<ResetOutcome>, ProtocolError> {
     use crate::mysql::packet::split_packet;
     let mut rest = buf;
@@ -250,17 +254,19 @@ pub fn parse_reset_replies(
         rest = &rest[used..];
         Some(payload)
     };
-    let Some(ok) = next() else { return Ok(None) };
-    match parse_reply(&ok, deprecate_eof)? {
-        ServerReply::Ok { .. } => {}
-        ServerReply::Err { code, message, .. } => {
-            return Ok(Some(ResetOutcome::Failed { code, message }))
-        }
-        _ => {
-            return Err(ProtocolError::Malformed {
-                what: "COM_RESET_CONNECTION reply",
-                reason: "neither OK nor ERR",
-            })
+    for _ in 0..=restore_statements {
+        let Some(ok) = next() else { return Ok(None) };
+        match parse_reply(&ok, deprecate_eof)? {
+            ServerReply::Ok { .. } => {}
+            ServerReply::Err { code, message, .. } => {
+                return Ok(Some(ResetOutcome::Failed { code, message }))
+            }
+            _ => {
+                return Err(ProtocolError::Malformed {
+                    what: "COM_RESET_CONNECTION reply",
+                    reason: "neither OK nor ERR",
+                })
+            }
         }
     }
     let Some(first) = next() else { return Ok(None) };
@@ -451,13 +457,13 @@ mod tests {
         let mut buf = packets(&[&ok]);
         buf.extend(packets(&[&[1], coldef, &eof, null_row, &eof]));
         assert_eq!(
-            parse_reset_replies(&buf, false),
+            parse_reset_replies(&buf, false, 0),
             Ok(Some(ResetOutcome::Reset { schema: None }))
         );
         // Every prefix is "need more".
         for cut in 0..buf.len() {
             assert_eq!(
-                parse_reset_replies(&buf[..cut], false),
+                parse_reset_replies(&buf[..cut], false, 0),
                 Ok(None),
                 "cut {cut}"
             );
@@ -466,14 +472,14 @@ mod tests {
         let term = [0xFE, 0, 0, 2, 0, 0, 0];
         buf.extend(packets(&[&[1], coldef, shop_row, &term]));
         assert_eq!(
-            parse_reset_replies(&buf, true),
+            parse_reset_replies(&buf, true, 0),
             Ok(Some(ResetOutcome::Reset {
                 schema: Some("shop".into())
             }))
         );
         let err = packets(&[&err_payload(1047, "Unknown command")]);
         assert!(matches!(
-            parse_reset_replies(&err, false),
+            parse_reset_replies(&err, false, 0),
             Ok(Some(ResetOutcome::Failed { code: 1047, .. }))
         ));
     }

@@ -21,6 +21,11 @@ use crate::mysql::reply::{
 /// max_allowed_packet is what really limits it.
 const BACKEND_MAX_PACKET: u32 = 1 << 30;
 
+/// Sent after COM_RESET_CONNECTION on a connection that negotiated
+/// CLIENT_IGNORE_SPACE (the reset takes the mode away again).
+const RESTORE_IGNORE_SPACE: &[u8] =
+    b"SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@session.sql_mode, ''), 'IGNORE_SPACE')";
+
 /// An operation on the connection's own socket and buffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BackendOp {
@@ -317,7 +322,8 @@ impl BackendConn {
         out: &mut Vec<BackendOut>,
     ) {
         let deprecate_eof = self.key.caps & CLIENT_DEPRECATE_EOF != 0;
-        match parse_reset_replies(data, deprecate_eof) {
+        let restore = usize::from(self.key.caps & CLIENT_IGNORE_SPACE != 0);
+        match parse_reset_replies(data, deprecate_eof, restore) {
             Ok(None) if data.len() < capacity => out.push(BackendOut::Op(BackendOp::Read)),
             Ok(Some(ResetOutcome::Reset { schema })) => {
                 self.schema = schema;
@@ -369,6 +375,11 @@ impl BackendConn {
         }
         let mut bytes = Vec::with_capacity(32);
         write_packet(&mut bytes, 0, &com_payload(COM_RESET_CONNECTION, &[]));
+        if self.key.caps & CLIENT_IGNORE_SPACE != 0 {
+            // MariaDB's reset puts sql_mode back to the global value and so
+            // drops the IGNORE_SPACE that the handshake flag had added.
+            write_packet(&mut bytes, 0, &com_payload(COM_QUERY, RESTORE_IGNORE_SPACE));
+        }
         write_packet(&mut bytes, 0, &com_payload(COM_QUERY, b"SELECT DATABASE()"));
         self.state = State::Resetting { writing: true };
         self.since = now;
