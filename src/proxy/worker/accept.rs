@@ -1,0 +1,165 @@
+//! Accepting clients: multishot accept, the EMFILE back-off, and the new
+//! session's greeting.
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering::Relaxed;
+
+use socket2::Socket;
+
+use super::*;
+
+impl Worker {
+    // ---- accepting ----
+
+    pub(super) fn arm_accepts(&mut self) {
+        for which in [LISTENER_TCP, LISTENER_UNIX] {
+            self.arm_accept(which);
+        }
+    }
+
+    pub(super) fn arm_accept(&mut self, which: usize) {
+        let multishot = self.accept_multishot;
+        let Some(listener) = self.listeners[which].as_mut() else {
+            return;
+        };
+        if listener.armed || self.draining.is_some() || self.accept_resume_at.is_some() {
+            return;
+        }
+        let fd = listener.sock.as_raw_fd();
+        let token = Token::new(OpTag::Accept, which as u32, 0);
+        listener.armed = true;
+        let sqe = if multishot {
+            ops::accept_multi(fd, token)
+        } else {
+            ops::accept(fd, token)
+        };
+        self.submit(sqe);
+    }
+
+    pub(super) fn on_accept(&mut self, which: usize, res: i32, flags: u32) {
+        if !io_uring::cqueue::more(flags) {
+            if let Some(l) = self.listeners.get_mut(which).and_then(Option::as_mut) {
+                l.armed = false;
+            }
+        }
+        if res < 0 {
+            let errno = -res;
+            match errno {
+                // Multishot accept is 5.19+: older kernels reject it.
+                libc::EINVAL if self.accept_multishot && self.draining.is_none() => {
+                    tracing::info!(
+                        worker = self.id,
+                        "multishot accept unsupported; using one-shot accept"
+                    );
+                    self.accept_multishot = false;
+                }
+                libc::EMFILE | libc::ENFILE => {
+                    let now = self.now;
+                    self.fd_exhaustion_paused += 1;
+                    if self
+                        .fd_exhaustion_logged_at
+                        .is_none_or(|t| now.duration_since(t) >= FD_EXHAUSTION_LOG_INTERVAL)
+                    {
+                        tracing::warn!(
+                            worker = self.id,
+                            "out of file descriptors ({}); accepts paused {} time(s) for {:?} each: raise LimitNOFILE / ulimit -n",
+                            io::Error::from_raw_os_error(errno),
+                            self.fd_exhaustion_paused,
+                            ACCEPT_BACKOFF
+                        );
+                        self.fd_exhaustion_logged_at = Some(now);
+                        self.fd_exhaustion_paused = 0;
+                    }
+                    self.accept_resume_at = Some(now + ACCEPT_BACKOFF);
+                    return;
+                }
+                _ if self.draining.is_some() => return,
+                _ => tracing::debug!(
+                    worker = self.id,
+                    "accept failed: {}",
+                    io::Error::from_raw_os_error(errno)
+                ),
+            }
+        } else {
+            let sock = crate::ring::accepted_socket(res);
+            if self.draining.is_some() {
+                // Raced with the drain: refuse by closing at once.
+                drop(sock);
+            } else {
+                self.on_new_client(sock);
+            }
+        }
+        self.arm_accept(which);
+    }
+
+    /// What the greeting offers: the proxy's own capabilities plus the
+    /// pass-through ones the backend supports (all of them until the first
+    /// backend greeting tells us otherwise).
+    pub(super) fn advertised_caps(&self) -> u32 {
+        let mut pass = PASSTHROUGH_CAPS & self.template.capabilities.unwrap_or(u32::MAX);
+        if !self.shared.config.allow_local_infile {
+            pass &= !CLIENT_LOCAL_FILES;
+        }
+        PROXY_CAPS | pass
+    }
+
+    pub(super) fn on_new_client(&mut self, sock: Socket) {
+        // Both fail harmlessly on a unix socket.
+        let _ = sock.set_nodelay(true);
+        if let Err(e) = crate::sockopt::apply_tcp_options(&sock, &self.shared.config) {
+            tracing::debug!(worker = self.id, "client socket options: {e}");
+        }
+        let m = self.metrics();
+        m.client_connections_total.fetch_add(1, Relaxed);
+        m.client_connections.fetch_add(1, Relaxed);
+        let counted = try_reserve(&self.shared.clients, self.shared.config.max_connections);
+        let scramble = match auth::new_scramble() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("no randomness for the scramble: {e}");
+                [b'x'; 20]
+            }
+        };
+        let (peer, peer_host) = peer_of(&sock);
+        if !counted && self.log_limiter.allow(self.now) {
+            tracing::warn!(
+                worker = self.id,
+                peer = %peer,
+                "rejected a client: --max-connections {} reached (ERR 1040)",
+                self.shared.config.max_connections
+            );
+        }
+        // The read buffer is taken now, before the greeting is written, so a
+        // connection storm meets the pool at accept time (never blocking).
+        let buf = counted.then(|| self.buffers.acquire(Owner::Client));
+        let connection_id = self.next_connection_id;
+        self.next_connection_id = self.next_connection_id.wrapping_add(1);
+        let mut out = Vec::new();
+        let session = Session::new(
+            NewSession {
+                scramble,
+                connection_id,
+                capabilities: self.advertised_caps(),
+                server_version: self.template.server_version.clone(),
+                peer_host,
+                now: self.now,
+                over_limit: !counted,
+            },
+            &mut out,
+        );
+        let (index, generation) = self.sessions.insert(SessionSlot {
+            io: ConnIo::new(sock, buf),
+            session,
+            backend: None,
+            relay_ops: 0,
+            up_write: (0, 0),
+            down_write: (0, 0),
+            counted,
+            peer,
+            closing: false,
+        });
+        let sid = SessionId { index, generation };
+        self.session_q.extend(out.into_iter().map(|a| (sid, a)));
+    }
+}

@@ -1,0 +1,186 @@
+//! Backend connections' own completions and the pool's events.
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::*;
+
+impl Worker {
+    // ---- backend connections ----
+
+    pub(super) fn on_backend_connect(&mut self, bid: BackendId, res: i32) {
+        let Some(b) = self.pool.get_mut(bid) else {
+            return;
+        };
+        b.io.op_done();
+        let mut events = Vec::new();
+        self.pool.on_connect(bid, res, self.now, &mut events);
+        self.pool_q.extend(events);
+        self.try_finish_backend(Some(bid));
+    }
+
+    pub(super) fn on_backend_read(&mut self, bid: BackendId, res: i32) {
+        let Some(b) = self.pool.get_mut(bid) else {
+            return;
+        };
+        b.io.op_done();
+        if let Some(buf) = b.io.buf.as_mut() {
+            buf.complete(res.max(0) as usize);
+        }
+        let mut events = Vec::new();
+        self.pool.on_read(bid, res, self.now, &mut events);
+        self.pool_q.extend(events);
+        self.try_finish_backend(Some(bid));
+    }
+
+    pub(super) fn on_backend_write(&mut self, bid: BackendId, res: i32) {
+        let Some(b) = self.pool.get_mut(bid) else {
+            return;
+        };
+        b.io.op_done();
+        b.io.out.complete();
+        let res = if res == 0 { -libc::EPIPE } else { res };
+        if res > 0 && !b.conn.is_closed() {
+            b.io.out_pos += res as usize;
+            if b.io.out_pos < b.io.out.len() {
+                let token = Token::new(OpTag::BackendWrite, bid.index, bid.generation);
+                let fd = b.io.fd();
+                let sqe = b.io.out.write_sqe(fd, b.io.out_pos, token.into());
+                b.io.op_started();
+                return self.submit(sqe);
+            }
+        }
+        let written = if res > 0 { b.io.out.len() as i32 } else { res };
+        let mut events = Vec::new();
+        self.pool.on_write(bid, written, self.now, &mut events);
+        self.pool_q.extend(events);
+        self.try_finish_backend(Some(bid));
+    }
+
+    /// Free a closed backend connection once nothing names it.
+    pub(super) fn try_finish_backend(&mut self, bid: Option<BackendId>) {
+        let Some(bid) = bid else { return };
+        let Some(b) = self.pool.get_mut(bid) else {
+            return;
+        };
+        if !b.conn.is_closed() || !b.io.quiescent() {
+            return;
+        }
+        if let Some(mut p) = self.pool.remove(bid) {
+            if let Some(buf) = p.io.buf.take() {
+                if self.buffers.release(buf).is_err() {
+                    tracing::error!("backend buffer still in flight at close; leaked");
+                }
+            }
+        }
+    }
+
+    pub(super) fn do_pool_event(&mut self, event: PoolEvent) {
+        let now = self.now;
+        match event {
+            PoolEvent::Open { key, request } => self.open_backend(key, request),
+            PoolEvent::Io(bid, op) => self.backend_op(bid, op),
+            PoolEvent::Leased { session, backend } => {
+                let Some(slot) = self.sessions.get_mut(session.index, session.generation) else {
+                    let mut events = Vec::new();
+                    self.pool.release(backend, true, now, &mut events);
+                    self.pool_q.extend(events);
+                    return;
+                };
+                slot.backend = Some(backend);
+                self.with_session(session, |s, _, _, out| s.on_leased(out));
+            }
+            PoolEvent::LeaseFailed {
+                session,
+                err_payload,
+                unavailable,
+            } => {
+                self.with_session(session, |s, _, _, out| {
+                    s.on_lease_failed(&err_payload, unavailable, out)
+                });
+            }
+            PoolEvent::ServerInfo {
+                server_version,
+                capabilities,
+            } => {
+                if self.template.capabilities.is_none() {
+                    tracing::info!(worker = self.id, version = %server_version, "backend reachable");
+                }
+                self.template.capabilities = Some(capabilities);
+                self.template.server_version = server_version;
+            }
+        }
+    }
+
+    pub(super) fn open_backend(&mut self, key: PoolKey, request: Option<LeaseRequest>) {
+        let addr = self.shared.config.backend;
+        let sock = match Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)) {
+            Ok(s) => s,
+            Err(e) => {
+                let mut events = Vec::new();
+                self.pool
+                    .open_failed(request, &format!("socket(): {e}"), self.now, &mut events);
+                self.pool_q.extend(events);
+                return;
+            }
+        };
+        let _ = sock.set_nodelay(true);
+        if let Err(e) = crate::sockopt::apply_tcp_options(&sock, &self.shared.config) {
+            tracing::debug!(worker = self.id, "backend socket options: {e}");
+        }
+        let buf = self.buffers.acquire(Owner::Backend);
+        let mut events = Vec::new();
+        self.pool.insert_opening(
+            ConnIo::new(sock, Some(buf)),
+            key,
+            request,
+            self.now,
+            &mut events,
+        );
+        self.pool_q.extend(events);
+    }
+
+    pub(super) fn backend_op(&mut self, bid: BackendId, op: BackendOp) {
+        let connect_timeout = self.connect_timeout;
+        let addr = self.backend_addr;
+        let Some(b) = self.pool.get_mut(bid) else {
+            return;
+        };
+        let fd = b.io.fd();
+        match op {
+            BackendOp::Connect => {
+                let connect = ops::connect(
+                    fd,
+                    addr,
+                    Token::new(OpTag::BackendConnect, bid.index, bid.generation),
+                );
+                let timeout = ops::link_timeout(connect_timeout, Token::new(OpTag::Ignore, 0, 0));
+                b.io.op_started();
+                self.ring.push_linked(connect, timeout);
+            }
+            BackendOp::Read => {
+                let Some(buf) = b.io.buf.as_mut() else { return };
+                let token = Token::new(OpTag::BackendRead, bid.index, bid.generation);
+                let sqe = buf.read_sqe(fd, token.into());
+                b.io.op_started();
+                self.submit(sqe);
+            }
+            BackendOp::Clear => {
+                if let Some(buf) = b.io.buf.as_mut().filter(|b| !b.in_flight()) {
+                    buf.clear();
+                }
+            }
+            BackendOp::Send(bytes) => {
+                *b.io.out.bytes_mut() = bytes;
+                b.io.out_pos = 0;
+                let token = Token::new(OpTag::BackendWrite, bid.index, bid.generation);
+                let sqe = b.io.out.write_sqe(fd, 0, token.into());
+                b.io.op_started();
+                self.submit(sqe);
+            }
+            BackendOp::Close => {
+                b.io.shutdown();
+                self.try_finish_backend(Some(bid));
+            }
+        }
+    }
+}

@@ -1,0 +1,496 @@
+//! One worker: a thread with its own ring, SO_REUSEPORT listener, buffer
+//! pool and backend pool, and the thin driver around the machines.
+//!
+//! The driver is the only code that touches the ring and the sockets. The
+//! loop has a fixed shape (TigerBeetle's): submit and wait, reap every ready
+//! completion into a reused batch, hand each to the machine it names, carry
+//! out what the machines return from two FIFO queues (never by recursion),
+//! repeat.
+//!
+//! Every SQE names the connection whose socket it uses in its fd count
+//! (`ConnIo`), and relay operations are also counted on their session, so
+//! neither a socket nor a slot is freed while the kernel may still name it.
+
+mod accept;
+mod backend_io;
+mod session_io;
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use io_uring::types::Timespec;
+use socket2::{SockAddr, Socket};
+use thiserror::Error;
+
+use super::backend::BackendOp;
+use super::conn_io::ConnIo;
+use super::ids::{BackendId, LeaseRequest, PoolKey, SessionId};
+use super::listen::{self, ListenError};
+use super::pool::{Pool, PoolConfig, PoolEvent};
+use super::relay::{RelayOp, RelayTimeouts};
+use super::session::{
+    NewSession, Session, SessionAction, SessionCtx, PASSTHROUGH_CAPS, PROXY_CAPS,
+};
+use super::slab::Slab;
+use super::{try_reserve, unreserve, LogLimiter, Shared};
+use crate::buffers::{BufferPool, Owner};
+use crate::config::ReadBufferMode;
+use crate::metrics::{BufferMode, WorkerMetrics};
+use crate::mysql::auth;
+use crate::mysql::constants::CLIENT_LOCAL_FILES;
+use crate::mysql::Users;
+use crate::ring::{ops, OpTag, Ring, RingError, Sqe, Token};
+
+/// How often the worker wakes up on its own: timeouts (handshake, pool
+/// wait), pool refills and the shutdown flag are checked at this cadence.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Submission queue entries per ring.
+pub const RING_ENTRIES: u32 = 1024;
+
+/// How long to wait after EMFILE/ENFILE before accepting again, so that fd
+/// exhaustion backs off instead of spinning.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// At most one fd-exhaustion log line per worker in this interval.
+const FD_EXHAUSTION_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Operations in flight at once, at most: per session a client read, a
+/// write to the client and a write to the backend plus a backend read;
+/// per backend connection a read and a write (or a connect); the two
+/// accepts, the tick and cancels. The completion ring is sized from this so
+/// that it cannot overflow in normal operation (overflow is still handled).
+fn max_in_flight(max_sessions: usize, max_backends: usize) -> usize {
+    max_sessions * 4 + max_backends * 2 + 16
+}
+
+#[derive(Debug, Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Ring(#[from] RingError),
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+}
+
+/// What a worker set up, reported once at start-up.
+#[derive(Debug, Clone)]
+pub struct WorkerStartup {
+    pub features: crate::ring::Features,
+    pub mode: BufferMode,
+    /// Why fixed buffers were not used, when they were asked for.
+    pub fallback: Option<String>,
+    pub ring_fd: i32,
+}
+
+/// What the last backend greeting told us; the greeting we send clients
+/// mirrors the backend's version and capabilities.
+struct BackendTemplate {
+    capabilities: Option<u32>,
+    server_version: String,
+}
+
+const LISTENER_TCP: usize = 0;
+const LISTENER_UNIX: usize = 1;
+
+/// A listening socket and whether an accept SQE is armed on it.
+struct Listener {
+    sock: Socket,
+    armed: bool,
+}
+
+/// A session and its I/O.
+struct SessionSlot {
+    io: ConnIo,
+    session: Session,
+    /// The leased backend connection.
+    backend: Option<BackendId>,
+    /// Relay operations in flight that this session's token names; the
+    /// slot (and its link to the backend) stays until they complete.
+    relay_ops: u32,
+    /// Bytes of the current relay write to the backend: (written, end).
+    up_write: (usize, usize),
+    /// Bytes of the current relay write to the client: (written, end).
+    down_write: (usize, usize),
+    /// Holds one unit of `Shared::clients`.
+    counted: bool,
+    /// The client's address, for log lines.
+    peer: String,
+    closing: bool,
+}
+
+pub struct Worker {
+    // Drop order matters: the ring goes first, releasing the kernel's
+    // registration before the buffer pool unmaps the region it points at.
+    ring: Ring,
+    buffers: BufferPool,
+    id: usize,
+    shared: Arc<Shared>,
+    /// The users, refreshed before each login read (SIGHUP swaps them).
+    users: Arc<Users>,
+    /// [LISTENER_TCP] and, with --socket, [LISTENER_UNIX].
+    listeners: [Option<Listener>; 2],
+    accept_multishot: bool,
+    accept_resume_at: Option<Instant>,
+    sessions: Slab<SessionSlot>,
+    pool: Pool,
+    template: BackendTemplate,
+    backend_addr: &'static SockAddr,
+    connect_timeout: &'static Timespec,
+    tick_ts: &'static Timespec,
+    next_connection_id: u32,
+    draining: Option<Instant>,
+    log_limiter: LogLimiter,
+    fd_exhaustion_logged_at: Option<Instant>,
+    /// Accept pauses since the last fd-exhaustion log line.
+    fd_exhaustion_paused: u32,
+    /// Work queues: what machines returned and the driver has yet to do.
+    session_q: VecDeque<(SessionId, SessionAction)>,
+    pool_q: VecDeque<PoolEvent>,
+    /// The time of the batch being handled.
+    now: Instant,
+}
+
+fn leak<T>(v: T) -> &'static T {
+    Box::leak(Box::new(v))
+}
+
+fn timespec(d: Duration) -> Timespec {
+    Timespec::new().sec(d.as_secs()).nsec(d.subsec_nanos())
+}
+
+/// What a session handler sees of its worker (built from fields, so the
+/// session slab can be borrowed mutably beside it).
+fn session_ctx<'a>(
+    shared: &Shared,
+    users: &'a Users,
+    now: Instant,
+    draining: bool,
+) -> SessionCtx<'a> {
+    let cfg = &shared.config;
+    SessionCtx {
+        users,
+        now,
+        max_packet_size: cfg.max_packet_size,
+        handshake_timeout: cfg.handshake_timeout,
+        timeouts: RelayTimeouts {
+            idle: cfg.idle_timeout,
+            client_write: cfg.client_write_timeout,
+            backend_read: cfg.backend_read_timeout,
+        },
+        draining,
+        read_buffer_size: cfg.read_buffer_size as usize,
+    }
+}
+
+fn peer_of(sock: &Socket) -> (String, String) {
+    match sock.peer_addr().ok().and_then(|a| a.as_socket()) {
+        Some(a) => (a.to_string(), a.ip().to_string()),
+        None => ("local".into(), "localhost".into()),
+    }
+}
+
+impl Worker {
+    /// Build a worker on the current thread (SINGLE_ISSUER ties the ring
+    /// to the thread that creates it).
+    pub fn new(
+        id: usize,
+        shared: Arc<Shared>,
+        unix: Option<Socket>,
+    ) -> Result<(Worker, WorkerStartup), WorkerError> {
+        let cfg = &shared.config;
+        let workers = shared.metrics.worker_count().max(1);
+        let cq = crate::ring::cq_entries_for(max_in_flight(
+            cfg.max_connections.div_ceil(workers),
+            cfg.backend_max_connections,
+        ));
+        let ring = Ring::new(RING_ENTRIES, cq)?;
+        let metrics = Arc::clone(&shared.metrics);
+        let size = cfg.read_buffer_size as usize;
+        let (buffers, fallback) = match cfg.read_buffers {
+            ReadBufferMode::Heap => (BufferPool::heap(size, metrics, id), None),
+            ReadBufferMode::Fixed => {
+                match BufferPool::fixed(
+                    &ring,
+                    size,
+                    cfg.read_buffer_count as usize,
+                    Arc::clone(&metrics),
+                    id,
+                ) {
+                    Ok(pool) => (pool, None),
+                    Err(e) => (BufferPool::heap(size, metrics, id), Some(e.to_string())),
+                }
+            }
+        };
+        let listener = listen::tcp(cfg.listen)?;
+        let startup = WorkerStartup {
+            features: ring.features(),
+            mode: buffers.mode(),
+            fallback,
+            ring_fd: ring.fd(),
+        };
+        let pool = Pool::new(
+            PoolConfig {
+                backend: cfg.backend,
+                user: cfg.backend_user.clone(),
+                password: cfg.backend_password.clone(),
+                pool_size: cfg.backend_pool_size,
+                max_connections: cfg.backend_max_connections,
+                wait_timeout: cfg.backend_wait_timeout,
+                idle_timeout: cfg.backend_idle_timeout,
+                connect_timeout: cfg.backend_connect_timeout,
+            },
+            Arc::clone(&shared.backends),
+            Arc::clone(&shared.metrics),
+            id,
+        );
+        let worker = Worker {
+            ring,
+            buffers,
+            id,
+            users: shared.users(),
+            listeners: [
+                Some(Listener {
+                    sock: listener,
+                    armed: false,
+                }),
+                unix.map(|sock| Listener { sock, armed: false }),
+            ],
+            accept_multishot: true,
+            accept_resume_at: None,
+            sessions: Slab::new(),
+            pool,
+            template: BackendTemplate {
+                capabilities: None,
+                server_version: "5.5.5-10.11.0-MariaDB-ringgate".into(),
+            },
+            backend_addr: leak(SockAddr::from(cfg.backend)),
+            connect_timeout: leak(timespec(cfg.backend_connect_timeout)),
+            tick_ts: leak(timespec(TICK)),
+            next_connection_id: (id as u32) << 24,
+            draining: None,
+            log_limiter: LogLimiter::default(),
+            fd_exhaustion_logged_at: None,
+            fd_exhaustion_paused: 0,
+            session_q: VecDeque::new(),
+            pool_q: VecDeque::new(),
+            now: Instant::now(),
+            shared,
+        };
+        Ok((worker, startup))
+    }
+
+    fn metrics(&self) -> &WorkerMetrics {
+        self.shared.metrics.worker(self.id)
+    }
+
+    /// Hand an SQE to the ring. The ring never drops one: an SQE it cannot
+    /// queue comes back as a failed completion, which the owner's normal
+    /// error path rolls back.
+    fn submit(&mut self, sqe: Sqe) {
+        self.ring.push(sqe);
+    }
+
+    /// Run until a drain completes.
+    pub fn run(mut self) -> Result<(), WorkerError> {
+        self.arm_accepts();
+        self.submit(ops::timeout(self.tick_ts, Token::new(OpTag::Tick, 0, 0)));
+        self.now = Instant::now();
+        let mut refill = Vec::new();
+        self.pool.refill(self.now, &mut refill);
+        self.pool_q.extend(refill);
+        self.drive();
+        let mut batch = Vec::with_capacity(1024);
+        loop {
+            self.ring.submit_and_wait()?;
+            batch.clear();
+            self.ring.reap(&mut batch);
+            self.now = Instant::now();
+            for cqe in batch.iter() {
+                self.dispatch(cqe.user_data, cqe.result, cqe.flags);
+                self.drive();
+            }
+            let mut events = Vec::new();
+            self.pool.serve_waiters(self.now, &mut events);
+            self.pool_q.extend(events);
+            self.drive();
+            if self.draining.is_some() && self.sessions.len() == 0 && self.pool.len() == 0 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn dispatch(&mut self, user_data: u64, res: i32, flags: u32) {
+        let Some(token) = Token::decode(user_data) else {
+            return;
+        };
+        let sid = SessionId {
+            index: token.index,
+            generation: token.generation,
+        };
+        let bid = BackendId {
+            index: token.index,
+            generation: token.generation,
+        };
+        match token.tag {
+            OpTag::Accept => self.on_accept(token.index as usize, res, flags),
+            OpTag::Tick => self.on_tick(),
+            OpTag::ClientRead => self.on_client_read(sid, res),
+            OpTag::ClientWrite => self.on_client_write(sid, res),
+            OpTag::UpWrite => self.on_up_write(sid, res),
+            OpTag::DownRead => self.on_down_read(sid, res),
+            OpTag::DownWrite => self.on_down_write(sid, res),
+            OpTag::BackendConnect => self.on_backend_connect(bid, res),
+            OpTag::BackendRead => self.on_backend_read(bid, res),
+            OpTag::BackendWrite => self.on_backend_write(bid, res),
+            OpTag::Ignore => {}
+        }
+    }
+
+    /// Carry out everything the machines asked for, in order.
+    fn drive(&mut self) {
+        loop {
+            if let Some((sid, action)) = self.session_q.pop_front() {
+                self.do_session_action(sid, action);
+            } else if let Some(event) = self.pool_q.pop_front() {
+                self.do_pool_event(event);
+            } else {
+                return;
+            }
+        }
+    }
+
+    /// Run one session handler and queue what it returns.
+    fn with_session(
+        &mut self,
+        sid: SessionId,
+        f: impl FnOnce(&mut Session, &ConnIo, &SessionCtx, &mut Vec<SessionAction>),
+    ) {
+        let mut out = Vec::new();
+        let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        f(&mut slot.session, &slot.io, &ctx, &mut out);
+        self.session_q.extend(out.into_iter().map(|a| (sid, a)));
+    }
+
+    // ---- time ----
+
+    fn on_tick(&mut self) {
+        let now = self.now;
+        self.users = self.shared.users();
+        if self.draining.is_none() && self.shared.shutdown.load(Relaxed) {
+            self.begin_drain(now);
+        }
+        if self.accept_resume_at.is_some_and(|at| now >= at) {
+            self.accept_resume_at = None;
+            self.arm_accepts();
+        }
+        let cut = self
+            .draining
+            .is_some_and(|t| now.duration_since(t) >= self.shared.config.drain_timeout);
+        for index in self.sessions.indexes() {
+            let generation = self.sessions.generation(index);
+            let sid = SessionId { index, generation };
+            if cut {
+                self.with_session(sid, |s, _, ctx, out| s.cut(ctx, out));
+            } else {
+                self.with_session(sid, |s, _, ctx, out| s.on_tick(ctx, out));
+            }
+        }
+        let mut events = Vec::new();
+        self.pool.on_tick(now, &mut events);
+        self.pool_q.extend(events);
+        self.export_ring_stats();
+        self.submit(ops::timeout(self.tick_ts, Token::new(OpTag::Tick, 0, 0)));
+    }
+
+    fn export_ring_stats(&self) {
+        let stats = self.ring.stats();
+        let m = self.metrics();
+        m.ring_ebusy_reaps.store(stats.ebusy_reaps, Relaxed);
+        m.ring_overflow_flushes
+            .store(stats.overflow_flushes, Relaxed);
+        m.ring_synthetic_failures
+            .store(stats.synthetic_failures, Relaxed);
+    }
+
+    /// SIGTERM/SIGINT: stop accepting at once; idle sessions are closed,
+    /// sessions inside a command finish it first (checked at each tick and
+    /// command boundary), and everything left after the drain timeout is cut.
+    fn begin_drain(&mut self, now: Instant) {
+        tracing::info!(worker = self.id, sessions = self.sessions.len(), "draining");
+        self.draining = Some(now);
+        // shutdown(SHUT_RD) on a listening socket stops it listening (new
+        // connects are refused) and completes the armed accept with an
+        // error; the fd itself is closed when the worker ends, after that
+        // CQE, as the buffer lifetime rules require for every fd.
+        for l in self.listeners.iter().flatten() {
+            let _ = l.sock.shutdown(std::net::Shutdown::Read);
+        }
+        if self.id == 0 {
+            if let Some(path) = &self.shared.config.socket {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        let mut events = Vec::new();
+        self.pool.begin_drain(&mut events);
+        self.pool_q.extend(events);
+    }
+}
+
+/// A started worker: its thread and what it set up.
+pub type StartedWorker = (
+    std::thread::JoinHandle<Result<(), WorkerError>>,
+    WorkerStartup,
+);
+
+/// Start `count` worker threads; returns their handles once every worker
+/// has finished setting up (so start-up errors are reported before serving).
+pub fn spawn_workers(shared: Arc<Shared>, count: usize) -> Result<Vec<StartedWorker>, WorkerError> {
+    let unix = match &shared.config.socket {
+        Some(path) => Some(listen::unix(path)?),
+        None => None,
+    };
+    let mut out = Vec::with_capacity(count);
+    for id in 0..count {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let shared = Arc::clone(&shared);
+        // Each worker accepts on its own dup of the one unix listener.
+        let unix = match &unix {
+            Some(l) => Some(l.try_clone().map_err(|source| ListenError::Unix {
+                path: shared.config.socket.clone().unwrap_or_default(),
+                source,
+            })?),
+            None => None,
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!("ringgate-w{id}"))
+            .spawn(move || {
+                let (worker, startup) = match Worker::new(id, shared, unix) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return Ok(());
+                    }
+                };
+                let _ = tx.send(Ok(startup));
+                worker.run()
+            })
+            .map_err(|e| WorkerError::Ring(RingError::Setup(e)))?;
+        match rx.recv() {
+            Ok(Ok(startup)) => out.push((handle, startup)),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(WorkerError::Ring(RingError::Setup(io::Error::other(
+                    "worker thread died during start-up",
+                ))))
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,364 @@
+//! Session completions and the session actions the driver carries out,
+//! including the relay's reads and writes (tokened by the session).
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::*;
+
+impl Worker {
+    // ---- session completions ----
+
+    pub(super) fn on_client_read(&mut self, sid: SessionId, res: i32) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        slot.io.op_done();
+        if let Some(buf) = slot.io.buf.as_mut() {
+            buf.complete(res.max(0) as usize);
+        }
+        if slot.closing {
+            return self.try_finish_session(sid);
+        }
+        if !slot.session.is_relaying() {
+            // A login may be verified now: see a SIGHUP reload at once.
+            self.users = self.shared.users();
+        }
+        self.with_session(sid, |s, io, ctx, out| {
+            let data = io.buf.as_ref().map_or(&[][..], |b| b.filled());
+            s.on_client_read(res, data, ctx, out)
+        });
+    }
+
+    pub(super) fn on_client_write(&mut self, sid: SessionId, res: i32) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        slot.io.op_done();
+        slot.io.out.complete();
+        if slot.closing {
+            return self.try_finish_session(sid);
+        }
+        let res = if res == 0 { -libc::EPIPE } else { res };
+        if res > 0 {
+            slot.io.out_pos += res as usize;
+            if slot.io.out_pos < slot.io.out.len() {
+                let token = Token::new(OpTag::ClientWrite, sid.index, sid.generation);
+                let fd = slot.io.fd();
+                let sqe = slot.io.out.write_sqe(fd, slot.io.out_pos, token.into());
+                slot.io.op_started();
+                return self.submit(sqe);
+            }
+        }
+        self.with_session(sid, |s, io, ctx, out| {
+            let buffered = io
+                .buf
+                .as_ref()
+                .filter(|b| !b.in_flight())
+                .map_or(&[][..], |b| b.filled());
+            s.on_client_write(res, buffered, ctx, out)
+        });
+    }
+
+    pub(super) fn on_up_write(&mut self, sid: SessionId, res: i32) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        slot.relay_ops -= 1;
+        if let Some(buf) = slot.io.buf.as_mut() {
+            buf.complete_write();
+        }
+        let backend = slot.backend;
+        if let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) {
+            b.io.op_done();
+        }
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        if slot.closing {
+            self.try_finish_session(sid);
+            return self.try_finish_backend(backend);
+        }
+        let res = if res == 0 { -libc::EPIPE } else { res };
+        if res > 0 {
+            self.shared
+                .metrics
+                .worker(self.id)
+                .bytes_client_to_backend_total
+                .fetch_add(res as u64, Relaxed);
+            slot.up_write.0 += res as usize;
+            let (pos, end) = slot.up_write;
+            if pos < end {
+                return self.relay_write_backend(sid, pos, end);
+            }
+            if let Some(buf) = slot.io.buf.as_mut() {
+                buf.clear();
+            }
+        }
+        self.with_session(sid, |s, _, ctx, out| s.on_backend_write(res, ctx, out));
+        self.try_finish_backend(backend);
+    }
+
+    pub(super) fn on_down_read(&mut self, sid: SessionId, res: i32) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        slot.relay_ops -= 1;
+        let closing = slot.closing;
+        let backend = slot.backend;
+        let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) else {
+            return;
+        };
+        b.io.op_done();
+        let Some(buf) = b.io.buf.as_mut() else {
+            return;
+        };
+        buf.complete(res.max(0) as usize);
+        if closing {
+            self.try_finish_session(sid);
+            return self.try_finish_backend(backend);
+        }
+        let mut out = Vec::new();
+        let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
+        let data = b.io.buf.as_ref().map_or(&[][..], |b| b.filled());
+        if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+            slot.session.on_backend_read(res, data, &ctx, &mut out);
+        }
+        self.session_q.extend(out.into_iter().map(|a| (sid, a)));
+        self.try_finish_backend(backend);
+    }
+
+    pub(super) fn on_down_write(&mut self, sid: SessionId, res: i32) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        slot.relay_ops -= 1;
+        slot.io.op_done();
+        let backend = slot.backend;
+        if let Some(buf) = backend
+            .and_then(|b| self.pool.get_mut(b))
+            .and_then(|b| b.io.buf.as_mut())
+        {
+            buf.complete_write();
+        }
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        if slot.closing {
+            self.try_finish_session(sid);
+            return self.try_finish_backend(backend);
+        }
+        let res = if res == 0 { -libc::EPIPE } else { res };
+        if res > 0 {
+            self.shared
+                .metrics
+                .worker(self.id)
+                .bytes_backend_to_client_total
+                .fetch_add(res as u64, Relaxed);
+            slot.down_write.0 += res as usize;
+            let (pos, end) = slot.down_write;
+            if pos < end {
+                return self.relay_write_client(sid, pos, end);
+            }
+            if let Some(buf) = backend
+                .and_then(|b| self.pool.get_mut(b))
+                .and_then(|b| b.io.buf.as_mut())
+            {
+                buf.clear();
+            }
+        }
+        self.with_session(sid, |s, _, ctx, out| s.on_relay_client_write(res, ctx, out));
+        self.try_finish_backend(backend);
+    }
+
+    // ---- session actions ----
+
+    pub(super) fn do_session_action(&mut self, sid: SessionId, action: SessionAction) {
+        let now = self.now;
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            // The session is gone; a lease it asked for goes back.
+            return;
+        };
+        match action {
+            SessionAction::SendClient(bytes) => {
+                *slot.io.out.bytes_mut() = bytes;
+                slot.io.out_pos = 0;
+                let token = Token::new(OpTag::ClientWrite, sid.index, sid.generation);
+                let fd = slot.io.fd();
+                let sqe = slot.io.out.write_sqe(fd, 0, token.into());
+                slot.io.op_started();
+                self.submit(sqe);
+            }
+            SessionAction::ReadClient => self.client_read(sid, false),
+            SessionAction::Consume(n) => {
+                if let Some(buf) = slot.io.buf.as_mut() {
+                    buf.consume(n);
+                }
+            }
+            SessionAction::ClearBuffer => {
+                if let Some(buf) = slot.io.buf.as_mut() {
+                    buf.clear();
+                }
+            }
+            SessionAction::Lease { key, schema } => {
+                let mut events = Vec::new();
+                self.pool.lease(
+                    LeaseRequest {
+                        session: sid,
+                        key,
+                        schema,
+                    },
+                    now,
+                    &mut events,
+                );
+                self.pool_q.extend(events);
+            }
+            SessionAction::CancelLease => self.pool.cancel(sid),
+            SessionAction::Relay(RelayOp::ReadClient) => self.client_read(sid, true),
+            SessionAction::Relay(RelayOp::WriteBackend { end }) => {
+                slot.up_write = (0, end);
+                self.relay_write_backend(sid, 0, end)
+            }
+            SessionAction::Relay(RelayOp::ReadBackend) => self.relay_read_backend(sid),
+            SessionAction::Relay(RelayOp::WriteClient { end }) => {
+                slot.down_write = (0, end);
+                self.relay_write_client(sid, 0, end)
+            }
+            SessionAction::AbortBackend => {
+                if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
+                    b.io.shutdown();
+                }
+            }
+            SessionAction::AbortClient => slot.io.shutdown(),
+            SessionAction::Release { clean } => {
+                if let Some(b) = slot.backend.take() {
+                    debug_assert_eq!(slot.relay_ops, 0, "released with relay ops in flight");
+                    let clean = clean && slot.relay_ops == 0;
+                    let mut events = Vec::new();
+                    self.pool.release(b, clean, now, &mut events);
+                    self.pool_q.extend(events);
+                }
+            }
+            SessionAction::HalfClose => slot.io.shutdown_write(),
+            SessionAction::Close => {
+                slot.closing = true;
+                slot.io.shutdown();
+                if slot.relay_ops > 0 {
+                    // Normally unreachable (the relay releases first); make
+                    // the relay's operations on the backend complete now.
+                    if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
+                        b.io.shutdown();
+                    }
+                }
+                self.try_finish_session(sid);
+            }
+            SessionAction::LoggedIn { key } => self.pool.set_warm_key(key),
+            SessionAction::Connected { elapsed } => self.metrics().record_connect(elapsed),
+            SessionAction::CommandStarted => {
+                self.metrics().commands_total.fetch_add(1, Relaxed);
+            }
+            SessionAction::Reject(reason) => self.metrics().reject(reason),
+            SessionAction::Log(msg) => {
+                if self.log_limiter.allow(now) {
+                    tracing::info!(worker = self.id, peer = %slot.peer, "connection failed: {msg}");
+                }
+            }
+        }
+    }
+
+    pub(super) fn client_read(&mut self, sid: SessionId, clear: bool) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        let fd = slot.io.fd();
+        let Some(buf) = slot.io.buf.as_mut() else {
+            return;
+        };
+        if clear {
+            buf.clear();
+        }
+        let token = Token::new(OpTag::ClientRead, sid.index, sid.generation);
+        let sqe = buf.read_sqe(fd, token.into());
+        slot.io.op_started();
+        self.submit(sqe);
+    }
+
+    pub(super) fn relay_write_backend(&mut self, sid: SessionId, pos: usize, end: usize) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) else {
+            return;
+        };
+        let Some(buf) = slot.io.buf.as_mut() else {
+            return;
+        };
+        let token = Token::new(OpTag::UpWrite, sid.index, sid.generation);
+        let sqe = buf.write_sqe(b.io.fd(), pos, end, token.into());
+        b.io.op_started();
+        slot.relay_ops += 1;
+        self.submit(sqe);
+    }
+
+    pub(super) fn relay_read_backend(&mut self, sid: SessionId) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) else {
+            return;
+        };
+        let fd = b.io.fd();
+        let Some(buf) = b.io.buf.as_mut() else {
+            return;
+        };
+        let token = Token::new(OpTag::DownRead, sid.index, sid.generation);
+        let sqe = buf.read_sqe(fd, token.into());
+        b.io.op_started();
+        slot.relay_ops += 1;
+        self.submit(sqe);
+    }
+
+    pub(super) fn relay_write_client(&mut self, sid: SessionId, pos: usize, end: usize) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) else {
+            return;
+        };
+        let Some(buf) = b.io.buf.as_mut() else {
+            return;
+        };
+        let token = Token::new(OpTag::DownWrite, sid.index, sid.generation);
+        let sqe = buf.write_sqe(slot.io.fd(), pos, end, token.into());
+        slot.io.op_started();
+        slot.relay_ops += 1;
+        self.submit(sqe);
+    }
+
+    /// Free a closing session once nothing in the kernel names it.
+    pub(super) fn try_finish_session(&mut self, sid: SessionId) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        if !slot.closing || slot.relay_ops > 0 || !slot.io.quiescent() {
+            return;
+        }
+        let Some(mut slot) = self.sessions.remove_checked(sid.index, sid.generation) else {
+            return;
+        };
+        if let Some(b) = slot.backend.take() {
+            let mut events = Vec::new();
+            self.pool.release(b, false, self.now, &mut events);
+            self.pool_q.extend(events);
+        }
+        if let Some(buf) = slot.io.buf.take() {
+            if self.buffers.release(buf).is_err() {
+                tracing::error!("session buffer still in flight at close; leaked");
+            }
+        }
+        if slot.counted {
+            unreserve(&self.shared.clients);
+        }
+        self.metrics().client_connections.fetch_sub(1, Relaxed);
+        // The socket closes here, after its last CQE.
+    }
+}
