@@ -91,3 +91,42 @@ impl ConnIo {
         }
     }
 }
+
+impl Drop for ConnIo {
+    /// The socket closes here. Closing while an SQE names the fd would let
+    /// the kernel act on whatever the number is reused for next (buffer
+    /// rule 2); debug builds, which every test runs, stop right there.
+    fn drop(&mut self) {
+        debug_assert_eq!(
+            self.fd_ops, 0,
+            "socket closed while {} operation(s) name its fd",
+            self.fd_ops
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffers::{BufferPool, Owner};
+    use crate::metrics::{BufferMode, Metrics};
+    use socket2::{Domain, Type};
+
+    #[test]
+    fn a_socket_named_by_another_connections_op_is_not_quiescent() {
+        // Defect 5: the relay's write of the session buffer to the backend
+        // socket left the backend's own buffer idle, and the old per-buffer
+        // flag let the backend close its fd under that write.
+        let mut pool = BufferPool::heap(64, Metrics::new(1, BufferMode::Heap), 0);
+        let (a, _b) = Socket::pair(Domain::UNIX, Type::STREAM, None).unwrap();
+        let mut backend = ConnIo::new(a, Some(pool.acquire(Owner::Backend)));
+        backend.op_started(); // a write from the session's buffer names this fd
+        assert!(
+            !backend.quiescent(),
+            "its buffer is idle, but its fd is named"
+        );
+        backend.op_done();
+        assert!(backend.quiescent());
+        let _ = pool.release(backend.buf.take().unwrap());
+    }
+}
