@@ -368,7 +368,12 @@ impl Proxy {
                     Err(e) => last = format!("listen port {}: {e}", self.port),
                 }
             }
-            if listening {
+            // Worker 0 listens before the others have set up, and the
+            // buffer mode is published only once all have: ready means the
+            // start-up line that follows it, not just an open port.
+            if listening && !self.stderr().contains("ringgate started") {
+                last = "no \"ringgate started\" line yet".into();
+            } else if listening {
                 match http_get(self.metrics_port, "/metrics") {
                     Ok((200, _)) => return Ok(()),
                     Ok((code, body)) => last = format!("GET /metrics -> {code}: {body}"),
