@@ -14,7 +14,8 @@ Stdlib only. Writes small files under fuzz/seeds/<target>/ (committed) from:
 
 Seed formats are those of the fuzz targets (fuzz/fuzz_targets/*.rs):
   framing_handshake: 1 flag byte (bit 0 = deprecate_eof, bit 1 = the backend login sends a
-                     schema, bit 2 = it has an empty password), then bytes
+                     schema, bit 2 = it has an empty password, bits 3-4 = restore statements
+                     after a pool reset), then bytes
   tracker: 1 flag byte (bit 0 = deprecate_eof), then records: 0xF0 = client bytes follow,
            0xF1 = server bytes follow, 0xF3 = chunk boundary; data bytes 0xF0..0xF4 are escaped
            as 0xF4, b - 0xF0.

@@ -4,7 +4,8 @@
 //! The first input byte selects nothing: every parser runs on every input, so
 //! one corpus entry exercises them all. Its bits set the parsers' options:
 //! bit 0 = `deprecate_eof`; bit 1 = the backend login asks for a schema
-//! (CLIENT_CONNECT_WITH_DB); bit 2 = it logs in with an empty password.
+//! (CLIENT_CONNECT_WITH_DB); bit 2 = it logs in with an empty password;
+//! bits 3-4 = how many restore statements follow a pooled connection's reset.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -18,6 +19,7 @@ fuzz_target!(|data: &[u8]| {
         None => (0, data),
     };
     let deprecate_eof = flags & 1 != 0;
+    let restore_statements = usize::from((flags >> 3) & 3);
     let mut login = Some(ClientLogin::new(LoginParams {
         user: "ringgate".into(),
         password: if flags & 4 != 0 {
@@ -70,5 +72,5 @@ fuzz_target!(|data: &[u8]| {
     let _ = reply::parse_reply(input, deprecate_eof);
     let _ = reply::parse_auth_reply(input);
     // The reset replies are a stream of framed packets.
-    let _ = reply::parse_reset_replies(input, deprecate_eof);
+    let _ = reply::parse_reset_replies(input, deprecate_eof, restore_statements);
 });
