@@ -239,22 +239,58 @@ fn malformed_clients(mode: Mode) {
     let hello = hello_payload(&scramble, "app", "app-secret");
     write_packet(&mut s, 1, &hello[..40]).unwrap();
     expect_err_then_close(&mut s, 1043, 2, "truncated HandshakeResponse");
-    // ... after login: half a COM_QUERY, then the client leaves.
+    // ... after login: all of a COM_QUERY but its last bytes, then the client leaves. The
+    // backend got part of a command, so the proxy must discard it (close it, never pool it),
+    // and the statement must never run there: the server's general log shows nothing of it.
+    let mut log = GeneralLog::on();
+    let marker = unique_marker("half-query");
     let mut s = raw_login(port);
-    let mut q = frame(0, b"\x03SELECT 'this query is cut in the middle'");
-    q.truncate(20);
-    s.write_all(&q).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    let tid = log.backend_thread_of(&mut s);
+    let disc0 = discarded(&proxy);
+    let q = frame(
+        0,
+        format!("\x03SELECT '{marker}', 'never complete'").as_bytes(),
+    );
+    s.write_all(&q[..q.len() - 8]).unwrap();
+    // TCP delivers these bytes before the FIN, so the proxy sees the half packet, then EOF.
     drop(s);
+    wait_until(
+        &proxy,
+        Duration::from_secs(5),
+        "half a COM_QUERY then disconnect: backend discarded",
+        || discarded(&proxy) > disc0,
+    );
+    log.assert_closed_and_never_ran(tid, &marker, "half a COM_QUERY then disconnect");
 
-    // 6. Wrong sequence ids after login: the session is closed (no bytes reach the backend).
+    // 6. A wrong sequence id after login: the session is closed, the statement reaches no
+    // backend, and that session's backend connection is discarded.
+    let marker = unique_marker("bad-seq");
     let mut s = raw_login(port);
-    write_packet(&mut s, 5, b"\x03SELECT 1").unwrap();
+    let tid = log.backend_thread_of(&mut s);
+    let disc0 = discarded(&proxy);
+    write_packet(&mut s, 5, format!("\x03SELECT '{marker}'").as_bytes()).unwrap();
     closed_within(&mut s, Duration::from_secs(3)).expect("wrong sequence id closes");
+    wait_until(
+        &proxy,
+        Duration::from_secs(5),
+        "wrong sequence id: backend discarded",
+        || discarded(&proxy) > disc0,
+    );
+    log.assert_closed_and_never_ran(tid, &marker, "wrong sequence id");
     // ... an empty command packet likewise.
     let mut s = raw_login(port);
+    let tid = log.backend_thread_of(&mut s);
+    let disc0 = discarded(&proxy);
     write_packet(&mut s, 0, b"").unwrap();
     closed_within(&mut s, Duration::from_secs(3)).expect("empty command closes");
+    wait_until(
+        &proxy,
+        Duration::from_secs(5),
+        "empty command: backend discarded",
+        || discarded(&proxy) > disc0,
+    );
+    log.assert_closed_and_never_ran(tid, "\u{0}no marker\u{0}", "empty command packet");
+    drop(log);
     // ... while a correct one on a fresh session still works.
     let mut s = raw_login(port);
     assert!(raw_query(&mut s, "SELECT 1").is_ok());
@@ -924,32 +960,66 @@ fn drain_cuts_a_stuck_command(mode: Mode) {
     let mut proxy = Proxy::start_with(own_opts(mode, &db, &["--drain-timeout", "1s"]));
     let mut s = raw_login(proxy.port);
     let pid = db.pid().expect("MariaDB pid");
-    let signal = |sig: &str| {
-        let _ = std::process::Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status();
-    };
-    signal("-STOP");
+    /// Resumes the frozen server however the test ends, so that it can be stopped.
+    struct ContOnDrop(u32);
+    impl Drop for ContOnDrop {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &self.0.to_string()])
+                .status();
+        }
+    }
+    let frozen = ContOnDrop(pid);
+    signal(pid, "-STOP");
+    wait_until(&proxy, Duration::from_secs(5), "MariaDB stopped", || {
+        proc_state(pid) == Some('T')
+    });
     // 20 MiB: far more than the loopback socket buffers hold, so ringgate's WRITE(_FIXED)
     // to the frozen server stays in flight.
     let mut query = vec![0x03];
     query.extend_from_slice(b"SELECT LENGTH('");
     query.extend(std::iter::repeat_n(b'x', 20 << 20));
     query.extend_from_slice(b"')");
+    let total = query.len() as f64;
     let writer = std::thread::spawn(move || {
         let _ = s.write_all(&frame(0, &query[..0xFF_FFFF]));
         let _ = s.write_all(&frame(1, &query[0xFF_FFFF..]));
         s
     });
-    std::thread::sleep(Duration::from_millis(700));
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &proxy.pid().to_string()])
-        .status();
+    // The write is stuck, not merely slow: the frozen server has bytes in its receive queue
+    // that it will never read, ringgate's socket to it has unsent bytes (on loopback a send
+    // queue only stays non-empty while the peer's window is closed), and less than the
+    // command went through.
+    wait_until(
+        &proxy,
+        Duration::from_secs(10),
+        "ringgate's write to the frozen backend is stuck",
+        || {
+            let q = tcp_queues(db.port);
+            let stuck = q.iter().any(|server| {
+                server.local_port == db.port
+                    && server.rx > 0
+                    && q.iter().any(|ours| {
+                        ours.local_port == server.remote_port
+                            && ours.remote_port == db.port
+                            && ours.tx > 0
+                    })
+            });
+            stuck
+                && proxy
+                    .metrics()
+                    .get(r#"ringgate_bytes_total{direction="client_to_backend"}"#)
+                    < total
+        },
+    );
+    assert_eq!(proc_state(pid), Some('T'), "MariaDB resumed early");
+    signal(proxy.pid(), "-TERM");
     let deadline = Instant::now() + Duration::from_secs(10);
     while proxy.is_running() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    signal("-CONT");
+    signal(pid, "-CONT");
+    drop(frozen);
     assert!(
         !proxy.is_running(),
         "ringgate did not exit after the drain timeout"

@@ -539,10 +539,16 @@ impl Proxy {
                 if free > total {
                     p.push(format!("read_buffers_free = {free} > total = {total}"));
                 }
-                if fallbacks == 0.0 && free + client_in_use + backend_in_use != total {
+                // in_use counts slots and fallback heap buffers alike, so the heap buffers held
+                // now are in_use - (total - free): never negative (a slot neither free nor held
+                // leaked) and never more than the fallbacks that ever happened (a slot freed
+                // twice). With no fallback that is exactly free + in_use == total.
+                let heap_held = client_in_use + backend_in_use - (total - free);
+                if heap_held < 0.0 || heap_held > fallbacks {
                     p.push(format!(
-                        "no heap fallback happened, so free ({free}) + in_use client ({client_in_use}) \
-                         + in_use backend ({backend_in_use}) should equal total ({total})"
+                        "free ({free}) + in_use client ({client_in_use}) + in_use backend \
+                         ({backend_in_use}) - total ({total}) = {heap_held} heap buffers held, \
+                         want 0..={fallbacks} (heap fallbacks so far)"
                     ));
                 }
             }

@@ -324,10 +324,15 @@ class Proxy:
                 p.append(f'read_buffers_total{{mode="fixed"}} = {total}, want > 0')
             if free > total:
                 p.append(f"read_buffers_free = {free} > total = {total}")
-            if fallbacks == 0 and free + client_in_use + backend_in_use != total:
+            # in_use counts slots and fallback heap buffers alike: the heap buffers held now are
+            # in_use - (total - free), between 0 (else a slot leaked) and the fallbacks so far
+            # (else a slot was freed twice). With no fallback: free + in_use == total.
+            heap_held = client_in_use + backend_in_use - (total - free)
+            if heap_held < 0 or heap_held > fallbacks:
                 p.append(
-                    f"no heap fallback happened, so free ({free}) + in_use client ({client_in_use}) "
-                    f"+ in_use backend ({backend_in_use}) should equal total ({total})"
+                    f"free ({free}) + in_use client ({client_in_use}) + in_use backend "
+                    f"({backend_in_use}) - total ({total}) = {heap_held} heap buffers held, "
+                    f"want 0..{fallbacks} (heap fallbacks so far)"
                 )
         else:
             total = m('ringgate_read_buffers_total{mode="heap"}')

@@ -99,21 +99,28 @@ impl OwnMariaDb {
             .and_then(|s| s.trim().parse().ok())
     }
 
-    /// `kill -9` by the pid file (never by name), and waits until it is gone.
-    pub fn kill9(&self) {
-        let Some(pid) = self.pid() else { return };
-        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    /// `kill -9` by the pid file (never by name), and waits until it is gone. Panics when there
+    /// is no pid file, when `kill` fails, or when the process is still alive 10 s later: a
+    /// test that means to kill the server must not go on as if it had. Returns the pid killed.
+    pub fn kill9(&self) -> u32 {
+        let pid = self.pid().unwrap_or_else(|| {
+            panic!(
+                "kill -9: no pid in {}: the MariaDB on port {} is not running",
+                self.dir.join("mysqld.pid").display(),
+                self.port
+            )
+        });
+        signal(pid, "-KILL");
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::path::Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
-            // A zombie (our grandchild via setsid) still has /proc; check its state.
-            if let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) {
-                if stat.contains(") Z ") {
-                    break;
-                }
-            }
+        while is_alive(pid) {
+            assert!(
+                Instant::now() < deadline,
+                "MariaDB pid {pid} still alive 10 s after kill -9"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = fs::remove_file(self.dir.join("mysqld.pid"));
+        pid
     }
 
     pub fn stop(&self) {
@@ -162,8 +169,9 @@ impl OwnMariaDb {
 impl Drop for OwnMariaDb {
     fn drop(&mut self) {
         self.stop();
-        if self.pid().is_some() {
-            self.kill9();
+        if let Some(pid) = self.pid() {
+            // Best effort here (no panic inside drop): the stop above failed.
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         }
         if !std::thread::panicking() {
             let _ = fs::remove_dir_all(&self.dir);
@@ -171,14 +179,38 @@ impl Drop for OwnMariaDb {
     }
 }
 
+/// `kill SIG PID`; panics unless `kill` succeeds (a signal that was not delivered must not let
+/// a test go on as if it had been).
+pub fn signal(pid: u32, sig: &str) {
+    let st = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill {sig} {pid} failed: {st}");
+}
+
+/// The process state letter from /proc/PID/stat (R, S, T, Z, ...); None once it is reaped.
+pub fn proc_state(pid: u32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The state follows the command name, which may contain spaces: after the last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Alive: exists and is not a zombie (a killed grandchild of ours via setsid stays a zombie
+/// until its parent reaps it).
+pub fn is_alive(pid: u32) -> bool {
+    !matches!(proc_state(pid), None | Some('Z') | Some('X'))
+}
+
 // ---------------------------------------------------------------------------------------------
-// /proc
+// /proc: every reader panics when /proc cannot be read, rather than report 0 (a 0 would let the
+// fd, CPU and RSS checks pass without measuring anything).
 // ---------------------------------------------------------------------------------------------
 
 pub fn fd_count(pid: u32) -> usize {
     fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/fd: {e}"))
+        .count()
 }
 
 pub fn fd_list(pid: u32) -> String {
@@ -198,24 +230,67 @@ pub fn fd_list(pid: u32) -> String {
 
 /// utime + stime of the process, in clock ticks (USER_HZ, 100 on Linux).
 pub fn cpu_ticks(pid: u32) -> u64 {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/stat: {e}"));
     // Fields after the command name (which may contain spaces) start after the last ')'.
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
     let f: Vec<&str> = rest.split_whitespace().collect();
     // rest[0] is field 3 (state); utime is field 14, stime 15.
-    let utime: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
-    let stime: u64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    utime + stime
+    let field = |i: usize, name: &str| -> u64 {
+        f.get(i)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/stat: {stat:?}"))
+    };
+    field(11, "utime") + field(12, "stime")
 }
 
 /// VmRSS in bytes.
 pub fn rss_bytes(pid: u32) -> u64 {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/status: {e}"));
+    let kb = status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status:\n{status}"));
+    kb * 1024
+}
+
+/// One IPv4 TCP socket of this network namespace, from /proc/net/tcp.
+#[derive(Clone, Copy, Debug)]
+pub struct TcpQueue {
+    pub local_port: u16,
+    pub remote_port: u16,
+    /// Bytes in the send queue not yet acknowledged (on loopback: not yet taken by the peer,
+    /// whose receive window is full).
+    pub tx: u64,
+    /// Bytes received and not yet read by the socket's owner.
+    pub rx: u64,
+}
+
+/// Every IPv4 TCP socket whose local or remote port is `port`, with its queue sizes.
+pub fn tcp_queues(port: u16) -> Vec<TcpQueue> {
+    let text =
+        fs::read_to_string("/proc/net/tcp").unwrap_or_else(|e| panic!("read /proc/net/tcp: {e}"));
+    let port_of = |addr: &str| {
+        addr.rsplit_once(':')
+            .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+    };
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            // sl local_address rem_address st tx_queue:rx_queue ...
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (tx, rx) = f.get(4)?.split_once(':')?;
+            Some(TcpQueue {
+                local_port: port_of(f.get(1)?)?,
+                remote_port: port_of(f.get(2)?)?,
+                tx: u64::from_str_radix(tx, 16).ok()?,
+                rx: u64::from_str_radix(rx, 16).ok()?,
+            })
+        })
+        .filter(|q| q.local_port == port || q.remote_port == port)
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -498,4 +573,181 @@ pub fn wait_until(p: &Proxy, within: Duration, what: &str, mut f: impl FnMut() -
 /// `n` lines of ringgate's stderr that contain `needle`.
 pub fn log_count(p: &Proxy, needle: &str) -> usize {
     p.stderr().lines().filter(|l| l.contains(needle)).count()
+}
+
+/// Sends COM_QUERY and returns the first column of the first row as text (NULL as None), for
+/// one-value queries such as `SELECT CONNECTION_ID()`. Text protocol, classic EOF.
+pub fn raw_query_value(s: &mut TcpStream, sql: &str) -> Result<Option<String>, String> {
+    let mut p = vec![0x03];
+    p.extend_from_slice(sql.as_bytes());
+    write_packet(s, 0, &p).map_err(|e| e.to_string())?;
+    let mut next = || read_packet(s).map(|(_, p)| p).map_err(|e| e.to_string());
+    let first = next()?;
+    if let Some(code) = err_code(&first) {
+        return Err(format!("ERR {code}"));
+    }
+    let is_eof = |p: &[u8]| p.first() == Some(&0xFE) && p.len() < 9;
+    // Column definitions up to their EOF, then the first row.
+    while !is_eof(&next()?) {}
+    let row = next()?;
+    let value = match row.first() {
+        Some(0xFB) => None,
+        Some(&n) if n < 0xFB && row.len() > n as usize => {
+            Some(String::from_utf8_lossy(&row[1..=n as usize]).into_owned())
+        }
+        _ => return Err(format!("unexpected row packet {row:?}")),
+    };
+    // The remaining rows, up to the closing EOF.
+    while !is_eof(&next()?) {}
+    Ok(value)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The backend's own view: what reached it, and which of its connections are open
+// ---------------------------------------------------------------------------------------------
+
+/// A direct connection to the shared sandbox MariaDB (not through ringgate), as the backend
+/// account (ALL privileges): to look at the server's processlist and general log.
+pub fn backend_admin() -> mysql::Conn {
+    let e = common::backend_env();
+    let o = mysql::OptsBuilder::new()
+        .ip_or_hostname(Some(e.host.clone()))
+        .tcp_port(e.port)
+        .user(Some(e.user.clone()))
+        .pass(Some(e.password.clone()))
+        .prefer_socket(false);
+    mysql::Conn::new(o).unwrap_or_else(|err| panic!("direct connection to {}: {err}", e.addr()))
+}
+
+/// A string no other test sends, to look for in the server's general log.
+pub fn unique_marker(tag: &str) -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "rg-{tag}-{}-{nanos}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
+/// The sandbox server's general log, on (into the `mysql.general_log` table) while this value
+/// lives; the previous settings come back on drop. One at a time per test binary: tests that
+/// run in parallel would otherwise turn it off under each other.
+pub struct GeneralLog {
+    admin: mysql::Conn,
+    restore: (u8, String),
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
+}
+
+impl GeneralLog {
+    pub fn on() -> GeneralLog {
+        use mysql::prelude::Queryable;
+        static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        let mut admin = backend_admin();
+        let restore: (u8, String) = admin
+            .query_first("SELECT @@global.general_log + 0, @@global.log_output")
+            .expect("read the general log settings")
+            .expect("one row");
+        admin
+            .query_drop("SET GLOBAL log_output = 'TABLE'")
+            .expect("SET GLOBAL log_output");
+        admin
+            .query_drop("SET GLOBAL general_log = ON")
+            .expect("SET GLOBAL general_log");
+        GeneralLog {
+            admin,
+            restore,
+            _one_at_a_time: one,
+        }
+    }
+
+    /// (command_type, argument) of every general-log entry of server thread `thread_id`, in
+    /// order.
+    pub fn entries(&mut self, thread_id: u64) -> Vec<(String, String)> {
+        use mysql::prelude::Queryable;
+        self.admin
+            .exec(
+                "SELECT command_type, CONVERT(argument USING utf8mb4) FROM mysql.general_log \
+                 WHERE thread_id = ? ORDER BY event_time",
+                (thread_id,),
+            )
+            .expect("read mysql.general_log")
+    }
+
+    /// Whether server thread `thread_id` is still connected.
+    pub fn thread_open(&mut self, thread_id: u64) -> bool {
+        use mysql::prelude::Queryable;
+        let n: Option<u64> = self
+            .admin
+            .exec_first(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
+                (thread_id,),
+            )
+            .expect("read the processlist");
+        n.unwrap_or(0) > 0
+    }
+
+    /// The server thread of the backend connection that serves raw session `s`, read with
+    /// `SELECT CONNECTION_ID()` through the proxy. Also the positive control for
+    /// [`GeneralLog::assert_closed_and_never_ran`]: that query must be in the log under this
+    /// thread, or the log is not capturing this connection and proves nothing.
+    pub fn backend_thread_of(&mut self, s: &mut TcpStream) -> u64 {
+        let tid: u64 = raw_query_value(s, "SELECT CONNECTION_ID()")
+            .expect("SELECT CONNECTION_ID() through the proxy")
+            .and_then(|v| v.parse().ok())
+            .expect("a connection id");
+        let entries = self.entries(tid);
+        assert!(
+            entries
+                .iter()
+                .any(|(c, a)| c == "Query" && a.contains("CONNECTION_ID()")),
+            "the general log does not show SELECT CONNECTION_ID() for thread {tid}: {entries:?}"
+        );
+        tid
+    }
+
+    /// Waits until server thread `tid` has disconnected (the proxy closed that backend
+    /// connection rather than keeping it for another client), then asserts that the thread
+    /// ran no command after the positive control, and that no entry of it contains `marker`.
+    pub fn assert_closed_and_never_ran(&mut self, tid: u64, marker: &str, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.thread_open(tid) {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: backend thread {tid} still connected 10 s later (kept, not discarded)"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let entries = self.entries(tid);
+        let control = entries
+            .iter()
+            .rposition(|(c, a)| c == "Query" && a.contains("CONNECTION_ID()"))
+            .expect("the positive control is in the log");
+        // Only the disconnect may follow (a COM_QUIT is logged as "Quit").
+        let after: Vec<&(String, String)> = entries[control + 1..]
+            .iter()
+            .filter(|(c, _)| c != "Quit")
+            .collect();
+        assert!(
+            after.is_empty() && !entries.iter().any(|(_, a)| a.contains(marker)),
+            "{what}: commands reached backend thread {tid} after the control query: {after:?} \
+             (all entries: {entries:?})"
+        );
+    }
+}
+
+impl Drop for GeneralLog {
+    fn drop(&mut self) {
+        use mysql::prelude::Queryable;
+        let (on, output) = &self.restore;
+        let _ = self
+            .admin
+            .query_drop(format!("SET GLOBAL general_log = {on}"));
+        let _ = self
+            .admin
+            .exec_drop("SET GLOBAL log_output = ?", (output.as_str(),));
+    }
 }
