@@ -1,6 +1,8 @@
 //! Chaos test (issue 5): on loopback, good clients run a point-select loop beside slowloris
 //! clients, malformed-packet clients, clients that reset in the middle of a result, and one
 //! `kill -9` + restart of the backend (a private MariaDB). Asserts that
+//!   * the backend really was killed and restarted (a new pid), the proxy lost its backend
+//!     connections, and good queries failed inside the restart window and succeeded after it;
 //!   * every good query returned the right row, or failed cleanly inside the restart window;
 //!   * the good clients' p99 outside the restart window is within 3x of a calm run measured
 //!     first, in the same test, with the same good clients;
@@ -320,10 +322,20 @@ fn chaos() {
     // One backend restart, 40% into the chaos phase.
     let chaos = Duration::from_secs(chaos_secs);
     std::thread::sleep(chaos * 2 / 5);
+    let m0 = proxy.metrics();
     let restart_from = t0.elapsed();
-    db.kill9();
+    // kill9 panics unless there was a server to kill and it died.
+    let killed = db.kill9();
     std::thread::sleep(Duration::from_millis(500));
     db.start();
+    // The restart really happened: a new server process, answering.
+    let restarted = db.pid().expect("MariaDB pid after the restart");
+    assert_ne!(restarted, killed, "MariaDB was not restarted");
+    assert!(
+        !is_alive(killed),
+        "the killed MariaDB (pid {killed}) is alive"
+    );
+    db.root_sql("SELECT 1");
     // The pool refills within a 1 s retry; clients reconnect with a 20 ms pause: give the
     // window 2 s of grace after the server is back.
     let restart_to = t0.elapsed() + Duration::from_secs(2);
@@ -354,6 +366,11 @@ fn chaos() {
         .map(|s| s.start)
         .collect();
     let failed_inside = samples.iter().filter(|s| !s.ok && in_window(s)).count();
+    // Served again after the window: the good clients recovered, not just survived.
+    let ok_after = samples
+        .iter()
+        .filter(|s| s.ok && s.start > restart_to)
+        .count();
     let chaos_n = outside.len();
     let chaos_p99 = p99(outside);
     let report = format!(
@@ -370,6 +387,24 @@ fn chaos() {
     );
     eprintln!("{report}");
     assert!(wrong.is_empty(), "wrong results: {wrong:?}\n{report}");
+    // The kill was felt where it should be: the proxy lost backend connections (discarded
+    // or failed to reconnect), good queries failed inside the window, and none outside it.
+    let m1 = proxy.metrics();
+    let lost = |m: &common::Metrics| {
+        m.get("ringgate_backend_discarded_total") + m.get("ringgate_backend_connect_failures_total")
+    };
+    assert!(
+        lost(&m1) > lost(&m0),
+        "the proxy lost no backend connection across the kill -9: did it happen?\n{report}"
+    );
+    assert!(
+        failed_inside > 0,
+        "no good query failed during the backend restart: was the backend really down?\n{report}"
+    );
+    assert!(
+        ok_after > 0,
+        "no good query succeeded after the restart window\n{report}"
+    );
     assert!(
         failed_outside.is_empty(),
         "good queries failed outside the restart window at {failed_outside:?}\n{report}\n{}",
