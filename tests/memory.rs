@@ -13,6 +13,8 @@
 //!     pooling gives every session its own backend connection).
 //!
 //! `MEM_SESSIONS` changes the count (default 2000).
+//!
+//! Both figures are asserted against a bound, see [`STATE_BOUND`].
 
 #[allow(unused_macros)]
 mod common;
@@ -23,6 +25,20 @@ use std::time::{Duration, Instant};
 
 use common::{Mode, Proxy, ProxyOpts};
 use relsupport::*;
+
+/// The bound on RSS growth per idle client and per idle session for ringgate's own state,
+/// i.e. excluding read buffers: 8 KiB. Recorded (docs/reliability.md): 969 B per idle client
+/// and 1,354 B per session (client + backend) in fixed mode. 8 KiB is ~6x that: room for
+/// allocator and measurement noise (page-granular RSS, per-thread malloc arenas, slab vectors
+/// that double their capacity), yet a regression that puts a buffer-sized allocation (16 KiB)
+/// or a few KiB of new state on every connection fails. In heap mode each connection's read
+/// buffer is malloc'd as well, so the bound there adds one `--read-buffer-size` per connection
+/// (two per session); only the pages actually touched count, so this is loose for heap mode.
+const STATE_BOUND: f64 = 8.0 * 1024.0;
+
+/// Growth that does not scale with the connection count (arenas, slab headers, the metrics
+/// scrape), allowed once per measurement so that a small MEM_SESSIONS is not judged on it.
+const FIXED_SLACK: f64 = 1024.0 * 1024.0;
 
 /// Raises the soft fd limit to the hard one (enough for 2,000 sockets + slack).
 fn raise_nofile(want: u64) {
@@ -72,6 +88,7 @@ struct Figures {
     slots_clients: f64,
     slots_sessions: f64,
     registered: u64,
+    read_buffer_size: usize,
 }
 
 fn measure(mode: Mode, db: &OwnMariaDb, n: usize) -> Figures {
@@ -91,6 +108,7 @@ fn measure(mode: Mode, db: &OwnMariaDb, n: usize) -> Figures {
     let mut proxy = Proxy::start_with(o);
     let base = baseline(&mut proxy);
     let pid = proxy.pid();
+    let read_buffer_size = proxy.opts.read_buffer_size;
     let registered = match mode {
         Mode::Fixed => 2 * 4096 * proxy.opts.read_buffer_size as u64,
         Mode::Heap => 0,
@@ -152,6 +170,7 @@ fn measure(mode: Mode, db: &OwnMariaDb, n: usize) -> Figures {
         slots_clients,
         slots_sessions,
         registered,
+        read_buffer_size,
     }
 }
 
@@ -167,8 +186,40 @@ fn memory_per_connection() {
     // n sessions + the warm-up pools + root: above the sandbox's 2000.
     db.root_sql(&format!("SET GLOBAL max_connections = {}", n + 300));
     let mut out = Vec::new();
+    let mut over = Vec::new();
     for mode in [Mode::Fixed, Mode::Heap] {
         let f = measure(mode, &db, n);
+        assert!(
+            f.rss_base > 0 && f.rss_clients > 0 && f.rss_sessions > 0,
+            "an RSS reading is 0: {:?} {} {} {}",
+            f.mode,
+            f.rss_base,
+            f.rss_clients,
+            f.rss_sessions
+        );
+        let buf = match mode {
+            Mode::Fixed => 0.0,
+            Mode::Heap => f.read_buffer_size as f64,
+        };
+        for (what, rss, per_conn_bound) in [
+            ("idle client", f.rss_clients, STATE_BOUND + buf),
+            ("idle session", f.rss_sessions, STATE_BOUND + 2.0 * buf),
+        ] {
+            let growth = rss.saturating_sub(f.rss_base) as f64;
+            let allowed = per_conn_bound * f.n as f64 + FIXED_SLACK;
+            if growth > allowed {
+                over.push(format!(
+                    "{:?}: {} {what}s grew RSS by {:.0} B ({:.0} B each), over the bound of \
+                     {:.0} B each + {:.0} KiB",
+                    f.mode,
+                    f.n,
+                    growth,
+                    growth / f.n as f64,
+                    per_conn_bound,
+                    FIXED_SLACK / 1024.0
+                ));
+            }
+        }
         let per_client = f.rss_clients.saturating_sub(f.rss_base) as f64 / f.n as f64;
         let per_session = f.rss_sessions.saturating_sub(f.rss_base) as f64 / f.n as f64;
         let line = format!(
@@ -195,4 +246,9 @@ fn memory_per_connection() {
         out.push(line);
     }
     eprintln!("\n{}", out.join("\n"));
+    assert!(
+        over.is_empty(),
+        "memory per connection:\n{}",
+        over.join("\n")
+    );
 }
