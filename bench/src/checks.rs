@@ -1,0 +1,153 @@
+//! The bench's own correctness checks on a ringgate target, read from its /metrics: is the
+//! buffer mode the one the bench asked for, and is everything back after the load. `make
+//! bench-smoke` fails on either; `make bench` records them as warnings next to its figures.
+//!
+//! A metric that is missing counts as a problem: comparing a NaN would pass every check.
+
+use std::collections::HashMap;
+
+/// Why the target's effective buffer mode is not `want` ("fixed" or "heap"), if it is not.
+/// A fixed-mode ringgate whose registration failed runs on heap buffers and says so only in
+/// `ringgate_read_buffers_total{mode="heap"}`: without this check "fixed" figures would be
+/// heap figures.
+pub fn mode_problem(m: &HashMap<String, f64>, want: &str) -> Option<String> {
+    let key = format!("ringgate_read_buffers_total{{mode=\"{want}\"}}");
+    match m.get(&key) {
+        None => {
+            let reported: Vec<&String> = m
+                .keys()
+                .filter(|k| k.starts_with("ringgate_read_buffers_total"))
+                .collect();
+            Some(format!(
+                "buffer mode is not {want}: /metrics has no {key} (reports {reported:?})"
+            ))
+        }
+        Some(&slots) if want == "fixed" && slots <= 0.0 => Some(format!(
+            "buffer mode is fixed but {key} = {slots}: no registered slots"
+        )),
+        Some(_) => None,
+    }
+}
+
+/// What is not back to rest once every bench client is gone: a client connection or its
+/// buffer, a busy backend, backend buffers that do not match the backend connections, and
+/// (fixed mode) slots that are neither free nor held.
+pub fn leak_problems(m: &HashMap<String, f64>) -> Vec<String> {
+    let mut p = Vec::new();
+    let mut get = |k: &str| match m.get(k) {
+        Some(v) if v.is_finite() => *v,
+        _ => {
+            p.push(format!("{k} is missing from /metrics"));
+            0.0
+        }
+    };
+    let clients = get("ringgate_client_connections");
+    let in_use_client = get("ringgate_read_buffers_in_use{owner=\"client\"}");
+    let in_use_backend = get("ringgate_read_buffers_in_use{owner=\"backend\"}");
+    let busy = get("ringgate_backend_connections{state=\"busy\"}");
+    let idle = get("ringgate_backend_connections{state=\"idle\"}");
+    let free = get("ringgate_read_buffers_free");
+    let fallbacks = get("ringgate_read_buffer_heap_fallbacks_total");
+    if clients != 0.0 {
+        p.push(format!("{clients} client connections still open"));
+    }
+    if in_use_client != 0.0 {
+        p.push(format!(
+            "{in_use_client} read buffers still held by clients"
+        ));
+    }
+    if busy != 0.0 {
+        p.push(format!("{busy} backend connections still busy"));
+    }
+    if in_use_backend != idle + busy {
+        p.push(format!(
+            "{in_use_backend} read buffers held by backends, want idle + busy = {}",
+            idle + busy
+        ));
+    }
+    if let Some(&total) = m.get("ringgate_read_buffers_total{mode=\"fixed\"}") {
+        // in_use counts slots and fallback heap buffers alike: the heap buffers held are
+        // in_use - (total - free), between 0 (else a slot leaked) and the fallbacks so far.
+        let heap_held = in_use_client + in_use_backend - (total - free);
+        if heap_held < 0.0 || heap_held > fallbacks {
+            p.push(format!(
+                "free {free} + in use {} - total {total} = {heap_held} heap buffers held, want \
+                 0..={fallbacks} (heap fallbacks)",
+                in_use_client + in_use_backend
+            ));
+        }
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at_rest() -> HashMap<String, f64> {
+        [
+            ("ringgate_client_connections", 0.0),
+            ("ringgate_read_buffers_in_use{owner=\"client\"}", 0.0),
+            ("ringgate_read_buffers_in_use{owner=\"backend\"}", 4.0),
+            ("ringgate_backend_connections{state=\"busy\"}", 0.0),
+            ("ringgate_backend_connections{state=\"idle\"}", 4.0),
+            ("ringgate_read_buffers_free", 2044.0),
+            ("ringgate_read_buffers_total{mode=\"fixed\"}", 2048.0),
+            ("ringgate_read_buffer_heap_fallbacks_total", 0.0),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    #[test]
+    fn at_rest_is_clean() {
+        assert_eq!(leak_problems(&at_rest()), Vec::<String>::new());
+        assert_eq!(mode_problem(&at_rest(), "fixed"), None);
+    }
+
+    #[test]
+    fn each_leak_is_reported() {
+        for (k, v) in [
+            ("ringgate_client_connections", 1.0),
+            ("ringgate_read_buffers_in_use{owner=\"client\"}", 1.0),
+            ("ringgate_backend_connections{state=\"busy\"}", 1.0),
+            ("ringgate_read_buffers_in_use{owner=\"backend\"}", 5.0),
+            // A slot neither free nor held.
+            ("ringgate_read_buffers_free", 2043.0),
+        ] {
+            let mut m = at_rest();
+            m.insert(k.into(), v);
+            assert!(!leak_problems(&m).is_empty(), "{k} = {v} passed");
+        }
+    }
+
+    #[test]
+    fn fallback_buffers_are_accounted_not_ignored() {
+        // Two idle backends hold fallback heap buffers: fine with 2 fallbacks, not with 1.
+        let mut m = at_rest();
+        m.insert("ringgate_read_buffers_free".into(), 2046.0);
+        m.insert("ringgate_read_buffer_heap_fallbacks_total".into(), 2.0);
+        assert_eq!(leak_problems(&m), Vec::<String>::new());
+        m.insert("ringgate_read_buffer_heap_fallbacks_total".into(), 1.0);
+        assert_eq!(leak_problems(&m).len(), 1);
+    }
+
+    #[test]
+    fn a_missing_metric_is_a_problem() {
+        let mut m = at_rest();
+        m.remove("ringgate_backend_connections{state=\"busy\"}");
+        assert_eq!(leak_problems(&m).len(), 1);
+    }
+
+    #[test]
+    fn heap_when_fixed_was_asked_is_a_problem() {
+        let mut m = at_rest();
+        m.remove("ringgate_read_buffers_total{mode=\"fixed\"}");
+        m.insert("ringgate_read_buffers_total{mode=\"heap\"}".into(), 0.0);
+        assert!(mode_problem(&m, "fixed").is_some());
+        assert_eq!(mode_problem(&m, "heap"), None);
+        // Heap mode has no fixed total: the slot accounting does not apply.
+        assert_eq!(leak_problems(&m), Vec::<String>::new());
+    }
+}
