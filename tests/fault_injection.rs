@@ -1,7 +1,7 @@
 //! Failure injection (issue 10): the real `ringgate` binary with the ring's
 //! debug knobs. `RINGGATE_FAULT_INJECT=ebusy=N` makes every Nth
 //! io_uring_enter act as EBUSY (the reap-into-backlog path),
-//! `RINGGATE_DEBUG_CQ_ENTRIES=8` makes the kernel's CQ overflow constantly,
+//! `RINGGATE_DEBUG_CQ_ENTRIES=2` makes the kernel's CQ overflow constantly,
 //! and `push_fail=N` turns every Nth push into a synthetic failed
 //! completion. The first two must be invisible to clients; the third fails
 //! some sessions, and every slot, fd and backend connection must still come
@@ -87,20 +87,37 @@ fn traffic(p: &Proxy) -> (usize, usize) {
         .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
 }
 
-/// EBUSY on every 5th enter and an 8-entry CQ: both rare paths run all the
+/// EBUSY on every 5th enter and a 2-entry CQ: both rare paths run all the
 /// time, yet no completion is lost, so every query succeeds.
 fn ebusy_and_overflow_are_invisible(mode: Mode) {
     let mut p = injected(
         mode,
         &[
             "RINGGATE_FAULT_INJECT=ebusy=5",
-            "RINGGATE_DEBUG_CQ_ENTRIES=8",
+            "RINGGATE_DEBUG_CQ_ENTRIES=2",
         ],
     );
     let base = baseline(&mut p);
     let (ok, failed) = traffic(&p);
     assert_eq!((ok, failed), (CLIENTS * QUERIES, 0));
     assert_no_leaks(&mut p, &base, CLIENTS as u64);
+    let m = p.metrics();
+    eprintln!(
+        "ebusy reaps {}, overflow flushes {}",
+        m.get("ringgate_ring_ebusy_reaps_total"),
+        m.get("ringgate_ring_cq_overflow_flushes_total")
+    );
+    assert!(
+        m.get("ringgate_ring_ebusy_reaps_total") > 0.0,
+        "{}",
+        m.dump()
+    );
+    assert!(
+        m.get("ringgate_ring_cq_overflow_flushes_total") > 0.0,
+        "{}",
+        m.dump()
+    );
+    assert_eq!(m.get("ringgate_ring_synthetic_failures_total"), 0.0);
 }
 both_modes!(ebusy_and_cq_overflow, ebusy_and_overflow_are_invisible);
 
@@ -113,7 +130,7 @@ fn failed_pushes_roll_back(mode: Mode) {
         mode,
         &[
             "RINGGATE_FAULT_INJECT=push_fail=97,ebusy=7",
-            "RINGGATE_DEBUG_CQ_ENTRIES=8",
+            "RINGGATE_DEBUG_CQ_ENTRIES=2",
         ],
     );
     let base = baseline(&mut p);
@@ -123,5 +140,11 @@ fn failed_pushes_roll_back(mode: Mode) {
     assert!(ok > 0, "no query succeeded ({failed} clients failed)");
     assert_no_leaks(&mut p, &base, CLIENTS as u64);
     p.assert_running();
+    let m = p.metrics();
+    assert!(
+        m.get("ringgate_ring_synthetic_failures_total") > 0.0,
+        "{}",
+        m.dump()
+    );
 }
 both_modes!(push_failures, failed_pushes_roll_back);

@@ -215,7 +215,7 @@ impl Ring {
     /// Hand the queued SQEs to the kernel. EBUSY (CQ full, overflow
     /// pending) is answered by reaping into the backlog and retrying, never
     /// by spinning; a hard error is latched.
-    fn flush_sq(&mut self) -> Result<(), Errno> {
+    pub(super) fn flush_sq(&mut self) -> Result<(), Errno> {
         for _ in 0..MAX_BUSY_RETRIES {
             let result = if self.faults.ebusy() {
                 Err(libc::EBUSY)
