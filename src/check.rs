@@ -130,11 +130,12 @@ pub fn run(cfg: &Config) -> Report {
     let mut items = vec![check_kernel(&kernel, cfg)];
     let exempt = caps.is_some_and(|c| c & (1 << CAP_IPC_LOCK) != 0);
     let ring_bytes = if !exempt && kernel_charges_rings() == Some(true) {
-        ring_locked_bytes(WORKER_RING_ENTRIES)
+        let (sq, cq) = worker_ring_sizes(cfg);
+        ring_locked_bytes(sq, cq)
     } else {
         0
     };
-    items.push(check_io_uring(&kernel, ring_bytes));
+    items.push(check_io_uring(cfg, &kernel, ring_bytes));
     items.push(check_memlock(cfg, ring_bytes, memlock_limit(), caps));
     items.push(check_nofile(cfg, nofile_limit()));
     items.push(check_listen(cfg));
@@ -256,19 +257,20 @@ fn seccomp_mode() -> Option<u32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// The probe ring is the size a worker uses, so the memlock figure matches.
-const WORKER_RING_ENTRIES: u32 = crate::proxy::worker::RING_ENTRIES;
+/// The probe ring is the size a worker uses (sized from the limits, as the
+/// worker does), so the memlock figure matches.
+fn worker_ring_sizes(cfg: &Config) -> (u32, u32) {
+    crate::proxy::worker::ring_sizes(cfg, cfg.worker_count())
+}
 
-/// Locked memory one ring of `entries` SQEs (and 4× CQEs, as `Ring::new`
-/// sets up) takes, when the kernel charges it: the SQE array (64 bytes
-/// each) plus the ring header, CQEs (16 bytes each) and SQ index array
-/// (4 bytes each), each rounded up to pages. 136 KiB for 1024 entries,
-/// which is what Linux 6.18 charges.
-pub fn ring_locked_bytes(entries: u32) -> u64 {
+/// Locked memory one ring of `sq` SQEs and `cq` CQEs takes, when the kernel
+/// charges it: the SQE array (64 bytes each) plus the ring header, CQEs (16
+/// bytes each) and SQ index array (4 bytes each), each rounded up to pages.
+/// 136 KiB for 1024 SQEs and 4096 CQEs, which is what Linux 6.18 charges.
+pub fn ring_locked_bytes(sq: u32, cq: u32) -> u64 {
     const PAGE: u64 = 4096;
-    let e = u64::from(entries);
     let round = |b: u64| b.div_ceil(PAGE) * PAGE;
-    round(64 * e) + round(256 + 16 * 4 * e + 4 * e)
+    round(64 * u64::from(sq)) + round(256 + 16 * u64::from(cq) + 4 * u64::from(sq))
 }
 
 /// Whether this kernel charges io_uring's ring memory to RLIMIT_MEMLOCK
@@ -305,14 +307,15 @@ fn kernel_charges_rings() -> Option<bool> {
 }
 
 /// Sets up a ring the size a worker's is.
-fn check_io_uring(k: &Kernel, ring_bytes: u64) -> Item {
+fn check_io_uring(cfg: &Config, k: &Kernel, ring_bytes: u64) -> Item {
     let what = "io_uring";
     let disabled = read_trimmed("/proc/sys/kernel/io_uring_disabled");
     let sysctl = match disabled.as_deref() {
         None => String::from("kernel.io_uring_disabled absent"),
         Some(v) => format!("kernel.io_uring_disabled={v}"),
     };
-    match Ring::new(WORKER_RING_ENTRIES, WORKER_RING_ENTRIES * 4) {
+    let (sq, cq) = worker_ring_sizes(cfg);
+    match Ring::new(sq, cq) {
         Ok(ring) => {
             let charged = if ring_bytes > 0 {
                 format!(
@@ -966,7 +969,7 @@ mod tests {
 
     #[test]
     fn ring_cost_matches_what_linux_6_18_charges() {
-        assert_eq!(ring_locked_bytes(1024), 136 * 1024);
+        assert_eq!(ring_locked_bytes(1024, 4096), 136 * 1024);
     }
 
     #[test]

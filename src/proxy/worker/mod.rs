@@ -67,6 +67,16 @@ fn max_in_flight(max_sessions: usize, max_backends: usize) -> usize {
     max_sessions * 4 + max_backends * 2 + 16
 }
 
+/// The submission and completion queue sizes a worker asks for under this
+/// configuration (`ringgate check` sizes its memlock estimate from it).
+pub fn ring_sizes(cfg: &crate::config::Config, workers: usize) -> (u32, u32) {
+    let cq = crate::ring::cq_entries_for(max_in_flight(
+        cfg.max_connections.div_ceil(workers.max(1)),
+        cfg.backend_max_connections,
+    ));
+    (RING_ENTRIES, cq)
+}
+
 #[derive(Debug, Error)]
 pub enum WorkerError {
     #[error(transparent)]
@@ -201,12 +211,8 @@ impl Worker {
         unix: Option<Socket>,
     ) -> Result<(Worker, WorkerStartup), WorkerError> {
         let cfg = &shared.config;
-        let workers = shared.metrics.worker_count().max(1);
-        let cq = crate::ring::cq_entries_for(max_in_flight(
-            cfg.max_connections.div_ceil(workers),
-            cfg.backend_max_connections,
-        ));
-        let ring = Ring::new(RING_ENTRIES, cq)?;
+        let (sq, cq) = ring_sizes(cfg, shared.metrics.worker_count());
+        let ring = Ring::new(sq, cq)?;
         let metrics = Arc::clone(&shared.metrics);
         let size = cfg.read_buffer_size as usize;
         let (buffers, fallback) = match cfg.read_buffers {
