@@ -2,7 +2,8 @@
 # Installs what ringgate's tests (and, with --bench, the benchmark) need, and only what is missing.
 # Idempotent: a second run installs nothing and prints nothing but the final line.
 #
-#   scripts/ensure-deps.sh           # mariadb-server, mariadb-client, util-linux tools, PyMySQL, pytest
+#   scripts/ensure-deps.sh           # mariadb-server, mariadb-client, util-linux tools, PyMySQL, pytest,
+#                                    # rustfmt + clippy (rustup components)
 #   scripts/ensure-deps.sh --bench   # ... plus haproxy and sysbench
 set -euo pipefail
 
@@ -94,6 +95,25 @@ if ! "$PYTHON" -c 'import pymysql, pytest' >/dev/null 2>&1; then
     fi
     # pyenv shims need a rehash to see new console scripts; harmless elsewhere.
     if have pyenv; then pyenv rehash >/dev/null 2>&1 || true; fi
+fi
+
+# rustfmt and clippy: `make test` lints with them and must never skip that step. They are
+# rustup components of the active toolchain; add them when missing, and fail when that is not
+# possible (no rustup, or no way to fetch components) rather than let the lint be skipped.
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    if ! have rustup; then
+        echo "ensure-deps: rustfmt/clippy are missing and there is no rustup to add them; install them with the toolchain" >&2
+        exit 1
+    fi
+    echo "ensure-deps: rustup component add rustfmt clippy"
+    if ! rustup component add rustfmt clippy; then
+        echo "ensure-deps: rustup component add rustfmt clippy failed; make test needs both for its lint step" >&2
+        exit 1
+    fi
+    if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+        echo "ensure-deps: cargo fmt / cargo clippy still missing after rustup component add" >&2
+        exit 1
+    fi
 fi
 
 echo "ensure-deps: ok"

@@ -27,6 +27,7 @@ cleanup() {
         step "stopping the MariaDB sandbox"
         "$SANDBOX" stop "$SANDBOX_DIR" "$SANDBOX_PORT" || true
     fi
+    [ -z "${LOGS:-}" ] || rm -rf "$LOGS"
     exit "$rc"
 }
 trap cleanup EXIT
@@ -48,38 +49,74 @@ export RUST_LOG="${RUST_LOG:-info}"
 
 LINT_RC=0
 step "cargo fmt --check and clippy"
-# Both ship with the machine's rustup toolchain; a toolchain without them
-# (rustup can't fetch components here) skips the lint rather than the tests.
-if cargo fmt --version >/dev/null 2>&1 && cargo clippy --version >/dev/null 2>&1; then
-    cargo fmt --all -- --check || LINT_RC=$?
-    cargo clippy --workspace --all-targets -- -D warnings || LINT_RC=$?
-else
-    echo "warning: rustfmt/clippy components missing from this toolchain; lint skipped" >&2
-fi
+# ensure-deps.sh installed rustfmt and clippy (or failed): never skip the lint. Without them
+# these commands fail, and the summary says FAILED.
+cargo fmt --all -- --check || LINT_RC=$?
+cargo clippy --workspace --all-targets -- -D warnings || LINT_RC=$?
+
+# Each step's output is also kept in LOGS, so that the summary can say how many tests ran:
+# a step that exits 0 having run no test (a CARGO_TEST_ARGS filter that matches nothing, every
+# pytest test skipped) is reported as FAILED, never as ok.
+LOGS="$(mktemp -d)"
 
 CARGO_RC=0
 step "cargo test"
+set +e
 # shellcheck disable=SC2086
-cargo test ${CARGO_TEST_ARGS:-} || CARGO_RC=$?
+cargo test ${CARGO_TEST_ARGS:-} 2>&1 | tee "$LOGS/cargo-test.log"
+CARGO_RC=${PIPESTATUS[0]}
+set -e
+# "test result: ok. 12 passed; 0 failed; 1 ignored; ..." once per test binary.
+CARGO_COUNTS=$(awk '/^test result:/ {
+        for (i = 1; i <= NF; i++) {
+            if ($(i) ~ /^passed;?$/) p += $(i - 1)
+            if ($(i) ~ /^failed;?$/) f += $(i - 1)
+            if ($(i) ~ /^ignored;?$/) g += $(i - 1)
+        }
+    } END { printf "%d passed, %d failed, %d ignored", p, f, g }' "$LOGS/cargo-test.log")
+if [ "$CARGO_RC" = 0 ] && [ "${CARGO_COUNTS%% *}" = 0 ]; then
+    echo "cargo test exited 0 but ran no test" >&2
+    CARGO_RC=no-tests
+fi
 
 PYTEST_RC=0
 step "pytest tests/python"
+set +e
 # shellcheck disable=SC2086
-python3 -m pytest tests/python -q ${PYTEST_ARGS:-} || PYTEST_RC=$?
+python3 -m pytest tests/python -q ${PYTEST_ARGS:-} 2>&1 | tee "$LOGS/pytest.log"
+PYTEST_RC=${PIPESTATUS[0]}
+set -e
+# pytest's closing line, e.g. "42 passed, 2 skipped in 31.20s" (counts only, no timing).
+PYTEST_COUNTS=$(tail -n 1 "$LOGS/pytest.log" | sed -E 's/^=+ //; s/ in [0-9.]+s.*$//')
 if [ "$PYTEST_RC" = 5 ]; then
     echo "pytest collected no tests (exit 5): tests/python is missing its tests" >&2
+elif [ "$PYTEST_RC" = 0 ] && ! grep -Eq '(^| )[1-9][0-9]* passed' <<<"$PYTEST_COUNTS"; then
+    echo "pytest exited 0 but passed no test: $PYTEST_COUNTS" >&2
+    PYTEST_RC=no-tests
 fi
 
 BENCH_RC=0
 step "bench smoke (fixed + direct, a few seconds each)"
-make bench-smoke || BENCH_RC=$?
+set +e
+make bench-smoke 2>&1 | tee "$LOGS/bench-smoke.log"
+BENCH_RC=${PIPESTATUS[0]}
+set -e
+# Its closing line: "bench-smoke: 6 passed, 0 failed" (the smoke fails itself when it ran none).
+BENCH_COUNTS=$(sed -n 's/^bench-smoke: //p' "$LOGS/bench-smoke.log" | tail -n 1)
 
 step "summary"
-status() { [ "$1" = 0 ] && echo ok || echo "FAILED (exit $1)"; }
+# ok only for a step that ran and passed; the counts say how much it ran.
+status() {
+    case "$1" in
+    0) echo "ok${2:+ ($2)}" ;;
+    no-tests) echo "FAILED (ran no test${2:+: $2})" ;;
+    *) echo "FAILED (exit $1${2:+; $2})" ;;
+    esac
+}
 echo "fmt/clippy:  $(status "$LINT_RC")"
-echo "cargo test:  $(status "$CARGO_RC")"
-echo "pytest:      $(status "$PYTEST_RC")"
-echo "bench smoke: $(status "$BENCH_RC")"
+echo "cargo test:  $(status "$CARGO_RC" "$CARGO_COUNTS")"
+echo "pytest:      $(status "$PYTEST_RC" "$PYTEST_COUNTS")"
+echo "bench smoke: $(status "$BENCH_RC" "$BENCH_COUNTS")"
 if [ "$LINT_RC" != 0 ] || [ "$CARGO_RC" != 0 ] || [ "$PYTEST_RC" != 0 ] || [ "$BENCH_RC" != 0 ]; then
     exit 1
 fi
