@@ -9,7 +9,7 @@ import time
 import pymysql
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, Proxy, mariadb_cli, ringgate_bin
+from conftest import APP_PASSWORD, APP_USER, Proxy, backend_env, mariadb_cli, ringgate_bin
 
 
 def wait_exit(proxy, timeout=15):
@@ -17,6 +17,39 @@ def wait_exit(proxy, timeout=15):
         return proxy.proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         raise AssertionError(f"ringgate did not exit after SIGTERM:\n{proxy.stderr_tail(40)}")
+
+
+def wait_for(what, cond, proxy, timeout=10):
+    """Polls cond() until it holds; fails with what and ringgate's stderr otherwise."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for: {what}\n{proxy.stderr_tail(40)}")
+        time.sleep(0.05)
+
+
+def running_on_backend(marker):
+    """How many server threads are running a statement that contains marker (the backend's own
+    processlist, read directly, not through the proxy)."""
+    b = backend_env()
+    conn = pymysql.connect(host=b["host"], port=b["port"], user=b["user"], password=b["password"])
+    try:
+        cur = conn.cursor()
+        cur.execute(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s AND ID <> CONNECTION_ID()",
+            (f"%{marker}%",),
+        )
+        return cur.fetchone()[0]
+    finally:
+        conn.close()
+
+
+def refused(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return False
+    except ConnectionRefusedError:
+        return True
 
 
 def final_line(proxy):
@@ -34,24 +67,33 @@ def test_sigterm_drains(mode):
         in_tx.begin()
         in_tx.cursor().execute("SELECT 1")
         result = {}
+        marker = f"slept-{time.monotonic_ns()}"
 
         def sleeper():
             cur = busy.cursor()
-            cur.execute("SELECT SLEEP(2), 'slept'")
+            cur.execute(f"SELECT SLEEP(2), '{marker}'")
             result["row"] = cur.fetchone()
 
         t = threading.Thread(target=sleeper)
         t.start()
-        time.sleep(0.5)
+        # SIGTERM only once the command is running on the backend, not after a guessed sleep.
+        wait_for("the SLEEP(2) command running on the backend", lambda: running_on_backend(marker) == 1, proxy)
+        assert proxy.metrics()("ringgate_client_connections") == 3
         proxy.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.4)  # the workers notice on their next 100 ms tick
 
-        # Listeners close at once: a new connect is refused.
+        # Listeners close (on the workers' next 100 ms tick): a new connect is refused.
+        wait_for("the listener refuses connections", lambda: refused(proxy.port), proxy, timeout=3)
         with pytest.raises((ConnectionRefusedError, pymysql.err.OperationalError)):
-            socket.create_connection(("127.0.0.1", proxy.port), timeout=2).recv(1)
             proxy.connect(connect_timeout=2)
 
-        # The idle session was closed between commands.
+        # The idle session is closed between commands; the busy one and the one inside a
+        # transaction stay.
+        wait_for(
+            "the idle session closed",
+            lambda: proxy.metrics()("ringgate_client_connections") == 2,
+            proxy,
+            timeout=3,
+        )
         with pytest.raises(pymysql.err.OperationalError):
             idle.cursor().execute("SELECT 1")
 
@@ -63,7 +105,7 @@ def test_sigterm_drains(mode):
 
         # The command in flight completes with its result.
         t.join(timeout=10)
-        assert result.get("row") == (0, "slept"), result
+        assert result.get("row") == (0, marker), result
 
         assert wait_exit(proxy) == 0, proxy.stderr_tail(40)
         line = final_line(proxy)
