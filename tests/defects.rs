@@ -699,3 +699,65 @@ fn d06_client_and_backend_sockets_have_keepalive_and_user_timeout() {
         wrong.join("\n  ")
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 11, item 4: state that COM_RESET_CONNECTION does not restore
+// ---------------------------------------------------------------------------------------------
+
+/// Client A turns multi-statements on with COM_SET_OPTION and leaves; client B, which never
+/// negotiated CLIENT_MULTI_STATEMENTS, must still get MariaDB's 1064 for a stacked query on
+/// the one pooled connection (`--workers 1`, one backend connection at most). COM_RESET_CONNECTION
+/// keeps the option, so the proxy must not reuse that connection.
+#[test]
+fn s01_com_set_option_does_not_reach_the_next_client() {
+    const MULTI_STATEMENTS: u32 = 1 << 16;
+    let caps = RAW_CAPS & !MULTI_STATEMENTS;
+    let stacked = "SELECT 1; SELECT 2";
+    let mut o = ProxyOpts::new(Mode::Fixed);
+    o.workers = 1;
+    o.backend_pool_size = 1;
+    o.backend_max_connections = 1;
+    let mut proxy = Proxy::start_with(o);
+    let base = baseline(&mut proxy);
+    let addr = proxy_addr(&proxy);
+
+    let mut a = login_with_caps(&addr, APP_USER, APP_PASSWORD, caps);
+    assert!(
+        matches!(query(&mut a, stacked), Reply::Err(1064, _)),
+        "without the flag MariaDB refuses a stacked query"
+    );
+    // COM_SET_OPTION MYSQL_OPTION_MULTI_STATEMENTS_ON; the server answers with an EOF.
+    write_packet(&mut a, 0, &[0x1b, 0x00, 0x00]).unwrap();
+    let (_, eof) = read_packet(&mut a).expect("answer to COM_SET_OPTION");
+    assert_eq!(
+        eof.first(),
+        Some(&0xFE),
+        "EOF after COM_SET_OPTION: {eof:?}"
+    );
+    assert!(
+        matches!(query(&mut a, stacked), Reply::Rows(_)),
+        "after COM_SET_OPTION the stacked query runs for A"
+    );
+    let _second_result = read_reply(&mut a).expect("the second result of A's stacked query");
+    write_packet(&mut a, 0, &[0x01]).unwrap(); // COM_QUIT
+    closed_within(&mut a, Duration::from_secs(5)).expect("closed after COM_QUIT");
+    wait_until(
+        &proxy,
+        Duration::from_secs(5),
+        "A's backend released",
+        || {
+            proxy
+                .metrics()
+                .get(r#"ringgate_backend_connections{state="busy"}"#)
+                == 0.0
+        },
+    );
+
+    let mut b = login_with_caps(&addr, APP_USER, APP_PASSWORD, caps);
+    match query(&mut b, stacked) {
+        Reply::Err(1064, _) => {}
+        other => panic!("client B inherited A's multi-statements option: {other:?}"),
+    }
+    drop(b);
+    assert_no_leaks(&mut proxy, &base, 2);
+}

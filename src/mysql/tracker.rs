@@ -391,6 +391,9 @@ pub struct Tracker {
     stopped: Option<StopReason>,
     /// Bytes of the packet that caused the stop were forwarded in an earlier chunk.
     stop_dirty: bool,
+    /// A COM_SET_OPTION was forwarded: it flips CLIENT_MULTI_STATEMENTS on
+    /// the server's connection, and COM_RESET_CONNECTION does not undo it.
+    set_option_seen: bool,
     poisoned: bool,
     /// Largest client logical packet allowed (`--max-packet-size`).
     max_client_packet: u64,
@@ -409,6 +412,7 @@ impl Tracker {
             stopped: None,
             stop_dirty: false,
             poisoned: false,
+            set_option_seen: false,
             max_client_packet: u64::MAX,
         }
     }
@@ -430,6 +434,7 @@ impl Tracker {
         self.stopped = None;
         self.stop_dirty = false;
         self.poisoned = false;
+        self.set_option_seen = false;
     }
 
     /// Seeds the status flags, e.g. from the OK that ended authentication.
@@ -541,6 +546,9 @@ impl Tracker {
                 let Some(&command) = p.first() else {
                     return Err(TrackError::EmptyCommand);
                 };
+                if command == COM_SET_OPTION {
+                    self.set_option_seen = true;
+                }
                 let state = match classify(command) {
                     CommandClass::Result => RespState::ResultStart,
                     CommandClass::Fetch => RespState::FetchRows,
@@ -808,6 +816,12 @@ impl Tracker {
     /// Status flags of the last OK/EOF the server sent (0 before any).
     pub fn last_status(&self) -> u16 {
         self.last_status
+    }
+
+    /// A COM_SET_OPTION was forwarded in this session: the connection
+    /// carries a multi-statements setting that a reset does not restore.
+    pub fn set_option_seen(&self) -> bool {
+        self.set_option_seen
     }
 
     /// Commands forwarded whose responses are not finished.

@@ -363,7 +363,11 @@ impl Relay {
         let clean = self.tracker.at_command_boundary()
             && !matches!(self.up, Up::Writing { .. })
             && self.down == Down::Idle
-            && !matches!(reason, RelayEnd::TooLarge { .. } | RelayEnd::BackendLost(_));
+            && !matches!(reason, RelayEnd::TooLarge { .. } | RelayEnd::BackendLost(_))
+            // COM_SET_OPTION survives COM_RESET_CONNECTION: a connection
+            // that carries it would give the next client multi-statements
+            // it never negotiated (stacked-query injection), so it goes.
+            && !self.tracker.set_option_seen();
         if !clean {
             out.push(RelayEvent::AbortBackend);
         }

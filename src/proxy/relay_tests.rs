@@ -341,3 +341,20 @@ fn a_half_close_in_the_middle_of_a_command_discards_the_backend() {
     assert_eq!(ended(&out), Some((RelayEnd::ClientGone, false)));
     assert!(out.contains(&RelayEvent::AbortBackend));
 }
+
+#[test]
+fn com_set_option_makes_the_backend_unreusable() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    // COM_SET_OPTION MYSQL_OPTION_MULTI_STATEMENTS_ON.
+    let set = frame(0, &[0x1b, 0, 0]);
+    r.on_client_read(set.len() as i32, &set, now, &mut out);
+    r.on_backend_write(set.len() as i32, now, &mut out);
+    let eof = frame(1, &[0xfe, 0, 0, 2, 0]);
+    r.on_backend_read(eof.len() as i32, &eof, now, &mut out);
+    r.on_client_write(eof.len() as i32, now, &mut out);
+    out.clear();
+    let quit = frame(0, &[0x01]);
+    r.on_client_read(quit.len() as i32, &quit, now, &mut out);
+    assert_eq!(ended(&out), Some((RelayEnd::Quit, false)));
+}
