@@ -1,32 +1,8 @@
 //! The backend connection machine without a socket.
 
+use super::super::test_packets::{framed, greeting};
 use super::*;
-use crate::mysql::handshake::{build_greeting, Greeting};
 use crate::mysql::reply::{err_payload, ok_payload};
-
-const SERVER_CAPS: u32 = 0xf7fe_ffff & !CLIENT_SSL;
-
-fn framed(seq: u8, payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::new();
-    write_packet(&mut v, seq, payload);
-    v
-}
-
-fn greeting() -> Vec<u8> {
-    framed(
-        0,
-        &build_greeting(&Greeting {
-            protocol_version: 10,
-            server_version: "10.11.0-MariaDB".into(),
-            connection_id: 7,
-            scramble: b"abcdefghijklmnopqrst".to_vec(),
-            capabilities: SERVER_CAPS,
-            charset: UTF8MB4_GENERAL_CI,
-            status: SERVER_STATUS_AUTOCOMMIT,
-            auth_plugin: "mysql_native_password".into(),
-        }),
-    )
-}
 
 fn creds() -> BackendCredentials<'static> {
     BackendCredentials {

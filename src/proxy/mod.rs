@@ -26,6 +26,9 @@ mod session;
 mod slab;
 pub mod worker;
 
+#[cfg(test)]
+mod test_packets;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};

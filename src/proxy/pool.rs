@@ -54,6 +54,18 @@ pub struct Pooled {
     busy: bool,
 }
 
+impl Pooled {
+    /// Enter or leave the busy gauge (leased, including while its schema
+    /// is being selected), counting each connection once.
+    fn set_busy(&mut self, busy: bool, metrics: &WorkerMetrics) {
+        if self.busy != busy {
+            self.busy = busy;
+            let delta = if busy { 1 } else { -1 };
+            metrics.backend_busy.fetch_add(delta, Relaxed);
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PoolEvent {
     /// Open a connection: the driver makes a socket and calls
@@ -272,13 +284,7 @@ impl Pool {
             return;
         };
         p.leased_to = Some(req.session);
-        if !p.busy {
-            p.busy = true;
-            metrics
-                .worker(self.worker)
-                .backend_busy
-                .fetch_add(1, Relaxed);
-        }
+        p.set_busy(true, metrics.worker(self.worker));
         let mut bo = Vec::new();
         p.conn.lease(req.schema.as_deref(), now, &mut bo);
         self.apply(id, bo, now, out);
@@ -360,13 +366,7 @@ impl Pool {
             return;
         };
         p.leased_to = None;
-        if p.busy {
-            p.busy = false;
-            metrics
-                .worker(self.worker)
-                .backend_busy
-                .fetch_sub(1, Relaxed);
-        }
+        p.set_busy(false, metrics.worker(self.worker));
         let mut bo = Vec::new();
         p.conn.release(clean && !draining, now, &mut bo);
         self.apply(id, bo, now, out);
@@ -390,13 +390,7 @@ impl Pool {
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
             return;
         };
-        if p.busy {
-            p.busy = false;
-            metrics
-                .worker(self.worker)
-                .backend_busy
-                .fetch_sub(1, Relaxed);
-        }
+        p.set_busy(false, metrics.worker(self.worker));
         let mut bo = Vec::new();
         p.conn.close(&mut bo);
         for o in bo {
@@ -519,13 +513,7 @@ impl Pool {
                 let Some(p) = self.slots.get_mut(id.index, id.generation) else {
                     return;
                 };
-                if p.busy {
-                    p.busy = false;
-                    metrics
-                        .worker(self.worker)
-                        .backend_busy
-                        .fetch_sub(1, Relaxed);
-                }
+                p.set_busy(false, metrics.worker(self.worker));
                 if let Some(session) = p.leased_to.take() {
                     out.push(PoolEvent::LeaseFailed {
                         session,

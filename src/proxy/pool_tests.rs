@@ -1,12 +1,11 @@
 //! The pool without a backend: sockets are socketpairs (for the liveness
 //! probe), bytes from the "server" are put into the buffers directly.
 
+use super::super::test_packets::{framed, greeting};
 use super::*;
 use crate::buffers::{BufferPool, Owner};
 use crate::metrics::BufferMode;
 use crate::mysql::constants::*;
-use crate::mysql::handshake::{build_greeting, Greeting};
-use crate::mysql::packet::write_packet;
 use crate::mysql::reply::ok_payload;
 use socket2::{Domain, Socket, Type};
 
@@ -17,28 +16,6 @@ struct Harness {
     /// The far ends of the socketpairs, kept open so probes see a live peer.
     peers: Vec<Socket>,
     now: Instant,
-}
-
-fn framed(seq: u8, payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::new();
-    write_packet(&mut v, seq, payload);
-    v
-}
-
-fn greeting() -> Vec<u8> {
-    framed(
-        0,
-        &build_greeting(&Greeting {
-            protocol_version: 10,
-            server_version: "10.11.0-MariaDB".into(),
-            connection_id: 7,
-            scramble: b"abcdefghijklmnopqrst".to_vec(),
-            capabilities: 0xf7fe_ffff & !CLIENT_SSL,
-            charset: UTF8MB4_GENERAL_CI,
-            status: SERVER_STATUS_AUTOCOMMIT,
-            auth_plugin: "mysql_native_password".into(),
-        }),
-    )
 }
 
 fn sid(i: u32) -> SessionId {

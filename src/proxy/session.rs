@@ -167,6 +167,8 @@ pub struct Session {
     has_backend: bool,
     /// Waiting in the pool's queue.
     leasing: bool,
+    /// Reused for the relay's events (no allocation per completion).
+    relay_scratch: Vec<RelayEvent>,
 }
 
 fn packet(seq: u8, payload: &[u8]) -> (Vec<u8>, u8) {
@@ -189,6 +191,7 @@ impl Session {
             tracker: None,
             has_backend: false,
             leasing: false,
+            relay_scratch: Vec::new(),
         };
         if n.over_limit {
             out.push(SessionAction::Reject(RejectReason::MaxConnections));
@@ -318,10 +321,10 @@ impl Session {
                 });
                 let tracker = self.tracker.take().unwrap_or_else(|| Tracker::new(false));
                 let mut relay = Box::new(Relay::new(tracker, ctx.now));
-                let mut events = Vec::new();
+                let mut events = std::mem::take(&mut self.relay_scratch);
                 relay.start(buffered, ctx.now, &mut events);
                 self.state = State::Relay(relay);
-                self.apply_relay(events, ctx, out);
+                self.apply_relay(&mut events, ctx, out);
             }
             other => {
                 self.state = other;
@@ -343,9 +346,9 @@ impl Session {
         out: &mut Vec<SessionAction>,
     ) {
         if let State::Relay(relay) = &mut self.state {
-            let mut events = Vec::new();
+            let mut events = std::mem::take(&mut self.relay_scratch);
             relay.on_client_read(res, data, ctx.now, &mut events);
-            return self.apply_relay(events, ctx, out);
+            return self.apply_relay(&mut events, ctx, out);
         }
         if self.is_closed() {
             return;
@@ -525,9 +528,9 @@ impl Session {
     /// The relay's write to the backend completed.
     pub fn on_backend_write(&mut self, res: i32, ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
         if let State::Relay(relay) = &mut self.state {
-            let mut events = Vec::new();
+            let mut events = std::mem::take(&mut self.relay_scratch);
             relay.on_backend_write(res, ctx.now, &mut events);
-            self.apply_relay(events, ctx, out);
+            self.apply_relay(&mut events, ctx, out);
         }
     }
 
@@ -540,9 +543,9 @@ impl Session {
         out: &mut Vec<SessionAction>,
     ) {
         if let State::Relay(relay) = &mut self.state {
-            let mut events = Vec::new();
+            let mut events = std::mem::take(&mut self.relay_scratch);
             relay.on_backend_read(res, data, ctx.now, &mut events);
-            self.apply_relay(events, ctx, out);
+            self.apply_relay(&mut events, ctx, out);
         }
     }
 
@@ -554,9 +557,9 @@ impl Session {
         out: &mut Vec<SessionAction>,
     ) {
         if let State::Relay(relay) = &mut self.state {
-            let mut events = Vec::new();
+            let mut events = std::mem::take(&mut self.relay_scratch);
             relay.on_client_write(res, ctx.now, &mut events);
-            self.apply_relay(events, ctx, out);
+            self.apply_relay(&mut events, ctx, out);
         }
     }
 
@@ -579,9 +582,9 @@ impl Session {
         match &mut self.state {
             State::Lingering { until } if ctx.now >= *until => self.close(out),
             State::Relay(relay) => {
-                let mut events = Vec::new();
+                let mut events = std::mem::take(&mut self.relay_scratch);
                 relay.on_tick(ctx.now, &ctx.timeouts, ctx.draining, &mut events);
-                self.apply_relay(events, ctx, out);
+                self.apply_relay(&mut events, ctx, out);
             }
             _ => {}
         }
@@ -591,21 +594,23 @@ impl Session {
     pub fn cut(&mut self, ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
         if let State::Relay(relay) = &mut self.state {
             if !relay.is_ended() {
-                let mut events = Vec::new();
+                let mut events = std::mem::take(&mut self.relay_scratch);
                 relay.abort(RelayEnd::Drained, &mut events);
-                return self.apply_relay(events, ctx, out);
+                return self.apply_relay(&mut events, ctx, out);
             }
         }
         self.close(out)
     }
 
+    /// Act on the relay's events, then keep the emptied vector as the
+    /// scratch for the next completion, so the relay path does not allocate.
     fn apply_relay(
         &mut self,
-        events: Vec<RelayEvent>,
+        events: &mut Vec<RelayEvent>,
         ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,
     ) {
-        for event in events {
+        for event in events.drain(..) {
             match event {
                 RelayEvent::Op(op) => out.push(SessionAction::Relay(op)),
                 RelayEvent::CommandStarted => out.push(SessionAction::CommandStarted),
@@ -614,6 +619,7 @@ impl Session {
                 RelayEvent::Ended { reason, clean } => self.on_relay_end(reason, clean, ctx, out),
             }
         }
+        self.relay_scratch = std::mem::take(events);
     }
 
     /// The relay ended and nothing names the backend any more: release it

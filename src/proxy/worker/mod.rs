@@ -161,6 +161,9 @@ pub struct Worker {
     pool_q: VecDeque<PoolEvent>,
     /// The time of the batch being handled.
     now: Instant,
+    /// Reused for what a session handler returns (no allocation per
+    /// completion on the relay path).
+    action_scratch: Vec<SessionAction>,
 }
 
 fn leak<T>(v: T) -> &'static T {
@@ -283,6 +286,7 @@ impl Worker {
             session_q: VecDeque::new(),
             pool_q: VecDeque::new(),
             now: Instant::now(),
+            action_scratch: Vec::new(),
             shared,
         };
         Ok((worker, startup))
@@ -375,13 +379,13 @@ impl Worker {
         sid: SessionId,
         f: impl FnOnce(&mut Session, &ConnIo, &SessionCtx, &mut Vec<SessionAction>),
     ) {
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.action_scratch);
         let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
-            return;
-        };
-        f(&mut slot.session, &slot.io, &ctx, &mut out);
-        self.session_q.extend(out.into_iter().map(|a| (sid, a)));
+        if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+            f(&mut slot.session, &slot.io, &ctx, &mut out);
+        }
+        self.session_q.extend(out.drain(..).map(|a| (sid, a)));
+        self.action_scratch = out;
     }
 
     // ---- time ----

@@ -117,13 +117,14 @@ impl Worker {
             self.try_finish_session(sid);
             return self.try_finish_backend(backend);
         }
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.action_scratch);
         let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
         let data = b.io.buf.as_ref().map_or(&[][..], |b| b.filled());
         if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
             slot.session.on_backend_read(res, data, &ctx, &mut out);
         }
-        self.session_q.extend(out.into_iter().map(|a| (sid, a)));
+        self.session_q.extend(out.drain(..).map(|a| (sid, a)));
+        self.action_scratch = out;
         self.try_finish_backend(backend);
     }
 
