@@ -322,6 +322,9 @@ impl Worker {
                 self.dispatch(cqe.user_data, cqe.result, cqe.flags);
                 self.drive();
             }
+            // Three relaxed stores: cheap enough per batch, and a scrape
+            // right after a failure sees it (a per-tick export raced tests).
+            self.export_ring_stats();
             let mut events = Vec::new();
             self.pool.serve_waiters(self.now, &mut events);
             self.pool_q.extend(events);
@@ -415,7 +418,6 @@ impl Worker {
         let mut events = Vec::new();
         self.pool.on_tick(now, &mut events);
         self.pool_q.extend(events);
-        self.export_ring_stats();
         self.submit(ops::timeout(self.tick_ts, Token::new(OpTag::Tick, 0, 0)));
     }
 
