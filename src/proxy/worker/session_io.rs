@@ -5,6 +5,15 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::*;
 
+/// A relay operation with the byte range a write covers (a write that
+/// completes partly is resubmitted from where it stopped).
+#[derive(Clone, Copy)]
+pub(super) enum RelayIo {
+    UpWrite { pos: usize, end: usize },
+    DownRead,
+    DownWrite { pos: usize, end: usize },
+}
+
 impl Worker {
     // ---- session completions ----
 
@@ -88,7 +97,7 @@ impl Worker {
             slot.up_write.0 += res as usize;
             let (pos, end) = slot.up_write;
             if pos < end {
-                return self.relay_write_backend(sid, pos, end);
+                return self.relay_submit(sid, RelayIo::UpWrite { pos, end });
             }
             if let Some(buf) = slot.io.buf.as_mut() {
                 buf.clear();
@@ -158,7 +167,7 @@ impl Worker {
             slot.down_write.0 += res as usize;
             let (pos, end) = slot.down_write;
             if pos < end {
-                return self.relay_write_client(sid, pos, end);
+                return self.relay_submit(sid, RelayIo::DownWrite { pos, end });
             }
             if let Some(buf) = backend
                 .and_then(|b| self.pool.get_mut(b))
@@ -217,12 +226,12 @@ impl Worker {
             SessionAction::Relay(RelayOp::ReadClient) => self.client_read(sid, true),
             SessionAction::Relay(RelayOp::WriteBackend { end }) => {
                 slot.up_write = (0, end);
-                self.relay_write_backend(sid, 0, end)
+                self.relay_submit(sid, RelayIo::UpWrite { pos: 0, end })
             }
-            SessionAction::Relay(RelayOp::ReadBackend) => self.relay_read_backend(sid),
+            SessionAction::Relay(RelayOp::ReadBackend) => self.relay_submit(sid, RelayIo::DownRead),
             SessionAction::Relay(RelayOp::WriteClient { end }) => {
                 slot.down_write = (0, end);
-                self.relay_write_client(sid, 0, end)
+                self.relay_submit(sid, RelayIo::DownWrite { pos: 0, end })
             }
             SessionAction::AbortBackend => {
                 if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
@@ -283,54 +292,40 @@ impl Worker {
         self.submit(sqe);
     }
 
-    pub(super) fn relay_write_backend(&mut self, sid: SessionId, pos: usize, end: usize) {
+    /// Submit one relay operation for `sid`. Up writes send the session's
+    /// buffer to the backend's socket; down reads and writes use the
+    /// backend's buffer, on the backend's and the client's socket. The op
+    /// is counted on the socket it names and on the session its token names.
+    pub(super) fn relay_submit(&mut self, sid: SessionId, io: RelayIo) {
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
         let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) else {
+            // The session keeps its backend until the relay has ended, so
+            // the relay never asks for this without one.
+            debug_assert!(false, "relay operation without a leased backend");
             return;
         };
-        let Some(buf) = slot.io.buf.as_mut() else {
+        let (client_fd, backend_fd) = (slot.io.fd(), b.io.fd());
+        let (buf, tag) = match io {
+            RelayIo::UpWrite { .. } => (slot.io.buf.as_mut(), OpTag::UpWrite),
+            RelayIo::DownRead => (b.io.buf.as_mut(), OpTag::DownRead),
+            RelayIo::DownWrite { .. } => (b.io.buf.as_mut(), OpTag::DownWrite),
+        };
+        let Some(buf) = buf else {
+            debug_assert!(false, "relay operation on a released buffer");
             return;
         };
-        let token = Token::new(OpTag::UpWrite, sid.index, sid.generation);
-        let sqe = buf.write_sqe(b.io.fd(), pos, end, token.into());
-        b.io.op_started();
-        slot.relay_ops += 1;
-        self.submit(sqe);
-    }
-
-    pub(super) fn relay_read_backend(&mut self, sid: SessionId) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
-            return;
+        let user_data = Token::new(tag, sid.index, sid.generation).into();
+        let sqe = match io {
+            RelayIo::UpWrite { pos, end } => buf.write_sqe(backend_fd, pos, end, user_data),
+            RelayIo::DownRead => buf.read_sqe(backend_fd, user_data),
+            RelayIo::DownWrite { pos, end } => buf.write_sqe(client_fd, pos, end, user_data),
         };
-        let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) else {
-            return;
-        };
-        let fd = b.io.fd();
-        let Some(buf) = b.io.buf.as_mut() else {
-            return;
-        };
-        let token = Token::new(OpTag::DownRead, sid.index, sid.generation);
-        let sqe = buf.read_sqe(fd, token.into());
-        b.io.op_started();
-        slot.relay_ops += 1;
-        self.submit(sqe);
-    }
-
-    pub(super) fn relay_write_client(&mut self, sid: SessionId, pos: usize, end: usize) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
-            return;
-        };
-        let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) else {
-            return;
-        };
-        let Some(buf) = b.io.buf.as_mut() else {
-            return;
-        };
-        let token = Token::new(OpTag::DownWrite, sid.index, sid.generation);
-        let sqe = buf.write_sqe(slot.io.fd(), pos, end, token.into());
-        slot.io.op_started();
+        match io {
+            RelayIo::UpWrite { .. } | RelayIo::DownRead => b.io.op_started(),
+            RelayIo::DownWrite { .. } => slot.io.op_started(),
+        }
         slot.relay_ops += 1;
         self.submit(sqe);
     }
