@@ -16,9 +16,8 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{backend_env, Mode, Proxy, ProxyOpts, APP_PASSWORD, APP_USER};
+use common::{backend_env, direct_conn, Mode, Proxy, ProxyOpts, APP_PASSWORD, APP_USER};
 use mysql::prelude::Queryable;
-use mysql::{Conn, OptsBuilder};
 use relsupport::*;
 use ringgate::mysql::auth::native_token;
 use ringgate::mysql::constants::*;
@@ -183,21 +182,6 @@ fn query(s: &mut TcpStream, sql: &str) -> Reply {
 
 fn proxy_addr(p: &Proxy) -> String {
     format!("127.0.0.1:{}", p.port)
-}
-
-/// A `mysql` crate connection straight to the sandbox, as the backend user (setup and
-/// comparisons that must not go through the proxy).
-fn direct_conn() -> Conn {
-    let b = backend_env();
-    let opts = OptsBuilder::new()
-        .ip_or_hostname(Some(b.host.clone()))
-        .tcp_port(b.port)
-        .user(Some(b.user.clone()))
-        .pass(Some(b.password.clone()))
-        .db_name(Some(common::TEST_DB))
-        .prefer_socket(false)
-        .read_timeout(Some(Duration::from_secs(30)));
-    Conn::new(opts).expect("direct connection to the sandbox")
 }
 
 // ---------------------------------------------------------------------------------------------

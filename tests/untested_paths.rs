@@ -14,10 +14,12 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::{backend_env, tail, Metrics, Mode, Proxy, ProxyOpts, APP_PASSWORD, APP_USER};
+use common::{
+    backend_env, direct_conn, tail, Metrics, Mode, Proxy, ProxyOpts, APP_PASSWORD, APP_USER,
+};
 use mysql::consts::CapabilityFlags;
 use mysql::prelude::Queryable;
-use mysql::{Conn, OptsBuilder};
+use mysql::Conn;
 use relsupport::*;
 use ringgate::mysql::auth::native_token;
 use ringgate::mysql::constants::*;
@@ -28,20 +30,6 @@ const BUSY: &str = r#"ringgate_backend_connections{state="busy"}"#;
 
 fn discarded(m: &Metrics) -> f64 {
     m.get("ringgate_backend_discarded_total")
-}
-
-/// A `mysql` crate connection straight to the sandbox as the backend user, in the test schema.
-fn direct_conn() -> Conn {
-    let b = backend_env();
-    let opts = OptsBuilder::new()
-        .ip_or_hostname(Some(b.host.clone()))
-        .tcp_port(b.port)
-        .user(Some(b.user.clone()))
-        .pass(Some(b.password.clone()))
-        .db_name(Some(common::TEST_DB))
-        .prefer_socket(false)
-        .read_timeout(Some(Duration::from_secs(30)));
-    Conn::new(opts).expect("direct connection to the sandbox")
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -835,3 +835,18 @@ macro_rules! both_modes {
         }
     };
 }
+
+/// A `mysql` crate connection straight to the sandbox, as the backend user, in the test schema
+/// (setup and comparisons that must not go through the proxy).
+pub fn direct_conn() -> Conn {
+    let b = backend_env();
+    let opts = OptsBuilder::new()
+        .ip_or_hostname(Some(b.host.clone()))
+        .tcp_port(b.port)
+        .user(Some(b.user.clone()))
+        .pass(Some(b.password.clone()))
+        .db_name(Some(TEST_DB))
+        .prefer_socket(false)
+        .read_timeout(Some(Duration::from_secs(30)));
+    Conn::new(opts).expect("direct connection to the sandbox")
+}
