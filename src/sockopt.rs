@@ -19,9 +19,8 @@
 //! Both are kernel timers: they cost nothing on the data path.
 
 use std::io;
-use std::os::fd::BorrowedFd;
 
-use socket2::{Protocol, SockRef, Socket, TcpKeepalive, Type};
+use socket2::{Protocol, Socket, TcpKeepalive, Type};
 
 use crate::config::Config;
 
@@ -49,12 +48,6 @@ pub fn apply_tcp_options(sock: &Socket, cfg: &Config) -> io::Result<()> {
     Ok(())
 }
 
-/// [`apply_tcp_options`] for a socket known only by its fd (an accept or
-/// socket completion from the ring). The fd stays owned by the caller.
-pub fn apply_tcp_options_to_fd(fd: BorrowedFd<'_>, cfg: &Config) -> io::Result<()> {
-    apply_tcp_options(&SockRef::from(&fd), cfg)
-}
-
 /// True for an IPv4/IPv6 stream socket whose protocol is TCP (or unstated,
 /// which for an inet stream socket means TCP).
 fn is_tcp(sock: &Socket) -> io::Result<bool> {
@@ -73,7 +66,7 @@ fn is_tcp(sock: &Socket) -> io::Result<bool> {
 mod tests {
     use super::*;
     use clap::Parser;
-    use socket2::Domain;
+    use socket2::{Domain, SockRef};
     use std::net::{SocketAddr, TcpListener};
     use std::time::Duration;
 
@@ -135,12 +128,8 @@ mod tests {
     }
 
     #[test]
-    fn works_on_a_borrowed_fd_and_on_an_unconnected_socket() {
-        use std::os::fd::AsFd;
+    fn works_on_an_unconnected_socket() {
         let cfg = config(&[]);
-        let (client, _server) = tcp_pair();
-        apply_tcp_options_to_fd(client.as_fd(), &cfg).unwrap();
-        assert!(client.keepalive().unwrap());
         // A backend socket is configured before its connect is submitted.
         let fresh = Socket::new(Domain::IPV6, Type::STREAM, None).unwrap();
         apply_tcp_options(&fresh, &cfg).unwrap();
