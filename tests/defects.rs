@@ -745,3 +745,81 @@ fn s01_com_set_option_does_not_reach_the_next_client() {
     drop(b);
     assert_no_leaks(&mut proxy, &base, 2);
 }
+
+/// Client A leaves every kind of session state on its backend connection: a user variable, a
+/// session variable, a temporary table, a text PREPARE and a binary COM_STMT_PREPARE. Client B
+/// gets the same server connection (same CONNECTION_ID(), `--workers 1`, one backend connection
+/// at most) and must see none of it, as on a fresh connection.
+#[test]
+fn s02_session_state_does_not_reach_the_next_client() {
+    let caps = RAW_CAPS;
+    let mut o = ProxyOpts::new(Mode::Fixed);
+    o.workers = 1;
+    o.backend_pool_size = 1;
+    o.backend_max_connections = 1;
+    let mut proxy = Proxy::start_with(o);
+    let base = baseline(&mut proxy);
+    let addr = proxy_addr(&proxy);
+
+    let mut a = login_with_caps(&addr, APP_USER, APP_PASSWORD, caps);
+    let thread_a = single_value(query(&mut a, "SELECT CONNECTION_ID()"));
+    for sql in [
+        "SET @leak = 42",
+        "SET SESSION wait_timeout = 77",
+        "CREATE TEMPORARY TABLE ringgate_test.leak_tmp (a INT)",
+        "PREPARE leak_stmt FROM 'SELECT 1'",
+    ] {
+        assert!(
+            matches!(query(&mut a, sql), Reply::Ok(_)),
+            "client A: {sql}"
+        );
+    }
+    // COM_STMT_PREPARE "SELECT 1": OK with the statement id, then one column definition + EOF.
+    write_packet(&mut a, 0, b"\x16SELECT 1").unwrap();
+    let (_, prep) = read_packet(&mut a).expect("COM_STMT_PREPARE answer");
+    assert_eq!(prep.first(), Some(&0x00), "prepare OK: {prep:?}");
+    let stmt_id = [prep[1], prep[2], prep[3], prep[4]];
+    for _ in 0..2 {
+        read_packet(&mut a).expect("column definition / EOF");
+    }
+    write_packet(&mut a, 0, &[0x01]).unwrap(); // COM_QUIT
+    closed_within(&mut a, Duration::from_secs(5)).expect("closed after COM_QUIT");
+    wait_until(&proxy, Duration::from_secs(5), "A's backend reset", || {
+        proxy
+            .metrics()
+            .get(r#"ringgate_backend_connections{state="idle"}"#)
+            == 1.0
+    });
+
+    let mut b = login_with_caps(&addr, APP_USER, APP_PASSWORD, caps);
+    assert_eq!(
+        single_value(query(&mut b, "SELECT CONNECTION_ID()")),
+        thread_a,
+        "B must reuse A's server connection, or this test proves nothing"
+    );
+    assert_eq!(single_value(query(&mut b, "SELECT @leak")), "NULL");
+    assert_ne!(
+        single_value(query(&mut b, "SELECT @@session.wait_timeout")),
+        "77"
+    );
+    assert!(matches!(
+        query(&mut b, "SELECT * FROM ringgate_test.leak_tmp"),
+        Reply::Err(1146, _)
+    ));
+    assert!(matches!(
+        query(&mut b, "EXECUTE leak_stmt"),
+        Reply::Err(1243, _)
+    ));
+    let mut execute = vec![0x17];
+    execute.extend_from_slice(&stmt_id);
+    execute.extend_from_slice(&[0x00, 1, 0, 0, 0]);
+    write_packet(&mut b, 0, &execute).unwrap();
+    let (_, err) = read_packet(&mut b).expect("COM_STMT_EXECUTE answer");
+    assert_eq!(
+        err_code(&err),
+        Some(1243),
+        "A's prepared statement id is unknown to B"
+    );
+    drop(b);
+    assert_no_leaks(&mut proxy, &base, 2);
+}
