@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{Config, ReadBufferMode};
 use crate::listen_guard;
+use crate::mysql::auth::Credential;
 use crate::mysql::client_login::{ClientLogin, LoginError, LoginParams, LoginStep};
 use crate::mysql::constants::{COM_QUIT, NATIVE_LOGIN_CAPS, UTF8MB4_GENERAL_CI};
 use crate::mysql::packet::{split_packet, write_packet};
@@ -791,7 +792,7 @@ pub fn backend_login(cfg: &Config, timeout: Duration) -> Result<String, BackendE
     s.set_write_timeout(Some(timeout))?;
     let mut login = ClientLogin::new(LoginParams {
         user: cfg.backend_user.clone(),
-        password: cfg.backend_password.as_bytes().to_vec(),
+        credential: Credential::Plaintext(cfg.backend_password.as_bytes().to_vec()),
         database: None,
         capabilities: NATIVE_LOGIN_CAPS,
         collation: UTF8MB4_GENERAL_CI,

@@ -6,6 +6,8 @@
 //! `SHA1(scramble ++ stage2)` yields the candidate `SHA1(pw)`, whose SHA1 must
 //! equal `stage2`. So the proxy never needs to keep plaintext passwords.
 
+use std::fmt;
+
 use sha1::{Digest, Sha1};
 
 /// The plugin the proxy authenticates clients with (and the backends with).
@@ -58,6 +60,79 @@ pub fn native_stage2(password: &[u8]) -> [u8; 20] {
     sha1(&[&sha1(&[password])])
 }
 
+/// `SHA1(password)`: all that a mysql_native_password login needs, and
+/// what the proxy recovers from a client's login (see [`native_recover`]).
+/// It is a password equivalent for that plugin, so `Debug` never shows it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Stage1([u8; SCRAMBLE_LEN]);
+
+impl Stage1 {
+    pub fn of_password(password: &[u8]) -> Stage1 {
+        Stage1(sha1(&[password]))
+    }
+
+    /// `SHA1(stage1)`: the stage2 hash a server stores.
+    pub fn stage2(&self) -> [u8; 20] {
+        sha1(&[&self.0])
+    }
+
+    /// The 20-byte token that proves it for `scramble`:
+    /// `stage1 XOR SHA1(scramble ++ SHA1(stage1))`.
+    pub fn token(&self, scramble: &[u8]) -> Vec<u8> {
+        let mix = sha1(&[scramble, &self.stage2()]);
+        self.0.iter().zip(mix.iter()).map(|(a, b)| a ^ b).collect()
+    }
+}
+
+impl fmt::Debug for Stage1 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Stage1(<redacted>)")
+    }
+}
+
+/// What a client side of mysql_native_password logs in with: the password
+/// itself (`--backend-password`, `ringgate check`), or its [`Stage1`]
+/// (recovered from a client's own login, or from a users-file
+/// `BackendPassword`). `Debug` never shows either.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum Credential {
+    /// The password; empty means the empty password (an empty auth response).
+    Plaintext(Vec<u8>),
+    /// `SHA1(password)` of a non-empty password.
+    Stage1(Stage1),
+}
+
+impl Credential {
+    /// The auth response for `scramble`. By protocol convention the empty
+    /// password is sent as an empty response, not as a 20-byte token.
+    pub fn token(&self, scramble: &[u8]) -> Vec<u8> {
+        match self {
+            Credential::Plaintext(p) => native_token(p, scramble),
+            Credential::Stage1(s) => s.token(scramble),
+        }
+    }
+
+    /// The stage1 this credential proves, `None` for the empty password:
+    /// two credentials with the same stage1 log in identically.
+    pub fn stage1(&self) -> Option<Stage1> {
+        match self {
+            Credential::Plaintext(p) if p.is_empty() => None,
+            Credential::Plaintext(p) => Some(Stage1::of_password(p)),
+            Credential::Stage1(s) => Some(*s),
+        }
+    }
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credential::Plaintext(p) if p.is_empty() => f.write_str("Plaintext(<empty>)"),
+            Credential::Plaintext(_) => f.write_str("Plaintext(<redacted>)"),
+            Credential::Stage1(_) => f.write_str("Stage1(<redacted>)"),
+        }
+    }
+}
+
 /// The client-side auth response for `mysql_native_password`.
 ///
 /// By protocol convention an empty password is sent as an empty auth
@@ -66,10 +141,7 @@ pub fn native_token(password: &[u8], scramble: &[u8]) -> Vec<u8> {
     if password.is_empty() {
         return Vec::new();
     }
-    let stage1 = sha1(&[password]);
-    let stage2 = sha1(&[&stage1]);
-    let mix = sha1(&[scramble, &stage2]);
-    stage1.iter().zip(mix.iter()).map(|(a, b)| a ^ b).collect()
+    Stage1::of_password(password).token(scramble)
 }
 
 /// Verifies a client's native-password token against a stored stage2 hash.
@@ -80,18 +152,30 @@ pub fn native_token(password: &[u8], scramble: &[u8]) -> Vec<u8> {
 /// final comparison is constant-time so response timing does not leak how
 /// many hash bytes matched.
 pub fn native_verify(stage2: &[u8; 20], scramble: &[u8], token: &[u8]) -> bool {
+    native_recover(stage2, scramble, token).is_some()
+}
+
+/// Verifies a client's token like [`native_verify`] and, when it is good,
+/// returns what it proves: the client's [`Credential`], with which the proxy
+/// can log in to the backend as that client without ever knowing the
+/// password (ProxySQL does the same).
+///
+/// The token is `stage1 XOR SHA1(scramble ++ stage2)`, so XORing it with
+/// `SHA1(scramble ++ stage2)` gives a candidate stage1, which is the real
+/// one exactly when `SHA1(candidate) == stage2`.
+pub fn native_recover(stage2: &[u8; 20], scramble: &[u8], token: &[u8]) -> Option<Credential> {
     if token.is_empty() {
-        return ct_eq(stage2, &native_stage2(b""));
+        return ct_eq(stage2, &native_stage2(b"")).then(|| Credential::Plaintext(Vec::new()));
     }
     if token.len() != SCRAMBLE_LEN {
-        return false;
+        return None;
     }
     let mix = sha1(&[scramble, stage2]);
     let mut candidate = [0u8; 20];
     for ((c, t), m) in candidate.iter_mut().zip(token).zip(mix.iter()) {
         *c = t ^ m;
     }
-    ct_eq(&sha1(&[&candidate]), stage2)
+    ct_eq(&sha1(&[&candidate]), stage2).then_some(Credential::Stage1(Stage1(candidate)))
 }
 
 /// Constant-time equality of two 20-byte digests.
@@ -218,6 +302,98 @@ mod tests {
         let empty = native_stage2(b"");
         assert!(native_verify(&empty, &scramble, &[]));
         assert!(!native_verify(&native_stage2(b"x"), &scramble, &[]));
+    }
+
+    /// A real exchange with MariaDB 10.11 (the sandbox): user `vec_user`,
+    /// password `vec-secret`, the `mariadb` CLI (`--skip-ssl`) logging in
+    /// through a capturing relay. The scramble is the greeting's 8 + 12
+    /// bytes, the token the HandshakeResponse41's auth response; the server
+    /// answered OK.
+    const REAL_SCRAMBLE: &str = "402123284251522a773b5e493465237b666a6128";
+    const REAL_TOKEN: &str = "1a535a1908c11dc0fb4075da17445740662ff88e";
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn stage1_is_recovered_from_a_real_mariadb_login() {
+        let stage2 = native_stage2(b"vec-secret");
+        let scramble = unhex(REAL_SCRAMBLE);
+        let token = unhex(REAL_TOKEN);
+        let got = native_recover(&stage2, &scramble, &token).expect("the server accepted it");
+        assert_eq!(got.stage1(), Some(Stage1::of_password(b"vec-secret")));
+        // What the proxy sends the backend for another scramble is exactly
+        // what a client knowing the password would send.
+        let backend_scramble: Vec<u8> = (40..60).collect();
+        assert_eq!(
+            got.token(&backend_scramble),
+            native_token(b"vec-secret", &backend_scramble)
+        );
+        // A flipped bit, another scramble or another stored hash: nothing.
+        let mut bad = token.clone();
+        bad[7] ^= 1;
+        assert_eq!(native_recover(&stage2, &scramble, &bad), None);
+        assert_eq!(native_recover(&stage2, &backend_scramble, &token), None);
+        assert_eq!(
+            native_recover(&native_stage2(b"vec-secreT"), &scramble, &token),
+            None
+        );
+    }
+
+    #[test]
+    fn recovery_by_the_published_algorithm() {
+        // token = SHA1(pw) XOR SHA1(scramble ++ SHA1(SHA1(pw))), computed
+        // here step by step, independently of `native_token`.
+        let scramble: Vec<u8> = (1..=20).collect();
+        let stage1 = sha1(&[b"password"]);
+        let stage2 = sha1(&[&stage1]);
+        assert_eq!(
+            hex_upper(&stage2),
+            "2470C0C06DEE42FD1618BB99005ADCA2EC9D1E19"
+        );
+        let mix = sha1(&[&scramble, &stage2]);
+        let token: Vec<u8> = stage1.iter().zip(mix).map(|(a, b)| a ^ b).collect();
+        let got = native_recover(&stage2, &scramble, &token).unwrap();
+        assert_eq!(got, Credential::Stage1(Stage1(stage1)));
+        // Random scrambles round-trip through both credential forms.
+        for _ in 0..20 {
+            let s = new_scramble().unwrap();
+            let c = native_recover(&stage2, &s, &native_token(b"password", &s)).unwrap();
+            let other = new_scramble().unwrap();
+            assert_eq!(
+                c.token(&other),
+                Credential::Plaintext(b"password".to_vec()).token(&other)
+            );
+        }
+    }
+
+    #[test]
+    fn empty_password_recovers_the_empty_credential() {
+        let scramble = new_scramble().unwrap();
+        let empty = native_stage2(b"");
+        let c = native_recover(&empty, &scramble, &[]).unwrap();
+        assert_eq!(c.stage1(), None);
+        assert!(c.token(&scramble).is_empty());
+        assert_eq!(native_recover(&native_stage2(b"x"), &scramble, &[]), None);
+        assert_eq!(native_recover(&empty, &scramble, &[1; 19]), None);
+    }
+
+    #[test]
+    fn credentials_never_show_in_debug() {
+        let c = Credential::Plaintext(b"hunter2".to_vec());
+        let s = Credential::Stage1(Stage1::of_password(b"hunter2"));
+        let text = format!("{c:?} {s:?} {:?}", Stage1::of_password(b"hunter2"));
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("<redacted>"), "{text}");
+        assert_eq!(c.stage1(), s.stage1());
+    }
+
+    fn hex_upper(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02X}")).collect()
     }
 
     #[test]

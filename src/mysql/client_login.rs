@@ -21,7 +21,7 @@
 
 use std::fmt;
 
-use crate::mysql::auth::{native_token, NATIVE_PASSWORD, SCRAMBLE_LEN};
+use crate::mysql::auth::{Credential, NATIVE_PASSWORD, SCRAMBLE_LEN};
 use crate::mysql::constants::*;
 use crate::mysql::handshake::{self, Greeting, HandshakeResponse};
 use crate::mysql::packet::write_packet;
@@ -38,7 +38,10 @@ const NEVER_ASKED: u32 = CLIENT_SSL | CLIENT_COMPRESS | CLIENT_ZSTD_COMPRESSION_
 #[derive(Clone)]
 pub struct LoginParams {
     pub user: String,
-    pub password: Vec<u8>,
+    /// The password, or only its SHA1 (all mysql_native_password needs):
+    /// with per-user identity the proxy logs in as a client whose password
+    /// it never saw.
+    pub credential: Credential,
     /// Initial schema, sent with CLIENT_CONNECT_WITH_DB.
     pub database: Option<String>,
     /// Capabilities wanted, before masking with the server's.
@@ -48,12 +51,12 @@ pub struct LoginParams {
     pub max_packet_size: u32,
 }
 
-/// The password stays out of logs.
+/// The credential stays out of logs.
 impl fmt::Debug for LoginParams {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LoginParams")
             .field("user", &self.user)
-            .field("password", &"<redacted>")
+            .field("credential", &self.credential)
             .field("database", &self.database)
             .field("capabilities", &format_args!("{:#010x}", self.capabilities))
             .field("collation", &self.collation)
@@ -199,7 +202,7 @@ impl ClientLogin {
             // Native token whatever plugin the greeting names: a server whose
             // default plugin differs (MySQL 8: caching_sha2_password) answers
             // with an AuthSwitchRequest, handled below.
-            auth_response: native_token(&self.params.password, &greeting.scramble),
+            auth_response: self.params.credential.token(&greeting.scramble),
             database: self.params.database.clone(),
             auth_plugin: Some(NATIVE_PASSWORD.into()),
             connect_attrs: Vec::new(),
@@ -282,7 +285,7 @@ impl ClientLogin {
                         ),
                     ));
                 }
-                let token = native_token(&self.params.password, &data);
+                let token = self.params.credential.token(&data);
                 let mut out = Vec::with_capacity(4 + token.len());
                 let expect_seq = write_packet(&mut out, seq.wrapping_add(1), &token);
                 self.state = State::Auth {
@@ -325,6 +328,7 @@ fn check_seq(what: &'static str, expected: u8, got: u8) -> Result<(), LoginError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mysql::auth::{native_token, Stage1};
     use crate::mysql::packet::split_packet;
     use crate::mysql::reply::{err_payload_with_state, ok_payload};
 
@@ -385,7 +389,7 @@ mod tests {
     fn params() -> LoginParams {
         LoginParams {
             user: "ringgate".into(),
-            password: b"ringgate-backend".to_vec(),
+            credential: Credential::Plaintext(b"ringgate-backend".to_vec()),
             database: None,
             capabilities: NATIVE_LOGIN_CAPS,
             collation: UTF8MB4_GENERAL_CI,
@@ -458,7 +462,7 @@ mod tests {
     fn wrong_password_is_the_servers_1045_as_is() {
         let (mut login, _) = after_greeting(
             LoginParams {
-                password: b"nope".to_vec(),
+                credential: Credential::Plaintext(b"nope".to_vec()),
                 ..params()
             },
             BAD_GREETING,
@@ -494,7 +498,7 @@ mod tests {
     fn wrong_password_after_an_auth_switch_is_the_servers_1045() {
         let (mut login, _) = after_greeting(
             LoginParams {
-                password: b"wrong".to_vec(),
+                credential: Credential::Plaintext(b"wrong".to_vec()),
                 ..params()
             },
             SWITCH_GREETING,
@@ -740,7 +744,7 @@ mod tests {
     fn empty_password_sends_an_empty_auth_response() {
         let (_, response) = after_greeting(
             LoginParams {
-                password: Vec::new(),
+                credential: Credential::Plaintext(Vec::new()),
                 ..params()
             },
             GOOD_GREETING,
@@ -764,6 +768,34 @@ mod tests {
         let (code, sqlstate, message) = server_err(login.on_packet(2, &err).unwrap_err());
         assert_eq!((code, sqlstate.as_str()), (1227, "42000"));
         assert!(message.ends_with("privilege(s)"));
+    }
+
+    #[test]
+    fn a_stage1_credential_logs_in_as_the_password_would() {
+        // The captured exchange, with only SHA1(password) known: the same
+        // response bytes the server accepted, and the same switch answer.
+        let (_, response) = after_greeting(
+            LoginParams {
+                credential: Credential::Stage1(Stage1::of_password(b"ringgate-backend")),
+                ..params()
+            },
+            GOOD_GREETING,
+        );
+        assert_eq!(response, hex(GOOD_RESPONSE));
+        let (mut login, _) = after_greeting(
+            LoginParams {
+                credential: Credential::Stage1(Stage1::of_password(b"ringgate-backend")),
+                ..params()
+            },
+            SWITCH_GREETING,
+        );
+        let (_, token) = sent(login.on_packet(2, &hex(SWITCH_REQUEST)).unwrap());
+        assert_eq!(
+            token,
+            native_token(b"ringgate-backend", &hex(SWITCH_SCRAMBLE))
+        );
+        let text = format!("{login:?}");
+        assert!(text.contains("Stage1(<redacted>)"), "{text}");
     }
 
     #[test]

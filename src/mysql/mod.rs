@@ -132,7 +132,7 @@ mod tests {
             let _ = packet::split_packet(&input);
             let _ = client_login::ClientLogin::new(client_login::LoginParams {
                 user: "u".into(),
-                password: b"p".to_vec(),
+                credential: auth::Credential::Plaintext(b"p".to_vec()),
                 database: None,
                 capabilities: constants::NATIVE_LOGIN_CAPS,
                 collation: constants::UTF8MB4_GENERAL_CI,

@@ -12,6 +12,17 @@
 //! `SHA1(SHA1(password))` is kept in memory: that is all
 //! mysql_native_password verification needs, and it keeps plaintext out of
 //! core dumps.
+//!
+//! ringgate's own optional fields map an entry to a named backend account
+//! (used with `--backend-identity passthrough`):
+//!
+//! ```json
+//! {"carol": [{"Password": "pw", "BackendUser": "reporting", "BackendPassword": "rpt-pw"}]}
+//! ```
+//!
+//! `BackendUser` alone keeps the client's own password (recovered from its
+//! login); `BackendPassword` alone keeps the client's user name. Only
+//! `SHA1(BackendPassword)` is kept, which is all a backend login needs.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -19,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::mysql::auth::{native_stage2, native_verify, parse_mysql_hash};
+use crate::mysql::auth::{native_recover, native_stage2, parse_mysql_hash, Credential, Stage1};
 
 /// Errors loading the users file. Each names the file (or `<inline>` for
 /// [`Users::parse`]) so an operator can find the problem.
@@ -52,13 +63,38 @@ struct RawEntry {
     password: Option<String>,
     #[serde(rename = "MysqlNativePassword", default)]
     mysql_native_password: Option<String>,
+    #[serde(rename = "BackendUser", default)]
+    backend_user: Option<String>,
+    #[serde(rename = "BackendPassword", default)]
+    backend_password: Option<String>,
+}
+
+/// One accepted password of a user and where it leads on the backend.
+#[derive(Clone)]
+struct Entry {
+    stage2: [u8; 20],
+    /// `BackendUser`: log in to the backend as this account instead.
+    backend_user: Option<String>,
+    /// `BackendPassword`, as what a login needs.
+    backend_credential: Option<Credential>,
+}
+
+/// A successful login and the backend account it maps to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Authenticated {
+    /// The account to log in to the backend as: the client's own name
+    /// unless the entry has a `BackendUser`.
+    pub backend_user: String,
+    /// Its credential: the one recovered from the client's login, unless
+    /// the entry has a `BackendPassword`. `Debug` redacts it.
+    pub credential: Credential,
 }
 
 /// The credential set loaded from a users file.
 #[derive(Clone, Default)]
 pub struct Users {
-    /// user name → stage2 hashes of every accepted password.
-    users: HashMap<String, Vec<[u8; 20]>>,
+    /// user name → every accepted password.
+    users: HashMap<String, Vec<Entry>>,
 }
 
 // Hashes are secrets-equivalent for native auth (a stage2 hash plus a
@@ -113,11 +149,25 @@ impl Users {
             if entries.is_empty() {
                 return Err(bad("no password entries".to_owned()));
             }
-            let mut hashes = Vec::with_capacity(entries.len());
+            let mut parsed = Vec::with_capacity(entries.len());
             for (i, entry) in entries.iter().enumerate() {
-                hashes.push(entry_stage2(entry).map_err(|r| bad(format!("entry {i}: {r}")))?);
+                let stage2 = entry_stage2(entry).map_err(|r| bad(format!("entry {i}: {r}")))?;
+                if entry.backend_user.as_deref() == Some("") {
+                    return Err(bad(format!("entry {i}: BackendUser must not be empty")));
+                }
+                parsed.push(Entry {
+                    stage2,
+                    backend_user: entry.backend_user.clone(),
+                    backend_credential: entry.backend_password.as_ref().map(|p| {
+                        if p.is_empty() {
+                            Credential::Plaintext(Vec::new())
+                        } else {
+                            Credential::Stage1(Stage1::of_password(p.as_bytes()))
+                        }
+                    }),
+                });
             }
-            users.insert(user, hashes);
+            users.insert(user, parsed);
         }
         Ok(Users { users })
     }
@@ -126,12 +176,39 @@ impl Users {
     /// Unknown users fail. All entries are checked (no early exit) so timing
     /// does not reveal which entry matched.
     pub fn verify_native(&self, user: &str, scramble: &[u8], token: &[u8]) -> bool {
-        let Some(hashes) = self.users.get(user) else {
-            return false;
-        };
-        hashes
-            .iter()
-            .fold(false, |ok, h| native_verify(h, scramble, token) | ok)
+        self.authenticate(user, scramble, token).is_some()
+    }
+
+    /// Checks a mysql_native_password token like [`Users::verify_native`]
+    /// and returns the backend account the login maps to, with the
+    /// credential to log in with. The first matching entry decides; every
+    /// entry is still checked, so timing does not reveal which matched.
+    pub fn authenticate(&self, user: &str, scramble: &[u8], token: &[u8]) -> Option<Authenticated> {
+        let entries = self.users.get(user)?;
+        let mut found: Option<(&Entry, Credential)> = None;
+        for e in entries {
+            let recovered = native_recover(&e.stage2, scramble, token);
+            if found.is_none() {
+                found = recovered.map(|c| (e, c));
+            }
+        }
+        let (entry, recovered) = found?;
+        Some(Authenticated {
+            backend_user: entry
+                .backend_user
+                .clone()
+                .unwrap_or_else(|| user.to_owned()),
+            credential: entry.backend_credential.clone().unwrap_or(recovered),
+        })
+    }
+
+    /// Whether any entry names a backend account (`BackendUser` or
+    /// `BackendPassword`), which only `--backend-identity passthrough` uses.
+    pub fn has_backend_mappings(&self) -> bool {
+        self.users
+            .values()
+            .flatten()
+            .any(|e| e.backend_user.is_some() || e.backend_credential.is_some())
     }
 
     /// Number of users.
@@ -201,6 +278,68 @@ mod tests {
         assert!(u.verify_native("app", SCRAMBLE, &native_token(b"password", SCRAMBLE)));
         assert!(!u.verify_native("app", SCRAMBLE, &native_token(b"new", SCRAMBLE)));
         assert_eq!(u.users.get("app").map(Vec::len), Some(2));
+    }
+
+    #[test]
+    fn authenticate_recovers_the_clients_own_credential() {
+        let u = Users::parse(
+            r#"{"alice": [{"Password": "secret"}],
+                "bob": [{"MysqlNativePassword": "*6BB4837EB74329105EE4568DDA7DC67ED2CA2AD9"}],
+                "anon": [{"Password": ""}]}"#,
+        )
+        .unwrap();
+        assert!(!u.has_backend_mappings());
+        let a = u
+            .authenticate("alice", SCRAMBLE, &native_token(b"secret", SCRAMBLE))
+            .unwrap();
+        assert_eq!(a.backend_user, "alice");
+        assert_eq!(a.credential.stage1(), Some(Stage1::of_password(b"secret")));
+        // From a stored hash only: the stage1 comes out of the token.
+        let b = u
+            .authenticate("bob", SCRAMBLE, &native_token(b"123456", SCRAMBLE))
+            .unwrap();
+        assert_eq!(b.backend_user, "bob");
+        assert_eq!(b.credential.stage1(), Some(Stage1::of_password(b"123456")));
+        let other = b"ZYXWVUTSRQponmlkjihg";
+        assert_eq!(b.credential.token(other), native_token(b"123456", other));
+        let e = u.authenticate("anon", SCRAMBLE, &[]).unwrap();
+        assert_eq!(e.credential, Credential::Plaintext(Vec::new()));
+        assert_eq!(
+            u.authenticate("bob", SCRAMBLE, &native_token(b"x", SCRAMBLE)),
+            None
+        );
+        assert!(!format!("{b:?}").contains("123456"));
+    }
+
+    #[test]
+    fn backend_user_and_password_map_an_entry() {
+        let u = Users::parse(
+            r#"{"carol": [{"Password": "pw", "BackendUser": "reporting", "BackendPassword": "rpt"},
+                          {"Password": "pw2", "BackendUser": "reporting"}],
+                "dan": [{"Password": "d", "BackendPassword": "", "Groups": ["x"]}]}"#,
+        )
+        .unwrap();
+        assert!(u.has_backend_mappings());
+        let c = u
+            .authenticate("carol", SCRAMBLE, &native_token(b"pw", SCRAMBLE))
+            .unwrap();
+        assert_eq!(c.backend_user, "reporting");
+        assert_eq!(c.credential.stage1(), Some(Stage1::of_password(b"rpt")));
+        // BackendUser alone: the client's own password, another name.
+        let c2 = u
+            .authenticate("carol", SCRAMBLE, &native_token(b"pw2", SCRAMBLE))
+            .unwrap();
+        assert_eq!(c2.backend_user, "reporting");
+        assert_eq!(c2.credential.stage1(), Some(Stage1::of_password(b"pw2")));
+        // BackendPassword alone: the client's name, that password.
+        let d = u
+            .authenticate("dan", SCRAMBLE, &native_token(b"d", SCRAMBLE))
+            .unwrap();
+        assert_eq!(d.backend_user, "dan");
+        assert_eq!(d.credential, Credential::Plaintext(Vec::new()));
+        assert!(!format!("{u:?}").contains("rpt"));
+        let err = Users::parse(r#"{"e": [{"Password": "p", "BackendUser": ""}]}"#).unwrap_err();
+        assert!(err.to_string().contains("BackendUser"), "{err}");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use std::time::{Duration, Instant};
 
 use super::ids::PoolKey;
+use crate::mysql::auth::Credential;
 use crate::mysql::client_login::{ClientLogin, LoginError, LoginParams, LoginStep};
 use crate::mysql::constants::*;
 use crate::mysql::packet::{split_packet, write_packet};
@@ -101,7 +102,7 @@ pub struct BackendConn {
 /// Who the proxy logs in as.
 pub struct BackendCredentials<'a> {
     pub user: &'a str,
-    pub password: &'a [u8],
+    pub credential: &'a Credential,
 }
 
 impl BackendConn {
@@ -193,7 +194,7 @@ impl BackendConn {
         }
         let login = ClientLogin::new(LoginParams {
             user: creds.user.to_string(),
-            password: creds.password.to_vec(),
+            credential: creds.credential.clone(),
             database: None,
             capabilities: NATIVE_LOGIN_CAPS | self.key.caps,
             collation: self.key.collation,

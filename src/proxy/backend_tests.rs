@@ -5,9 +5,11 @@ use super::*;
 use crate::mysql::reply::{err_payload, ok_payload};
 
 fn creds() -> BackendCredentials<'static> {
+    static SECRET: std::sync::LazyLock<Credential> =
+        std::sync::LazyLock::new(|| Credential::Plaintext(b"secret".to_vec()));
     BackendCredentials {
         user: "bench",
-        password: b"secret",
+        credential: &SECRET,
     }
 }
 

@@ -19,6 +19,7 @@ use super::ids::{BackendId, LeaseRequest, PoolKey, SessionId, Waiter};
 use super::slab::Slab;
 use super::{try_reserve, unreserve};
 use crate::metrics::{Metrics, WorkerMetrics};
+use crate::mysql::auth::Credential;
 use crate::mysql::constants::ER_CON_COUNT_ERROR;
 use crate::mysql::reply::err_payload;
 
@@ -32,7 +33,7 @@ pub const BACKEND_RETRY: Duration = Duration::from_secs(1);
 pub struct PoolConfig {
     pub backend: std::net::SocketAddr,
     pub user: String,
-    pub password: String,
+    pub credential: Credential,
     /// `--backend-pool-size`: idle connections kept warm.
     pub pool_size: usize,
     /// `--backend-max-connections`, across workers (see `open_count`).
@@ -417,7 +418,7 @@ impl Pool {
         let mut bo = Vec::new();
         let creds = BackendCredentials {
             user: &self.cfg.user,
-            password: self.cfg.password.as_bytes(),
+            credential: &self.cfg.credential,
         };
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
             return;

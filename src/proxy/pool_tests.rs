@@ -41,7 +41,7 @@ impl Harness {
             PoolConfig {
                 backend: "127.0.0.1:1".parse().unwrap(),
                 user: "bench".into(),
-                password: "pw".into(),
+                credential: Credential::Plaintext(b"pw".to_vec()),
                 pool_size,
                 max_connections: max,
                 wait_timeout: Duration::from_secs(5),

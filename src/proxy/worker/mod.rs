@@ -244,7 +244,7 @@ impl Worker {
             PoolConfig {
                 backend: cfg.backend,
                 user: cfg.backend_user.clone(),
-                password: cfg.backend_password.clone(),
+                credential: auth::Credential::Plaintext(cfg.backend_password.as_bytes().to_vec()),
                 pool_size: cfg.backend_pool_size,
                 max_connections: cfg.backend_max_connections,
                 wait_timeout: cfg.backend_wait_timeout,
