@@ -8,6 +8,7 @@ pub mod auth;
 pub mod client_login;
 pub mod constants;
 pub mod handshake;
+pub mod kill;
 pub mod packet;
 pub mod reply;
 pub mod tracker;

@@ -1,0 +1,358 @@
+//! Recognising the two ways a client asks to kill a connection or its
+//! running query: the `KILL` statement (COM_QUERY) and COM_PROCESS_KILL.
+//!
+//! The proxy only needs the form that names a thread by a literal number,
+//! because that number may be a proxy connection id that the server has
+//! never heard of. MariaDB's grammar is
+//! `KILL [HARD|SOFT] [CONNECTION|QUERY [ID]] expr` and `KILL USER name`.
+//! This recognises exactly `KILL [HARD|SOFT] [CONNECTION|QUERY] <decimal>`
+//! with any case, whitespace and comments, and an optional trailing `;`.
+//! Everything else — `KILL QUERY ID` (a query id, not a thread id),
+//! `KILL USER`, expressions, hex or quoted ids, several statements, and
+//! executable comments (`/*! ... */`, whose contents the server runs) — is
+//! not recognised, and goes to the server unchanged.
+//!
+//! Pure and allocation-free except for [`KillStatement::to_query`].
+
+use super::constants::{COM_PROCESS_KILL, COM_QUERY};
+
+/// "Unknown thread id: %lu" (HY000).
+pub const ER_NO_SUCH_THREAD: u16 = 1094;
+/// "You are not owner of thread %lu" (HY000).
+pub const ER_KILL_DENIED_ERROR: u16 = 1095;
+
+/// MariaDB's text for [`ER_NO_SUCH_THREAD`].
+pub fn unknown_thread_message(id: u64) -> String {
+    format!("Unknown thread id: {id}")
+}
+
+/// MariaDB's text for [`ER_KILL_DENIED_ERROR`].
+pub fn not_owner_message(id: u64) -> String {
+    format!("You are not owner of thread {id}")
+}
+
+/// What a KILL stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillTarget {
+    /// `KILL [CONNECTION]` and COM_PROCESS_KILL: the whole connection.
+    Connection,
+    /// `KILL QUERY`: only the statement running now.
+    Query,
+}
+
+/// MariaDB's `HARD` (the default) / `SOFT` modifier, kept on a rewrite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hardness {
+    Hard,
+    Soft,
+}
+
+/// A recognised `KILL ... <id>` or COM_PROCESS_KILL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KillStatement {
+    pub target: KillTarget,
+    /// As written; `None` when the statement named neither.
+    pub hardness: Option<Hardness>,
+    /// The thread id as written (MariaDB reads it as an unsigned 64-bit
+    /// number).
+    pub id: u64,
+    /// COM_PROCESS_KILL rather than a `KILL` statement.
+    pub process_kill: bool,
+}
+
+impl KillStatement {
+    /// The command payload (command byte included) that asks the same of
+    /// another thread id: the statement's own form, with `id` in place.
+    pub fn to_payload(&self, id: u32) -> Vec<u8> {
+        if self.process_kill {
+            let mut p = Vec::with_capacity(5);
+            p.push(COM_PROCESS_KILL);
+            p.extend_from_slice(&id.to_le_bytes());
+            return p;
+        }
+        let mut p = vec![COM_QUERY];
+        p.extend_from_slice(self.to_query(u64::from(id)).as_bytes());
+        p
+    }
+
+    /// The statement text with `id`.
+    pub fn to_query(&self, id: u64) -> String {
+        let hardness = match self.hardness {
+            None => "",
+            Some(Hardness::Hard) => "HARD ",
+            Some(Hardness::Soft) => "SOFT ",
+        };
+        let target = match self.target {
+            KillTarget::Connection => "CONNECTION ",
+            KillTarget::Query => "QUERY ",
+        };
+        format!("KILL {hardness}{target}{id}")
+    }
+}
+
+/// A command payload (command byte first) that is a KILL of a literal
+/// thread id, or `None`.
+pub fn parse_command(payload: &[u8]) -> Option<KillStatement> {
+    match payload.split_first()? {
+        (&COM_PROCESS_KILL, rest) => {
+            // MariaDB reads exactly four bytes and treats it as
+            // KILL CONNECTION; anything longer is not ours to reinterpret.
+            let id: [u8; 4] = rest.try_into().ok()?;
+            Some(KillStatement {
+                target: KillTarget::Connection,
+                hardness: None,
+                id: u64::from(u32::from_le_bytes(id)),
+                process_kill: true,
+            })
+        }
+        (&COM_QUERY, sql) => parse_statement(sql),
+        _ => None,
+    }
+}
+
+/// The text of a COM_QUERY, if it is exactly one
+/// `KILL [HARD|SOFT] [CONNECTION|QUERY] <decimal>`.
+pub fn parse_statement(sql: &[u8]) -> Option<KillStatement> {
+    let mut lx = Lexer { s: sql, pos: 0 };
+    if !lx.next()?.is_word("KILL") {
+        return None;
+    }
+    let mut tok = lx.next()?;
+    let mut hardness = None;
+    if tok.is_word("HARD") {
+        hardness = Some(Hardness::Hard);
+        tok = lx.next()?;
+    } else if tok.is_word("SOFT") {
+        hardness = Some(Hardness::Soft);
+        tok = lx.next()?;
+    }
+    let mut target = KillTarget::Connection;
+    if tok.is_word("CONNECTION") {
+        tok = lx.next()?;
+    } else if tok.is_word("QUERY") {
+        target = KillTarget::Query;
+        tok = lx.next()?;
+    }
+    // `QUERY ID n` names a query id, `USER x` a user: neither is a thread.
+    let Token::Number(id) = tok else {
+        return None;
+    };
+    let mut tok = lx.next()?;
+    if tok == Token::Semicolon {
+        tok = lx.next()?;
+    }
+    (tok == Token::End).then_some(KillStatement {
+        target,
+        hardness,
+        id,
+        process_kill: false,
+    })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Token<'a> {
+    Word(&'a [u8]),
+    Number(u64),
+    Semicolon,
+    End,
+}
+
+impl Token<'_> {
+    fn is_word(&self, kw: &str) -> bool {
+        matches!(self, Token::Word(w) if w.eq_ignore_ascii_case(kw.as_bytes()))
+    }
+}
+
+/// Just enough of MariaDB's lexer: whitespace, the three comment forms,
+/// words, decimal numbers and `;`. Anything else ends recognition (`None`).
+struct Lexer<'a> {
+    s: &'a [u8],
+    pos: usize,
+}
+
+fn is_ident(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
+}
+
+impl<'a> Lexer<'a> {
+    fn peek(&self, ahead: usize) -> Option<u8> {
+        self.s.get(self.pos + ahead).copied()
+    }
+
+    /// Skip whitespace and comments; `None` for an executable or
+    /// unterminated comment (the server would read it differently).
+    fn skip_blank(&mut self) -> Option<()> {
+        loop {
+            match (self.peek(0), self.peek(1)) {
+                (Some(b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c'), _) => self.pos += 1,
+                (Some(b'#'), _) => self.skip_line(),
+                // `--` starts a comment only when followed by a space or a
+                // control character (or the end).
+                (Some(b'-'), Some(b'-')) if self.peek(2).is_none_or(|c| c <= b' ' || c == 0x7f) => {
+                    self.skip_line()
+                }
+                (Some(b'/'), Some(b'*')) => {
+                    // `/*!` and `/*M!` are executable comments.
+                    if self.peek(2) == Some(b'!')
+                        || (self.peek(2) == Some(b'M') && self.peek(3) == Some(b'!'))
+                    {
+                        return None;
+                    }
+                    let body = self.s.get(self.pos + 2..)?;
+                    let end = body.windows(2).position(|w| w == b"*/")?;
+                    self.pos += 2 + end + 2;
+                }
+                _ => return Some(()),
+            }
+        }
+    }
+
+    fn skip_line(&mut self) {
+        while let Some(c) = self.peek(0) {
+            self.pos += 1;
+            if c == b'\n' {
+                break;
+            }
+        }
+    }
+
+    fn next(&mut self) -> Option<Token<'a>> {
+        self.skip_blank()?;
+        let start = self.pos;
+        let Some(c) = self.peek(0) else {
+            return Some(Token::End);
+        };
+        if c == b';' {
+            self.pos += 1;
+            return Some(Token::Semicolon);
+        }
+        if !is_ident(c) {
+            return None;
+        }
+        while self.peek(0).is_some_and(is_ident) {
+            self.pos += 1;
+        }
+        let word = &self.s[start..self.pos];
+        if word.iter().all(u8::is_ascii_digit) {
+            // A digit run that overflows u64 is not a thread id we know.
+            let text = std::str::from_utf8(word).ok()?;
+            return text.parse().ok().map(Token::Number);
+        }
+        // `1e3`, `0x10`, `5abc`: an expression or identifier, not ours.
+        if word[0].is_ascii_digit() {
+            return None;
+        }
+        Some(Token::Word(word))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stmt(target: KillTarget, hardness: Option<Hardness>, id: u64) -> KillStatement {
+        KillStatement {
+            target,
+            hardness,
+            id,
+            process_kill: false,
+        }
+    }
+
+    #[test]
+    fn recognises_the_id_forms() {
+        use Hardness::*;
+        use KillTarget::*;
+        let cases: &[(&str, KillStatement)] = &[
+            ("KILL 5", stmt(Connection, None, 5)),
+            ("kill 2147483649", stmt(Connection, None, 2147483649)),
+            ("Kill Connection 7", stmt(Connection, None, 7)),
+            ("KILL QUERY 7", stmt(Query, None, 7)),
+            ("kill hard query 7", stmt(Query, Some(Hard), 7)),
+            ("KILL SOFT CONNECTION 7", stmt(Connection, Some(Soft), 7)),
+            ("KILL SOFT 7", stmt(Connection, Some(Soft), 7)),
+            ("  \n\tKILL\n QUERY\t 9 ;  ", stmt(Query, None, 9)),
+            ("KILL/*x*/9", stmt(Connection, None, 9)),
+            (
+                "/* lead */ KILL /* a */ QUERY /* b */ 9 /* c */",
+                stmt(Query, None, 9),
+            ),
+            ("KILL QUERY 9 -- trailing", stmt(Query, None, 9)),
+            ("KILL QUERY 9 --", stmt(Query, None, 9)),
+            ("# hash\nKILL 9 # more", stmt(Connection, None, 9)),
+            ("KILL 9;", stmt(Connection, None, 9)),
+            (
+                "KILL 18446744073709551615",
+                stmt(Connection, None, u64::MAX),
+            ),
+        ];
+        for (sql, want) in cases {
+            assert_eq!(parse_statement(sql.as_bytes()), Some(*want), "{sql}");
+        }
+    }
+
+    #[test]
+    fn leaves_everything_else_to_the_server() {
+        for sql in [
+            "",
+            "KILL",
+            "KILL QUERY",
+            "KILL QUERY ID 5",
+            "KILL HARD QUERY ID 5",
+            "KILL USER 'app'",
+            "KILL USER app",
+            "KILL CONNECTION_ID()",
+            "KILL QUERY CONNECTION_ID()",
+            "KILL 0x10",
+            "KILL 1e3",
+            "KILL 5abc",
+            "KILL '5'",
+            "KILL (5)",
+            "KILL +5",
+            "KILL -1",
+            "KILL 5; SELECT 1",
+            "KILL 5;;",
+            "KILL 5 6",
+            "KILL QUERY QUERY 5",
+            "KILL HARD SOFT 5",
+            "KILLQUERY 5",
+            "KILL QUERY5",
+            "/*! KILL */ 5",
+            "KILL /*!50000 QUERY */ 5",
+            "KILL /*M! QUERY */ 5",
+            "KILL 5 /* unterminated",
+            "KILL 18446744073709551616",
+            "KILL 5 --x",
+            "SELECT 'KILL 5'",
+            "KILLS 5",
+        ] {
+            assert_eq!(parse_statement(sql.as_bytes()), None, "{sql:?}");
+        }
+    }
+
+    #[test]
+    fn com_process_kill_is_kill_connection() {
+        let mut p = vec![COM_PROCESS_KILL];
+        p.extend_from_slice(&0x8000_0001u32.to_le_bytes());
+        let k = parse_command(&p).unwrap();
+        assert_eq!(k.id, 0x8000_0001);
+        assert_eq!(k.target, KillTarget::Connection);
+        assert!(k.process_kill);
+        assert_eq!(k.to_payload(42), [COM_PROCESS_KILL, 42, 0, 0, 0]);
+        // Wrong length or another command: not ours.
+        assert_eq!(parse_command(&[COM_PROCESS_KILL, 1, 0, 0]), None);
+        assert_eq!(parse_command(&[COM_PROCESS_KILL, 1, 0, 0, 0, 0]), None);
+        assert_eq!(parse_command(&[0x03]), None);
+        assert_eq!(parse_command(&[]), None);
+        assert_eq!(parse_command(b"\x16KILL 5"), None);
+    }
+
+    #[test]
+    fn rewrite_keeps_the_form() {
+        let k = parse_command(b"\x03kill soft query 2147483650").unwrap();
+        assert_eq!(k.to_payload(17), b"\x03KILL SOFT QUERY 17");
+        let k = parse_command(b"\x03KILL 2147483650").unwrap();
+        assert_eq!(k.to_payload(17), b"\x03KILL CONNECTION 17");
+        assert_eq!(parse_statement(k.to_query(17).as_bytes()).unwrap().id, 17);
+    }
+}
