@@ -108,6 +108,7 @@ fn run(config: Config) -> Result<(), RunError> {
         clients: AtomicUsize::new(0),
         backends: Arc::new(AtomicUsize::new(0)),
         shutdown: AtomicBool::new(false),
+        registry: Default::default(),
     });
     let started = worker::spawn_workers(Arc::clone(&shared), workers).map_err(|e| e.to_string())?;
 

@@ -113,6 +113,23 @@ impl ReadBuffer {
         self.filled -= n;
     }
 
+    /// Replace the first `old` valid bytes with `new`, moving the rest (a
+    /// rewritten command; small). False, and nothing changed, when the
+    /// result would not fit.
+    pub fn replace_prefix(&mut self, old: usize, new: &[u8]) -> bool {
+        assert!(!self.in_flight);
+        let old = old.min(self.filled);
+        let (filled, rest) = (self.filled, self.filled - old);
+        if new.len() + rest > self.capacity {
+            return false;
+        }
+        let slice = self.as_mut_slice();
+        slice.copy_within(old..filled, new.len());
+        slice[..new.len()].copy_from_slice(new);
+        self.filled = new.len() + rest;
+        true
+    }
+
     fn as_slice(&self) -> &[u8] {
         match &self.memory {
             // SAFETY: `ptr` points at `capacity` bytes inside the region that
@@ -409,5 +426,26 @@ impl BufferPool {
             wm.read_buffers_free.fetch_add(1, Relaxed);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{BufferMode, Metrics};
+
+    #[test]
+    fn replace_prefix_keeps_the_rest() {
+        let mut pool = BufferPool::heap(16, Metrics::new(1, BufferMode::Heap), 0);
+        let mut b = pool.acquire(Owner::Client);
+        b.fill_for_test(b"KILL 99|rest");
+        assert!(b.replace_prefix(7, b"KILL 123456"));
+        assert_eq!(b.filled(), b"KILL 123456|rest");
+        assert!(b.replace_prefix(11, b"K1"));
+        assert_eq!(b.filled(), b"K1|rest");
+        // 12 + 5 > 16: refused, unchanged.
+        assert!(!b.replace_prefix(2, b"KILL CONNECT"));
+        assert_eq!(b.filled(), b"K1|rest");
+        assert!(pool.release(b).is_ok());
     }
 }

@@ -97,6 +97,10 @@ pub struct BackendConn {
     schema: Option<String>,
     /// When the current connect or exchange began, or when it went idle.
     since: Instant,
+    /// The server's thread id for this connection (its greeting's
+    /// connection id; 0 until logged in): a KILL of the proxy id of the
+    /// session it serves is mapped to it.
+    thread_id: u32,
 }
 
 /// Who the proxy logs in as.
@@ -114,7 +118,12 @@ impl BackendConn {
             key,
             schema: None,
             since: now,
+            thread_id: 0,
         }
+    }
+
+    pub fn thread_id(&self) -> u32 {
+        self.thread_id
     }
 
     pub fn key(&self) -> PoolKey {
@@ -269,6 +278,7 @@ impl BackendConn {
                 }
                 Ok(LoginStep::Done { greeting, .. }) => {
                     self.state = State::Leased;
+                    self.thread_id = greeting.connection_id;
                     out.push(BackendOut::Op(BackendOp::Clear));
                     out.push(BackendOut::Event(BackendEvent::Ready {
                         server_version: greeting.server_version,

@@ -54,6 +54,8 @@ fn logged_in(now: Instant) -> BackendConn {
     let ok = framed(2, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
     c.on_read(ok.len() as i32, &ok, CAP, now, &mut out);
     assert!(has_event(&out, |e| matches!(e, BackendEvent::Ready { .. })));
+    // The greeting's connection id is the backend thread a KILL maps to.
+    assert_eq!(c.thread_id(), 7);
     c
 }
 

@@ -21,6 +21,7 @@ mod conn_io;
 mod ids;
 mod listen;
 mod pool;
+pub mod registry;
 mod relay;
 mod session;
 mod slab;
@@ -54,6 +55,9 @@ pub struct Shared {
     pub backends: Arc<AtomicUsize>,
     /// Set by SIGTERM/SIGINT: stop accepting and drain.
     pub shutdown: AtomicBool,
+    /// Proxy connection id → user and backend thread, for KILL: a KILL
+    /// arrives on any worker, the session it names lives on one.
+    pub registry: Arc<registry::Registry>,
 }
 
 impl Shared {

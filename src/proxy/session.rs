@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use super::ids::PoolKey;
+use super::registry::{intercept_kill, Registry};
 use super::relay::{Relay, RelayEnd, RelayEvent, RelayOp, RelayTimeouts};
 use crate::metrics::RejectReason;
 use crate::mysql::auth::NATIVE_PASSWORD;
@@ -58,6 +59,9 @@ pub enum SessionAction {
     Consume(usize),
     /// Forget the session buffer's bytes.
     ClearBuffer,
+    /// Replace the first `len` bytes of the session buffer with `with` (a
+    /// KILL mapped to a backend thread); the relay's next write covers it.
+    ReplaceBuffered { len: usize, with: Vec<u8> },
     /// Ask the pool for a backend connection.
     Lease {
         key: PoolKey,
@@ -100,6 +104,8 @@ pub struct SessionCtx<'a> {
     pub draining: bool,
     /// The session buffer's size: no login packet can be longer.
     pub read_buffer_size: usize,
+    /// Every client connection of the process, for KILL.
+    pub registry: &'a Registry,
 }
 
 /// What the client told us at login.
@@ -229,6 +235,11 @@ impl Session {
         matches!(self.state, State::Relay(_))
     }
 
+    /// The proxy user, once the client has logged in.
+    pub fn user(&self) -> Option<&str> {
+        self.login.as_ref().map(|l| l.user.as_str())
+    }
+
     #[cfg(test)]
     pub fn key(&self) -> PoolKey {
         self.key
@@ -347,7 +358,25 @@ impl Session {
     ) {
         if let State::Relay(relay) = &mut self.state {
             let mut events = std::mem::take(&mut self.relay_scratch);
-            relay.on_client_read(res, data, ctx.now, &mut events);
+            // A KILL of a proxy connection id, between commands: sent on as
+            // the same KILL of the backend thread that serves that session
+            // (or the server's refusal), see registry.rs.
+            let user = self.login.as_ref().map_or("", |l| l.user.as_str());
+            let rewrite = (res > 0 && relay.idle_at_boundary())
+                .then(|| intercept_kill(data, user, ctx.registry, false, ctx.read_buffer_size))
+                .flatten();
+            match rewrite {
+                Some(r) => {
+                    let mut bytes = r.packet.clone();
+                    bytes.extend_from_slice(&data[r.replaces..]);
+                    out.push(SessionAction::ReplaceBuffered {
+                        len: r.replaces,
+                        with: r.packet,
+                    });
+                    relay.on_client_read(bytes.len() as i32, &bytes, ctx.now, &mut events);
+                }
+                None => relay.on_client_read(res, data, ctx.now, &mut events),
+            }
             return self.apply_relay(&mut events, ctx, out);
         }
         if self.is_closed() {

@@ -11,6 +11,7 @@ fn users() -> Users {
 }
 
 fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
+    static REGISTRY: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(Registry::default);
     SessionCtx {
         users,
         now,
@@ -23,6 +24,7 @@ fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
         },
         draining: false,
         read_buffer_size: 16 * 1024,
+        registry: &REGISTRY,
     }
 }
 
@@ -285,4 +287,122 @@ fn an_oversized_packet_gets_1153_then_lingers() {
         &mut o,
     );
     assert_eq!(o, vec![SessionAction::Close]);
+}
+
+/// Logged in as `app`, leased, login OK written: relaying.
+fn relaying(u: &Users, now: Instant) -> Session {
+    let (mut s, _) = new_session(now, false);
+    login(&mut s, &hello("pw", "mysql_native_password"), u, now);
+    let mut out = Vec::new();
+    s.on_leased(&mut out);
+    let ok = sent(&out);
+    s.on_client_write(ok[0].len() as i32, &[], &ctx(u, now), &mut out);
+    assert!(s.is_relaying());
+    assert_eq!(s.user(), Some("app"));
+    s
+}
+
+fn query(sql: &str) -> Vec<u8> {
+    let mut payload = vec![COM_QUERY];
+    payload.extend_from_slice(sql.as_bytes());
+    let mut v = Vec::new();
+    write_packet(&mut v, 0, &payload);
+    v
+}
+
+#[test]
+fn a_kill_of_a_proxy_id_goes_to_the_backend_thread_behind_it() {
+    use crate::proxy::registry::PROXY_ID_BASE;
+    let now = Instant::now();
+    let u = users();
+    let reg = std::sync::Arc::new(Registry::default());
+    let c = SessionCtx {
+        registry: &reg,
+        ..ctx(&u, now)
+    };
+    let same = reg.register(PROXY_ID_BASE + 3).unwrap();
+    same.entry().set_leased("app", 41);
+    let other = reg.register(PROXY_ID_BASE + 4).unwrap();
+    other.entry().set_leased("hashed", 42);
+    let mut s = relaying(&u, now);
+
+    // Same user: the buffer's KILL becomes the same KILL of thread 41, and
+    // the relay writes exactly the rewritten bytes (plus what followed).
+    let kill = query(&format!("kill query {}", same.id()));
+    let mut data = kill.clone();
+    data.extend_from_slice(&query("SELECT 1"));
+    let mut out = Vec::new();
+    s.on_client_read(data.len() as i32, &data, &c, &mut out);
+    let rewritten = query("KILL QUERY 41");
+    assert_eq!(
+        out[0],
+        SessionAction::ReplaceBuffered {
+            len: kill.len(),
+            with: rewritten.clone()
+        }
+    );
+    let end = data.len() - kill.len() + rewritten.len();
+    assert!(out.contains(&SessionAction::Relay(RelayOp::WriteBackend { end })));
+
+    // Another user's session: the server is asked to refuse with 1095.
+    let mut s = relaying(&u, now);
+    let kill = query(&format!("KILL {}", other.id()));
+    let mut out = Vec::new();
+    s.on_client_read(kill.len() as i32, &kill, &c, &mut out);
+    let Some(SessionAction::ReplaceBuffered { with, .. }) = out.first() else {
+        panic!("not rewritten: {out:?}")
+    };
+    let text = String::from_utf8_lossy(with);
+    assert!(text.contains("MYSQL_ERRNO = 1095"), "{text}");
+    assert!(text.contains(&format!("You are not owner of thread {}", other.id())));
+
+    // Not a kill, and an unknown proxy id: relayed untouched.
+    for sql in [
+        "SELECT 1".to_string(),
+        format!("KILL {}", PROXY_ID_BASE + 99),
+    ] {
+        let mut s = relaying(&u, now);
+        let q = query(&sql);
+        let mut out = Vec::new();
+        s.on_client_read(q.len() as i32, &q, &c, &mut out);
+        assert!(
+            !out.iter()
+                .any(|a| matches!(a, SessionAction::ReplaceBuffered { .. })),
+            "{sql}: {out:?}"
+        );
+        assert!(out.contains(&SessionAction::Relay(RelayOp::WriteBackend {
+            end: q.len()
+        })));
+    }
+}
+
+#[test]
+fn a_kill_behind_an_unanswered_command_is_left_alone() {
+    use crate::proxy::registry::PROXY_ID_BASE;
+    let now = Instant::now();
+    let u = users();
+    let reg = std::sync::Arc::new(Registry::default());
+    let c = SessionCtx {
+        registry: &reg,
+        ..ctx(&u, now)
+    };
+    let same = reg.register(PROXY_ID_BASE + 3).unwrap();
+    same.entry().set_leased("app", 41);
+    let mut s = relaying(&u, now);
+    // SELECT forwarded, its answer still owed, then the KILL arrives: the
+    // relay is not at a command boundary, so the bytes go on unchanged
+    // (the server answers 1094 for a proxy id; it never kills a thread
+    // it was not asked to).
+    let q = query("SELECT SLEEP(10)");
+    let mut out = Vec::new();
+    s.on_client_read(q.len() as i32, &q, &c, &mut out);
+    s.on_backend_write(q.len() as i32, &c, &mut out);
+    out.clear();
+    let kill = query(&format!("KILL {}", same.id()));
+    s.on_client_read(kill.len() as i32, &kill, &c, &mut out);
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, SessionAction::ReplaceBuffered { .. })),
+        "{out:?}"
+    );
 }

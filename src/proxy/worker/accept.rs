@@ -133,8 +133,9 @@ impl Worker {
         // The read buffer is taken now, before the greeting is written, so a
         // connection storm meets the pool at accept time (never blocking).
         let buf = counted.then(|| self.buffers.acquire(Owner::Client));
-        let connection_id = self.next_connection_id;
-        self.next_connection_id = self.next_connection_id.wrapping_add(1);
+        // Registered at once: the greeting tells the client this id.
+        let conn = self.shared.registry.register_next(&mut self.conn_ids);
+        let connection_id = conn.id();
         let mut out = Vec::new();
         let session = Session::new(
             NewSession {
@@ -158,6 +159,7 @@ impl Worker {
             counted,
             peer,
             closing: false,
+            conn,
         });
         let sid = SessionId { index, generation };
         self.session_q.extend(out.into_iter().map(|a| (sid, a)));

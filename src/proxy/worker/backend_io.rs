@@ -87,6 +87,10 @@ impl Worker {
                     return;
                 };
                 slot.backend = Some(backend);
+                // KILL <this session's id> now reaches this backend thread.
+                if let (Some(user), Some(b)) = (slot.session.user(), self.pool.get_mut(backend)) {
+                    slot.conn.entry().set_leased(user, b.conn.thread_id());
+                }
                 self.with_session(session, |s, _, _, out| s.on_leased(out));
             }
             PoolEvent::LeaseFailed {

@@ -30,6 +30,7 @@ use super::conn_io::ConnIo;
 use super::ids::{BackendId, LeaseRequest, PoolKey, SessionId};
 use super::listen::{self, ListenError};
 use super::pool::{Pool, PoolConfig, PoolEvent};
+use super::registry::{ConnectionIds, Registration};
 use super::relay::{RelayOp, RelayTimeouts};
 use super::session::{
     NewSession, Session, SessionAction, SessionCtx, PASSTHROUGH_CAPS, PROXY_CAPS,
@@ -129,6 +130,8 @@ struct SessionSlot {
     /// The client's address, for log lines.
     peer: String,
     closing: bool,
+    /// Its proxy connection id, registered for KILL until the slot is freed.
+    conn: Registration,
 }
 
 pub struct Worker {
@@ -150,7 +153,7 @@ pub struct Worker {
     backend_addr: &'static SockAddr,
     connect_timeout: &'static Timespec,
     tick_ts: &'static Timespec,
-    next_connection_id: u32,
+    conn_ids: ConnectionIds,
     draining: Option<Instant>,
     log_limiter: LogLimiter,
     fd_exhaustion_logged_at: Option<Instant>,
@@ -177,7 +180,7 @@ fn timespec(d: Duration) -> Timespec {
 /// What a session handler sees of its worker (built from fields, so the
 /// session slab can be borrowed mutably beside it).
 fn session_ctx<'a>(
-    shared: &Shared,
+    shared: &'a Shared,
     users: &'a Users,
     now: Instant,
     draining: bool,
@@ -195,6 +198,7 @@ fn session_ctx<'a>(
         },
         draining,
         read_buffer_size: cfg.read_buffer_size as usize,
+        registry: &shared.registry,
     }
 }
 
@@ -278,7 +282,7 @@ impl Worker {
             backend_addr: leak(SockAddr::from(cfg.backend)),
             connect_timeout: leak(timespec(cfg.backend_connect_timeout)),
             tick_ts: leak(timespec(TICK)),
-            next_connection_id: (id as u32) << 24,
+            conn_ids: ConnectionIds::new(id, shared.metrics.worker_count()),
             draining: None,
             log_limiter: LogLimiter::default(),
             fd_exhaustion_logged_at: None,

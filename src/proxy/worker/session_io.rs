@@ -209,6 +209,15 @@ impl Worker {
                     buf.clear();
                 }
             }
+            SessionAction::ReplaceBuffered { len, with } => {
+                let done = slot
+                    .io
+                    .buf
+                    .as_mut()
+                    .is_some_and(|b| b.replace_prefix(len, &with));
+                // The session checked that the rewrite fits.
+                debug_assert!(done, "rewritten command does not fit the buffer");
+            }
             SessionAction::Lease { key, schema } => {
                 let mut events = Vec::new();
                 self.pool.lease(
@@ -240,6 +249,7 @@ impl Worker {
             }
             SessionAction::AbortClient => slot.io.shutdown(),
             SessionAction::Release { clean } => {
+                slot.conn.entry().clear_backend();
                 if let Some(b) = slot.backend.take() {
                     debug_assert_eq!(slot.relay_ops, 0, "released with relay ops in flight");
                     let clean = clean && slot.relay_ops == 0;

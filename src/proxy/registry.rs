@@ -1,0 +1,526 @@
+//! Proxy connection ids, and the one piece of cross-worker state that
+//! `KILL` needs: which user owns a proxy connection id and which backend
+//! thread serves it now.
+//!
+//! Workers share nothing else, and a session never leaves its worker, but a
+//! `KILL <id>` arrives on whatever worker the killer's connection landed on.
+//! The registry is sharded `Mutex<HashMap>`s touched once when a connection
+//! is accepted and once when it is freed; a lease stores the backend thread
+//! id in an atomic. The relay path takes no lock: only a KILL looks up.
+//!
+//! ## The id space
+//!
+//! The greeting's connection id is what clients use to kill (`mariadb`'s
+//! Ctrl-C sends `KILL QUERY <id>`, PyMySQL's `thread_id()` returns it), so
+//! it must never be a number the backend could use for one of its own
+//! threads. MariaDB and MySQL number threads from 1 upwards; ringgate's ids
+//! are `2^31 + seq × workers + worker`, in `[2^31, 2^32)`: disjoint from
+//! backend thread ids until a backend has had two billion connections since
+//! its start, disjoint between workers without coordination (the worker
+//! index is the residue), and still 32-bit, as the greeting and
+//! COM_PROCESS_KILL require. After `2^31 / workers` connections a worker's
+//! sequence wraps; an id still in use is skipped.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::mysql::constants::COM_QUERY;
+use crate::mysql::kill::{self, KillStatement, ER_KILL_DENIED_ERROR};
+use crate::mysql::packet::{split_packet, write_packet};
+
+/// The lowest proxy connection id.
+pub const PROXY_ID_BASE: u32 = 1 << 31;
+
+const SHARDS: usize = 16;
+
+/// Whether `id` is in the proxy's connection id range.
+pub fn is_proxy_id(id: u64) -> bool {
+    (u64::from(PROXY_ID_BASE)..=u64::from(u32::MAX)).contains(&id)
+}
+
+/// One worker's connection id sequence.
+#[derive(Clone, Debug)]
+pub struct ConnectionIds {
+    worker: u32,
+    workers: u32,
+    seq: u32,
+    /// Sequence numbers per wrap: every id stays below 2^32.
+    span: u32,
+}
+
+impl ConnectionIds {
+    pub fn new(worker: usize, workers: usize) -> ConnectionIds {
+        let workers = u32::try_from(workers.max(1)).unwrap_or(u32::MAX);
+        let worker = u32::try_from(worker).unwrap_or(0) % workers;
+        ConnectionIds {
+            worker,
+            workers,
+            seq: 0,
+            span: ((1u64 << 31) / u64::from(workers)) as u32,
+        }
+    }
+
+    /// The next id of this worker (the caller skips one still registered).
+    pub fn next_id(&mut self) -> u32 {
+        let id = PROXY_ID_BASE + self.seq * self.workers + self.worker;
+        self.seq = (self.seq + 1) % self.span.max(1);
+        id
+    }
+}
+
+/// What the registry knows of one client connection.
+#[derive(Debug)]
+pub struct ConnEntry {
+    id: u32,
+    /// The proxy user, once logged in.
+    user: Mutex<Option<Arc<str>>>,
+    /// The backend thread serving the session now; 0 = none.
+    backend_thread: AtomicU32,
+}
+
+impl ConnEntry {
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The session was leased a backend connection: record who it is and
+    /// which backend thread now runs its queries.
+    pub fn set_leased(&self, user: &str, backend_thread: u32) {
+        let mut u = lock(&self.user);
+        if u.as_deref() != Some(user) {
+            *u = Some(Arc::from(user));
+        }
+        drop(u);
+        self.backend_thread.store(backend_thread, Ordering::Release);
+    }
+
+    /// The backend connection went back to the pool (or died): a KILL must
+    /// no longer reach that thread, which may soon serve someone else.
+    pub fn clear_backend(&self) {
+        self.backend_thread.store(0, Ordering::Release);
+    }
+
+    fn snapshot(&self) -> Target {
+        Target {
+            user: lock(&self.user).clone(),
+            backend_thread: match self.backend_thread.load(Ordering::Acquire) {
+                0 => None,
+                t => Some(t),
+            },
+        }
+    }
+}
+
+/// A registered connection as a KILL sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub user: Option<Arc<str>>,
+    pub backend_thread: Option<u32>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The maps hold plain data: a panic elsewhere cannot leave them torn.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Every live client connection of the process, by proxy connection id.
+#[derive(Debug)]
+pub struct Registry {
+    shards: [Mutex<HashMap<u32, Arc<ConnEntry>>>; SHARDS],
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+        }
+    }
+}
+
+impl Registry {
+    fn shard(&self, id: u32) -> &Mutex<HashMap<u32, Arc<ConnEntry>>> {
+        &self.shards[id as usize % SHARDS]
+    }
+
+    /// Register `id`; `None` if it is still in use (the caller takes the
+    /// next). The registration removes itself when dropped.
+    pub fn register(self: &Arc<Self>, id: u32) -> Option<Registration> {
+        let mut map = lock(self.shard(id));
+        if map.contains_key(&id) {
+            return None;
+        }
+        let entry = Arc::new(ConnEntry {
+            id,
+            user: Mutex::new(None),
+            backend_thread: AtomicU32::new(0),
+        });
+        map.insert(id, Arc::clone(&entry));
+        Some(Registration {
+            registry: Arc::clone(self),
+            entry,
+        })
+    }
+
+    /// Take the next free id from `ids` and register it.
+    pub fn register_next(self: &Arc<Self>, ids: &mut ConnectionIds) -> Registration {
+        loop {
+            if let Some(r) = self.register(ids.next_id()) {
+                return r;
+            }
+        }
+    }
+
+    pub fn lookup(&self, id: u32) -> Option<Target> {
+        lock(self.shard(id)).get(&id).map(|e| e.snapshot())
+    }
+
+    /// The proxy connection whose session the backend thread `thread`
+    /// serves now. A scan: only a KILL of a raw backend thread id asks.
+    pub fn by_backend_thread(&self, thread: u32) -> Option<(u32, Target)> {
+        if thread == 0 {
+            return None;
+        }
+        self.shards.iter().find_map(|s| {
+            lock(s)
+                .values()
+                .find(|e| e.backend_thread.load(Ordering::Acquire) == thread)
+                .map(|e| (e.id, e.snapshot()))
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A registered connection; dropping it unregisters the id.
+#[derive(Debug)]
+pub struct Registration {
+    registry: Arc<Registry>,
+    entry: Arc<ConnEntry>,
+}
+
+impl Registration {
+    pub fn entry(&self) -> &ConnEntry {
+        &self.entry
+    }
+
+    pub fn id(&self) -> u32 {
+        self.entry.id
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut map = lock(self.registry.shard(self.entry.id));
+        if map
+            .get(&self.entry.id)
+            .is_some_and(|e| Arc::ptr_eq(e, &self.entry))
+        {
+            map.remove(&self.entry.id);
+        }
+    }
+}
+
+/// What the session does with a recognised KILL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KillDecision {
+    /// Not a connection the proxy maps: the server answers (for an unknown
+    /// proxy id that is MariaDB's own 1094, since no backend thread has it).
+    Forward,
+    /// The same KILL (this payload) of the backend thread that serves the
+    /// target session.
+    Kill(Vec<u8>),
+    /// Not the killer's session: ERR 1095 with the id the client used.
+    NotOwner { id: u64 },
+    /// The target session holds no backend connection (it waits for one):
+    /// nothing runs, so there is nothing to kill; OK, as for an idle thread.
+    Nothing,
+}
+
+impl KillDecision {
+    /// The command to send to the backend in place of the client's, if
+    /// any. Every answer comes from the server, even a refusal (`SIGNAL`)
+    /// and a no-op (`DO 0`): its OK or ERR then carries the session's real
+    /// status flags, the error lands in the diagnostics area as a real
+    /// KILL's would (`SHOW WARNINGS`, `GET DIAGNOSTICS`), and the relay and
+    /// its response tracker see an ordinary command and answer.
+    pub fn payload(&self) -> Option<Vec<u8>> {
+        let query = |sql: String| {
+            let mut p = vec![COM_QUERY];
+            p.extend_from_slice(sql.as_bytes());
+            p
+        };
+        match self {
+            KillDecision::Forward => None,
+            KillDecision::Kill(p) => Some(p.clone()),
+            KillDecision::NotOwner { id } => Some(query(format!(
+                "SIGNAL SQLSTATE 'HY000' SET MYSQL_ERRNO = {ER_KILL_DENIED_ERROR}, MESSAGE_TEXT = '{}'",
+                kill::not_owner_message(*id)
+            ))),
+            KillDecision::Nothing => Some(query("DO 0".into())),
+        }
+    }
+}
+
+/// Decide what a KILL from `killer` (a proxy user) does.
+///
+/// Shared backend identity (every session is the same backend user, so the
+/// server cannot tell proxy users apart): the proxy allows a KILL of a
+/// session of the same proxy user only, and answers 1095 otherwise, also
+/// for a raw backend thread id that serves another user's session.
+/// `server_checks_owner` (each user is itself on the backend): the server
+/// applies its own privilege checks to the mapped KILL.
+pub fn decide_kill(
+    stmt: &KillStatement,
+    killer: &str,
+    registry: &Registry,
+    server_checks_owner: bool,
+) -> KillDecision {
+    let not_owner = KillDecision::NotOwner { id: stmt.id };
+    if !is_proxy_id(stmt.id) {
+        if server_checks_owner {
+            return KillDecision::Forward;
+        }
+        let other_users = u32::try_from(stmt.id)
+            .ok()
+            .and_then(|t| registry.by_backend_thread(t))
+            .is_some_and(|(_, t)| t.user.as_deref() != Some(killer));
+        return if other_users {
+            not_owner
+        } else {
+            KillDecision::Forward
+        };
+    }
+    // In range, so it fits.
+    let Some(target) = registry.lookup(stmt.id as u32) else {
+        return KillDecision::Forward;
+    };
+    let same_user = target.user.as_deref() == Some(killer);
+    match target.backend_thread {
+        Some(thread) if same_user || server_checks_owner => {
+            KillDecision::Kill(stmt.to_payload(thread))
+        }
+        None if same_user => KillDecision::Nothing,
+        _ => not_owner,
+    }
+}
+
+/// A client command replaced by the proxy's: `packet` (framed) takes the
+/// place of the first `replaces` bytes of the session buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rewrite {
+    pub replaces: usize,
+    pub packet: Vec<u8>,
+}
+
+/// If `data` (client bytes at a command boundary, nothing owed) starts with
+/// a whole KILL that the proxy maps, the command to send instead. `None`
+/// leaves the bytes to the server, as they are. A KILL split across reads,
+/// or whose rewrite would not fit in `capacity`, is not intercepted: for a
+/// proxy id the server then answers 1094, never kills the wrong thread.
+pub fn intercept_kill(
+    data: &[u8],
+    killer: &str,
+    registry: &Registry,
+    server_checks_owner: bool,
+    capacity: usize,
+) -> Option<Rewrite> {
+    let (pkt, consumed) = split_packet(data)?;
+    if pkt.seq != 0 || pkt.has_continuation() {
+        return None;
+    }
+    let stmt = kill::parse_command(pkt.payload)?;
+    let payload = decide_kill(&stmt, killer, registry, server_checks_owner).payload()?;
+    let mut packet = Vec::with_capacity(payload.len() + 4);
+    write_packet(&mut packet, 0, &payload);
+    (data.len() - consumed + packet.len() <= capacity).then_some(Rewrite {
+        replaces: consumed,
+        packet,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mysql::kill::parse_statement;
+
+    #[test]
+    fn ids_are_high_and_disjoint_between_workers() {
+        let mut seen = std::collections::HashSet::new();
+        for w in 0..3 {
+            let mut ids = ConnectionIds::new(w, 3);
+            for _ in 0..1000 {
+                let id = ids.next_id();
+                assert!(is_proxy_id(u64::from(id)), "{id}");
+                assert_eq!((id - PROXY_ID_BASE) % 3, w as u32);
+                assert!(seen.insert(id), "{id} twice");
+            }
+        }
+        assert!(!is_proxy_id(u64::from(PROXY_ID_BASE - 1)));
+        assert!(!is_proxy_id(1 << 32));
+    }
+
+    #[test]
+    fn ids_wrap_below_2_pow_32() {
+        let mut ids = ConnectionIds::new(2, 3);
+        ids.seq = ids.span - 1;
+        let last = ids.next_id();
+        assert!(
+            last > PROXY_ID_BASE && last as u64 + 3 > u32::MAX as u64,
+            "{last}"
+        );
+        assert_eq!(ids.next_id(), PROXY_ID_BASE + 2);
+        let mut one = ConnectionIds::new(0, 1);
+        one.seq = one.span - 1;
+        assert_eq!(one.next_id(), u32::MAX);
+        assert_eq!(one.next_id(), PROXY_ID_BASE);
+    }
+
+    #[test]
+    fn registration_is_unique_and_removed_on_drop() {
+        let reg = Arc::new(Registry::default());
+        let a = reg.register(PROXY_ID_BASE + 1).unwrap();
+        assert!(reg.register(PROXY_ID_BASE + 1).is_none());
+        let mut ids = ConnectionIds::new(0, 1);
+        ids.seq = 1;
+        // The taken id is skipped.
+        let b = reg.register_next(&mut ids);
+        assert_eq!(b.id(), PROXY_ID_BASE + 2);
+        assert_eq!(reg.len(), 2);
+        a.entry().set_leased("app", 42);
+        assert_eq!(
+            reg.lookup(PROXY_ID_BASE + 1),
+            Some(Target {
+                user: Some("app".into()),
+                backend_thread: Some(42)
+            })
+        );
+        assert_eq!(reg.by_backend_thread(42).map(|(id, _)| id), Some(a.id()));
+        a.entry().clear_backend();
+        assert_eq!(reg.by_backend_thread(42), None);
+        drop(a);
+        drop(b);
+        assert!(reg.is_empty());
+        assert_eq!(reg.lookup(PROXY_ID_BASE + 1), None);
+    }
+
+    fn kill(sql: &str) -> KillStatement {
+        parse_statement(sql.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn kill_decisions() {
+        let reg = Arc::new(Registry::default());
+        let victim = reg.register(PROXY_ID_BASE + 7).unwrap();
+        victim.entry().set_leased("app", 33);
+        let waiting = reg.register(PROXY_ID_BASE + 8).unwrap();
+        let id = PROXY_ID_BASE + 7;
+
+        // Same user: rewritten to the backend thread, form kept.
+        assert_eq!(
+            decide_kill(&kill(&format!("KILL QUERY {id}")), "app", &reg, false),
+            KillDecision::Kill(b"\x03KILL QUERY 33".to_vec())
+        );
+        // Another user: 1095 with the id the client used.
+        let refused = decide_kill(&kill(&format!("kill {id}")), "other", &reg, false);
+        assert_eq!(refused, KillDecision::NotOwner { id: id.into() });
+        assert_eq!(
+            refused.payload().unwrap(),
+            format!(
+                "\x03SIGNAL SQLSTATE 'HY000' SET MYSQL_ERRNO = 1095, \
+                 MESSAGE_TEXT = 'You are not owner of thread {id}'"
+            )
+            .as_bytes()
+        );
+        // ... unless the server checks (per-user backend identity).
+        assert_eq!(
+            decide_kill(&kill(&format!("kill {id}")), "other", &reg, true),
+            KillDecision::Kill(b"\x03KILL CONNECTION 33".to_vec())
+        );
+        // Unknown proxy id: the server's own 1094.
+        assert_eq!(
+            decide_kill(&kill("KILL 2147483999"), "app", &reg, false),
+            KillDecision::Forward
+        );
+        assert_eq!(KillDecision::Forward.payload(), None);
+        // A session without a backend connection (not logged in yet).
+        let wid = waiting.id();
+        assert_eq!(
+            decide_kill(&kill(&format!("KILL {wid}")), "app", &reg, false),
+            KillDecision::NotOwner { id: wid.into() }
+        );
+        waiting.entry().set_leased("app", 0);
+        assert_eq!(
+            decide_kill(&kill(&format!("KILL {wid}")), "app", &reg, false),
+            KillDecision::Nothing
+        );
+        assert_eq!(KillDecision::Nothing.payload().unwrap(), b"\x03DO 0");
+        // Raw backend thread ids: another user's session is protected in
+        // shared mode; anything else is the server's business.
+        assert_eq!(
+            decide_kill(&kill("KILL 33"), "other", &reg, false),
+            KillDecision::NotOwner { id: 33 }
+        );
+        assert_eq!(
+            decide_kill(&kill("KILL 33"), "app", &reg, false),
+            KillDecision::Forward
+        );
+        assert_eq!(
+            decide_kill(&kill("KILL 33"), "other", &reg, true),
+            KillDecision::Forward
+        );
+        assert_eq!(
+            decide_kill(&kill("KILL 34"), "other", &reg, false),
+            KillDecision::Forward
+        );
+    }
+
+    fn framed(seq: u8, payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        write_packet(&mut v, seq, payload);
+        v
+    }
+
+    #[test]
+    fn intercept_replaces_only_the_kill_packet() {
+        let reg = Arc::new(Registry::default());
+        let victim = reg.register(PROXY_ID_BASE + 5).unwrap();
+        victim.entry().set_leased("app", 12);
+        let kill = framed(
+            0,
+            format!("\x03KILL QUERY {}", PROXY_ID_BASE + 5).as_bytes(),
+        );
+        let next = framed(0, b"\x03SELECT 1");
+        let mut data = kill.clone();
+        data.extend_from_slice(&next);
+        let r = intercept_kill(&data, "app", &reg, false, 16384).unwrap();
+        assert_eq!(r.replaces, kill.len());
+        assert_eq!(r.packet, framed(0, b"\x03KILL QUERY 12"));
+        // COM_PROCESS_KILL keeps its form.
+        let mut p = vec![0x0c];
+        p.extend_from_slice(&(PROXY_ID_BASE + 5).to_le_bytes());
+        let r = intercept_kill(&framed(0, &p), "app", &reg, false, 16384).unwrap();
+        assert_eq!(r.packet, framed(0, &[0x0c, 12, 0, 0, 0]));
+        // Not ours, incomplete, not a command start, or no room: untouched.
+        assert_eq!(intercept_kill(&next, "app", &reg, false, 16384), None);
+        assert_eq!(
+            intercept_kill(&kill[..kill.len() - 1], "app", &reg, false, 16384),
+            None
+        );
+        assert_eq!(
+            intercept_kill(&framed(1, &kill[4..]), "app", &reg, false, 16384),
+            None
+        );
+        let fits = data.len() - kill.len() + framed(0, b"\x03KILL QUERY 12").len();
+        assert!(intercept_kill(&data, "app", &reg, false, fits).is_some());
+        assert_eq!(intercept_kill(&data, "app", &reg, false, fits - 1), None);
+        let unknown = framed(0, b"\x03KILL 2147483999");
+        assert_eq!(intercept_kill(&unknown, "app", &reg, false, 16384), None);
+    }
+}

@@ -1,0 +1,277 @@
+"""KILL and COM_PROCESS_KILL with the connection id the client sees (issue 11, item 2).
+
+The id in ringgate's greeting (PyMySQL's `thread_id()`, the mariadb CLI's Ctrl-C) is a proxy
+id from 2^31 up; ringgate maps a KILL of it to the backend thread that serves that session, for
+a session of the same proxy user, and otherwise answers as MariaDB does (1094 unknown, 1095 not
+owner). Every test runs in fixed and heap mode, with two workers (the killer and the victim are
+often on different workers), and ends with the leak checks of the `proxy` fixture.
+"""
+
+import signal
+import struct
+import subprocess
+import threading
+import time
+
+import pymysql
+import pytest
+from pymysql.constants import COMMAND
+
+from conftest import APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER, backend_env, mariadb_cli
+
+PROXY_ID_BASE = 1 << 31
+
+
+def _run_in_thread(fn):
+    """Runs fn() in a thread; returns a function that joins it and returns (result, exception)."""
+    box = {}
+
+    def target():
+        try:
+            box["result"] = fn()
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            box["error"] = e
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+
+    def join(timeout=30):
+        t.join(timeout)
+        assert not t.is_alive(), "the victim's statement did not return"
+        return box.get("result"), box.get("error")
+
+    return join
+
+
+def _wait_running(proxy, sql_prefix, timeout=10.0):
+    """Waits until the backend runs a statement starting with sql_prefix (seen from a direct
+    connection), so a KILL cannot race the statement's start."""
+    b = backend_env()
+    direct = pymysql.connect(host=b["host"], port=b["port"], user=b["user"], password=b["password"])
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with direct.cursor() as cur:
+                cur.execute(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s",
+                    (sql_prefix + "%",),
+                )
+                if cur.fetchone()[0] > 0:
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"{sql_prefix!r} never ran on the backend")
+    finally:
+        direct.close()
+
+
+def _process_kill(conn, thread_id):
+    """COM_PROCESS_KILL (0x0c, 4-byte id), as old PyMySQL's kill() and libmysqlclient's
+    mysql_kill() send it; returns the OK packet or raises the ERR."""
+    conn._execute_command(COMMAND.COM_PROCESS_KILL, struct.pack("<I", thread_id))
+    return conn._read_ok_packet()
+
+
+def test_connection_ids_are_proxy_ids(proxy):
+    base = proxy.connections_total()
+    conns = [proxy.connect() for _ in range(6)]
+    try:
+        ids = [c.thread_id() for c in conns]
+        assert len(set(ids)) == len(ids), ids
+        assert all(PROXY_ID_BASE <= i < 1 << 32 for i in ids), ids
+        # A backend thread id is below the range: the two can never be confused.
+        with conns[0].cursor() as cur:
+            cur.execute("SELECT CONNECTION_ID()")
+            (backend_thread,) = cur.fetchone()
+        assert backend_thread < PROXY_ID_BASE
+    finally:
+        for c in conns:
+            c.close()
+    proxy.assert_settled(base, 6)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "KILL QUERY {id}",
+        "kill query {id}",
+        "/* from a tool */ KILL\n  Query\t{id} ;",
+        "KILL SOFT QUERY {id} -- comment",
+    ],
+)
+def test_kill_query_interrupts_only_the_query(proxy, statement):
+    base = proxy.connections_total()
+    victim = proxy.connect()
+    killer = proxy.connect()
+    try:
+        join = _run_in_thread(lambda: victim.cursor().execute("SELECT SLEEP(20)"))
+        _wait_running(proxy, "SELECT SLEEP(20)")
+        started = time.monotonic()
+        with killer.cursor() as cur:
+            cur.execute(statement.format(id=victim.thread_id()))
+        result, error = join()
+        elapsed = time.monotonic() - started
+        # MariaDB answers an interrupted SLEEP with 1317, or (when it notices between rows) a
+        # result of 1.
+        if error is not None:
+            assert isinstance(error, pymysql.err.OperationalError), repr(error)
+            assert error.args[0] == 1317, error.args
+        assert elapsed < 10, f"the query ran on for {elapsed:.1f}s after KILL QUERY"
+        # The connection stays usable, on the same backend connection.
+        with victim.cursor() as cur:
+            cur.execute("SELECT 'still here'")
+            assert cur.fetchone() == ("still here",)
+        with killer.cursor() as cur:
+            cur.execute("SELECT 2")
+            assert cur.fetchone() == (2,)
+    finally:
+        victim.close()
+        killer.close()
+    proxy.assert_settled(base, 2)
+
+
+@pytest.mark.parametrize("how", ["statement", "pymysql_kill", "com_process_kill"])
+def test_kill_connection_ends_the_victim(proxy, how):
+    base = proxy.connections_total()
+    victim = proxy.connect()
+    killer = proxy.connect()
+    try:
+        join = _run_in_thread(lambda: victim.cursor().execute("SELECT SLEEP(20)"))
+        _wait_running(proxy, "SELECT SLEEP(20)")
+        started = time.monotonic()
+        vid = victim.thread_id()
+        if how == "statement":
+            killer.cursor().execute(f"KILL CONNECTION {vid}")
+        elif how == "pymysql_kill":
+            killer.kill(vid)
+        else:
+            _process_kill(killer, vid)
+        _, error = join()
+        assert time.monotonic() - started < 10
+        assert isinstance(error, pymysql.err.OperationalError), repr(error)
+        # 2013 (lost connection) or MariaDB's 1927 "Connection was killed", as direct.
+        assert error.args[0] in (2013, 1927), error.args
+        with pytest.raises(pymysql.err.Error):
+            victim.cursor().execute("SELECT 1")
+        # The killer is untouched.
+        with killer.cursor() as cur:
+            cur.execute("SELECT 3")
+            assert cur.fetchone() == (3,)
+    finally:
+        victim.close()
+        killer.close()
+    proxy.assert_settled(base, 2)
+
+
+def test_issue_36_logic(proxy):
+    """PyMySQL's test_issue_36: one connection kills another by its thread id with
+    Connection.kill(); the killed connection fails at its next statement and a new connection
+    works. (PyMySQL's own version also looks itself up in SHOW PROCESSLIST, which shows backend
+    thread ids through ringgate: docs/operations.md.)"""
+    base = proxy.connections_total()
+    conn = proxy.connect()
+    other = proxy.connect()
+    try:
+        with conn.cursor() as c:
+            c.execute("SELECT 1")
+        kill_id = conn.thread_id()
+        other.kill(kill_id)
+        with pytest.raises(pymysql.err.Error):
+            with conn.cursor() as c:
+                c.execute("show tables")
+        conn.close()
+        time.sleep(0.1)
+        # Reconnecting works, and the killed id is gone: killing it again is 1094.
+        conn = proxy.connect()
+        with conn.cursor() as c:
+            c.execute("SELECT 1")
+            assert c.fetchone() == (1,)
+        with pytest.raises(pymysql.err.MySQLError) as ei:
+            other.kill(kill_id)
+        assert ei.value.args == (1094, f"Unknown thread id: {kill_id}")
+    finally:
+        conn.close()
+        other.close()
+    proxy.assert_settled(base, 3)
+
+
+def test_unknown_id_is_1094_as_mariadb_says(proxy):
+    base = proxy.connections_total()
+    with proxy.connect() as conn:
+        for unknown in (PROXY_ID_BASE + 12345, 999999):
+            for stmt in (f"KILL {unknown}", f"KILL QUERY {unknown}"):
+                with pytest.raises(pymysql.err.MySQLError) as ei:
+                    conn.cursor().execute(stmt)
+                assert ei.value.args == (1094, f"Unknown thread id: {unknown}"), stmt
+            with pytest.raises(pymysql.err.MySQLError) as ei:
+                _process_kill(conn, unknown)
+            assert ei.value.args == (1094, f"Unknown thread id: {unknown}")
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1")
+            assert cur.fetchone() == (1,)
+    proxy.assert_settled(base, 1)
+
+
+def test_another_users_session_is_1095_and_runs_on(proxy):
+    base = proxy.connections_total()
+    victim = proxy.connect()
+    killer = proxy.connect(user=HASHED_USER, password=HASHED_PASSWORD)
+    try:
+        join = _run_in_thread(lambda: victim.cursor().execute("SELECT SLEEP(1.5)"))
+        _wait_running(proxy, "SELECT SLEEP(1.5)")
+        vid = victim.thread_id()
+        for attempt in (
+            lambda: killer.cursor().execute(f"KILL QUERY {vid}"),
+            lambda: killer.cursor().execute(f"KILL {vid}"),
+            lambda: killer.kill(vid),
+            lambda: _process_kill(killer, vid),
+        ):
+            with pytest.raises(pymysql.err.MySQLError) as ei:
+                attempt()
+            assert ei.value.args == (1095, f"You are not owner of thread {vid}")
+        # Refused: the victim's statement ran to its end.
+        _, error = join()
+        assert error is None, repr(error)
+        # The raw backend thread id of that session is refused as well: every session is the
+        # same backend user, so the server could not tell them apart.
+        with victim.cursor() as cur:
+            cur.execute("SELECT CONNECTION_ID()")
+            (backend_thread,) = cur.fetchone()
+        with pytest.raises(pymysql.err.MySQLError) as ei:
+            killer.cursor().execute(f"KILL {backend_thread}")
+        assert ei.value.args == (1095, f"You are not owner of thread {backend_thread}")
+        # The killer's connection is fine, and so is the victim's.
+        with killer.cursor() as cur:
+            cur.execute("SELECT 4")
+            assert cur.fetchone() == (4,)
+        with victim.cursor() as cur:
+            cur.execute("SELECT 5")
+            assert cur.fetchone() == (5,)
+    finally:
+        victim.close()
+        killer.close()
+    proxy.assert_settled(base, 2)
+
+
+def test_mariadb_cli_ctrl_c_kills_the_running_query(proxy):
+    """The mariadb CLI answers SIGINT during a query by connecting again and sending
+    `KILL QUERY <the greeting's connection id>`; the query must end early with 1317."""
+    base = proxy.connections_total()
+    cmd = [
+        mariadb_cli(), "--no-defaults", "--protocol=TCP", "-h127.0.0.1", f"-P{proxy.port}",
+        f"-u{APP_USER}", f"-p{APP_PASSWORD}", "-e", "SELECT SLEEP(20)",
+    ]
+    started = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_running(proxy, "SELECT SLEEP(20)")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=15)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert time.monotonic() - started < 12, "Ctrl-C did not interrupt the query"
+    assert "Query execution was interrupted" in err, (out, err)
+    assert "1317" in err, (out, err)
+    # Two connections: the query's and the CLI's KILL QUERY connection.
+    proxy.assert_settled(base, 2)
