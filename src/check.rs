@@ -1030,6 +1030,7 @@ mod tests {
                 connection_id: 7,
                 scramble: b"abcdefgh0123456789AB".to_vec(),
                 capabilities: 0x81FF_F7FE,
+                ext_capabilities: 0x1d,
                 charset: UTF8MB4_GENERAL_CI,
                 status: SERVER_STATUS_AUTOCOMMIT,
                 auth_plugin: crate::mysql::auth::NATIVE_PASSWORD.into(),

@@ -121,6 +121,9 @@ enum State {
 #[derive(Debug)]
 pub struct ClientLogin {
     params: LoginParams,
+    /// MariaDB extended capabilities wanted, before masking with the
+    /// server's (see [`ClientLogin::with_ext_capabilities`]).
+    ext_wanted: u32,
     state: State,
 }
 
@@ -128,8 +131,19 @@ impl ClientLogin {
     pub fn new(params: LoginParams) -> ClientLogin {
         ClientLogin {
             params,
+            ext_wanted: 0,
             state: State::Greeting,
         }
+    }
+
+    /// Ask a MariaDB server for these extended capabilities
+    /// (`MARIADB_CLIENT_*` >> 32), as far as its greeting offers them. The
+    /// proxy asks for exactly what its client chose, so the server sends
+    /// what the client expects. A server that announces none (MySQL) gets a
+    /// response without them.
+    pub fn with_ext_capabilities(mut self, ext: u32) -> ClientLogin {
+        self.ext_wanted = ext;
+        self
     }
 
     /// Feed one whole packet from the server (sequence id + payload, as split by
@@ -193,7 +207,13 @@ impl ClientLogin {
                 ),
             ));
         }
-        let capabilities = self.negotiate(greeting.capabilities);
+        let mut capabilities = self.negotiate(greeting.capabilities);
+        // parse_greeting reads no extended capabilities from a MySQL server.
+        let ext = self.ext_wanted & greeting.ext_capabilities;
+        if ext != 0 {
+            // MariaDB only reads them from a response without CLIENT_MYSQL.
+            capabilities &= !CLIENT_MYSQL;
+        }
         let response = HandshakeResponse {
             capabilities,
             max_packet_size: self.params.max_packet_size,
@@ -207,12 +227,10 @@ impl ClientLogin {
             auth_plugin: Some(NATIVE_PASSWORD.into()),
             connect_attrs: Vec::new(),
         };
+        let mut payload = handshake::build_handshake_response(&response);
+        handshake::set_response_ext_capabilities(&mut payload, ext);
         let mut out = Vec::new();
-        let expect_seq = write_packet(
-            &mut out,
-            seq.wrapping_add(1),
-            &handshake::build_handshake_response(&response),
-        );
+        let expect_seq = write_packet(&mut out, seq.wrapping_add(1), &payload);
         self.state = State::Auth {
             greeting,
             capabilities,
@@ -738,6 +756,37 @@ mod tests {
             panic!()
         };
         assert_eq!(capabilities, caps);
+    }
+
+    #[test]
+    fn extended_capabilities_are_asked_for_as_far_as_mariadb_offers_them() {
+        // MariaDB 10.11 offers 0x1d; BULK_UNIT_RESULTS (0x20) is not offered.
+        let wanted = MARIADB_CLIENT_EXTENDED_METADATA | MARIADB_CLIENT_BULK_UNIT_RESULTS;
+        let mut login = ClientLogin::new(params()).with_ext_capabilities(wanted);
+        let (_, response) = sent(login.on_packet(0, &hex(GOOD_GREETING)).unwrap());
+        assert_eq!(
+            handshake::response_ext_capabilities(&response),
+            MARIADB_CLIENT_EXTENDED_METADATA
+        );
+        let caps = u32::from_le_bytes(response[..4].try_into().unwrap());
+        assert_eq!(caps, NATIVE_LOGIN_CAPS & !CLIENT_MYSQL);
+        let Ok(LoginStep::Done { capabilities, .. }) = login.on_packet(2, &hex(LOGIN_OK)) else {
+            panic!()
+        };
+        assert_eq!(capabilities, caps);
+
+        // None wanted: the response is byte for byte the captured one.
+        let (_, response) = after_greeting(params(), GOOD_GREETING);
+        assert_eq!(response, hex(GOOD_RESPONSE));
+
+        // A MySQL server (CLIENT_MYSQL set) is asked for none.
+        let mut g = handshake::parse_greeting(&hex(GOOD_GREETING)).unwrap();
+        g.capabilities |= CLIENT_MYSQL;
+        g.ext_capabilities = 0x1d;
+        let mut login = ClientLogin::new(params()).with_ext_capabilities(wanted);
+        let (_, response) = sent(login.on_packet(0, &handshake::build_greeting(&g)).unwrap());
+        assert_eq!(handshake::response_ext_capabilities(&response), 0);
+        assert_ne!(response[0] & CLIENT_MYSQL as u8, 0);
     }
 
     #[test]

@@ -101,6 +101,46 @@ pub const SESSION_KEY_CAPS: u32 = CLIENT_DEPRECATE_EOF
     | CLIENT_SESSION_TRACK;
 
 // ---------------------------------------------------------------------------
+// MariaDB extended capabilities: a second 32-bit word, bits 32..63 of
+// MariaDB's 64-bit capability set. A MariaDB server announces them in the
+// last 4 of the greeting's 10 reserved bytes, and a client answers in the
+// last 4 of the HandshakeResponse's 23-byte filler; both only count when the
+// sender cleared CLIENT_MYSQL (bit 0). Values as in MariaDB's mysql_com.h
+// (`MARIADB_CLIENT_* >> 32`).
+// ---------------------------------------------------------------------------
+
+/// `MARIADB_CLIENT_PROGRESS`: the server may send progress reports (ERR
+/// packets with code 0xFFFF) in the middle of a long statement.
+pub const MARIADB_CLIENT_PROGRESS: u32 = 1;
+/// `MARIADB_CLIENT_COM_MULTI`: COM_MULTI (0xFE), never released; no
+/// MariaDB 10.6+ server offers it.
+pub const MARIADB_CLIENT_COM_MULTI: u32 = 1 << 1;
+/// `MARIADB_CLIENT_STMT_BULK_OPERATIONS`: COM_STMT_BULK_EXECUTE (0xFA).
+pub const MARIADB_CLIENT_STMT_BULK_OPERATIONS: u32 = 1 << 2;
+/// `MARIADB_CLIENT_EXTENDED_METADATA`: column definitions carry a block of
+/// type information (data type name such as `uuid`, format such as `json`).
+pub const MARIADB_CLIENT_EXTENDED_METADATA: u32 = 1 << 3;
+/// `MARIADB_CLIENT_CACHE_METADATA`: every column-count packet carries a
+/// "metadata follows" byte, and COM_STMT_EXECUTE may omit the column
+/// definitions the client has already seen.
+pub const MARIADB_CLIENT_CACHE_METADATA: u32 = 1 << 4;
+/// `MARIADB_CLIENT_BULK_UNIT_RESULTS` (MariaDB 11.5+): one result per row of
+/// a COM_STMT_BULK_EXECUTE.
+pub const MARIADB_CLIENT_BULK_UNIT_RESULTS: u32 = 1 << 5;
+
+/// The extended capabilities ringgate passes through from a MariaDB
+/// backend: the ones whose effect on the command phase the response tracker
+/// follows (progress reports are skipped, the metadata byte is read,
+/// COM_STMT_BULK_EXECUTE is a result-returning command; extended metadata
+/// only lengthens column definitions, which are counted, not parsed).
+/// COM_MULTI was never released and BULK_UNIT_RESULTS is not in the MariaDB
+/// 10.11 that the tests run against, so neither is offered.
+pub const MIRRORED_EXT_CAPS: u32 = MARIADB_CLIENT_PROGRESS
+    | MARIADB_CLIENT_STMT_BULK_OPERATIONS
+    | MARIADB_CLIENT_EXTENDED_METADATA
+    | MARIADB_CLIENT_CACHE_METADATA;
+
+// ---------------------------------------------------------------------------
 // Server status flags (OK / EOF packets, 16 bits).
 // ---------------------------------------------------------------------------
 
@@ -170,6 +210,9 @@ pub const COM_STMT_FETCH: u8 = 0x1c;
 pub const COM_DAEMON: u8 = 0x1d;
 pub const COM_BINLOG_DUMP_GTID: u8 = 0x1e;
 pub const COM_RESET_CONNECTION: u8 = 0x1f;
+/// MariaDB: execute a prepared statement for many rows at once
+/// (with MARIADB_CLIENT_STMT_BULK_OPERATIONS).
+pub const COM_STMT_BULK_EXECUTE: u8 = 0xfa;
 
 /// Human-readable command name, for logs and metrics labels.
 pub const fn command_name(cmd: u8) -> &'static str {
@@ -206,6 +249,7 @@ pub const fn command_name(cmd: u8) -> &'static str {
         COM_DAEMON => "COM_DAEMON",
         COM_BINLOG_DUMP_GTID => "COM_BINLOG_DUMP_GTID",
         COM_RESET_CONNECTION => "COM_RESET_CONNECTION",
+        COM_STMT_BULK_EXECUTE => "COM_STMT_BULK_EXECUTE",
         _ => "COM_UNKNOWN",
     }
 }

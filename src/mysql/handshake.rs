@@ -28,6 +28,10 @@ pub struct Greeting {
     /// that terminates its second half on the wire.
     pub scramble: Vec<u8>,
     pub capabilities: u32,
+    /// MariaDB extended capabilities (`MARIADB_CLIENT_*` >> 32). Only on the
+    /// wire when `capabilities` lacks CLIENT_MYSQL (a MariaDB server);
+    /// parsed as 0 otherwise.
+    pub ext_capabilities: u32,
     /// Server default collation id.
     pub charset: u8,
     pub status: u16,
@@ -64,7 +68,15 @@ pub fn build_greeting(g: &Greeting) -> Vec<u8> {
         0
     };
     out.push(auth_len);
-    out.extend_from_slice(&[0u8; 10]);
+    out.extend_from_slice(&[0u8; 6]);
+    // MariaDB puts its extended capabilities in the last 4 reserved bytes,
+    // and only a greeting without CLIENT_MYSQL says they are there.
+    let ext = if g.capabilities & CLIENT_MYSQL == 0 {
+        g.ext_capabilities
+    } else {
+        0
+    };
+    out.extend_from_slice(&ext.to_le_bytes());
     if g.capabilities & CLIENT_SECURE_CONNECTION != 0 {
         out.extend_from_slice(part2);
         out.resize(out.len() + (part2_len - part2.len()), 0);
@@ -108,6 +120,7 @@ pub fn parse_greeting(payload: &[u8]) -> Result<Greeting, ProtocolError> {
         connection_id,
         scramble: Vec::new(),
         capabilities,
+        ext_capabilities: 0,
         charset: 0,
         status: 0,
         auth_plugin: NATIVE_PASSWORD.to_owned(),
@@ -123,8 +136,12 @@ pub fn parse_greeting(payload: &[u8]) -> Result<Greeting, ProtocolError> {
     greeting.capabilities = capabilities;
     let auth_len = usize::from(r.u8("auth data length")?);
     // 6 filler bytes + 4 bytes that MariaDB uses for extended capabilities
-    // when CLIENT_MYSQL is clear; we do not negotiate those.
-    r.skip(10, "reserved")?;
+    // when CLIENT_MYSQL is clear (MySQL leaves them zero).
+    r.skip(6, "reserved")?;
+    let ext = r.u32("reserved")?;
+    if capabilities & CLIENT_MYSQL == 0 {
+        greeting.ext_capabilities = ext;
+    }
     if capabilities & CLIENT_SECURE_CONNECTION != 0 {
         // MySQL: max(13, auth_len - 8) bytes, the last one a NUL. Tolerate
         // servers that send fewer bytes when no plugin name follows.
@@ -327,6 +344,40 @@ pub fn build_handshake_response(r: &HandshakeResponse) -> Vec<u8> {
     out
 }
 
+/// Offset of the MariaDB extended capabilities in a HandshakeResponse41:
+/// the last 4 of the 23 filler bytes after capabilities, max packet size
+/// and charset.
+const RESPONSE_EXT_CAPS_AT: usize = 4 + 4 + 1 + 19;
+
+/// The MariaDB extended capabilities a HandshakeResponse41 (or SSLRequest)
+/// asks for. As the MariaDB server reads them: only a client that cleared
+/// CLIENT_MYSQL (bit 0) has them in its filler; any other client has none,
+/// whatever the filler holds.
+pub fn response_ext_capabilities(payload: &[u8]) -> u32 {
+    let word = |at: usize| {
+        payload
+            .get(at..at + 4)
+            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    if payload.len() < SSL_REQUEST_LEN || word(0) & CLIENT_MYSQL != 0 {
+        return 0;
+    }
+    word(RESPONSE_EXT_CAPS_AT)
+}
+
+/// Asks for MariaDB extended capabilities in a HandshakeResponse41 built by
+/// [`build_handshake_response`]: writes `ext` into the filler and clears
+/// CLIENT_MYSQL, without which a MariaDB server ignores them. Does nothing
+/// when `ext` is 0, so a response without them stays as libmysqlclient
+/// sends it.
+pub fn set_response_ext_capabilities(payload: &mut [u8], ext: u32) {
+    if ext == 0 || payload.len() < SSL_REQUEST_LEN {
+        return;
+    }
+    payload[0] &= !(CLIENT_MYSQL as u8);
+    payload[RESPONSE_EXT_CAPS_AT..RESPONSE_EXT_CAPS_AT + 4].copy_from_slice(&ext.to_le_bytes());
+}
+
 /// Builds an SSLRequest payload (the 32-byte prefix of HandshakeResponse41).
 pub fn build_ssl_request(capabilities: u32, max_packet_size: u32, charset: u8) -> Vec<u8> {
     let mut out = Vec::with_capacity(SSL_REQUEST_LEN);
@@ -367,6 +418,7 @@ mod tests {
             connection_id: 0x0102_0304,
             scramble: SCRAMBLE.to_vec(),
             capabilities: 0xDFFF_F7FF & !CLIENT_SSL,
+            ext_capabilities: 0,
             charset: UTF8MB4_GENERAL_CI,
             status: SERVER_STATUS_AUTOCOMMIT,
             auth_plugin: NATIVE_PASSWORD.into(),
@@ -442,6 +494,72 @@ mod tests {
         assert_eq!(g.charset, UTF8MB4_GENERAL_CI);
         assert_eq!(g.status, SERVER_STATUS_AUTOCOMMIT);
         assert_eq!(g.auth_plugin, NATIVE_PASSWORD);
+        // PROGRESS | STMT_BULK_OPERATIONS | EXTENDED_METADATA | CACHE_METADATA
+        assert_eq!(
+            g.ext_capabilities,
+            MARIADB_CLIENT_PROGRESS
+                | MARIADB_CLIENT_STMT_BULK_OPERATIONS
+                | MARIADB_CLIENT_EXTENDED_METADATA
+                | MARIADB_CLIENT_CACHE_METADATA
+        );
+        // What ringgate builds from it is the same bytes.
+        assert_eq!(build_greeting(&g), MARIADB_10_11_GREETING);
+    }
+
+    #[test]
+    fn ext_capabilities_only_count_without_client_mysql() {
+        // A MySQL greeting (CLIENT_MYSQL set) never carries them, even if
+        // the reserved bytes were not zero.
+        let mut g = sample_greeting();
+        g.capabilities |= CLIENT_MYSQL;
+        g.ext_capabilities = 0x1d;
+        let p = build_greeting(&g);
+        let parsed = parse_greeting(&p).unwrap();
+        assert_eq!(parsed.ext_capabilities, 0);
+        let mut forged = p.clone();
+        let at = p.len() - 13 - NATIVE_PASSWORD.len() - 1 - 4;
+        forged[at..at + 4].copy_from_slice(&0x1du32.to_le_bytes());
+        assert_eq!(parse_greeting(&forged).unwrap().ext_capabilities, 0);
+        // Without CLIENT_MYSQL they round-trip.
+        g.capabilities &= !CLIENT_MYSQL;
+        assert_eq!(parse_greeting(&build_greeting(&g)).unwrap(), g);
+    }
+
+    #[test]
+    fn response_ext_capabilities_follow_mariadb_rules() {
+        let r = HandshakeResponse {
+            capabilities: CLIENT_LONG_PASSWORD | CLIENT_DEPRECATE_EOF,
+            username: "u".into(),
+            auth_response: vec![1; 20],
+            ..Default::default()
+        };
+        let mut p = build_handshake_response(&r);
+        assert_eq!(response_ext_capabilities(&p), 0);
+        // 0 asks for nothing and leaves the packet as it was.
+        let before = p.clone();
+        set_response_ext_capabilities(&mut p, 0);
+        assert_eq!(p, before);
+        set_response_ext_capabilities(&mut p, MARIADB_CLIENT_EXTENDED_METADATA);
+        assert_eq!(
+            response_ext_capabilities(&p),
+            MARIADB_CLIENT_EXTENDED_METADATA
+        );
+        assert_eq!(p[0] & CLIENT_MYSQL as u8, 0);
+        assert_eq!(&p[28..32], &[8, 0, 0, 0]);
+        // The rest parses as before.
+        let ClientHello::Response(back) = parse_handshake_response(&p).unwrap() else {
+            panic!("expected a response");
+        };
+        assert_eq!(back.username, "u");
+        assert_eq!(back.capabilities & CLIENT_MYSQL, 0);
+        // A client that keeps CLIENT_MYSQL set has none, whatever its filler.
+        p[0] |= CLIENT_MYSQL as u8;
+        assert_eq!(response_ext_capabilities(&p), 0);
+        // Too short to hold them: none, no panic.
+        assert_eq!(response_ext_capabilities(&p[..20]), 0);
+        let mut short = vec![0u8; 10];
+        set_response_ext_capabilities(&mut short, 8);
+        assert_eq!(short, vec![0u8; 10]);
     }
 
     #[test]

@@ -90,6 +90,7 @@ mod tests {
                 connection_id: 1,
                 scramble: vec![b'x'; 20],
                 capabilities: u32::MAX,
+                ext_capabilities: 0,
                 charset: constants::UTF8MB4_GENERAL_CI,
                 status: 2,
                 auth_plugin: auth::NATIVE_PASSWORD.into(),

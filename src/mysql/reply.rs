@@ -274,7 +274,9 @@ pub fn parse_reset_replies(
         let (code, _, message) = parse_err(&first)?;
         return Ok(Some(ResetOutcome::Failed { code, message }));
     }
-    if first.as_slice() != [1] {
+    // One column; with MARIADB_CLIENT_CACHE_METADATA the count is followed
+    // by a "metadata follows" byte, always 1 for a text result.
+    if first.as_slice() != [1] && first.as_slice() != [1, 1] {
         return Err(ProtocolError::Malformed {
             what: "SELECT DATABASE() result",
             reason: "expected one column",
@@ -471,6 +473,19 @@ mod tests {
         let mut buf = packets(&[&ok]);
         let term = [0xFE, 0, 0, 2, 0, 0, 0];
         buf.extend(packets(&[&[1], coldef, shop_row, &term]));
+        assert_eq!(
+            parse_reset_replies(&buf, true, 0),
+            Ok(Some(ResetOutcome::Reset {
+                schema: Some("shop".into())
+            }))
+        );
+        // A connection with MARIADB_CLIENT_CACHE_METADATA: the column count
+        // carries the "metadata follows" byte (`01 01`), and with
+        // MARIADB_CLIENT_EXTENDED_METADATA the definition is longer; both
+        // as MariaDB 10.11 sends them.
+        let ext_coldef = b"\x03def\x00\x00\x00\x0aDATABASE()\x00\x00\x0c\x2d\x00\x00\x01\x00\x00\xfd\x00\x00\x27\x00\x00";
+        let mut buf = packets(&[&ok]);
+        buf.extend(packets(&[&[1, 1], ext_coldef, shop_row, &term]));
         assert_eq!(
             parse_reset_replies(&buf, true, 0),
             Ok(Some(ResetOutcome::Reset {

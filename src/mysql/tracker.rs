@@ -35,6 +35,12 @@
 //! * `COM_FIELD_LIST`: definitions until a short `0xFE` packet, or ERR.
 //! * `COM_STMT_SEND_LONG_DATA`, `COM_STMT_CLOSE`: no response. `COM_QUIT` and commands the proxy
 //!   does not support stop the session ([`StopReason`]). Every other command: one packet.
+//! * `COM_STMT_BULK_EXECUTE` (MariaDB, `MARIADB_CLIENT_STMT_BULK_OPERATIONS`): like
+//!   `COM_STMT_EXECUTE`, OK | ERR | result set (`INSERT ... RETURNING`).
+//! * With `MARIADB_CLIENT_CACHE_METADATA` every column-count packet is followed by one byte:
+//!   1 = the column definitions follow, 0 = they are omitted (a `COM_STMT_EXECUTE` whose
+//!   metadata the client has seen), and the EOF (not with `CLIENT_DEPRECATE_EOF`) or the rows
+//!   come next.
 //! * MariaDB progress reports (an ERR packet with error code `0xFFFF`, sent e.g. during
 //!   `LOAD DATA` when the client enables progress reporting) never end a response and are skipped.
 
@@ -118,7 +124,7 @@ fn classify(cmd: u8) -> CommandClass {
     use CommandClass::*;
     match cmd {
         COM_QUIT => Quit,
-        COM_QUERY | COM_STMT_EXECUTE | COM_PROCESS_INFO => Result,
+        COM_QUERY | COM_STMT_EXECUTE | COM_PROCESS_INFO | COM_STMT_BULK_EXECUTE => Result,
         COM_STMT_FETCH => Fetch,
         COM_STMT_PREPARE => Prepare,
         COM_FIELD_LIST => FieldList,
@@ -383,6 +389,9 @@ enum ClientPacket {
 #[derive(Debug)]
 pub struct Tracker {
     deprecate_eof: bool,
+    /// `MARIADB_CLIENT_CACHE_METADATA` was negotiated: column counts carry a
+    /// "metadata follows" byte.
+    cache_metadata: bool,
     client: Framer,
     client_kind: ClientPacket,
     server: Framer,
@@ -404,6 +413,7 @@ impl Tracker {
     pub fn new(deprecate_eof: bool) -> Self {
         Tracker {
             deprecate_eof,
+            cache_metadata: false,
             client: Framer::new(),
             client_kind: ClientPacket::Command,
             server: Framer::new(),
@@ -415,6 +425,11 @@ impl Tracker {
             set_option_seen: false,
             max_client_packet: u64::MAX,
         }
+    }
+
+    /// `MARIADB_CLIENT_CACHE_METADATA` was negotiated between client and server.
+    pub fn set_cache_metadata(&mut self, on: bool) {
+        self.cache_metadata = on;
     }
 
     /// Refuse client logical packets longer than `max` bytes: the check runs
@@ -610,6 +625,7 @@ impl Tracker {
     /// A server logical packet just completed: advance the response at the head of the queue.
     fn server_packet_done(&mut self) -> Result<(), TrackError> {
         let deprecate_eof = self.deprecate_eof;
+        let cache_metadata = self.cache_metadata;
         let pkt = self.server.packet();
         let Some(front) = self.pending.front_mut() else {
             return Err(TrackError::UnexpectedServerData);
@@ -643,6 +659,16 @@ impl Tracker {
                     end_of_result(&mut front.state, status)
                 }
                 _ => match lenenc(pkt.prefix) {
+                    // The server skipped the metadata: the definitions' EOF
+                    // or the rows come next.
+                    Some((n, w)) if n > 0 && cache_metadata && pkt.prefix.get(w) == Some(&0) => {
+                        front.state = if deprecate_eof {
+                            RespState::Rows
+                        } else {
+                            RespState::ColumnsEof
+                        };
+                        false
+                    }
                     Some((n, _)) if n > 0 => {
                         front.state = RespState::ColumnDefs { left: n };
                         false

@@ -46,10 +46,11 @@ pub enum BackendOp {
 /// What the connection tells the pool.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BackendEvent {
-    /// Logged in; `server_version` and `capabilities` are the greeting's.
+    /// Logged in; `server_version` and the capabilities are the greeting's.
     Ready {
         server_version: String,
         capabilities: u32,
+        ext_capabilities: u32,
     },
     /// Could not be opened (connect, greeting or login failed).
     OpenFailed { cause: String },
@@ -208,7 +209,9 @@ impl BackendConn {
             capabilities: NATIVE_LOGIN_CAPS | self.key.caps,
             collation: self.key.collation,
             max_packet_size: BACKEND_MAX_PACKET,
-        });
+        })
+        // Negotiated as the client chose them: they are in the pool key.
+        .with_ext_capabilities(self.key.ext_caps);
         self.state = State::LoggingIn {
             login: Box::new(login),
             writing: false,
@@ -283,6 +286,7 @@ impl BackendConn {
                     out.push(BackendOut::Event(BackendEvent::Ready {
                         server_version: greeting.server_version,
                         capabilities: greeting.capabilities,
+                        ext_capabilities: greeting.ext_capabilities,
                     }));
                 }
                 Err(LoginError::Server {

@@ -25,11 +25,15 @@ pub struct BackendId {
 
 /// What a pooled connection must match to be leased: the capability bits
 /// fixed at the backend handshake that change what the server sends or how
-/// it parses (`SESSION_KEY_CAPS`), and the client's collation.
+/// it parses (`SESSION_KEY_CAPS`), the client's collation, and the MariaDB
+/// extended capabilities it negotiated (`MIRRORED_EXT_CAPS`: a client that
+/// did not ask for extended metadata must never get a connection that
+/// sends it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PoolKey {
     pub caps: u32,
     pub collation: u8,
+    pub ext_caps: u32,
 }
 
 impl PoolKey {
@@ -39,6 +43,7 @@ impl PoolKey {
         PoolKey {
             caps: CLIENT_MULTI_STATEMENTS | CLIENT_MULTI_RESULTS | CLIENT_PS_MULTI_RESULTS,
             collation: UTF8MB4_GENERAL_CI,
+            ext_caps: 0,
         }
     }
 }

@@ -11,7 +11,8 @@
 //!   completions to machines, submits what they return, and owns the fds
 //!   ([`conn_io`]).
 //!
-//! Leaf types shared by the machines live in [`ids`]; `slab` stores
+//! Leaf types shared by the machines live in [`ids`]; [`presentation`]
+//! decides how the greeting presents the proxy (MySQL or MariaDB); `slab` stores
 //! sessions and backends with generations. No machine imports another
 //! except the session, which owns its relay, and the pool, which owns its
 //! backend connections.
@@ -21,6 +22,7 @@ mod conn_io;
 mod ids;
 mod listen;
 mod pool;
+mod presentation;
 pub mod registry;
 mod relay;
 mod session;

@@ -93,6 +93,8 @@ pub enum PoolEvent {
     ServerInfo {
         server_version: String,
         capabilities: u32,
+        /// MariaDB extended capabilities (0 from a MySQL server).
+        ext_capabilities: u32,
     },
 }
 
@@ -476,11 +478,13 @@ impl Pool {
             BackendEvent::Ready {
                 server_version,
                 capabilities,
+                ext_capabilities,
             } => {
                 self.retry_at = None;
                 out.push(PoolEvent::ServerInfo {
                     server_version,
                     capabilities,
+                    ext_capabilities,
                 });
                 let Some(p) = self.slots.get_mut(id.index, id.generation) else {
                     return;

@@ -258,6 +258,7 @@ fn at_the_limit_an_idle_connection_of_another_key_is_evicted() {
     let other = PoolKey {
         caps: CLIENT_FOUND_ROWS,
         collation: 8,
+        ..PoolKey::default_warm()
     };
     let (_, b) = leased(&h.lease(req(1, other))).unwrap();
     h.release(b, true);

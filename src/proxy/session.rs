@@ -150,6 +150,9 @@ pub struct NewSession {
     pub connection_id: u32,
     /// Capabilities offered in the greeting.
     pub capabilities: u32,
+    /// MariaDB extended capabilities offered in the greeting (only sent
+    /// when `capabilities` lacks CLIENT_MYSQL).
+    pub ext_capabilities: u32,
     pub server_version: String,
     /// The client's address, for the text of ERR 1045.
     pub peer_host: String,
@@ -162,6 +165,7 @@ pub struct Session {
     state: State,
     scramble: [u8; 20],
     capabilities: u32,
+    ext_capabilities: u32,
     peer_host: String,
     accepted_at: Instant,
     /// Sequence id for the next packet the proxy sends during login.
@@ -189,6 +193,7 @@ impl Session {
             state: State::Greeting,
             scramble: n.scramble,
             capabilities: n.capabilities,
+            ext_capabilities: n.ext_capabilities,
             peer_host: n.peer_host,
             accepted_at: n.now,
             seq: 0,
@@ -217,6 +222,7 @@ impl Session {
             connection_id: n.connection_id,
             scramble: n.scramble.to_vec(),
             capabilities: n.capabilities,
+            ext_capabilities: n.ext_capabilities,
             charset: UTF8MB4_GENERAL_CI,
             status: SERVER_STATUS_AUTOCOMMIT,
             auth_plugin: NATIVE_PASSWORD.into(),
@@ -450,22 +456,35 @@ impl Session {
                 "Bad handshake: ringgate does not offer TLS; connect with TLS disabled (e.g. --ssl=0 / ssl-mode=DISABLED)",
                 out,
             ),
-            Ok(ClientHello::Response(hello)) => self.on_hello(hello, ctx, out),
+            Ok(ClientHello::Response(hello)) => {
+                let ext = handshake::response_ext_capabilities(&payload);
+                self.on_hello(hello, ext, ctx, out)
+            }
         }
     }
 
     fn on_hello(
         &mut self,
         hello: HandshakeResponse,
+        hello_ext: u32,
         ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,
     ) {
         let caps = hello.capabilities & self.capabilities;
+        // The extended capabilities the client chose, read as MariaDB reads
+        // them; they change what the server sends, so they are part of the key.
+        let ext = if self.capabilities & CLIENT_MYSQL == 0 {
+            hello_ext & self.ext_capabilities
+        } else {
+            0
+        };
         self.key = PoolKey {
             caps: caps & SESSION_KEY_CAPS,
             collation: hello.charset,
+            ext_caps: ext,
         };
         let mut tracker = Tracker::new(caps & CLIENT_DEPRECATE_EOF != 0);
+        tracker.set_cache_metadata(ext & MARIADB_CLIENT_CACHE_METADATA != 0);
         tracker.set_max_client_packet(ctx.max_packet_size);
         self.tracker = Some(tracker);
         self.login = Some(Login {

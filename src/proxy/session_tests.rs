@@ -35,6 +35,7 @@ fn new_session(now: Instant, over_limit: bool) -> (Session, Vec<SessionAction>) 
             scramble: SCRAMBLE,
             connection_id: 1,
             capabilities: PROXY_CAPS | PASSTHROUGH_CAPS,
+            ext_capabilities: 0,
             server_version: "10.11.0-MariaDB".into(),
             peer_host: "127.0.0.1".into(),
             now,
@@ -405,4 +406,57 @@ fn a_kill_behind_an_unanswered_command_is_left_alone() {
             .any(|a| matches!(a, SessionAction::ReplaceBuffered { .. })),
         "{out:?}"
     );
+}
+
+/// A session greeting as ringgate does in front of MariaDB 10.11.
+fn new_mariadb_session(now: Instant) -> (Session, Vec<SessionAction>) {
+    let mut out = Vec::new();
+    let s = Session::new(
+        NewSession {
+            scramble: SCRAMBLE,
+            connection_id: 1,
+            capabilities: (PROXY_CAPS | PASSTHROUGH_CAPS) & !CLIENT_MYSQL,
+            ext_capabilities: MIRRORED_EXT_CAPS,
+            server_version: "5.5.5-10.11.19-MariaDB".into(),
+            peer_host: "127.0.0.1".into(),
+            now,
+            over_limit: false,
+        },
+        &mut out,
+    );
+    (s, out)
+}
+
+#[test]
+fn the_greeting_carries_the_extended_capabilities_and_the_key_what_the_client_chose() {
+    let now = Instant::now();
+    let u = users();
+    let (mut s, out) = new_mariadb_session(now);
+    let greeting = handshake::parse_greeting(&sent(&out)[0][4..]).unwrap();
+    assert_eq!(greeting.capabilities & CLIENT_MYSQL, 0);
+    assert_eq!(greeting.ext_capabilities, MIRRORED_EXT_CAPS);
+
+    // A MariaDB client clears CLIENT_MYSQL and asks for some of them (and
+    // one that was not offered).
+    let mut h = hello("pw", "mysql_native_password");
+    h[4] &= !(CLIENT_MYSQL as u8);
+    let asked = MARIADB_CLIENT_EXTENDED_METADATA | MARIADB_CLIENT_BULK_UNIT_RESULTS;
+    h[4 + 28..4 + 32].copy_from_slice(&asked.to_le_bytes());
+    login(&mut s, &h, &u, now);
+    assert_eq!(s.key().ext_caps, MARIADB_CLIENT_EXTENDED_METADATA);
+
+    // A client that keeps CLIENT_MYSQL set has none, whatever its filler.
+    let (mut s, _) = new_mariadb_session(now);
+    let mut h = hello("pw", "mysql_native_password");
+    h[4 + 28..4 + 32].copy_from_slice(&asked.to_le_bytes());
+    login(&mut s, &h, &u, now);
+    assert_eq!(s.key().ext_caps, 0);
+
+    // In front of MySQL nothing was offered, so nothing is taken.
+    let (mut s, _) = new_session(now, false);
+    let mut h = hello("pw", "mysql_native_password");
+    h[4] &= !(CLIENT_MYSQL as u8);
+    h[4 + 28..4 + 32].copy_from_slice(&asked.to_le_bytes());
+    login(&mut s, &h, &u, now);
+    assert_eq!(s.key().ext_caps, 0);
 }

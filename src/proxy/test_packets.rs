@@ -21,6 +21,7 @@ pub fn greeting() -> Vec<u8> {
             connection_id: 7,
             scramble: b"abcdefghijklmnopqrst".to_vec(),
             capabilities: 0xf7fe_ffff & !CLIENT_SSL,
+            ext_capabilities: 0,
             charset: UTF8MB4_GENERAL_CI,
             status: SERVER_STATUS_AUTOCOMMIT,
             auth_plugin: "mysql_native_password".into(),

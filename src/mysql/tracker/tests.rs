@@ -224,7 +224,7 @@ fn unsupported_commands_stop_the_session() {
         COM_DAEMON,
         COM_BINLOG_DUMP_GTID,
         0x20,
-        0xFA,
+        0xFB,
         0xFF,
     ] {
         let mut t = Tracker::new(true);
@@ -242,6 +242,72 @@ fn unsupported_commands_stop_the_session() {
         );
         assert_eq!(t.pending_responses(), 1);
     }
+}
+
+#[test]
+fn stmt_bulk_execute_answers_like_stmt_execute() {
+    for dep in [false, true] {
+        let mut t = Tracker::new(dep);
+        // COM_STMT_BULK_EXECUTE: stmt id, flags, then the parameter rows.
+        let bulk = frame(0, &[COM_STMT_BULK_EXECUTE, 1, 0, 0, 0, 0x80, 0, 1, 0, 0]);
+        client(&mut t, &bulk);
+        assert_eq!(t.pending_responses(), 1);
+        server_all(&mut t, &response(&[ok(0x0002)]), 3);
+        assert!(t.at_command_boundary());
+        // INSERT ... RETURNING answers a bulk execute with a result set.
+        client(&mut t, &bulk);
+        server_all(&mut t, &response(&result_set(dep, 4, 0x0002)), 5);
+        assert!(t.at_command_boundary());
+    }
+}
+
+/// With MARIADB_CLIENT_CACHE_METADATA, bytes as MariaDB 10.11 sends them for
+/// `SELECT 1 AS a, ? AS b` executed twice: the first execute carries the
+/// definitions (column count `02 01`), the second omits them (`02 00`).
+#[test]
+fn cache_metadata_byte_decides_whether_definitions_follow() {
+    let row = b"\x00\x00\x01\x00\x00\x00\x07\x00\x00\x00\x00\x00\x00\x00".to_vec();
+    for dep in [false, true] {
+        for step in [1, 2, 5, 1000] {
+            let end = if dep { ok_fe(0x0002) } else { eof(0x0002) };
+            let mut t = Tracker::new(dep);
+            t.set_cache_metadata(true);
+            let exec = frame(0, &[COM_STMT_EXECUTE, 1, 0, 0, 0, 0, 1, 0, 0, 0]);
+            client(&mut t, &exec);
+            let mut first = vec![vec![2u8, 1], coldef(), coldef()];
+            if !dep {
+                first.push(eof(0x0002));
+            }
+            first.extend([row.clone(), end.clone()]);
+            server_all(&mut t, &response(&first), step);
+            assert!(t.at_command_boundary(), "dep {dep} step {step}");
+            client(&mut t, &exec);
+            let mut second = vec![vec![2u8, 0]];
+            if !dep {
+                second.push(eof(0x0002));
+            }
+            second.extend([row.clone(), end.clone()]);
+            server_all(&mut t, &response(&second), step);
+            assert!(t.at_command_boundary(), "dep {dep} step {step}");
+            // Text results carry the byte too, always 1.
+            client(&mut t, &query("SELECT 1"));
+            let mut text = result_set(dep, 2, 0x0002);
+            text[0] = vec![1, 1];
+            server_all(&mut t, &response(&text), step);
+            assert!(t.at_command_boundary(), "dep {dep} step {step}");
+        }
+    }
+}
+
+#[test]
+fn without_cache_metadata_a_zero_after_the_count_is_not_read() {
+    // `01 00` is only a column count of 1 (a lenenc int and a stray byte)
+    // when the capability was not negotiated: one definition follows.
+    let mut t = Tracker::new(true);
+    client(&mut t, &query("SELECT 1"));
+    let resp = response(&[vec![1, 0], coldef(), vec![1, b'1'], ok_fe(2)]);
+    server_all(&mut t, &resp, 4);
+    assert!(t.at_command_boundary());
 }
 
 #[test]

@@ -95,13 +95,18 @@ impl Worker {
 
     /// What the greeting offers: the proxy's own capabilities plus the
     /// pass-through ones the backend supports (all of them until the first
-    /// backend greeting tells us otherwise).
-    pub(super) fn advertised_caps(&self) -> u32 {
+    /// backend greeting tells us otherwise), and the MariaDB extended
+    /// capabilities.
+    pub(super) fn advertised_caps(&self) -> (u32, u32) {
         let mut pass = PASSTHROUGH_CAPS & self.template.capabilities.unwrap_or(u32::MAX);
         if !self.shared.config.allow_local_infile {
             pass &= !CLIENT_LOCAL_FILES;
         }
-        PROXY_CAPS | pass
+        crate::proxy::presentation::greeting_capabilities(
+            PROXY_CAPS | pass,
+            self.template.capabilities,
+            self.template.ext_capabilities,
+        )
     }
 
     pub(super) fn on_new_client(&mut self, sock: Socket) {
@@ -137,11 +142,13 @@ impl Worker {
         let conn = self.shared.registry.register_next(&mut self.conn_ids);
         let connection_id = conn.id();
         let mut out = Vec::new();
+        let (capabilities, ext_capabilities) = self.advertised_caps();
         let session = Session::new(
             NewSession {
                 scramble,
                 connection_id,
-                capabilities: self.advertised_caps(),
+                capabilities,
+                ext_capabilities,
                 server_version: self.template.server_version.clone(),
                 peer_host,
                 now: self.now,

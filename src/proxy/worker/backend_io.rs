@@ -105,11 +105,13 @@ impl Worker {
             PoolEvent::ServerInfo {
                 server_version,
                 capabilities,
+                ext_capabilities,
             } => {
                 if self.template.capabilities.is_none() {
                     tracing::info!(worker = self.id, version = %server_version, "backend reachable");
                 }
                 self.template.capabilities = Some(capabilities);
+                self.template.ext_capabilities = ext_capabilities;
                 self.template.server_version = server_version;
             }
         }

@@ -100,6 +100,8 @@ pub struct WorkerStartup {
 /// mirrors the backend's version and capabilities.
 struct BackendTemplate {
     capabilities: Option<u32>,
+    /// The backend greeting's MariaDB extended capabilities.
+    ext_capabilities: u32,
     server_version: String,
 }
 
@@ -277,6 +279,7 @@ impl Worker {
             pool,
             template: BackendTemplate {
                 capabilities: None,
+                ext_capabilities: 0,
                 server_version: "5.5.5-10.11.0-MariaDB-ringgate".into(),
             },
             backend_addr: leak(SockAddr::from(cfg.backend)),
