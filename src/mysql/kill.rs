@@ -149,6 +149,29 @@ pub fn parse_statement(sql: &[u8]) -> Option<KillStatement> {
     })
 }
 
+/// The text of a COM_QUERY, if it is exactly `SHOW [FULL] PROCESSLIST`
+/// (same lexical freedom as KILL); `Some(full)`. The ids it lists are the
+/// ones KILL takes, so the proxy maps them too.
+pub fn parse_show_processlist(sql: &[u8]) -> Option<bool> {
+    let mut lx = Lexer { s: sql, pos: 0 };
+    if !lx.next()?.is_word("SHOW") {
+        return None;
+    }
+    let mut tok = lx.next()?;
+    let full = tok.is_word("FULL");
+    if full {
+        tok = lx.next()?;
+    }
+    if !tok.is_word("PROCESSLIST") {
+        return None;
+    }
+    let mut tok = lx.next()?;
+    if tok == Token::Semicolon {
+        tok = lx.next()?;
+    }
+    (tok == Token::End).then_some(full)
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Token<'a> {
     Word(&'a [u8]),
@@ -327,6 +350,29 @@ mod tests {
             "KILLS 5",
         ] {
             assert_eq!(parse_statement(sql.as_bytes()), None, "{sql:?}");
+        }
+    }
+
+    #[test]
+    fn show_processlist() {
+        assert_eq!(parse_show_processlist(b"show processlist"), Some(false));
+        assert_eq!(
+            parse_show_processlist(b"SHOW FULL PROCESSLIST;"),
+            Some(true)
+        );
+        assert_eq!(
+            parse_show_processlist(b"/* x */ Show\n Full -- y\n ProcessList"),
+            Some(true)
+        );
+        for sql in [
+            "SHOW PROCESSLIST LIKE 'x'",
+            "SHOW FULL",
+            "SHOW FULL FULL PROCESSLIST",
+            "SELECT * FROM information_schema.PROCESSLIST",
+            "SHOW /*! FULL */ PROCESSLIST",
+            "SHOW PROCESSLIST; SELECT 1",
+        ] {
+            assert_eq!(parse_show_processlist(sql.as_bytes()), None, "{sql}");
         }
     }
 

@@ -22,7 +22,7 @@
 //! sequence wraps; an id still in use is skipped.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::mysql::constants::COM_QUERY;
@@ -128,17 +128,50 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Debug)]
 pub struct Registry {
     shards: [Mutex<HashMap<u32, Arc<ConnEntry>>>; SHARDS],
+    /// The backend is MariaDB (its greeting says so): its
+    /// `information_schema.PROCESSLIST` has the `PROGRESS` column that
+    /// `SHOW PROCESSLIST` shows.
+    mariadb: AtomicBool,
 }
 
 impl Default for Registry {
     fn default() -> Self {
         Registry {
             shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            mariadb: AtomicBool::new(true),
         }
     }
 }
 
 impl Registry {
+    /// What the backend's greeting said it is (the workers learn it).
+    pub fn set_backend_version(&self, server_version: &str) {
+        let mariadb = server_version.contains("MariaDB");
+        self.mariadb.store(mariadb, Ordering::Relaxed);
+    }
+
+    fn backend_is_mariadb(&self) -> bool {
+        self.mariadb.load(Ordering::Relaxed)
+    }
+
+    /// The sessions of proxy user `user` that hold a backend connection
+    /// now: (proxy id, backend thread). A scan, for SHOW PROCESSLIST.
+    pub fn sessions_of(&self, user: &str) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        for s in &self.shards {
+            for e in lock(s).values() {
+                let t = e.snapshot();
+                if let (Some(thread), Some(u)) = (t.backend_thread, t.user.as_deref()) {
+                    if u == user {
+                        out.push((e.id, thread));
+                    }
+                }
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
     fn shard(&self, id: u32) -> &Mutex<HashMap<u32, Arc<ConnEntry>>> {
         &self.shards[id as usize % SHARDS]
     }
@@ -320,13 +353,14 @@ pub struct Rewrite {
 }
 
 /// If `data` (client bytes at a command boundary, nothing owed) starts with
-/// a whole KILL that the proxy maps, the command to send instead. `None`
-/// leaves the bytes to the server, as they are. A KILL split across reads,
-/// or whose rewrite would not fit in `capacity`, is not intercepted: for a
-/// proxy id the server then answers 1094, never kills the wrong thread.
-pub fn intercept_kill(
+/// a whole KILL that the proxy maps, or `SHOW [FULL] PROCESSLIST`, the
+/// command to send instead. `None` leaves the bytes to the server, as they
+/// are. A command split across reads, or whose rewrite would not fit in
+/// `capacity`, is not intercepted: for a KILL of a proxy id the server then
+/// answers 1094, never kills the wrong thread.
+pub fn intercept(
     data: &[u8],
-    killer: &str,
+    user: &str,
     registry: &Registry,
     server_checks_owner: bool,
     capacity: usize,
@@ -335,14 +369,107 @@ pub fn intercept_kill(
     if pkt.seq != 0 || pkt.has_continuation() {
         return None;
     }
-    let stmt = kill::parse_command(pkt.payload)?;
-    let payload = decide_kill(&stmt, killer, registry, server_checks_owner).payload()?;
+    let room = capacity.checked_sub(data.len() - consumed + 4)?;
+    let payload = match kill::parse_command(pkt.payload) {
+        Some(stmt) => decide_kill(&stmt, user, registry, server_checks_owner).payload()?,
+        None => {
+            let sql = pkt.payload.strip_prefix(&[COM_QUERY])?;
+            let full = kill::parse_show_processlist(sql)?;
+            processlist_query(&ProcessList {
+                full,
+                original: sql,
+                sessions: &registry.sessions_of(user),
+                only_these: !server_checks_owner,
+                mariadb: registry.backend_is_mariadb(),
+                max_len: room,
+            })?
+        }
+    };
+    if payload.len() > room {
+        return None;
+    }
     let mut packet = Vec::with_capacity(payload.len() + 4);
     write_packet(&mut packet, 0, &payload);
-    (data.len() - consumed + packet.len() <= capacity).then_some(Rewrite {
+    Some(Rewrite {
         replaces: consumed,
         packet,
     })
+}
+
+/// What [`processlist_query`] builds from.
+pub struct ProcessList<'a> {
+    pub full: bool,
+    /// The client's statement text: the session's own row shows it.
+    pub original: &'a [u8],
+    /// (proxy id, backend thread) of the sessions whose ids are mapped.
+    pub sessions: &'a [(u32, u32)],
+    /// List only those sessions' threads (shared backend identity: every
+    /// thread is the same backend user, so the server would show all).
+    pub only_these: bool,
+    pub mariadb: bool,
+    /// The payload must not be longer.
+    pub max_len: usize,
+}
+
+/// `SHOW [FULL] PROCESSLIST` as a query of `information_schema.PROCESSLIST`
+/// with the same columns, whose `Id` is the proxy id of each mapped session
+/// (the id KILL takes, the client's `thread_id()`), and whose own row shows
+/// the statement as the client sent it. Sessions beyond what fits in
+/// `max_len` are left out (with `only_these`, their rows too); `None` if
+/// not even the session's own row fits.
+pub fn processlist_query(p: &ProcessList) -> Option<Vec<u8>> {
+    use std::fmt::Write;
+    let mut hex = String::with_capacity(p.original.len() * 2);
+    for b in p.original {
+        let _ = write!(hex, "{b:02X}");
+    }
+    let info = if p.full {
+        "INFO"
+    } else {
+        // SHOW PROCESSLIST cuts Info at 100 characters.
+        "LEFT(INFO, 100)"
+    };
+    let progress = if p.mariadb {
+        // SHOW PROCESSLIST sends it as a DOUBLE; the table has a DECIMAL.
+        ", CAST(PROGRESS AS DOUBLE) AS `Progress`"
+    } else {
+        ""
+    };
+    let head = "SELECT ";
+    let tail = format!(
+        " AS `Id`, USER AS `User`, HOST AS `Host`, DB AS `db`, COMMAND AS `Command`, \
+         TIME AS `Time`, STATE AS `State`, \
+         IF(ID = CONNECTION_ID(), CAST(X'{hex}' AS CHAR), {info}) AS `Info`{progress} \
+         FROM information_schema.PROCESSLIST"
+    );
+    let (mut case, mut list) = (String::new(), String::new());
+    let fixed = 1
+        + head.len()
+        + "CASE ID ELSE ID END".len()
+        + tail.len()
+        + " WHERE ID = CONNECTION_ID() OR ID IN ()".len();
+    for (proxy_id, thread) in p.sessions {
+        let when = format!(" WHEN {thread} THEN {proxy_id}");
+        let item = format!("{}{thread}", if list.is_empty() { "" } else { "," });
+        if fixed + case.len() + when.len() + list.len() + item.len() > p.max_len {
+            break;
+        }
+        case.push_str(&when);
+        list.push_str(&item);
+    }
+    let id = if case.is_empty() {
+        "ID".to_string()
+    } else {
+        format!("CASE ID{case} ELSE ID END")
+    };
+    let filter = match (p.only_these, list.is_empty()) {
+        (false, _) => String::new(),
+        (true, true) => " WHERE ID = CONNECTION_ID()".to_string(),
+        (true, false) => format!(" WHERE ID = CONNECTION_ID() OR ID IN ({list})"),
+    };
+    let mut payload = vec![COM_QUERY];
+    payload.extend_from_slice(format!("{head}{id}{tail}{filter}").as_bytes());
+    (payload.len() <= p.max_len).then_some(payload)
 }
 
 #[cfg(test)]
@@ -499,28 +626,98 @@ mod tests {
         let next = framed(0, b"\x03SELECT 1");
         let mut data = kill.clone();
         data.extend_from_slice(&next);
-        let r = intercept_kill(&data, "app", &reg, false, 16384).unwrap();
+        let r = intercept(&data, "app", &reg, false, 16384).unwrap();
         assert_eq!(r.replaces, kill.len());
         assert_eq!(r.packet, framed(0, b"\x03KILL QUERY 12"));
         // COM_PROCESS_KILL keeps its form.
         let mut p = vec![0x0c];
         p.extend_from_slice(&(PROXY_ID_BASE + 5).to_le_bytes());
-        let r = intercept_kill(&framed(0, &p), "app", &reg, false, 16384).unwrap();
+        let r = intercept(&framed(0, &p), "app", &reg, false, 16384).unwrap();
         assert_eq!(r.packet, framed(0, &[0x0c, 12, 0, 0, 0]));
         // Not ours, incomplete, not a command start, or no room: untouched.
-        assert_eq!(intercept_kill(&next, "app", &reg, false, 16384), None);
+        assert_eq!(intercept(&next, "app", &reg, false, 16384), None);
         assert_eq!(
-            intercept_kill(&kill[..kill.len() - 1], "app", &reg, false, 16384),
+            intercept(&kill[..kill.len() - 1], "app", &reg, false, 16384),
             None
         );
         assert_eq!(
-            intercept_kill(&framed(1, &kill[4..]), "app", &reg, false, 16384),
+            intercept(&framed(1, &kill[4..]), "app", &reg, false, 16384),
             None
         );
         let fits = data.len() - kill.len() + framed(0, b"\x03KILL QUERY 12").len();
-        assert!(intercept_kill(&data, "app", &reg, false, fits).is_some());
-        assert_eq!(intercept_kill(&data, "app", &reg, false, fits - 1), None);
+        assert!(intercept(&data, "app", &reg, false, fits).is_some());
+        assert_eq!(intercept(&data, "app", &reg, false, fits - 1), None);
         let unknown = framed(0, b"\x03KILL 2147483999");
-        assert_eq!(intercept_kill(&unknown, "app", &reg, false, 16384), None);
+        assert_eq!(intercept(&unknown, "app", &reg, false, 16384), None);
+    }
+
+    #[test]
+    fn show_processlist_maps_ids_and_keeps_to_the_users_sessions() {
+        let reg = Arc::new(Registry::default());
+        let mine = reg.register(PROXY_ID_BASE + 1).unwrap();
+        mine.entry().set_leased("app", 21);
+        let also_mine = reg.register(PROXY_ID_BASE + 3).unwrap();
+        also_mine.entry().set_leased("app", 23);
+        let theirs = reg.register(PROXY_ID_BASE + 2).unwrap();
+        theirs.entry().set_leased("hashed", 22);
+        assert_eq!(
+            reg.sessions_of("app"),
+            vec![(PROXY_ID_BASE + 1, 21), (PROXY_ID_BASE + 3, 23)]
+        );
+        let show = framed(0, b"\x03show processlist");
+        let r = intercept(&show, "app", &reg, false, 16384).unwrap();
+        assert_eq!(r.replaces, show.len());
+        let sql = String::from_utf8_lossy(&r.packet[5..]).into_owned();
+        assert!(
+            sql.starts_with("SELECT CASE ID WHEN 21 THEN 2147483649 WHEN 23 THEN 2147483651 ELSE ID END AS `Id`"),
+            "{sql}"
+        );
+        // The own row shows the text as sent ("show processlist" in hex).
+        assert!(
+            sql.contains("CAST(X'73686F772070726F636573736C697374' AS CHAR)"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("LEFT(INFO, 100)")
+                && sql.contains("CAST(PROGRESS AS DOUBLE) AS `Progress`")
+        );
+        assert!(
+            sql.ends_with(" WHERE ID = CONNECTION_ID() OR ID IN (21,23)"),
+            "{sql}"
+        );
+        // With per-user backend identity the server filters; FULL keeps Info whole.
+        let full = framed(0, b"\x03SHOW FULL PROCESSLIST");
+        let r = intercept(&full, "app", &reg, true, 16384).unwrap();
+        let sql = String::from_utf8_lossy(&r.packet[5..]).into_owned();
+        assert!(
+            !sql.contains("WHERE") && !sql.contains("LEFT(INFO"),
+            "{sql}"
+        );
+        // MySQL has no PROGRESS column.
+        reg.set_backend_version("8.0.36");
+        let r = intercept(&full, "app", &reg, true, 16384).unwrap();
+        assert!(!String::from_utf8_lossy(&r.packet).contains("PROGRESS"));
+        // What does not fit is left out; the own row is always listed.
+        let p = processlist_query(&ProcessList {
+            full: false,
+            original: b"show processlist",
+            sessions: &[(PROXY_ID_BASE + 1, 21); 1000],
+            only_these: true,
+            mariadb: true,
+            max_len: 1000,
+        })
+        .unwrap();
+        assert!(p.len() <= 1000 && p.len() > 900, "{}", p.len());
+        let none = processlist_query(&ProcessList {
+            full: false,
+            original: b"show processlist",
+            sessions: &[],
+            only_these: true,
+            mariadb: true,
+            max_len: 1000,
+        })
+        .unwrap();
+        assert!(String::from_utf8_lossy(&none).contains("SELECT ID AS `Id`"));
+        assert!(String::from_utf8_lossy(&none).ends_with(" WHERE ID = CONNECTION_ID()"));
     }
 }

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use super::ids::PoolKey;
-use super::registry::{intercept_kill, Registry};
+use super::registry::{intercept, Registry};
 use super::relay::{Relay, RelayEnd, RelayEvent, RelayOp, RelayTimeouts};
 use crate::metrics::RejectReason;
 use crate::mysql::auth::NATIVE_PASSWORD;
@@ -366,10 +366,11 @@ impl Session {
             let mut events = std::mem::take(&mut self.relay_scratch);
             // A KILL of a proxy connection id, between commands: sent on as
             // the same KILL of the backend thread that serves that session
-            // (or the server's refusal), see registry.rs.
+            // (or the server's refusal); SHOW PROCESSLIST: with those ids.
+            // See registry.rs.
             let user = self.login.as_ref().map_or("", |l| l.user.as_str());
             let rewrite = (res > 0 && relay.idle_at_boundary())
-                .then(|| intercept_kill(data, user, ctx.registry, false, ctx.read_buffer_size))
+                .then(|| intercept(data, user, ctx.registry, false, ctx.read_buffer_size))
                 .flatten();
             match rewrite {
                 Some(r) => {

@@ -162,35 +162,84 @@ def test_kill_connection_ends_the_victim(proxy, how):
     proxy.assert_settled(base, 2)
 
 
-def test_issue_36_logic(proxy):
-    """PyMySQL's test_issue_36: one connection kills another by its thread id with
-    Connection.kill(); the killed connection fails at its next statement and a new connection
-    works. (PyMySQL's own version also looks itself up in SHOW PROCESSLIST, which shows backend
-    thread ids through ringgate: docs/operations.md.)"""
+def test_pymysql_issue_36(proxy):
+    """PyMySQL's test_issue_36, as its test suite has it: a connection finds itself in SHOW
+    PROCESSLIST by its thread_id(), another kills it with Connection.kill(), the killed one fails
+    at its next statement, and its id is gone from the process list."""
     base = proxy.connections_total()
-    conn = proxy.connect()
-    other = proxy.connect()
+    connections = [proxy.connect(), proxy.connect()]
     try:
-        with conn.cursor() as c:
-            c.execute("SELECT 1")
-        kill_id = conn.thread_id()
-        other.kill(kill_id)
-        with pytest.raises(pymysql.err.Error):
-            with conn.cursor() as c:
-                c.execute("show tables")
+        conn = connections[1]
+        c = conn.cursor()
+        c.execute("show processlist")
+        kill_id = None
+        for row in c.fetchall():
+            id = row[0]
+            info = row[7]
+            if info == "show processlist":
+                kill_id = id
+                break
+        assert kill_id == conn.thread_id()
+        # now nuke the connection
+        connections[0].kill(kill_id)
+        # make sure this connection has broken
+        with pytest.raises(Exception):
+            c.execute("show tables")
+        c.close()
         conn.close()
+
+        # check the process list from the other connection
         time.sleep(0.1)
-        # Reconnecting works, and the killed id is gone: killing it again is 1094.
-        conn = proxy.connect()
-        with conn.cursor() as c:
-            c.execute("SELECT 1")
-            assert c.fetchone() == (1,)
+        c = connections[0].cursor()
+        c.execute("show processlist")
+        ids = [row[0] for row in c.fetchall()]
+        assert kill_id not in ids
+        assert connections[0].thread_id() in ids
+        # A new connection works; killing the old id again is MariaDB's 1094.
+        with proxy.connect() as again, again.cursor() as cur:
+            cur.execute("SELECT 1")
+            assert cur.fetchone() == (1,)
         with pytest.raises(pymysql.err.MySQLError) as ei:
-            other.kill(kill_id)
+            connections[0].kill(kill_id)
         assert ei.value.args == (1094, f"Unknown thread id: {kill_id}")
     finally:
-        conn.close()
-        other.close()
+        for conn in connections:
+            if conn.open:
+                conn.close()
+    proxy.assert_settled(base, 3)
+
+
+def test_processlist_shows_proxy_ids_and_only_the_users_sessions(proxy):
+    """SHOW [FULL] PROCESSLIST lists the ids KILL takes, with the columns MariaDB gives; with one
+    shared backend user, another proxy user's sessions (and their SQL) are not listed."""
+    base = proxy.connections_total()
+    app = proxy.connect()
+    busy = proxy.connect()
+    other = proxy.connect(user=HASHED_USER, password=HASHED_PASSWORD)
+    b = backend_env()
+    direct = pymysql.connect(host=b["host"], port=b["port"], user=b["user"], password=b["password"])
+    try:
+        join = _run_in_thread(lambda: busy.cursor().execute("SELECT SLEEP(1.5) /* app secret */"))
+        _wait_running(proxy, "SELECT SLEEP(1.5)")
+        with direct.cursor() as cur:
+            cur.execute("SHOW PROCESSLIST")
+            want_columns = [d[0] for d in cur.description]
+        with app.cursor() as cur:
+            cur.execute("SHOW FULL PROCESSLIST")
+            assert [d[0] for d in cur.description] == want_columns
+            rows = {r[0]: r for r in cur.fetchall()}
+        assert set(rows) == {app.thread_id(), busy.thread_id()}, rows
+        assert rows[app.thread_id()][7] == "SHOW FULL PROCESSLIST"
+        assert rows[busy.thread_id()][7] == "SELECT SLEEP(1.5) /* app secret */"
+        with other.cursor() as cur:
+            cur.execute("show processlist")
+            rows = cur.fetchall()
+        assert [r[0] for r in rows] == [other.thread_id()], rows
+        assert not any("secret" in str(r[7]) for r in rows), rows
+        join()
+    finally:
+        for c in (app, busy, other, direct):
+            c.close()
     proxy.assert_settled(base, 3)
 
 

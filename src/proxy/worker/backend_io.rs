@@ -112,6 +112,7 @@ impl Worker {
                 }
                 self.template.capabilities = Some(capabilities);
                 self.template.ext_capabilities = ext_capabilities;
+                self.shared.registry.set_backend_version(&server_version);
                 self.template.server_version = server_version;
             }
         }
