@@ -6,11 +6,13 @@
 //! never heard of. MariaDB's grammar is
 //! `KILL [HARD|SOFT] [CONNECTION|QUERY [ID]] expr` and `KILL USER name`.
 //! This recognises exactly `KILL [HARD|SOFT] [CONNECTION|QUERY] <decimal>`
-//! with any case, whitespace and comments, and an optional trailing `;`.
+//! with any case, whitespace and comments, and an optional trailing `;`,
+//! also as the first statement of a multi-statement (`KILL 5; SELECT
+//! SLEEP(0.05)`, as mysql2's pool test sends it; the rest is kept verbatim).
 //! Everything else — `KILL QUERY ID` (a query id, not a thread id),
-//! `KILL USER`, expressions, hex or quoted ids, several statements, and
-//! executable comments (`/*! ... */`, whose contents the server runs) — is
-//! not recognised, and goes to the server unchanged.
+//! `KILL USER`, expressions, hex or quoted ids, a KILL after another
+//! statement, and executable comments (`/*! ... */`, whose contents the
+//! server runs) — is not recognised, and goes to the server unchanged.
 //!
 //! Pure and allocation-free except for [`KillStatement::to_query`].
 
@@ -49,7 +51,7 @@ pub enum Hardness {
 
 /// A recognised `KILL ... <id>` or COM_PROCESS_KILL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KillStatement {
+pub struct KillStatement<'a> {
     pub target: KillTarget,
     /// As written; `None` when the statement named neither.
     pub hardness: Option<Hardness>,
@@ -58,9 +60,12 @@ pub struct KillStatement {
     pub id: u64,
     /// COM_PROCESS_KILL rather than a `KILL` statement.
     pub process_kill: bool,
+    /// The statements after the KILL's `;` (a multi-statement), verbatim;
+    /// empty when the KILL is alone.
+    pub rest: &'a [u8],
 }
 
-impl KillStatement {
+impl KillStatement<'_> {
     /// The command payload (command byte included) that asks the same of
     /// another thread id: the statement's own form, with `id` in place.
     pub fn to_payload(&self, id: u32) -> Vec<u8> {
@@ -92,7 +97,7 @@ impl KillStatement {
 
 /// A command payload (command byte first) that is a KILL of a literal
 /// thread id, or `None`.
-pub fn parse_command(payload: &[u8]) -> Option<KillStatement> {
+pub fn parse_command(payload: &[u8]) -> Option<KillStatement<'_>> {
     match payload.split_first()? {
         (&COM_PROCESS_KILL, rest) => {
             // MariaDB reads exactly four bytes and treats it as
@@ -103,6 +108,7 @@ pub fn parse_command(payload: &[u8]) -> Option<KillStatement> {
                 hardness: None,
                 id: u64::from(u32::from_le_bytes(id)),
                 process_kill: true,
+                rest: &[],
             })
         }
         (&COM_QUERY, sql) => parse_statement(sql),
@@ -110,9 +116,9 @@ pub fn parse_command(payload: &[u8]) -> Option<KillStatement> {
     }
 }
 
-/// The text of a COM_QUERY, if it is exactly one
+/// The text of a COM_QUERY, if it is (or starts with, before a `;`)
 /// `KILL [HARD|SOFT] [CONNECTION|QUERY] <decimal>`.
-pub fn parse_statement(sql: &[u8]) -> Option<KillStatement> {
+pub fn parse_statement(sql: &[u8]) -> Option<KillStatement<'_>> {
     let mut lx = Lexer { s: sql, pos: 0 };
     if !lx.next()?.is_word("KILL") {
         return None;
@@ -137,15 +143,25 @@ pub fn parse_statement(sql: &[u8]) -> Option<KillStatement> {
     let Token::Number(id) = tok else {
         return None;
     };
-    let mut tok = lx.next()?;
-    if tok == Token::Semicolon {
-        tok = lx.next()?;
+    let mut rest: &[u8] = &[];
+    match lx.next()? {
+        Token::End => {}
+        Token::Semicolon => {
+            let after = lx.pos;
+            // Only blanks after the `;`: a lone KILL. Otherwise the rest
+            // is the server's to parse, as it is.
+            if lx.next() != Some(Token::End) {
+                rest = &sql[after..];
+            }
+        }
+        _ => return None,
     }
-    (tok == Token::End).then_some(KillStatement {
+    Some(KillStatement {
         target,
         hardness,
         id,
         process_kill: false,
+        rest,
     })
 }
 
@@ -273,12 +289,13 @@ impl<'a> Lexer<'a> {
 mod tests {
     use super::*;
 
-    fn stmt(target: KillTarget, hardness: Option<Hardness>, id: u64) -> KillStatement {
+    fn stmt(target: KillTarget, hardness: Option<Hardness>, id: u64) -> KillStatement<'static> {
         KillStatement {
             target,
             hardness,
             id,
             process_kill: false,
+            rest: b"",
         }
     }
 
@@ -286,7 +303,7 @@ mod tests {
     fn recognises_the_id_forms() {
         use Hardness::*;
         use KillTarget::*;
-        let cases: &[(&str, KillStatement)] = &[
+        let cases: &[(&str, KillStatement<'static>)] = &[
             ("KILL 5", stmt(Connection, None, 5)),
             ("kill 2147483649", stmt(Connection, None, 2147483649)),
             ("Kill Connection 7", stmt(Connection, None, 7)),
@@ -333,8 +350,7 @@ mod tests {
             "KILL (5)",
             "KILL +5",
             "KILL -1",
-            "KILL 5; SELECT 1",
-            "KILL 5;;",
+            "SELECT 1; KILL 5",
             "KILL 5 6",
             "KILL QUERY QUERY 5",
             "KILL HARD SOFT 5",
@@ -351,6 +367,17 @@ mod tests {
         ] {
             assert_eq!(parse_statement(sql.as_bytes()), None, "{sql:?}");
         }
+    }
+
+    #[test]
+    fn a_kill_first_in_a_multi_statement_keeps_the_rest() {
+        let k = parse_statement(b"kill 2147483650; select sleep(0.05)").unwrap();
+        assert_eq!(k.id, 2147483650);
+        assert_eq!(k.rest, b" select sleep(0.05)");
+        let k = parse_statement(b"KILL QUERY 7 /* c */ ;;").unwrap();
+        assert_eq!((k.target, k.rest), (KillTarget::Query, &b";"[..]));
+        // A lone KILL with trailing blanks has no rest.
+        assert_eq!(parse_statement(b"KILL 7; -- done\n ").unwrap().rest, b"");
     }
 
     #[test]

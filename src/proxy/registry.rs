@@ -371,7 +371,16 @@ pub fn intercept(
     }
     let room = capacity.checked_sub(data.len() - consumed + 4)?;
     let payload = match kill::parse_command(pkt.payload) {
-        Some(stmt) => decide_kill(&stmt, user, registry, server_checks_owner).payload()?,
+        Some(stmt) => {
+            let mut p = decide_kill(&stmt, user, registry, server_checks_owner).payload()?;
+            if !stmt.rest.is_empty() {
+                // Statements after the KILL run as the client sent them
+                // (every rewrite of a KILL statement is a COM_QUERY).
+                p.push(b';');
+                p.extend_from_slice(stmt.rest);
+            }
+            p
+        }
         None => {
             let sql = pkt.payload.strip_prefix(&[COM_QUERY])?;
             let full = kill::parse_show_processlist(sql)?;
@@ -537,7 +546,7 @@ mod tests {
         assert_eq!(reg.lookup(PROXY_ID_BASE + 1), None);
     }
 
-    fn kill(sql: &str) -> KillStatement {
+    fn kill(sql: &str) -> KillStatement<'_> {
         parse_statement(sql.as_bytes()).unwrap()
     }
 
@@ -647,6 +656,18 @@ mod tests {
         let fits = data.len() - kill.len() + framed(0, b"\x03KILL QUERY 12").len();
         assert!(intercept(&data, "app", &reg, false, fits).is_some());
         assert_eq!(intercept(&data, "app", &reg, false, fits - 1), None);
+        // A KILL first in a multi-statement: the rest follows the rewrite.
+        let multi = framed(
+            0,
+            format!("\x03kill {}; select sleep(0.05)", PROXY_ID_BASE + 5).as_bytes(),
+        );
+        let r = intercept(&multi, "app", &reg, false, 16384).unwrap();
+        assert_eq!(
+            r.packet,
+            framed(0, b"\x03KILL CONNECTION 12; select sleep(0.05)")
+        );
+        let r = intercept(&multi, "other", &reg, false, 16384).unwrap();
+        assert!(String::from_utf8_lossy(&r.packet).ends_with("'; select sleep(0.05)"));
         let unknown = framed(0, b"\x03KILL 2147483999");
         assert_eq!(intercept(&unknown, "app", &reg, false, 16384), None);
     }

@@ -15,7 +15,7 @@ import time
 
 import pymysql
 import pytest
-from pymysql.constants import COMMAND
+from pymysql.constants import CLIENT, COMMAND
 
 from conftest import APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER, backend_env, mariadb_cli
 
@@ -240,6 +240,37 @@ def test_processlist_shows_proxy_ids_and_only_the_users_sessions(proxy):
     finally:
         for c in (app, busy, other, direct):
             c.close()
+    proxy.assert_settled(base, 3)
+
+
+def test_kill_first_in_a_multi_statement(proxy):
+    """mysql2's test-pool-disconnect kills with `kill ?; select sleep(0.05)` on a
+    multi-statement connection: the KILL is mapped, the rest runs as sent."""
+    base = proxy.connections_total()
+    victim = proxy.connect()
+    killer = proxy.connect(client_flag=CLIENT.MULTI_STATEMENTS)
+    other = proxy.connect(user=HASHED_USER, password=HASHED_PASSWORD, client_flag=CLIENT.MULTI_STATEMENTS)
+    try:
+        with victim.cursor() as cur:
+            cur.execute("SELECT 1")
+        vid = victim.thread_id()
+        # Another user: refused, and (as after any error) the rest does not run.
+        with pytest.raises(pymysql.err.MySQLError) as ei:
+            other.cursor().execute(f"kill {vid}; select sleep(0.05)")
+        assert ei.value.args == (1095, f"You are not owner of thread {vid}")
+        with other.cursor() as cur:
+            cur.execute("SELECT 6")
+            assert cur.fetchone() == (6,)
+        with killer.cursor() as cur:
+            cur.execute(f"kill {vid}; select sleep(0.05)")
+            assert cur.nextset()
+            assert cur.fetchall() == ((0,),)
+        with pytest.raises(pymysql.err.Error):
+            victim.cursor().execute("SELECT 1")
+    finally:
+        for c in (victim, killer, other):
+            if c.open:
+                c.close()
     proxy.assert_settled(base, 3)
 
 
