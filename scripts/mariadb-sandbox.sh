@@ -9,6 +9,8 @@
 #
 # After `start` the backend account ringgate@127.0.0.1 / ringgate@localhost (password
 # ringgate-backend, ALL privileges) and the database ringgate_test exist.
+# performance_schema is ON (tests/connect_attrs.rs reads session_connect_attrs) with its
+# event histories and digests off: those are what cost memory, and no test reads them.
 # `eval "$(scripts/mariadb-sandbox.sh env)"` exports the RINGGATE_TEST_* variables the tests read.
 set -euo pipefail
 
@@ -179,6 +181,16 @@ do_start() {
         --innodb-buffer-pool-size=128M \
         --innodb-flush-log-at-trx-commit=2 \
         --skip-log-bin \
+        --performance-schema=ON \
+        --performance-schema-events-waits-history-size=0 \
+        --performance-schema-events-waits-history-long-size=0 \
+        --performance-schema-events-stages-history-size=0 \
+        --performance-schema-events-stages-history-long-size=0 \
+        --performance-schema-events-statements-history-size=0 \
+        --performance-schema-events-statements-history-long-size=0 \
+        --performance-schema-events-transactions-history-size=0 \
+        --performance-schema-events-transactions-history-long-size=0 \
+        --performance-schema-digests-size=0 \
         </dev/null >>"$ERRLOG" 2>&1 &
     local launcher=$!
 
