@@ -124,6 +124,9 @@ pub struct ClientLogin {
     /// MariaDB extended capabilities wanted, before masking with the
     /// server's (see [`ClientLogin::with_ext_capabilities`]).
     ext_wanted: u32,
+    /// Connection attributes to send if the server takes them (see
+    /// [`ClientLogin::with_connect_attrs`]).
+    connect_attrs: Vec<(String, String)>,
     state: State,
 }
 
@@ -132,6 +135,7 @@ impl ClientLogin {
         ClientLogin {
             params,
             ext_wanted: 0,
+            connect_attrs: Vec::new(),
             state: State::Greeting,
         }
     }
@@ -143,6 +147,14 @@ impl ClientLogin {
     /// response without them.
     pub fn with_ext_capabilities(mut self, ext: u32) -> ClientLogin {
         self.ext_wanted = ext;
+        self
+    }
+
+    /// Send these connection attributes (CLIENT_CONNECT_ATTRS) if the
+    /// server's greeting offers the capability; without it, none are sent.
+    /// The caller bounds their size.
+    pub fn with_connect_attrs(mut self, attrs: Vec<(String, String)>) -> ClientLogin {
+        self.connect_attrs = attrs;
         self
     }
 
@@ -214,6 +226,14 @@ impl ClientLogin {
             // MariaDB only reads them from a response without CLIENT_MYSQL.
             capabilities &= !CLIENT_MYSQL;
         }
+        let connect_attrs = if greeting.capabilities & CLIENT_CONNECT_ATTRS != 0 {
+            std::mem::take(&mut self.connect_attrs)
+        } else {
+            Vec::new()
+        };
+        if !connect_attrs.is_empty() {
+            capabilities |= CLIENT_CONNECT_ATTRS;
+        }
         let response = HandshakeResponse {
             capabilities,
             max_packet_size: self.params.max_packet_size,
@@ -225,7 +245,7 @@ impl ClientLogin {
             auth_response: self.params.credential.token(&greeting.scramble),
             database: self.params.database.clone(),
             auth_plugin: Some(NATIVE_PASSWORD.into()),
-            connect_attrs: Vec::new(),
+            connect_attrs,
         };
         let mut payload = handshake::build_handshake_response(&response);
         handshake::set_response_ext_capabilities(&mut payload, ext);
@@ -257,7 +277,7 @@ impl ClientLogin {
         } else {
             caps &= !CLIENT_CONNECT_WITH_DB;
         }
-        // No connection attributes are sent, so do not announce a block.
+        // Announced by on_greeting exactly when attributes are sent.
         caps & !CLIENT_CONNECT_ATTRS
     }
 
@@ -787,6 +807,40 @@ mod tests {
         let (_, response) = sent(login.on_packet(0, &handshake::build_greeting(&g)).unwrap());
         assert_eq!(handshake::response_ext_capabilities(&response), 0);
         assert_ne!(response[0] & CLIENT_MYSQL as u8, 0);
+    }
+
+    #[test]
+    fn connect_attrs_are_sent_only_to_a_server_that_takes_them() {
+        let attrs = vec![
+            ("program_name".to_string(), "mysql".to_string()),
+            ("_proxy".to_string(), "ringgate".to_string()),
+        ];
+        let mut login = ClientLogin::new(params()).with_connect_attrs(attrs.clone());
+        let (_, response) = sent(login.on_packet(0, &hex(GOOD_GREETING)).unwrap());
+        let handshake::ClientHello::Response(r) =
+            handshake::parse_handshake_response(&response).unwrap()
+        else {
+            panic!("expected a response");
+        };
+        assert_eq!(r.connect_attrs, attrs);
+        assert_ne!(r.capabilities & CLIENT_CONNECT_ATTRS, 0);
+        let Ok(LoginStep::Done { capabilities, .. }) = login.on_packet(2, &hex(LOGIN_OK)) else {
+            panic!()
+        };
+        assert_eq!(capabilities, r.capabilities);
+
+        // A server without CLIENT_CONNECT_ATTRS gets none, and no flag.
+        let mut g = handshake::parse_greeting(&hex(GOOD_GREETING)).unwrap();
+        g.capabilities &= !CLIENT_CONNECT_ATTRS;
+        let mut login = ClientLogin::new(params()).with_connect_attrs(attrs);
+        let (_, response) = sent(login.on_packet(0, &handshake::build_greeting(&g)).unwrap());
+        let handshake::ClientHello::Response(r) =
+            handshake::parse_handshake_response(&response).unwrap()
+        else {
+            panic!("expected a response");
+        };
+        assert!(r.connect_attrs.is_empty());
+        assert_eq!(r.capabilities & CLIENT_CONNECT_ATTRS, 0);
     }
 
     #[test]

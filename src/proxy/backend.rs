@@ -102,6 +102,9 @@ pub struct BackendConn {
     /// connection id; 0 until logged in): a KILL of the proxy id of the
     /// session it serves is mapped to it.
     thread_id: u32,
+    /// Connection attributes for the login (`connect_attrs`): set by the
+    /// driver between open and connect, taken by the login.
+    connect_attrs: Vec<(String, String)>,
 }
 
 /// Who the proxy logs in as.
@@ -120,7 +123,15 @@ impl BackendConn {
             schema: None,
             since: now,
             thread_id: 0,
+            connect_attrs: Vec::new(),
         }
+    }
+
+    /// The connection attributes to log in with (see
+    /// `proxy::connect_attrs`); only effective before the TCP connect
+    /// completes.
+    pub fn set_connect_attrs(&mut self, attrs: Vec<(String, String)>) {
+        self.connect_attrs = attrs;
     }
 
     pub fn thread_id(&self) -> u32 {
@@ -211,7 +222,8 @@ impl BackendConn {
             max_packet_size: BACKEND_MAX_PACKET,
         })
         // Negotiated as the client chose them: they are in the pool key.
-        .with_ext_capabilities(self.key.ext_caps);
+        .with_ext_capabilities(self.key.ext_caps)
+        .with_connect_attrs(std::mem::take(&mut self.connect_attrs));
         self.state = State::LoggingIn {
             login: Box::new(login),
             writing: false,

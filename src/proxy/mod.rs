@@ -19,6 +19,7 @@
 
 mod backend;
 mod conn_io;
+mod connect_attrs;
 mod ids;
 mod listen;
 mod pool;

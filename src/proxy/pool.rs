@@ -160,6 +160,15 @@ impl Pool {
         self.waiters.len()
     }
 
+    /// The session first in line for a connection of `key`: a connection
+    /// opened now without a request goes to it once logged in.
+    pub fn first_waiter(&self, key: PoolKey) -> Option<SessionId> {
+        self.waiters
+            .iter()
+            .find(|w| w.request.key == key)
+            .map(|w| w.request.session)
+    }
+
     pub fn get_mut(&mut self, id: BackendId) -> Option<&mut Pooled> {
         self.slots.get_mut(id.index, id.generation)
     }

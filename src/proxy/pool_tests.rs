@@ -320,3 +320,21 @@ fn a_connect_failure_fails_the_request_and_delays_refills() {
     h.pool.refill(h.now, &mut out);
     assert!(out.is_empty());
 }
+
+#[test]
+fn first_waiter_is_the_oldest_session_waiting_for_that_key() {
+    let mut h = Harness::new(1, 0);
+    let other = PoolKey {
+        collation: 8,
+        ..PoolKey::default_warm()
+    };
+    let (_, b) = leased(&h.lease(req(1, PoolKey::default_warm()))).unwrap();
+    // At the limit: both wait, in order.
+    assert!(leased(&h.lease(req(2, other))).is_none());
+    assert!(leased(&h.lease(req(3, other))).is_none());
+    assert_eq!(h.pool.first_waiter(other), Some(sid(2)));
+    assert_eq!(h.pool.first_waiter(PoolKey::default_warm()), None);
+    h.pool.cancel(sid(2));
+    assert_eq!(h.pool.first_waiter(other), Some(sid(3)));
+    h.release(b, true);
+}

@@ -113,6 +113,9 @@ struct Login {
     user: String,
     database: Option<String>,
     used_password: bool,
+    /// The client's connection attributes (CLIENT_CONNECT_ATTRS), passed
+    /// on to a backend connection opened for this session.
+    connect_attrs: Vec<(String, String)>,
 }
 
 enum State {
@@ -244,6 +247,13 @@ impl Session {
     /// The proxy user, once the client has logged in.
     pub fn user(&self) -> Option<&str> {
         self.login.as_ref().map(|l| l.user.as_str())
+    }
+
+    /// The connection attributes the client sent at login (empty before).
+    pub fn connect_attrs(&self) -> &[(String, String)] {
+        self.login
+            .as_ref()
+            .map_or(&[], |l| l.connect_attrs.as_slice())
     }
 
     #[cfg(test)]
@@ -492,6 +502,7 @@ impl Session {
             user: hello.username,
             database: hello.database,
             used_password: !hello.auth_response.is_empty(),
+            connect_attrs: hello.connect_attrs,
         });
         let plugin_ok = caps & CLIENT_PLUGIN_AUTH == 0
             || hello

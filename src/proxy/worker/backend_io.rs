@@ -134,16 +134,43 @@ impl Worker {
         if let Err(e) = crate::sockopt::apply_tcp_options(&sock, &self.shared.config) {
             tracing::debug!(worker = self.id, "backend socket options: {e}");
         }
+        let attrs = self.backend_connect_attrs(key, request.as_ref());
         let buf = self.buffers.acquire(Owner::Backend);
         let mut events = Vec::new();
-        self.pool.insert_opening(
+        let bid = self.pool.insert_opening(
             ConnIo::new(sock, Some(buf)),
             key,
             request,
             self.now,
             &mut events,
         );
+        // The connect was only queued: the login has not started yet.
+        if let Some(b) = self.pool.get_mut(bid) {
+            b.conn.set_connect_attrs(attrs);
+        }
         self.pool_q.extend(events);
+    }
+
+    /// The connection attributes for a backend connection: those of the
+    /// client it is opened for, or (a refill) of the first client waiting
+    /// for its key, which it will go to; else ringgate's own.
+    fn backend_connect_attrs(
+        &self,
+        key: PoolKey,
+        request: Option<&LeaseRequest>,
+    ) -> Vec<(String, String)> {
+        let session = request
+            .map(|r| r.session)
+            .or_else(|| self.pool.first_waiter(key));
+        let slot = session.and_then(|id| {
+            self.sessions
+                .get(id.index)
+                .filter(|_| self.sessions.generation(id.index) == id.generation)
+        });
+        match slot {
+            Some(slot) => connect_attrs::for_client(slot.session.connect_attrs(), &slot.peer),
+            None => connect_attrs::own(),
+        }
     }
 
     pub(super) fn backend_op(&mut self, bid: BackendId, op: BackendOp) {

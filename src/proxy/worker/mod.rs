@@ -27,6 +27,7 @@ use thiserror::Error;
 
 use super::backend::BackendOp;
 use super::conn_io::ConnIo;
+use super::connect_attrs;
 use super::ids::{BackendId, LeaseRequest, PoolKey, SessionId};
 use super::listen::{self, ListenError};
 use super::pool::{Pool, PoolConfig, PoolEvent};
