@@ -80,6 +80,25 @@ impl KillStatement<'_> {
         p
     }
 
+    /// The same KILL of backend thread `thread` as a MariaDB anonymous
+    /// block whose refusals name `shown_id` (the id the client used) rather
+    /// than the backend thread: for a server that checks the privileges
+    /// itself. (`BEGIN NOT ATOMIC` is MariaDB's, and not valid under
+    /// `sql_mode=ORACLE`.)
+    pub fn to_guarded_query(&self, thread: u32, shown_id: u64) -> String {
+        format!(
+            "BEGIN NOT ATOMIC \
+             DECLARE EXIT HANDLER FOR {ER_NO_SUCH_THREAD} SIGNAL SQLSTATE 'HY000' \
+             SET MYSQL_ERRNO = {ER_NO_SUCH_THREAD}, MESSAGE_TEXT = '{}'; \
+             DECLARE EXIT HANDLER FOR {ER_KILL_DENIED_ERROR} SIGNAL SQLSTATE 'HY000' \
+             SET MYSQL_ERRNO = {ER_KILL_DENIED_ERROR}, MESSAGE_TEXT = '{}'; \
+             {}; END",
+            unknown_thread_message(shown_id),
+            not_owner_message(shown_id),
+            self.to_query(u64::from(thread)),
+        )
+    }
+
     /// The statement text with `id`.
     pub fn to_query(&self, id: u64) -> String {
         let hardness = match self.hardness {

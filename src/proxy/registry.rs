@@ -132,6 +132,9 @@ pub struct Registry {
     /// `information_schema.PROCESSLIST` has the `PROGRESS` column that
     /// `SHOW PROCESSLIST` shows.
     mariadb: AtomicBool,
+    /// Each proxy user is itself on the backend, so the server checks who
+    /// may kill what (false: one shared backend user; the proxy checks).
+    server_checks_owner: AtomicBool,
 }
 
 impl Default for Registry {
@@ -139,6 +142,7 @@ impl Default for Registry {
         Registry {
             shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
             mariadb: AtomicBool::new(true),
+            server_checks_owner: AtomicBool::new(false),
         }
     }
 }
@@ -152,6 +156,16 @@ impl Registry {
 
     fn backend_is_mariadb(&self) -> bool {
         self.mariadb.load(Ordering::Relaxed)
+    }
+
+    /// Per-user backend identity: the server applies its own privilege
+    /// checks to a KILL of another user's session (set once at start-up).
+    pub fn set_server_checks_owner(&self, yes: bool) {
+        self.server_checks_owner.store(yes, Ordering::Relaxed);
+    }
+
+    fn server_checks_owner(&self) -> bool {
+        self.server_checks_owner.load(Ordering::Relaxed)
     }
 
     /// The sessions of proxy user `user` that hold a backend connection
@@ -336,9 +350,15 @@ pub fn decide_kill(
     };
     let same_user = target.user.as_deref() == Some(killer);
     match target.backend_thread {
-        Some(thread) if same_user || server_checks_owner => {
-            KillDecision::Kill(stmt.to_payload(thread))
+        Some(thread) if same_user => KillDecision::Kill(stmt.to_payload(thread)),
+        // The server decides (CONNECTION ADMIN / SUPER); on MariaDB its
+        // refusal is made to name the proxy id, not the backend thread.
+        Some(thread) if server_checks_owner && registry.backend_is_mariadb() => {
+            let mut p = vec![COM_QUERY];
+            p.extend_from_slice(stmt.to_guarded_query(thread, stmt.id).as_bytes());
+            KillDecision::Kill(p)
         }
+        Some(thread) if server_checks_owner => KillDecision::Kill(stmt.to_payload(thread)),
         None if same_user => KillDecision::Nothing,
         _ => not_owner,
     }
@@ -358,13 +378,8 @@ pub struct Rewrite {
 /// are. A command split across reads, or whose rewrite would not fit in
 /// `capacity`, is not intercepted: for a KILL of a proxy id the server then
 /// answers 1094, never kills the wrong thread.
-pub fn intercept(
-    data: &[u8],
-    user: &str,
-    registry: &Registry,
-    server_checks_owner: bool,
-    capacity: usize,
-) -> Option<Rewrite> {
+pub fn intercept(data: &[u8], user: &str, registry: &Registry, capacity: usize) -> Option<Rewrite> {
+    let server_checks_owner = registry.server_checks_owner();
     let (pkt, consumed) = split_packet(data)?;
     if pkt.seq != 0 || pkt.has_continuation() {
         return None;
@@ -574,11 +589,35 @@ mod tests {
             )
             .as_bytes()
         );
-        // ... unless the server checks (per-user backend identity).
+        // ... unless the server checks (per-user backend identity): then
+        // the server decides, and on MariaDB its refusal names the proxy id.
+        let KillDecision::Kill(p) = decide_kill(&kill(&format!("kill {id}")), "other", &reg, true)
+        else {
+            panic!("not sent to the server")
+        };
+        let sql = String::from_utf8_lossy(&p[1..]).into_owned();
+        assert!(
+            sql.starts_with("BEGIN NOT ATOMIC DECLARE EXIT HANDLER FOR 1094"),
+            "{sql}"
+        );
+        assert!(sql.contains(&format!("'Unknown thread id: {id}'")), "{sql}");
+        assert!(
+            sql.contains(&format!("'You are not owner of thread {id}'")),
+            "{sql}"
+        );
+        assert!(sql.ends_with("; KILL CONNECTION 33; END"), "{sql}");
+        // The same user's session needs no guard; a MySQL server gets a
+        // plain KILL.
+        assert_eq!(
+            decide_kill(&kill(&format!("kill {id}")), "app", &reg, true),
+            KillDecision::Kill(b"\x03KILL CONNECTION 33".to_vec())
+        );
+        reg.set_backend_version("8.0.36");
         assert_eq!(
             decide_kill(&kill(&format!("kill {id}")), "other", &reg, true),
             KillDecision::Kill(b"\x03KILL CONNECTION 33".to_vec())
         );
+        reg.set_backend_version("5.5.5-10.11.19-MariaDB");
         // Unknown proxy id: the server's own 1094.
         assert_eq!(
             decide_kill(&kill("KILL 2147483999"), "app", &reg, false),
@@ -635,41 +674,35 @@ mod tests {
         let next = framed(0, b"\x03SELECT 1");
         let mut data = kill.clone();
         data.extend_from_slice(&next);
-        let r = intercept(&data, "app", &reg, false, 16384).unwrap();
+        let r = intercept(&data, "app", &reg, 16384).unwrap();
         assert_eq!(r.replaces, kill.len());
         assert_eq!(r.packet, framed(0, b"\x03KILL QUERY 12"));
         // COM_PROCESS_KILL keeps its form.
         let mut p = vec![0x0c];
         p.extend_from_slice(&(PROXY_ID_BASE + 5).to_le_bytes());
-        let r = intercept(&framed(0, &p), "app", &reg, false, 16384).unwrap();
+        let r = intercept(&framed(0, &p), "app", &reg, 16384).unwrap();
         assert_eq!(r.packet, framed(0, &[0x0c, 12, 0, 0, 0]));
         // Not ours, incomplete, not a command start, or no room: untouched.
-        assert_eq!(intercept(&next, "app", &reg, false, 16384), None);
-        assert_eq!(
-            intercept(&kill[..kill.len() - 1], "app", &reg, false, 16384),
-            None
-        );
-        assert_eq!(
-            intercept(&framed(1, &kill[4..]), "app", &reg, false, 16384),
-            None
-        );
+        assert_eq!(intercept(&next, "app", &reg, 16384), None);
+        assert_eq!(intercept(&kill[..kill.len() - 1], "app", &reg, 16384), None);
+        assert_eq!(intercept(&framed(1, &kill[4..]), "app", &reg, 16384), None);
         let fits = data.len() - kill.len() + framed(0, b"\x03KILL QUERY 12").len();
-        assert!(intercept(&data, "app", &reg, false, fits).is_some());
-        assert_eq!(intercept(&data, "app", &reg, false, fits - 1), None);
+        assert!(intercept(&data, "app", &reg, fits).is_some());
+        assert_eq!(intercept(&data, "app", &reg, fits - 1), None);
         // A KILL first in a multi-statement: the rest follows the rewrite.
         let multi = framed(
             0,
             format!("\x03kill {}; select sleep(0.05)", PROXY_ID_BASE + 5).as_bytes(),
         );
-        let r = intercept(&multi, "app", &reg, false, 16384).unwrap();
+        let r = intercept(&multi, "app", &reg, 16384).unwrap();
         assert_eq!(
             r.packet,
             framed(0, b"\x03KILL CONNECTION 12; select sleep(0.05)")
         );
-        let r = intercept(&multi, "other", &reg, false, 16384).unwrap();
+        let r = intercept(&multi, "other", &reg, 16384).unwrap();
         assert!(String::from_utf8_lossy(&r.packet).ends_with("'; select sleep(0.05)"));
         let unknown = framed(0, b"\x03KILL 2147483999");
-        assert_eq!(intercept(&unknown, "app", &reg, false, 16384), None);
+        assert_eq!(intercept(&unknown, "app", &reg, 16384), None);
     }
 
     #[test]
@@ -686,7 +719,7 @@ mod tests {
             vec![(PROXY_ID_BASE + 1, 21), (PROXY_ID_BASE + 3, 23)]
         );
         let show = framed(0, b"\x03show processlist");
-        let r = intercept(&show, "app", &reg, false, 16384).unwrap();
+        let r = intercept(&show, "app", &reg, 16384).unwrap();
         assert_eq!(r.replaces, show.len());
         let sql = String::from_utf8_lossy(&r.packet[5..]).into_owned();
         assert!(
@@ -708,7 +741,8 @@ mod tests {
         );
         // With per-user backend identity the server filters; FULL keeps Info whole.
         let full = framed(0, b"\x03SHOW FULL PROCESSLIST");
-        let r = intercept(&full, "app", &reg, true, 16384).unwrap();
+        reg.set_server_checks_owner(true);
+        let r = intercept(&full, "app", &reg, 16384).unwrap();
         let sql = String::from_utf8_lossy(&r.packet[5..]).into_owned();
         assert!(
             !sql.contains("WHERE") && !sql.contains("LEFT(INFO"),
@@ -716,7 +750,7 @@ mod tests {
         );
         // MySQL has no PROGRESS column.
         reg.set_backend_version("8.0.36");
-        let r = intercept(&full, "app", &reg, true, 16384).unwrap();
+        let r = intercept(&full, "app", &reg, 16384).unwrap();
         assert!(!String::from_utf8_lossy(&r.packet).contains("PROGRESS"));
         // What does not fit is left out; the own row is always listed.
         let p = processlist_query(&ProcessList {

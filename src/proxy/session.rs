@@ -380,7 +380,7 @@ impl Session {
             // See registry.rs.
             let user = self.login.as_ref().map_or("", |l| l.user.as_str());
             let rewrite = (res > 0 && relay.idle_at_boundary())
-                .then(|| intercept(data, user, ctx.registry, false, ctx.read_buffer_size))
+                .then(|| intercept(data, user, ctx.registry, ctx.read_buffer_size))
                 .flatten();
             match rewrite {
                 Some(r) => {
