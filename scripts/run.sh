@@ -57,6 +57,7 @@ export RINGGATE_BACKEND_PASSWORD=ringgate-backend
 cargo run --release -- \
     --listen "$LISTEN" \
     --backend "127.0.0.1:$SANDBOX_PORT" \
+    --backend-identity shared \
     --backend-user ringgate \
     --users-file "$USERS_FILE" \
     --metrics-listen "$METRICS" \

@@ -12,7 +12,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::config::{Config, ReadBufferMode};
+use crate::config::{BackendIdentity, Config, ReadBufferMode};
 use crate::listen_guard;
 use crate::mysql::auth::Credential;
 use crate::mysql::client_login::{ClientLogin, LoginError, LoginParams, LoginStep};
@@ -820,11 +820,39 @@ pub fn backend_login(cfg: &Config, timeout: Duration) -> Result<String, BackendE
     }
 }
 
+/// With passthrough identity ringgate has no account of its own to log in
+/// as: read the greeting, check that it is one ringgate can log in to (the
+/// same checks the login machine makes), and hang up. Returns the server
+/// version.
+pub fn backend_greeting(cfg: &Config, timeout: Duration) -> Result<String, BackendError> {
+    let deadline = Instant::now() + timeout;
+    let mut s = TcpStream::connect_timeout(&cfg.backend, timeout)?;
+    let mut login = ClientLogin::new(LoginParams {
+        user: String::new(),
+        credential: Credential::Plaintext(Vec::new()),
+        database: None,
+        capabilities: NATIVE_LOGIN_CAPS,
+        collation: UTF8MB4_GENERAL_CI,
+        max_packet_size: 1 << 24,
+    });
+    let (seq, payload) = read_packet(&mut s, &mut Vec::new(), deadline)?;
+    match login.on_packet(seq, &payload) {
+        Ok(_) => Ok(crate::mysql::handshake::parse_greeting(&payload)
+            .map(|g| g.server_version)
+            .unwrap_or_default()),
+        Err(e @ LoginError::Server { .. }) => Err(BackendError::Refused(e)),
+        Err(e) => Err(BackendError::Login(e)),
+    }
+}
+
 fn check_backend(cfg: &Config) -> Item {
     let what = "backend";
     let timeout = cfg
         .backend_connect_timeout
         .clamp(Duration::from_secs(1), Duration::from_secs(10));
+    if cfg.backend_identity == BackendIdentity::Passthrough {
+        return check_backend_greeting(cfg, timeout);
+    }
     let user = &cfg.backend_user;
     match backend_login(cfg, timeout) {
         Ok(version) => Item::ok(
@@ -866,6 +894,36 @@ fn check_backend(cfg: &Config) -> Item {
             ),
         ),
         Err(e @ BackendError::Login(LoginError::Protocol { .. })) => Item::fail(
+            what,
+            format!("{}: {e}", cfg.backend),
+            "is --backend a MySQL/MariaDB server?",
+        ),
+    }
+}
+
+fn check_backend_greeting(cfg: &Config, timeout: Duration) -> Item {
+    let what = "backend";
+    match backend_greeting(cfg, timeout) {
+        Ok(version) => Item::ok(
+            what,
+            format!(
+                "{} reachable (server {version}); --backend-identity passthrough: each client \
+                 logs in as itself, so no login was tried",
+                cfg.backend
+            ),
+        ),
+        Err(e @ BackendError::Io(_)) => Item::fail(
+            what,
+            format!("cannot reach {}: {e}", cfg.backend),
+            "start the server, or fix --backend; check firewalls between this host and it",
+        ),
+        Err(e @ BackendError::Refused(_)) => Item::fail(
+            what,
+            format!("{} {e}", cfg.backend),
+            "the server refused before login (too many connections? host blocked? \
+             `FLUSH HOSTS` clears a host blocked by max_connect_errors)",
+        ),
+        Err(e @ BackendError::Login(_)) => Item::fail(
             what,
             format!("{}: {e}", cfg.backend),
             "is --backend a MySQL/MariaDB server?",
@@ -1040,9 +1098,24 @@ mod tests {
 
     fn check_against(script: Vec<Vec<u8>>) -> Item {
         let (addr, server) = fake_backend(script);
-        let item = check_backend(&cfg(&["--backend", &addr]));
+        let item = check_backend(&cfg(&["--backend", &addr, "--backend-identity", "shared"]));
         server.join().unwrap();
         item
+    }
+
+    #[test]
+    fn passthrough_identity_checks_the_greeting_without_a_login() {
+        let (addr, server) = fake_backend(vec![greeting_packet()]);
+        let item = check_backend(&cfg(&["--backend", &addr]));
+        server.join().unwrap();
+        assert_eq!(item.status, Status::Ok, "{item:?}");
+        assert!(item.detail.contains("no login was tried"), "{item:?}");
+        assert!(item.detail.contains("server 5.5.5-10.11.19"), "{item:?}");
+        let (addr, server) = fake_backend(vec![framed(0, b"\xFF\x10\x04Too many connections")]);
+        let item = check_backend(&cfg(&["--backend", &addr]));
+        server.join().unwrap();
+        assert_eq!(item.status, Status::Fail, "{item:?}");
+        assert!(item.detail.contains("1040"), "{item:?}");
     }
 
     #[test]

@@ -20,6 +20,19 @@ pub enum ReadBufferMode {
     Heap,
 }
 
+/// How clients appear on the backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum BackendIdentity {
+    /// Each client logs in to the backend as itself (or as the account its
+    /// users-file entry names in `BackendUser`), so the server's own
+    /// privileges, PROCESSLIST and KILL rules apply to it.
+    Passthrough,
+    /// Every client runs as `--backend-user`: each can see and KILL the
+    /// others' queries and has that account's privileges.
+    Shared,
+}
+
 /// The kernel caps a registered buffer table at 16384 entries
 /// (IORING_MAX_REG_BUFFERS, Linux 5.13+).
 pub const MAX_READ_BUFFER_COUNT: u32 = 16384;
@@ -94,12 +107,23 @@ pub struct Config {
     #[arg(long, default_value = "127.0.0.1:3306", value_name = "ADDR")]
     pub backend: SocketAddr,
 
-    /// User ringgate logs into the backend as (mysql_native_password).
+    /// Who clients are on the backend. `passthrough` (the default): each
+    /// client logs in to the backend as itself, with the credential it gave
+    /// ringgate (or as the account its users-file entry names in
+    /// BackendUser/BackendPassword); the server's privileges, PROCESSLIST
+    /// and KILL rules apply per user. `shared`: every client runs as
+    /// --backend-user, so every user has that account's privileges and can
+    /// see and KILL the others' queries.
+    #[arg(long, value_enum, default_value_t = BackendIdentity::Passthrough)]
+    pub backend_identity: BackendIdentity,
+
+    /// With --backend-identity shared: the account every client runs as
+    /// (mysql_native_password). Refused with passthrough identity.
     #[arg(long, default_value = "ringgate", value_name = "USER")]
     pub backend_user: String,
 
-    /// Password for --backend-user. Prefer the RINGGATE_BACKEND_PASSWORD
-    /// environment variable, which keeps it out of `ps`.
+    /// Password for --backend-user (shared identity only). Prefer the
+    /// RINGGATE_BACKEND_PASSWORD environment variable, which keeps it out of `ps`.
     #[arg(
         long,
         env = "RINGGATE_BACKEND_PASSWORD",
@@ -294,7 +318,7 @@ macro_rules! value_enum_serde {
         }
     )*};
 }
-value_enum_serde!(ReadBufferMode, LogFormat);
+value_enum_serde!(ReadBufferMode, LogFormat, BackendIdentity);
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -308,6 +332,7 @@ impl std::fmt::Debug for Config {
             .field("reuse_port_handover", &self.reuse_port_handover)
             .field("workers", &self.workers)
             .field("backend", &self.backend)
+            .field("backend_identity", &self.backend_identity)
             .field("backend_user", &self.backend_user)
             .field("backend_password", &password)
             .field("users_file", &self.users_file)
@@ -386,6 +411,23 @@ mod tests {
         assert_eq!(c.tcp_keepalive_count, 6);
         assert_eq!(c.tcp_user_timeout, Duration::from_secs(60));
         assert_eq!(c.backend_read_timeout, Duration::ZERO);
+        assert_eq!(c.backend_identity, BackendIdentity::Passthrough);
+    }
+
+    #[test]
+    fn backend_identity_takes_two_modes() {
+        let parse = |v: &str| {
+            Config::try_parse_from(["ringgate", "--users-file", "u", "--backend-identity", v])
+        };
+        assert_eq!(
+            parse("shared").unwrap().backend_identity,
+            BackendIdentity::Shared
+        );
+        assert_eq!(
+            parse("passthrough").unwrap().backend_identity,
+            BackendIdentity::Passthrough
+        );
+        assert!(parse("per-user").is_err());
     }
 
     #[test]

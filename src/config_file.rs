@@ -28,7 +28,7 @@ use clap::{Arg, ArgAction, Command, CommandFactory, FromArgMatches};
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use crate::config::{self, Config, LogFormat, ReadBufferMode};
+use crate::config::{self, BackendIdentity, Config, LogFormat, ReadBufferMode};
 
 /// What `--print-config` prints instead of a secret.
 pub const MASK: &str = "********";
@@ -93,13 +93,15 @@ pub enum CliError {
     Clap(clap::Error),
     /// A config-file problem: `FILE:LINE: ...`.
     File(String),
+    /// Settings that contradict each other, wherever they came from.
+    Conflict(String),
 }
 
 impl std::fmt::Display for CliError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CliError::Clap(e) => write!(f, "{e}"),
-            CliError::File(m) => f.write_str(m),
+            CliError::File(m) | CliError::Conflict(m) => f.write_str(m),
         }
     }
 }
@@ -172,6 +174,7 @@ file_config! {
     plain reuse_port_handover: bool,
     optional workers: usize,
     plain backend: SocketAddr,
+    plain backend_identity: BackendIdentity,
     plain backend_user: String,
     plain backend_password: String,
     plain users_file: PathBuf,
@@ -388,12 +391,66 @@ where
             (id, origin)
         })
         .collect();
-    Ok(Invocation {
+    let inv = Invocation {
         action,
         config,
         config_path,
         origins,
-    })
+    };
+    // --print-config shows the settings even when they conflict (it says
+    // so in a comment): it is how one finds out where a value came from.
+    if action != Action::PrintConfig {
+        inv.check_identity().map_err(CliError::Conflict)?;
+    }
+    Ok(inv)
+}
+
+impl Invocation {
+    /// Where a setting's value came from (`id` is the `Config` field name).
+    pub fn origin(&self, id: &str) -> Origin {
+        self.origins
+            .iter()
+            .find(|(k, _)| *k == id)
+            .map_or(Origin::Default, |(_, o)| *o)
+    }
+
+    /// `--backend-user` and `--backend-password` name the one account of
+    /// shared identity. Given with passthrough identity (the default) they
+    /// would be silently unused, and a deployment that relied on them
+    /// would change who its clients are on the backend without a word: so
+    /// they are refused, with both ways out.
+    fn check_identity(&self) -> Result<(), String> {
+        if self.config.backend_identity != BackendIdentity::Passthrough {
+            return Ok(());
+        }
+        let set: Vec<String> = [
+            ("backend_user", "--backend-user"),
+            ("backend_password", "--backend-password"),
+        ]
+        .iter()
+        .filter_map(|&(id, flag)| {
+            let how = match self.origin(id) {
+                Origin::Default => return None,
+                Origin::Flag => flag.to_owned(),
+                Origin::Env => "RINGGATE_BACKEND_PASSWORD".to_owned(),
+                Origin::File => format!("{} in the config file", &flag[2..]),
+            };
+            Some(how)
+        })
+        .collect();
+        if set.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "{} given, but --backend-identity is passthrough (the default): each client logs in \
+             to the backend as itself, so there is no shared backend account. Either add \
+             --backend-identity shared (backend-identity = \"shared\" in the config file) to keep \
+             every client on that one account, or remove {} (see \"Backend identity\" in \
+             docs/operations.md)",
+            set.join(" and "),
+            set.join(" and "),
+        ))
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -603,6 +660,9 @@ impl Invocation {
             out,
             "# each value's origin: flag > env > file > default; secrets are masked\n"
         );
+        if let Err(conflict) = self.check_identity() {
+            let _ = writeln!(out, "# error: ringgate would refuse to start: {conflict}\n");
+        }
         // serde writes the values, so they read back as they were given.
         let values = match toml::Value::try_from(FileConfig::from_config(&self.config)) {
             Ok(toml::Value::Table(t)) => t,
@@ -939,7 +999,7 @@ mod tests {
     fn values_starting_with_a_dash_survive() {
         let path = temp_file(
             "dash",
-            "users-file = \"u.json\"\nbackend-user = \"-odd\"\nlog-level = \"warn\"\n",
+            "users-file = \"u.json\"\nbackend-identity = \"shared\"\nbackend-user = \"-odd\"\nlog-level = \"warn\"\n",
         );
         let inv = parse(["ringgate", "--config", path.to_str().unwrap()]).unwrap();
         assert_eq!(inv.config.backend_user, "-odd");
@@ -949,7 +1009,7 @@ mod tests {
     fn print_config_masks_secrets_and_round_trips() {
         let path = temp_file(
             "print",
-            "users-file = \"u.json\"\nbackend-password = \"hunter2\"\nworkers = 2\nidle-timeout = \"10m\"\n",
+            "users-file = \"u.json\"\nbackend-identity = \"shared\"\nbackend-password = \"hunter2\"\nworkers = 2\nidle-timeout = \"10m\"\n",
         );
         let inv = parse([
             "ringgate",
@@ -986,6 +1046,63 @@ mod tests {
         assert_eq!(again.config.workers, Some(2));
         assert_eq!(again.config.idle_timeout, inv.config.idle_timeout);
         assert_eq!(again.config.backend_password, MASK);
+    }
+
+    #[test]
+    fn a_backend_account_without_shared_identity_is_refused_with_the_fix() {
+        let conflict = |r: Result<Invocation, CliError>| match r {
+            Err(CliError::Conflict(m)) => m,
+            other => panic!("expected a conflict, got {other:?}"),
+        };
+        let m = conflict(parse([
+            "ringgate",
+            "--users-file",
+            "u",
+            "--backend-user",
+            "x",
+        ]));
+        assert!(m.contains("--backend-user given"), "{m}");
+        assert!(m.contains("--backend-identity shared"), "{m}");
+        assert!(m.contains("remove --backend-user"), "{m}");
+        // From the config file and for `check` too.
+        let path = temp_file(
+            "conflict",
+            "users-file = \"u\"\nbackend-password = \"pw\"\n",
+        );
+        let m = conflict(parse([
+            "ringgate",
+            "check",
+            "--config",
+            path.to_str().unwrap(),
+        ]));
+        assert!(m.contains("backend-password in the config file"), "{m}");
+        assert!(!m.contains("\"pw\""), "{m}");
+        // --print-config shows it instead of refusing.
+        let inv = parse([
+            "ringgate",
+            "--config",
+            path.to_str().unwrap(),
+            "--print-config",
+        ])
+        .unwrap();
+        assert!(inv
+            .render_config()
+            .contains("# error: ringgate would refuse to start"));
+        // Fine with shared identity, and without the account.
+        let ok = parse([
+            "ringgate",
+            "--users-file",
+            "u",
+            "--backend-user",
+            "x",
+            "--backend-identity",
+            "shared",
+        ])
+        .unwrap();
+        assert_eq!(ok.config.backend_identity, BackendIdentity::Shared);
+        assert_eq!(ok.origin("backend_user"), Origin::Flag);
+        let ok = parse(["ringgate", "--users-file", "u"]).unwrap();
+        assert_eq!(ok.config.backend_identity, BackendIdentity::Passthrough);
     }
 
     #[test]

@@ -18,7 +18,7 @@ fn main() -> ExitCode {
     let inv = match config_file::parse(std::env::args_os()) {
         Ok(inv) => inv,
         Err(CliError::Clap(e)) => e.exit(),
-        Err(CliError::File(msg)) => {
+        Err(CliError::File(msg) | CliError::Conflict(msg)) => {
             eprintln!("ringgate: error: {msg}");
             return ExitCode::from(2);
         }

@@ -215,7 +215,8 @@ fn check_cmd(bin: &Path, users: &Path, backend: &str) -> Command {
         .args(["--listen", &format!("127.0.0.1:{}", free_port())])
         .args(["--workers", "2", "--max-connections", "1000"])
         .args(["--backend-max-connections", "100"])
-        .args(["--backend", backend, "--backend-user", &env.user])
+        .args(["--backend", backend, "--backend-identity", "shared"])
+        .args(["--backend-user", &env.user])
         .arg("--users-file")
         .arg(users)
         .env("RINGGATE_BACKEND_PASSWORD", &env.password)
@@ -408,7 +409,8 @@ fn ringgate_on(listen: &str) -> Command {
         "--read-buffers",
         "heap",
     ])
-    .args(["--backend", &env.addr(), "--backend-user", &env.user])
+    .args(["--backend", &env.addr(), "--backend-identity", "shared"])
+    .args(["--backend-user", &env.user])
     .arg("--users-file")
     .arg(users_file())
     .env("RINGGATE_BACKEND_PASSWORD", &env.password)

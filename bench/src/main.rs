@@ -523,6 +523,10 @@ fn start_ringgate(
         .arg("2")
         .arg("--backend")
         .arg(format!("{}:{}", b.host, b.port))
+        // The bench's users live only in its users file: they all run as
+        // the sandbox's account.
+        .arg("--backend-identity")
+        .arg("shared")
         .arg("--backend-user")
         .arg(&b.user)
         .arg("--users-file")

@@ -53,7 +53,12 @@ pub enum BackendEvent {
         ext_capabilities: u32,
     },
     /// Could not be opened (connect, greeting or login failed).
-    OpenFailed { cause: String },
+    /// `login_refused`: the server's ERR payload when it refused the
+    /// credentials (after its greeting), for the client to see as is.
+    OpenFailed {
+        cause: String,
+        login_refused: Option<Vec<u8>>,
+    },
     /// COM_INIT_DB for a lease succeeded.
     SchemaSelected,
     /// COM_INIT_DB was refused: the server's ERR payload, for the client.
@@ -73,10 +78,12 @@ pub enum BackendOut {
 enum State {
     /// TCP connect in flight.
     Connecting,
-    /// Greeting and login exchange; `writing` while a packet goes out.
+    /// Greeting and login exchange; `writing` while a packet goes out;
+    /// `answered` once the greeting was answered with credentials.
     LoggingIn {
         login: Box<ClientLogin>,
         writing: bool,
+        answered: bool,
     },
     /// COM_INIT_DB for the schema a lease asked for.
     SelectingSchema { schema: String, writing: bool },
@@ -173,6 +180,15 @@ impl BackendConn {
     }
 
     fn fail(&mut self, cause: String, out: &mut Vec<BackendOut>) {
+        self.fail_with(cause, None, out)
+    }
+
+    fn fail_with(
+        &mut self,
+        cause: String,
+        login_refused: Option<Vec<u8>>,
+        out: &mut Vec<BackendOut>,
+    ) {
         if self.is_closed() {
             return;
         }
@@ -180,7 +196,10 @@ impl BackendConn {
         self.state = State::Closed;
         out.push(BackendOut::Op(BackendOp::Close));
         out.push(BackendOut::Event(if opening {
-            BackendEvent::OpenFailed { cause }
+            BackendEvent::OpenFailed {
+                cause,
+                login_refused,
+            }
         } else {
             BackendEvent::Failed { cause }
         }));
@@ -227,6 +246,7 @@ impl BackendConn {
         self.state = State::LoggingIn {
             login: Box::new(login),
             writing: false,
+            answered: false,
         };
         self.since = now;
         out.push(BackendOut::Op(BackendOp::Read));
@@ -285,9 +305,14 @@ impl BackendConn {
         };
         let (seq, payload) = (pkt.seq, pkt.payload);
         match &mut self.state {
-            State::LoggingIn { login, writing } => match login.on_packet(seq, payload) {
+            State::LoggingIn {
+                login,
+                writing,
+                answered,
+            } => match login.on_packet(seq, payload) {
                 Ok(LoginStep::Send(bytes)) => {
                     *writing = true;
+                    *answered = true;
                     self.since = now;
                     out.push(BackendOut::Op(BackendOp::Send(bytes)));
                 }
@@ -306,9 +331,13 @@ impl BackendConn {
                     sqlstate,
                     message,
                 }) => {
+                    // After the greeting it is the credentials it refused
+                    // (1045, 1044, 1698, an expired or locked account).
+                    let refused =
+                        (*answered).then(|| err_payload_with_state(code, &sqlstate, &message));
                     let cause =
                         format!("the server refused the login: {code} ({sqlstate}) {message}");
-                    self.fail(cause, out)
+                    self.fail_with(cause, refused, out)
                 }
                 Err(e) => self.fail(format!("login: {e}"), out),
             },

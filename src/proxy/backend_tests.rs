@@ -2,7 +2,7 @@
 
 use super::super::test_packets::{framed, greeting};
 use super::*;
-use crate::mysql::reply::{err_payload, ok_payload};
+use crate::mysql::reply::{err_payload, err_payload_with_state, ok_payload};
 
 fn creds() -> BackendCredentials<'static> {
     static SECRET: std::sync::LazyLock<Credential> =
@@ -161,7 +161,7 @@ fn connect_refused_and_login_refused_are_open_failures() {
     );
     assert!(has_event(
         &out,
-        |e| matches!(e, BackendEvent::OpenFailed { cause } if cause.contains("refused"))
+        |e| matches!(e, BackendEvent::OpenFailed { cause, login_refused: None } if cause.contains("refused"))
     ));
     assert!(c.is_closed());
 
@@ -172,12 +172,26 @@ fn connect_refused_and_login_refused_are_open_failures() {
     c.on_read(g.len() as i32, &g, CAP, now, &mut out);
     c.on_write(1, &mut out);
     out.clear();
-    let err = framed(2, &err_payload(1045, "Access denied for user 'bench'"));
+    let denied = err_payload_with_state(1045, "28000", "Access denied for user 'bench'");
+    let err = framed(2, &denied);
     c.on_read(err.len() as i32, &err, CAP, now, &mut out);
-    assert!(has_event(
-        &out,
-        |e| matches!(e, BackendEvent::OpenFailed { cause } if cause.contains("1045"))
-    ));
+    // The server's own ERR, code, SQLSTATE and text, for the client.
+    assert!(has_event(&out, |e| matches!(
+        e,
+        BackendEvent::OpenFailed { cause, login_refused: Some(p) } if cause.contains("1045") && *p == denied
+    )));
+
+    // An ERR instead of the greeting (1040) is not about the credentials.
+    let mut out = Vec::new();
+    let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
+    c.on_connect(0, &creds(), Duration::from_secs(1), now, &mut out);
+    out.clear();
+    let err = framed(0, &err_payload(1040, "Too many connections"));
+    c.on_read(err.len() as i32, &err, CAP, now, &mut out);
+    assert!(has_event(&out, |e| matches!(
+        e,
+        BackendEvent::OpenFailed { cause, login_refused: None } if cause.contains("1040")
+    )));
 }
 
 #[test]

@@ -23,27 +23,43 @@ pub struct BackendId {
     pub generation: u32,
 }
 
+/// The backend account a connection is logged in as: an index into its
+/// worker's identity table (`identity::Identities`), which holds the user
+/// name and credential. A number, so that [`PoolKey`] stays `Copy` and
+/// cheap to compare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IdentityId(pub u32);
+
+impl IdentityId {
+    /// `--backend-identity shared`: every client is `--backend-user`.
+    pub const SHARED: IdentityId = IdentityId(0);
+}
+
 /// What a pooled connection must match to be leased: the capability bits
 /// fixed at the backend handshake that change what the server sends or how
-/// it parses (`SESSION_KEY_CAPS`), the client's collation, and the MariaDB
+/// it parses (`SESSION_KEY_CAPS`), the client's collation, the MariaDB
 /// extended capabilities it negotiated (`MIRRORED_EXT_CAPS`: a client that
 /// did not ask for extended metadata must never get a connection that
-/// sends it).
+/// sends it), and the backend account it is logged in as (so that one
+/// user's connection is never leased to another).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PoolKey {
     pub caps: u32,
     pub collation: u8,
     pub ext_caps: u32,
+    pub identity: IdentityId,
 }
 
 impl PoolKey {
-    /// What the pool warms up before any client has logged in: the
-    /// multi-result settings that the common connectors all ask for.
+    /// What the pool warms up before any client has logged in (shared
+    /// identity only): the multi-result settings that the common
+    /// connectors all ask for.
     pub fn default_warm() -> PoolKey {
         PoolKey {
             caps: CLIENT_MULTI_STATEMENTS | CLIENT_MULTI_RESULTS | CLIENT_PS_MULTI_RESULTS,
             collation: UTF8MB4_GENERAL_CI,
             ext_caps: 0,
+            identity: IdentityId::SHARED,
         }
     }
 }

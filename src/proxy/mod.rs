@@ -12,7 +12,9 @@
 //!   ([`conn_io`]).
 //!
 //! Leaf types shared by the machines live in [`ids`]; [`presentation`]
-//! decides how the greeting presents the proxy (MySQL or MariaDB); `slab` stores
+//! decides how the greeting presents the proxy (MySQL or MariaDB);
+//! [`identity`] maps a pool key's backend identity to its account and
+//! credential; `slab` stores
 //! sessions and backends with generations. No machine imports another
 //! except the session, which owns its relay, and the pool, which owns its
 //! backend connections.
@@ -20,6 +22,7 @@
 mod backend;
 mod conn_io;
 mod connect_attrs;
+mod identity;
 mod ids;
 mod listen;
 mod pool;

@@ -15,13 +15,14 @@ use std::time::{Duration, Instant};
 
 use super::backend::{BackendConn, BackendCredentials, BackendEvent, BackendOp, BackendOut};
 use super::conn_io::ConnIo;
-use super::ids::{BackendId, LeaseRequest, PoolKey, SessionId, Waiter};
+use super::identity::{BackendLogin, Identities, IdentityMode};
+use super::ids::{BackendId, IdentityId, LeaseRequest, PoolKey, SessionId, Waiter};
 use super::slab::Slab;
 use super::{try_reserve, unreserve};
 use crate::metrics::{Metrics, WorkerMetrics};
-use crate::mysql::auth::Credential;
 use crate::mysql::constants::ER_CON_COUNT_ERROR;
 use crate::mysql::reply::err_payload;
+use crate::mysql::users::Authenticated;
 
 /// ER_UNKNOWN_ERROR: what MySQL itself uses for errors without a better code.
 const ER_UNKNOWN_ERROR: u16 = 1105;
@@ -32,8 +33,8 @@ pub const BACKEND_RETRY: Duration = Duration::from_secs(1);
 /// The limits and identity the pool works with (from the configuration).
 pub struct PoolConfig {
     pub backend: std::net::SocketAddr,
-    pub user: String,
-    pub credential: Credential,
+    /// `--backend-identity` (with `--backend-user` for `shared`).
+    pub identity: IdentityMode,
     /// `--backend-pool-size`: idle connections kept warm.
     pub pool_size: usize,
     /// `--backend-max-connections`, across workers (see `open_count`).
@@ -108,8 +109,12 @@ pub struct Pool {
     dirty: bool,
     /// Open (or opening) backend connections across workers.
     open_count: Arc<AtomicUsize>,
-    /// The key of the most recent client: refills open this kind.
-    warm_key: PoolKey,
+    /// The key of the most recent client: refills open this kind. None
+    /// before any client logged in with passthrough identity (there is no
+    /// account to log in as yet) and after its identity was refused.
+    warm_key: Option<PoolKey>,
+    /// Who connections log in as (see `identity`).
+    identities: Identities,
     retry_at: Option<Instant>,
     draining: bool,
     metrics: Arc<Metrics>,
@@ -131,6 +136,11 @@ impl Pool {
         metrics: Arc<Metrics>,
         worker: usize,
     ) -> Pool {
+        let warm_key = match cfg.identity {
+            IdentityMode::Shared(_) => Some(PoolKey::default_warm()),
+            IdentityMode::Passthrough => None,
+        };
+        let identities = Identities::new(cfg.identity.clone());
         Pool {
             cfg,
             slots: Slab::new(),
@@ -138,7 +148,8 @@ impl Pool {
             waiters: VecDeque::new(),
             dirty: false,
             open_count,
-            warm_key: PoolKey::default_warm(),
+            warm_key,
+            identities,
             retry_at: None,
             draining: false,
             metrics,
@@ -181,7 +192,18 @@ impl Pool {
     }
 
     pub fn set_warm_key(&mut self, key: PoolKey) {
-        self.warm_key = key;
+        self.warm_key = Some(key);
+    }
+
+    /// The identity a client that logged in runs as on the backend (one
+    /// for everyone in shared mode). Its id goes into the session's key.
+    pub fn intern(&mut self, auth: &Authenticated) -> IdentityId {
+        self.identities.intern(auth)
+    }
+
+    /// The backend account behind an identity (for KILL and logs).
+    pub fn identity(&self, id: IdentityId) -> Option<&BackendLogin> {
+        self.identities.get(id)
     }
 
     // ---- leasing ----
@@ -369,6 +391,42 @@ impl Pool {
         }
     }
 
+    /// A passthrough login was refused by the server (wrong password, no
+    /// such account, no access): the server's ERR goes to the session the
+    /// connection was opened for, and nothing else changes; refills stop
+    /// warming that identity.
+    fn login_refused(
+        &mut self,
+        key: PoolKey,
+        request: Option<LeaseRequest>,
+        err_payload: Vec<u8>,
+        cause: &str,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        self.m()
+            .backend_connect_failures_total
+            .fetch_add(1, Relaxed);
+        if self.warm_key == Some(key) {
+            self.warm_key = None;
+        }
+        if self.log_limiter.allow(now) {
+            let user = self.identity(key.identity).map_or("?", |l| &l.user);
+            tracing::info!(
+                worker = self.worker,
+                backend_user = %user,
+                "backend login refused for this user: {cause}"
+            );
+        }
+        if let Some(req) = request {
+            out.push(PoolEvent::LeaseFailed {
+                session: req.session,
+                err_payload,
+                unavailable: false,
+            });
+        }
+    }
+
     /// The session is done with its connection. A clean one is reset and
     /// reused; anything else is closed.
     pub fn release(&mut self, id: BackendId, clean: bool, now: Instant, out: &mut Vec<PoolEvent>) {
@@ -427,14 +485,20 @@ impl Pool {
     pub fn on_connect(&mut self, id: BackendId, res: i32, now: Instant, out: &mut Vec<PoolEvent>) {
         let timeout = self.cfg.connect_timeout;
         let mut bo = Vec::new();
-        let creds = BackendCredentials {
-            user: &self.cfg.user,
-            credential: &self.cfg.credential,
-        };
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
             return;
         };
-        p.conn.on_connect(res, &creds, timeout, now, &mut bo);
+        match self.identities.get(p.conn.key().identity) {
+            Some(login) => {
+                let creds = BackendCredentials {
+                    user: &login.user,
+                    credential: &login.credential,
+                };
+                p.conn.on_connect(res, &creds, timeout, now, &mut bo);
+            }
+            // Unreachable: keys only carry ids the table handed out.
+            None => p.conn.close(&mut bo),
+        }
         self.apply(id, bo, now, out);
     }
 
@@ -503,12 +567,24 @@ impl Pool {
                     None => self.make_idle(id, now),
                 }
             }
-            BackendEvent::OpenFailed { cause } => {
-                let request = self
-                    .slots
-                    .get_mut(id.index, id.generation)
-                    .and_then(|p| p.opened_for.take());
-                self.connect_failed(request, &cause, now, out);
+            BackendEvent::OpenFailed {
+                cause,
+                login_refused,
+            } => {
+                let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+                    return;
+                };
+                let request = p.opened_for.take();
+                let key = p.conn.key();
+                match login_refused {
+                    // One user's account refused its credentials: only
+                    // that user's session hears of it, with the server's
+                    // own ERR; the backend itself is fine for everyone else.
+                    Some(err_payload) if !self.identities.is_shared() => {
+                        self.login_refused(key, request, err_payload, &cause, now, out)
+                    }
+                    _ => self.connect_failed(request, &cause, now, out),
+                }
             }
             BackendEvent::SchemaSelected => {
                 if let Some(session) = self
@@ -656,7 +732,9 @@ impl Pool {
         if self.draining || self.retry_at.is_some_and(|t| now < t) {
             return;
         }
-        let key = self.warm_key;
+        let Some(key) = self.warm_key else {
+            return;
+        };
         let have = self
             .slots
             .values()

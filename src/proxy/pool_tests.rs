@@ -5,8 +5,10 @@ use super::super::test_packets::{framed, greeting};
 use super::*;
 use crate::buffers::{BufferPool, Owner};
 use crate::metrics::BufferMode;
+use crate::mysql::auth::Credential;
 use crate::mysql::constants::*;
 use crate::mysql::reply::ok_payload;
+use crate::mysql::users::Authenticated;
 use socket2::{Domain, Socket, Type};
 
 struct Harness {
@@ -16,6 +18,8 @@ struct Harness {
     /// The far ends of the socketpairs, kept open so probes see a live peer.
     peers: Vec<Socket>,
     now: Instant,
+    /// The "server" refuses logins that name this user, with this ERR.
+    refuse: Option<(&'static str, Vec<u8>)>,
 }
 
 fn sid(i: u32) -> SessionId {
@@ -35,13 +39,20 @@ fn req(i: u32, key: PoolKey) -> LeaseRequest {
 
 impl Harness {
     fn new(max: usize, pool_size: usize) -> Harness {
+        let shared = IdentityMode::Shared(BackendLogin {
+            user: "bench".into(),
+            credential: Credential::Plaintext(b"pw".to_vec()),
+        });
+        Harness::with_identity(shared, max, pool_size)
+    }
+
+    fn with_identity(identity: IdentityMode, max: usize, pool_size: usize) -> Harness {
         let metrics = Metrics::new(1, BufferMode::Heap);
         let open = Arc::new(AtomicUsize::new(0));
         let pool = Pool::new(
             PoolConfig {
                 backend: "127.0.0.1:1".parse().unwrap(),
-                user: "bench".into(),
-                credential: Credential::Plaintext(b"pw".to_vec()),
+                identity,
                 pool_size,
                 max_connections: max,
                 wait_timeout: Duration::from_secs(5),
@@ -58,6 +69,7 @@ impl Harness {
             open,
             peers: Vec::new(),
             now: Instant::now(),
+            refuse: None,
         }
     }
 
@@ -86,7 +98,14 @@ impl Harness {
                     }
                     PoolEvent::Io(id, BackendOp::Send(bytes)) => {
                         // The server reads it and answers.
-                        let answer = if bytes.len() > 40 {
+                        let refused = self.refuse.as_ref().filter(|(user, _)| {
+                            bytes
+                                .windows(user.len() + 1)
+                                .any(|w| w[..user.len()] == *user.as_bytes() && w[user.len()] == 0)
+                        });
+                        let answer = if let (true, Some((_, err))) = (bytes.len() > 40, refused) {
+                            framed(2, err)
+                        } else if bytes.len() > 40 {
                             // The HandshakeResponse.
                             framed(2, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0))
                         } else {
@@ -337,4 +356,101 @@ fn first_waiter_is_the_oldest_session_waiting_for_that_key() {
     h.pool.cancel(sid(2));
     assert_eq!(h.pool.first_waiter(other), Some(sid(3)));
     h.release(b, true);
+}
+
+// ---- per-user backend identity ----
+
+fn passthrough(max: usize, pool_size: usize) -> (Harness, PoolKey, PoolKey) {
+    let mut h = Harness::with_identity(IdentityMode::Passthrough, max, pool_size);
+    let mut key = |user: &str, pw: &[u8]| PoolKey {
+        identity: h.pool.intern(&Authenticated {
+            backend_user: user.into(),
+            credential: Credential::Stage1(crate::mysql::auth::Stage1::of_password(pw)),
+        }),
+        ..PoolKey::default_warm()
+    };
+    let (a, b) = (key("alice", b"a"), key("bob", b"b"));
+    (h, a, b)
+}
+
+#[test]
+fn passthrough_warms_nothing_before_a_login() {
+    let (mut h, a, _) = passthrough(8, 2);
+    assert_eq!(h.tick(), vec![]);
+    assert_eq!(h.pool.len(), 0, "no account to log in as yet");
+    h.pool.set_warm_key(a);
+    h.tick();
+    assert_eq!(h.pool.len(), 2, "warmed for the user who logged in");
+    assert!(h.pool.slots.values().all(|p| p.conn.key() == a));
+}
+
+#[test]
+fn one_users_idle_connection_is_never_leased_to_another() {
+    let (mut h, a, b) = passthrough(8, 1);
+    assert_ne!(a.identity, b.identity);
+    let (_, ba) = leased(&h.lease(req(1, a))).unwrap();
+    h.release(ba, true);
+    assert_eq!(h.pool.idle.len(), 1);
+    let (s, bb) = leased(&h.lease(req(2, b))).unwrap();
+    assert_eq!(s, sid(2));
+    assert_ne!(bb, ba, "bob got a connection of his own");
+    assert_eq!(h.pool.get_mut(bb).unwrap().conn.key().identity, b.identity);
+    // Alice's comes back to alice.
+    let (_, again) = leased(&h.lease(req(3, a))).unwrap();
+    assert_eq!(again, ba);
+}
+
+#[test]
+fn at_the_limit_another_users_idle_connection_is_evicted() {
+    let (mut h, a, b) = passthrough(1, 1);
+    let (_, ba) = leased(&h.lease(req(1, a))).unwrap();
+    h.release(ba, true);
+    let ev = h.lease(req(2, b));
+    assert!(leased(&ev).is_none(), "waits for the eviction");
+    assert_eq!(
+        h.open.load(Relaxed),
+        0,
+        "alice's idle connection was closed"
+    );
+    let (s, bb) = leased(&h.serve()).unwrap();
+    assert_eq!(s, sid(2));
+    assert_eq!(h.pool.get_mut(bb).unwrap().conn.key().identity, b.identity);
+}
+
+#[test]
+fn a_refused_user_gets_the_servers_err_and_nobody_else_notices() {
+    let (mut h, a, b) = passthrough(2, 0);
+    let denied = crate::mysql::reply::err_payload_with_state(
+        1045,
+        "28000",
+        "Access denied for user 'bob'@'localhost' (using password: YES)",
+    );
+    h.refuse = Some(("bob", denied.clone()));
+    h.pool.set_warm_key(b);
+    // Alice holds a connection; bob's login is refused by the server.
+    let (_, ba) = leased(&h.lease(req(1, a))).unwrap();
+    let ev = h.lease(req(2, b));
+    let refusal = ev.iter().find_map(|e| match e {
+        PoolEvent::LeaseFailed {
+            session,
+            err_payload,
+            unavailable,
+        } => Some((*session, err_payload.clone(), *unavailable)),
+        _ => None,
+    });
+    assert_eq!(
+        refusal,
+        Some((sid(2), denied, false)),
+        "the server's own ERR"
+    );
+    assert_eq!(h.open.load(Relaxed), 1, "bob's connection is gone");
+    // The backend is not marked unreachable: alice's next session gets
+    // a connection at once, and nothing warms bob's account any more.
+    assert_eq!(h.pool.retry_at, None);
+    assert_eq!(h.pool.warm_key, None);
+    let (s, _) = leased(&h.lease(req(3, a))).unwrap();
+    assert_eq!(s, sid(3));
+    h.release(ba, true);
+    assert_eq!(h.tick(), vec![]);
+    assert!(h.pool.slots.values().all(|p| p.conn.key() == a));
 }

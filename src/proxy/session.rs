@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::ids::PoolKey;
+use super::ids::{IdentityId, PoolKey};
 use super::registry::{intercept, Registry};
 use super::relay::{Relay, RelayEnd, RelayEvent, RelayOp, RelayTimeouts};
 use crate::metrics::RejectReason;
@@ -16,6 +16,7 @@ use crate::mysql::handshake::{self, ClientHello, Greeting, HandshakeResponse};
 use crate::mysql::packet::{parse_header, split_packet, write_packet};
 use crate::mysql::reply::{err_payload, ok_payload};
 use crate::mysql::tracker::Tracker;
+use crate::mysql::users::Authenticated;
 use crate::mysql::Users;
 
 /// Capabilities the proxy itself implements for every client, whatever the
@@ -82,7 +83,10 @@ pub enum SessionAction {
     /// Shut the client socket down and free the session once every
     /// operation that names it has completed.
     Close,
-    /// Credentials accepted: the pool warms this key.
+    /// Credentials accepted: the driver finds the backend identity this
+    /// login runs as and answers with [`Session::on_identity`].
+    Authenticated(Box<Authenticated>),
+    /// The identity is known: the pool warms this key.
     LoggedIn { key: PoolKey },
     /// The login OK was written: the connect is complete.
     Connected { elapsed: Duration },
@@ -256,6 +260,7 @@ impl Session {
             .map_or(&[], |l| l.connect_attrs.as_slice())
     }
 
+    /// The pool key, with the backend identity once logged in.
     #[cfg(test)]
     pub fn key(&self) -> PoolKey {
         self.key
@@ -493,6 +498,7 @@ impl Session {
             caps: caps & SESSION_KEY_CAPS,
             collation: hello.charset,
             ext_caps: ext,
+            identity: IdentityId::SHARED,
         };
         let mut tracker = Tracker::new(caps & CLIENT_DEPRECATE_EOF != 0);
         tracker.set_cache_metadata(ext & MARIADB_CLIENT_CACHE_METADATA != 0);
@@ -528,14 +534,9 @@ impl Session {
         if !token.is_empty() {
             login.used_password = true;
         }
-        if ctx.users.verify_native(&login.user, &self.scramble, token) {
+        if let Some(auth) = ctx.users.authenticate(&login.user, &self.scramble, token) {
             self.state = State::WaitBackend;
-            self.leasing = true;
-            out.push(SessionAction::LoggedIn { key: self.key });
-            out.push(SessionAction::Lease {
-                key: self.key,
-                schema: login.database.clone(),
-            });
+            out.push(SessionAction::Authenticated(Box::new(auth)));
             return;
         }
         // Same message for an unknown user and a wrong password, so the
@@ -547,6 +548,24 @@ impl Session {
             if login.used_password { "YES" } else { "NO" }
         );
         self.login_failed(RejectReason::Auth, ER_ACCESS_DENIED_ERROR, &msg, out);
+    }
+
+    /// The backend identity of this login is known: ask for a connection
+    /// of it.
+    pub fn on_identity(&mut self, identity: IdentityId, out: &mut Vec<SessionAction>) {
+        let Some(login) = self.login.as_ref() else {
+            return;
+        };
+        if !matches!(self.state, State::WaitBackend) || self.leasing {
+            return;
+        }
+        self.key.identity = identity;
+        self.leasing = true;
+        out.push(SessionAction::LoggedIn { key: self.key });
+        out.push(SessionAction::Lease {
+            key: self.key,
+            schema: login.database.clone(),
+        });
     }
 
     /// The pool leased a connection (with the client's schema selected).

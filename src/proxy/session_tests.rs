@@ -84,7 +84,27 @@ fn login(s: &mut Session, bytes: &[u8], users: &Users, now: Instant) -> Vec<Sess
     assert_eq!(out, vec![SessionAction::ReadClient]);
     out.clear();
     s.on_client_read(bytes.len() as i32, bytes, &ctx(users, now), &mut out);
+    identify(s, &mut out);
     out
+}
+
+/// What the driver does with `Authenticated`: intern the identity and
+/// answer. The identity the tests' logins run as.
+const IDENTITY: IdentityId = IdentityId(7);
+
+fn identify(s: &mut Session, out: &mut Vec<SessionAction>) {
+    let auth = out.iter().find_map(|a| match a {
+        SessionAction::Authenticated(auth) => Some(auth.clone()),
+        _ => None,
+    });
+    if let Some(auth) = auth {
+        assert_eq!(auth.backend_user, "app");
+        assert_eq!(
+            auth.credential.stage1(),
+            Some(crate::mysql::auth::Stage1::of_password(b"pw"))
+        );
+        s.on_identity(IDENTITY, out);
+    }
 }
 
 #[test]
@@ -101,6 +121,13 @@ fn greeting_login_lease_ok_then_relay() {
         .any(|a| matches!(a, SessionAction::Lease { schema: None, .. })));
     // Defect 10: IGNORE_SPACE is part of the key the backend is opened with.
     assert_ne!(s.key().caps & CLIENT_IGNORE_SPACE, 0);
+    // So is the backend identity, in what the pool is asked and warms.
+    assert_eq!(s.key().identity, IDENTITY);
+    assert!(out
+        .iter()
+        .any(|a| matches!(a, SessionAction::Lease { key, .. } if key.identity == IDENTITY)));
+    assert!(out.contains(&SessionAction::LoggedIn { key: s.key() }));
+    assert_eq!(s.user(), Some("app"));
     let mut out = Vec::new();
     s.on_leased(&mut out);
     let ok = sent(&out);
@@ -260,6 +287,7 @@ fn an_oversized_packet_gets_1153_then_lingers() {
     s.on_client_write(100, &[], &small, &mut o);
     let h = hello("pw", "mysql_native_password");
     s.on_client_read(h.len() as i32, &h, &small, &mut o);
+    identify(&mut s, &mut o);
     s.on_leased(&mut o);
     s.on_client_write(11, &[], &small, &mut o);
     o.clear();
@@ -459,4 +487,43 @@ fn the_greeting_carries_the_extended_capabilities_and_the_key_what_the_client_ch
     h[4 + 28..4 + 32].copy_from_slice(&asked.to_le_bytes());
     login(&mut s, &h, &u, now);
     assert_eq!(s.key().ext_caps, 0);
+}
+
+#[test]
+fn the_backends_refusal_of_the_users_login_reaches_the_client_as_is() {
+    // Passthrough identity: the server refused this user's credentials.
+    // Its own ERR (code, SQLSTATE, text) answers the client's login, which
+    // then closes.
+    let now = Instant::now();
+    let u = users();
+    let (mut s, _) = new_session(now, false);
+    login(&mut s, &hello("pw", "mysql_native_password"), &u, now);
+    let denied = crate::mysql::reply::err_payload_with_state(
+        1045,
+        "28000",
+        "Access denied for user 'app'@'localhost' (using password: YES)",
+    );
+    let mut out = Vec::new();
+    s.on_lease_failed(&denied, false, &mut out);
+    assert!(!out.iter().any(|a| matches!(a, SessionAction::Reject(_))));
+    let err = &sent(&out)[0];
+    assert_eq!(&err[4..], &denied[..]);
+    assert_eq!(err[3], 2, "answers the login packet (sequence id 1)");
+    out.clear();
+    s.on_client_write(err.len() as i32, &[], &ctx(&u, now), &mut out);
+    assert_eq!(out, vec![SessionAction::Close]);
+}
+
+#[test]
+fn an_identity_arriving_late_or_twice_asks_for_nothing() {
+    let now = Instant::now();
+    let u = users();
+    let (mut s, _) = new_session(now, false);
+    let mut out = Vec::new();
+    s.on_identity(IDENTITY, &mut out);
+    assert!(out.is_empty(), "no login yet");
+    login(&mut s, &hello("pw", "mysql_native_password"), &u, now);
+    s.on_identity(IdentityId(8), &mut out);
+    assert!(out.is_empty(), "already leasing");
+    assert_eq!(s.key().identity, IDENTITY);
 }

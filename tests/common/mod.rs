@@ -201,6 +201,10 @@ pub struct ProxyOpts {
     /// Use this backend instead of the sandbox from the `RINGGATE_TEST_*` variables (e.g. a
     /// private MariaDB a test kills, or a fake server).
     pub backend_override: Option<BackendEnv>,
+    /// `--backend-identity passthrough`: each client logs in to the backend as itself. Off by
+    /// default: the suites' users (tests/users.json) deliberately do not exist on the backend,
+    /// so they run with `--backend-identity shared` as the sandbox's `ringgate` account.
+    pub passthrough: bool,
 }
 
 impl ProxyOpts {
@@ -220,6 +224,7 @@ impl ProxyOpts {
             users_file: users_file(),
             extra_args: Vec::new(),
             backend_override: None,
+            passthrough: false,
         }
     }
 }
@@ -282,8 +287,6 @@ impl Proxy {
             opts.workers.to_string(),
             "--backend".into(),
             backend.addr(),
-            "--backend-user".into(),
-            backend.user.clone(),
             "--users-file".into(),
             opts.users_file.display().to_string(),
             "--read-buffers".into(),
@@ -306,6 +309,16 @@ impl Proxy {
         if opts.allow_local_infile {
             args.push("--allow-local-infile".into());
         }
+        if opts.passthrough {
+            args.extend(["--backend-identity".into(), "passthrough".into()]);
+        } else {
+            args.extend([
+                "--backend-identity".into(),
+                "shared".into(),
+                "--backend-user".into(),
+                backend.user.clone(),
+            ]);
+        }
         args.extend(opts.extra_args.iter().cloned());
 
         let mut cmd = if opts.wrapper.is_empty() {
@@ -316,8 +329,12 @@ impl Proxy {
             c.arg(&bin);
             c
         };
+        if opts.passthrough {
+            cmd.env_remove("RINGGATE_BACKEND_PASSWORD");
+        } else {
+            cmd.env("RINGGATE_BACKEND_PASSWORD", &backend.password);
+        }
         cmd.args(&args)
-            .env("RINGGATE_BACKEND_PASSWORD", &backend.password)
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),

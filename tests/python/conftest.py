@@ -162,7 +162,9 @@ def http_get(port, path="/metrics", timeout=5.0):
 
 
 class Proxy:
-    def __init__(self, mode, allow_local_infile=False, workers=2, extra_args=()):
+    def __init__(
+        self, mode, allow_local_infile=False, workers=2, extra_args=(), users_file=USERS_FILE, passthrough=False
+    ):
         self.mode = mode
         self.workers = workers
         self.backend = backend_env()
@@ -179,8 +181,7 @@ class Proxy:
                 "--listen", f"127.0.0.1:{self.port}",
                 "--workers", str(workers),
                 "--backend", f"{self.backend['host']}:{self.backend['port']}",
-                "--backend-user", self.backend["user"],
-                "--users-file", str(USERS_FILE),
+                "--users-file", str(users_file),
                 "--read-buffers", mode,
                 "--read-buffer-size", "16384",
                 "--read-buffer-count", "1024",
@@ -192,10 +193,19 @@ class Proxy:
             ]
             if allow_local_infile:
                 args.append("--allow-local-infile")
+            # The suites' users (tests/users.json) deliberately do not exist on the backend: they
+            # run as the sandbox's `ringgate` account. Passthrough tests bring their own users.
+            if passthrough:
+                args += ["--backend-identity", "passthrough"]
+            else:
+                args += ["--backend-identity", "shared", "--backend-user", self.backend["user"]]
             args.extend(extra_args)
             self.args = args
             env = dict(os.environ)
-            env["RINGGATE_BACKEND_PASSWORD"] = self.backend["password"]
+            if passthrough:
+                env.pop("RINGGATE_BACKEND_PASSWORD", None)
+            else:
+                env["RINGGATE_BACKEND_PASSWORD"] = self.backend["password"]
             env.setdefault("RUST_LOG", "info")
             with open(self.stderr_path, "wb") as err:
                 self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env)

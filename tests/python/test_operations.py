@@ -53,6 +53,7 @@ def configured_proxy(tmp_path):
             [
                 f'listen = "127.0.0.1:{port}"',
                 f'backend = "{env["host"]}:{env["port"]}"',
+                'backend-identity = "shared"',
                 f'backend-user = "{env["user"]}"',
                 f'users-file = "{users}"',
                 "workers = 2",

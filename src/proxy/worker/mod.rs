@@ -28,6 +28,7 @@ use thiserror::Error;
 use super::backend::BackendOp;
 use super::conn_io::ConnIo;
 use super::connect_attrs;
+use super::identity::{BackendLogin, IdentityMode};
 use super::ids::{BackendId, LeaseRequest, PoolKey, SessionId};
 use super::listen::{self, ListenError};
 use super::pool::{Pool, PoolConfig, PoolEvent};
@@ -39,7 +40,7 @@ use super::session::{
 use super::slab::Slab;
 use super::{try_reserve, unreserve, LogLimiter, Shared};
 use crate::buffers::{BufferPool, Owner};
-use crate::config::ReadBufferMode;
+use crate::config::{BackendIdentity, ReadBufferMode};
 use crate::metrics::{BufferMode, WorkerMetrics};
 use crate::mysql::auth;
 use crate::mysql::constants::CLIENT_LOCAL_FILES;
@@ -250,8 +251,15 @@ impl Worker {
         let pool = Pool::new(
             PoolConfig {
                 backend: cfg.backend,
-                user: cfg.backend_user.clone(),
-                credential: auth::Credential::Plaintext(cfg.backend_password.as_bytes().to_vec()),
+                identity: match cfg.backend_identity {
+                    BackendIdentity::Passthrough => IdentityMode::Passthrough,
+                    BackendIdentity::Shared => IdentityMode::Shared(BackendLogin {
+                        user: cfg.backend_user.clone(),
+                        credential: auth::Credential::Plaintext(
+                            cfg.backend_password.as_bytes().to_vec(),
+                        ),
+                    }),
+                },
                 pool_size: cfg.backend_pool_size,
                 max_connections: cfg.backend_max_connections,
                 wait_timeout: cfg.backend_wait_timeout,

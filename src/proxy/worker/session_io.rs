@@ -271,6 +271,10 @@ impl Worker {
                 }
                 self.try_finish_session(sid);
             }
+            SessionAction::Authenticated(auth) => {
+                let identity = self.pool.intern(&auth);
+                self.with_session(sid, |s, _, _, out| s.on_identity(identity, out));
+            }
             SessionAction::LoggedIn { key } => self.pool.set_warm_key(key),
             SessionAction::Connected { elapsed } => self.metrics().record_connect(elapsed),
             SessionAction::CommandStarted => {
@@ -279,7 +283,8 @@ impl Worker {
             SessionAction::Reject(reason) => self.metrics().reject(reason),
             SessionAction::Log(msg) => {
                 if self.log_limiter.allow(now) {
-                    tracing::info!(worker = self.id, peer = %slot.peer, "connection failed: {msg}");
+                    let user = slot.session.user().unwrap_or("");
+                    tracing::info!(worker = self.id, peer = %slot.peer, user, "connection failed: {msg}");
                 }
             }
         }
