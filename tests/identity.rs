@@ -358,3 +358,54 @@ fn two_users_never_share_a_pooled_connection() {
     assert_ne!(ida2, idb, "a got b's server connection");
     proxy.assert_settled(base, 3);
 }
+
+/// The greeting's first packet, read raw from the proxy.
+fn raw_greeting(port: u16) -> ringgate::mysql::handshake::Greeting {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut header = [0u8; 4];
+    s.read_exact(&mut header).unwrap();
+    let len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
+    let mut payload = vec![0; len];
+    s.read_exact(&mut payload).unwrap();
+    ringgate::mysql::handshake::parse_greeting(&payload).unwrap()
+}
+
+/// With passthrough identity nothing can log in before a client has, but the greeting still
+/// mirrors the backend at once: one probe connection reads the server's greeting and hangs up.
+/// No backend connection is kept (nothing idle, nothing busy) until a user logs in.
+#[test]
+fn before_any_login_the_greeting_mirrors_the_backend_without_a_login() {
+    let acc = Accounts::create("probe", &[]);
+    let mut proxy = acc.proxy(Mode::Heap, &["--workers", "1"]);
+    let base = proxy.connections_total();
+    let mut direct = direct_conn();
+    let version: String = direct.query_first("SELECT VERSION()").unwrap().unwrap();
+    let mut greeting = raw_greeting(proxy.port);
+    for _ in 0..50 {
+        if greeting.server_version.ends_with(&version) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        greeting = raw_greeting(proxy.port);
+    }
+    assert!(
+        greeting.server_version.ends_with(&version),
+        "{} vs the backend's {version}",
+        greeting.server_version
+    );
+    assert_eq!(
+        greeting.capabilities & ringgate::mysql::constants::CLIENT_MYSQL,
+        0,
+        "presents as MariaDB"
+    );
+    let m = proxy.metrics();
+    assert_eq!(m.get(r#"ringgate_backend_connections{state="idle"}"#), 0.0);
+    assert_eq!(m.get(r#"ringgate_backend_connections{state="busy"}"#), 0.0);
+    // The first login then works as usual.
+    let mut a = connect(&proxy, &acc.a.0, &acc.a.1);
+    assert_eq!(current_user(&mut a), format!("{}@%", acc.a.0));
+    drop(a);
+    proxy.assert_settled(base, 1);
+}

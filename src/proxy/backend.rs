@@ -59,6 +59,13 @@ pub enum BackendEvent {
         cause: String,
         login_refused: Option<Vec<u8>>,
     },
+    /// A probe read the server's greeting (and closed): what clients are
+    /// offered, learned without logging in.
+    Probed {
+        server_version: String,
+        capabilities: u32,
+        ext_capabilities: u32,
+    },
     /// COM_INIT_DB for a lease succeeded.
     SchemaSelected,
     /// COM_INIT_DB was refused: the server's ERR payload, for the client.
@@ -78,6 +85,8 @@ pub enum BackendOut {
 enum State {
     /// TCP connect in flight.
     Connecting,
+    /// A probe: waiting for the greeting, then closing without a login.
+    Probing,
     /// Greeting and login exchange; `writing` while a packet goes out;
     /// `answered` once the greeting was answered with credentials.
     LoggingIn {
@@ -171,7 +180,10 @@ impl BackendConn {
 
     /// Connecting or logging in.
     pub fn is_opening(&self) -> bool {
-        matches!(self.state, State::Connecting | State::LoggingIn { .. })
+        matches!(
+            self.state,
+            State::Connecting | State::LoggingIn { .. } | State::Probing
+        )
     }
 
     /// When it went idle (valid while idle).
@@ -213,10 +225,13 @@ impl BackendConn {
         }
     }
 
+    /// The TCP connect completed. Without credentials the connection is a
+    /// probe: it reads the greeting, reports it and closes (passthrough
+    /// identity has no account to log in as before a client has come).
     pub fn on_connect(
         &mut self,
         res: i32,
-        creds: &BackendCredentials,
+        creds: Option<&BackendCredentials>,
         connect_timeout: Duration,
         now: Instant,
         out: &mut Vec<BackendOut>,
@@ -232,6 +247,12 @@ impl BackendConn {
             };
             return self.fail(cause, out);
         }
+        self.since = now;
+        let Some(creds) = creds else {
+            self.state = State::Probing;
+            out.push(BackendOut::Op(BackendOp::Read));
+            return;
+        };
         let login = ClientLogin::new(LoginParams {
             user: creds.user.to_string(),
             credential: creds.credential.clone(),
@@ -305,6 +326,18 @@ impl BackendConn {
         };
         let (seq, payload) = (pkt.seq, pkt.payload);
         match &mut self.state {
+            State::Probing => match crate::mysql::handshake::parse_greeting(payload) {
+                Ok(g) => {
+                    self.state = State::Closed;
+                    out.push(BackendOut::Op(BackendOp::Close));
+                    out.push(BackendOut::Event(BackendEvent::Probed {
+                        server_version: g.server_version,
+                        capabilities: g.capabilities,
+                        ext_capabilities: g.ext_capabilities,
+                    }));
+                }
+                Err(e) => self.fail(format!("greeting: {e}"), out),
+            },
             State::LoggingIn {
                 login,
                 writing,
@@ -450,6 +483,7 @@ impl BackendConn {
         let exchanging = matches!(
             self.state,
             State::Connecting
+                | State::Probing
                 | State::LoggingIn { .. }
                 | State::SelectingSchema { .. }
                 | State::Resetting { .. }

@@ -35,7 +35,7 @@ fn logged_in(now: Instant) -> BackendConn {
     let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
     assert_eq!(out, vec![BackendOut::Op(BackendOp::Connect)]);
     out.clear();
-    c.on_connect(0, &creds(), Duration::from_secs(1), now, &mut out);
+    c.on_connect(0, Some(&creds()), Duration::from_secs(1), now, &mut out);
     assert_eq!(out, vec![BackendOut::Op(BackendOp::Read)]);
     out.clear();
     let g = greeting();
@@ -154,7 +154,7 @@ fn connect_refused_and_login_refused_are_open_failures() {
     out.clear();
     c.on_connect(
         -libc::ECONNREFUSED,
-        &creds(),
+        Some(&creds()),
         Duration::from_secs(1),
         now,
         &mut out,
@@ -167,7 +167,7 @@ fn connect_refused_and_login_refused_are_open_failures() {
 
     let mut out = Vec::new();
     let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
-    c.on_connect(0, &creds(), Duration::from_secs(1), now, &mut out);
+    c.on_connect(0, Some(&creds()), Duration::from_secs(1), now, &mut out);
     let g = greeting();
     c.on_read(g.len() as i32, &g, CAP, now, &mut out);
     c.on_write(1, &mut out);
@@ -184,7 +184,7 @@ fn connect_refused_and_login_refused_are_open_failures() {
     // An ERR instead of the greeting (1040) is not about the credentials.
     let mut out = Vec::new();
     let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
-    c.on_connect(0, &creds(), Duration::from_secs(1), now, &mut out);
+    c.on_connect(0, Some(&creds()), Duration::from_secs(1), now, &mut out);
     out.clear();
     let err = framed(0, &err_payload(1040, "Too many connections"));
     c.on_read(err.len() as i32, &err, CAP, now, &mut out);
@@ -246,4 +246,37 @@ fn a_stalled_reset_is_cut_and_a_broken_one_fails() {
         &out,
         |e| matches!(e, BackendEvent::Failed { cause } if cause.contains("closed"))
     ));
+}
+
+#[test]
+fn a_probe_reads_the_greeting_and_closes_without_a_login() {
+    let now = Instant::now();
+    let mut out = Vec::new();
+    let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
+    out.clear();
+    c.on_connect(0, None, Duration::from_secs(1), now, &mut out);
+    assert_eq!(out, vec![BackendOut::Op(BackendOp::Read)]);
+    assert!(c.is_opening());
+    out.clear();
+    let g = greeting();
+    c.on_read(g.len() as i32, &g, CAP, now, &mut out);
+    assert!(sends(&out).is_empty(), "no credentials are sent");
+    assert!(out.contains(&BackendOut::Op(BackendOp::Close)));
+    assert!(has_event(&out, |e| matches!(
+        e,
+        BackendEvent::Probed { .. }
+    )));
+    assert!(c.is_closed());
+
+    // A server that refuses at once: the probe failed to open.
+    let mut out = Vec::new();
+    let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
+    c.on_connect(0, None, Duration::from_secs(1), now, &mut out);
+    out.clear();
+    let err = framed(0, &err_payload(1040, "Too many connections"));
+    c.on_read(err.len() as i32, &err, CAP, now, &mut out);
+    assert!(has_event(&out, |e| matches!(
+        e,
+        BackendEvent::OpenFailed { .. }
+    )));
 }

@@ -115,6 +115,8 @@ pub struct Pool {
     warm_key: Option<PoolKey>,
     /// Who connections log in as (see `identity`).
     identities: Identities,
+    /// A backend greeting was seen (by a login or a probe).
+    probed: bool,
     retry_at: Option<Instant>,
     draining: bool,
     metrics: Arc<Metrics>,
@@ -150,6 +152,7 @@ impl Pool {
             open_count,
             warm_key,
             identities,
+            probed: false,
             retry_at: None,
             draining: false,
             metrics,
@@ -488,17 +491,16 @@ impl Pool {
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
             return;
         };
-        match self.identities.get(p.conn.key().identity) {
-            Some(login) => {
-                let creds = BackendCredentials {
-                    user: &login.user,
-                    credential: &login.credential,
-                };
-                p.conn.on_connect(res, &creds, timeout, now, &mut bo);
-            }
-            // Unreachable: keys only carry ids the table handed out.
-            None => p.conn.close(&mut bo),
-        }
+        // No account behind the key: the passthrough probe (see `refill`).
+        let creds = self
+            .identities
+            .get(p.conn.key().identity)
+            .map(|login| BackendCredentials {
+                user: &login.user,
+                credential: &login.credential,
+            });
+        p.conn
+            .on_connect(res, creds.as_ref(), timeout, now, &mut bo);
         self.apply(id, bo, now, out);
     }
 
@@ -554,6 +556,7 @@ impl Pool {
                 ext_capabilities,
             } => {
                 self.retry_at = None;
+                self.probed = true;
                 out.push(PoolEvent::ServerInfo {
                     server_version,
                     capabilities,
@@ -566,6 +569,19 @@ impl Pool {
                     Some(req) => self.give(id, req, now, out),
                     None => self.make_idle(id, now),
                 }
+            }
+            BackendEvent::Probed {
+                server_version,
+                capabilities,
+                ext_capabilities,
+            } => {
+                self.retry_at = None;
+                self.probed = true;
+                out.push(PoolEvent::ServerInfo {
+                    server_version,
+                    capabilities,
+                    ext_capabilities,
+                });
             }
             BackendEvent::OpenFailed {
                 cause,
@@ -733,7 +749,7 @@ impl Pool {
             return;
         }
         let Some(key) = self.warm_key else {
-            return;
+            return self.probe(out);
         };
         let have = self
             .slots
@@ -750,6 +766,24 @@ impl Pool {
                 break;
             }
             self.open(key, None, out);
+        }
+    }
+
+    /// Passthrough identity before any login: there is no account to warm
+    /// connections for, but the greeting clients get mirrors the backend's
+    /// version and capabilities. So one connection reads the server's
+    /// greeting and hangs up, without logging in; it is retried like any
+    /// backend connection until one succeeds.
+    fn probe(&mut self, out: &mut Vec<PoolEvent>) {
+        if self.probed || self.identities.get(IdentityId::SHARED).is_some() {
+            return;
+        }
+        let probing = self
+            .slots
+            .values()
+            .any(|p| p.conn.key().identity == IdentityId::SHARED && !p.conn.is_closed());
+        if !probing && try_reserve(&self.open_count, self.cfg.max_connections) {
+            self.open(PoolKey::default_warm(), None, out);
         }
     }
 

@@ -374,10 +374,18 @@ fn passthrough(max: usize, pool_size: usize) -> (Harness, PoolKey, PoolKey) {
 }
 
 #[test]
-fn passthrough_warms_nothing_before_a_login() {
+fn passthrough_warms_nothing_before_a_login_but_probes_the_greeting() {
     let (mut h, a, _) = passthrough(8, 2);
-    assert_eq!(h.tick(), vec![]);
+    // One connection reads the greeting (for what clients are offered)
+    // and hangs up: no login, nothing idle, nothing held.
+    let ev = h.tick();
+    assert!(
+        matches!(&ev[..], [PoolEvent::ServerInfo { server_version, .. }] if server_version.contains("MariaDB")),
+        "{ev:?}"
+    );
     assert_eq!(h.pool.len(), 0, "no account to log in as yet");
+    assert_eq!(h.open.load(Relaxed), 0);
+    assert_eq!(h.tick(), vec![], "probed once");
     h.pool.set_warm_key(a);
     h.tick();
     assert_eq!(h.pool.len(), 2, "warmed for the user who logged in");
