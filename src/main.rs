@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use ringgate::config::{Config, ReadBufferMode};
+use ringgate::config::{BackendIdentity, Config, ReadBufferMode};
 use ringgate::config_file::{self, Action, CliError};
 use ringgate::metrics::{self, BufferMode, Metrics};
 use ringgate::mysql::Users;
@@ -110,6 +110,13 @@ fn run(config: Config) -> Result<(), RunError> {
         shutdown: AtomicBool::new(false),
         registry: Default::default(),
     });
+    // Each user is itself on the backend: a KILL of another user's session
+    // goes to the server, whose own privilege checks decide (CONNECTION
+    // ADMIN / SUPER). With one shared account the server cannot tell users
+    // apart, so the proxy refuses it itself.
+    shared
+        .registry
+        .set_server_checks_owner(config.backend_identity == BackendIdentity::Passthrough);
     let started = worker::spawn_workers(Arc::clone(&shared), workers).map_err(|e| e.to_string())?;
 
     let first = &started[0].1;

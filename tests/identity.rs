@@ -409,3 +409,70 @@ fn before_any_login_the_greeting_mirrors_the_backend_without_a_login() {
     drop(a);
     proxy.assert_settled(base, 1);
 }
+
+/// KILL with the ids clients see, under passthrough identity: another user's session is the
+/// server's to protect. b's `KILL QUERY <a's proxy id>` is refused by the server (1095, naming
+/// the proxy id) and a's query runs on; an account the server grants CONNECTION ADMIN may kill
+/// it, and a's query ends at once. b's SHOW PROCESSLIST shows only what the server shows b.
+#[test]
+fn kill_of_another_users_session_is_the_servers_decision() {
+    let tag = "kill";
+    let admin = (format!("idadm_{tag}"), format!("adm-secret-{tag}"));
+    let extra = [format!(r#""{}": [{{"Password": "{}"}}]"#, admin.0, admin.1)];
+    let mut acc = Accounts::create(tag, &extra);
+    acc.add_backend_user(&admin.0, &admin.1);
+    direct_conn()
+        .query_drop(format!(
+            "GRANT CONNECTION ADMIN ON *.* TO '{}'@'%'",
+            admin.0
+        ))
+        .unwrap();
+    let mut proxy = acc.proxy(Mode::Fixed, &[]);
+    let base = proxy.connections_total();
+    let mut b = connect(&proxy, &acc.b.0, &acc.b.1);
+    let mut adm = connect(&proxy, &admin.0, &admin.1);
+
+    let run_sleep = |proxy: &Proxy| {
+        let mut a = connect(proxy, &acc.a.0, &acc.a.1);
+        let a_id = a.connection_id();
+        assert!(a_id >= 1 << 31, "a proxy connection id: {a_id}");
+        let (tx, rx) = mpsc::channel();
+        let t = std::thread::spawn(move || {
+            tx.send(()).unwrap();
+            let started = std::time::Instant::now();
+            let r = a
+                .query_first::<u32, _>("SELECT SLEEP(3)")
+                .map_err(|e| mysql_error_code(&e));
+            (r, started.elapsed())
+        });
+        rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        (a_id, t)
+    };
+
+    let (a_id, sleeper) = run_sleep(&proxy);
+    let rows: Vec<mysql::Row> = b.query("SHOW PROCESSLIST").unwrap();
+    let listing = format!("{rows:?}");
+    assert!(!listing.contains(&acc.a.0), "b sees a: {listing}");
+    let e = b
+        .query_drop(format!("KILL QUERY {a_id}"))
+        .expect_err("b may not kill a's query");
+    assert_eq!(mysql_error_code(&e), Some(1095), "{e}");
+    assert!(
+        mysql_error_message(&e).unwrap().contains(&a_id.to_string()),
+        "{e}"
+    );
+    let (slept, took) = sleeper.join().unwrap();
+    assert_eq!(slept, Ok(Some(0)), "a's query ran to its end");
+    assert!(took >= Duration::from_secs(3));
+
+    let (a_id, sleeper) = run_sleep(&proxy);
+    adm.query_drop(format!("KILL QUERY {a_id}"))
+        .expect("CONNECTION ADMIN may kill another user's query");
+    let (slept, took) = sleeper.join().unwrap();
+    // ER_QUERY_INTERRUPTED: MariaDB's answer to the killed statement.
+    assert_eq!(slept, Err(Some(1317)), "a's query was interrupted");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    drop((b, adm));
+    proxy.assert_settled(base, 4);
+}
