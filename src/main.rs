@@ -80,6 +80,13 @@ fn run(config: Config) -> Result<(), RunError> {
         tracing::warn!("{warning}");
     }
     let users = Users::load(&config.users_file).map_err(|e| format!("cannot start: {e}"))?;
+    if config.backend_identity == BackendIdentity::Shared && users.has_backend_mappings() {
+        tracing::warn!(
+            "{} maps users to backend accounts (BackendUser/BackendPassword), which \
+             --backend-identity shared ignores: every client runs as --backend-user",
+            config.users_file.display()
+        );
+    }
     let workers = config.worker_count();
     let requested = match config.read_buffers {
         ReadBufferMode::Fixed => BufferMode::Fixed,

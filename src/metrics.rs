@@ -139,16 +139,20 @@ pub enum RejectReason {
     Handshake,
     /// No backend connection could be obtained.
     BackendUnavailable,
+    /// The backend refused the user's own account (passthrough identity):
+    /// the client got the server's ERR.
+    BackendAuth,
 }
 
 impl RejectReason {
     /// Every reason, in exposition order (also the index order of
     /// [`Snapshot::client_rejected_total`]).
-    pub const ALL: [RejectReason; 4] = [
+    pub const ALL: [RejectReason; 5] = [
         RejectReason::Auth,
         RejectReason::MaxConnections,
         RejectReason::Handshake,
         RejectReason::BackendUnavailable,
+        RejectReason::BackendAuth,
     ];
 
     /// Label value used in the exposition.
@@ -158,6 +162,7 @@ impl RejectReason {
             RejectReason::MaxConnections => "max_connections",
             RejectReason::Handshake => "handshake",
             RejectReason::BackendUnavailable => "backend_unavailable",
+            RejectReason::BackendAuth => "backend_auth",
         }
     }
 
@@ -227,7 +232,7 @@ pub struct WorkerMetrics {
     pub client_connections_total: AtomicU64,
     /// Rejected clients, indexed by [`RejectReason::index`]; prefer
     /// [`WorkerMetrics::reject`].
-    pub client_rejected_total: [AtomicU64; 4],
+    pub client_rejected_total: [AtomicU64; 5],
     /// Pooled backend connections idle now.
     pub backend_idle: AtomicI64,
     /// Backend connections currently bound to a client.
@@ -376,7 +381,7 @@ pub struct Snapshot {
     pub client_connections: i64,
     pub client_connections_total: u64,
     /// Indexed by [`RejectReason::index`]; see [`Snapshot::rejected`].
-    pub client_rejected_total: [u64; 4],
+    pub client_rejected_total: [u64; 5],
     pub backend_idle: i64,
     pub backend_busy: i64,
     pub backend_connects_total: u64,
@@ -415,7 +420,7 @@ impl fmt::Display for Snapshot {
             f,
             "mode={} workers={} slots_free={}/{} buffers_held_client={} buffers_held_backend={} \
              backend_idle={} backend_busy={} clients_open={} clients_total={} rejected={} \
-             (auth={} max_connections={} handshake={} backend_unavailable={}) \
+             (auth={} max_connections={} handshake={} backend_unavailable={} backend_auth={}) \
              commands={} bytes_c2b={} bytes_b2c={} backend_connects={} \
              backend_connect_failures={} backend_discarded={} heap_fallbacks={} \
              connect_us_p50={} p99={} p999={} pool_waiters={} ring_ebusy_reaps={} \
@@ -435,6 +440,7 @@ impl fmt::Display for Snapshot {
             self.rejected(RejectReason::MaxConnections),
             self.rejected(RejectReason::Handshake),
             self.rejected(RejectReason::BackendUnavailable),
+            self.rejected(RejectReason::BackendAuth),
             self.commands_total,
             self.bytes_client_to_backend_total,
             self.bytes_backend_to_client_total,
@@ -515,7 +521,7 @@ impl Metrics {
                 .iter()
                 .fold(0i64, |a, w| a.wrapping_add(f(w).load(Ordering::Relaxed)))
         };
-        let mut rejected = [0u64; 4];
+        let mut rejected = [0u64; 5];
         for w in self.workers.iter() {
             for (sum, c) in rejected.iter_mut().zip(&w.client_rejected_total) {
                 *sum = sum.wrapping_add(c.load(Ordering::Relaxed));

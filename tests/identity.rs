@@ -199,7 +199,8 @@ both_modes!(each_user_is_itself_on_the_backend, users_are_themselves);
 /// - a user that does not exist on the server: the server's 1045;
 /// - a schema the account may not use: the server's 1044 (42000), which ringgate never makes.
 ///
-/// None of them counts as a refusal by ringgate itself (`client_rejected_total{reason="auth"}`).
+/// None of them counts as a refusal by ringgate itself (`client_rejected_total{reason="auth"}`);
+/// the refused accounts count as `reason="backend_auth"`.
 #[test]
 fn a_backend_login_failure_reaches_only_that_client() {
     let tag = "refused";
@@ -213,12 +214,13 @@ fn a_backend_login_failure_reaches_only_that_client() {
     acc.add_backend_user(&stale, "server-side-pw");
     let mut proxy = acc.proxy(Mode::Fixed, &["--backend-pool-size", "1"]);
     let base = proxy.connections_total();
-    let auth_rejects = || {
-        proxy
-            .metrics()
-            .get(r#"ringgate_client_rejected_total{reason="auth"}"#)
+    let rejects = |reason: &str| {
+        proxy.metrics().get(&format!(
+            r#"ringgate_client_rejected_total{{reason="{reason}"}}"#
+        ))
     };
-    let rejects_before = auth_rejects();
+    let rejects_before = rejects("auth");
+    let backend_auth_before = rejects("backend_auth");
     let mut a = connect(&proxy, &acc.a.0, &acc.a.1);
     assert_eq!(current_user(&mut a), format!("{}@%", acc.a.0));
 
@@ -251,7 +253,8 @@ fn a_backend_login_failure_reaches_only_that_client() {
         assert!(me.message.contains(&acc.b.0), "{}", me.message);
     }
     // The proxy itself refused nothing: these were the server's answers.
-    assert_eq!(auth_rejects(), rejects_before);
+    assert_eq!(rejects("auth"), rejects_before);
+    assert_eq!(rejects("backend_auth"), backend_auth_before + 2.0);
     // New logins of good users still work, and the failures left nothing behind.
     let mut b = connect(&proxy, &acc.b.0, &acc.b.1);
     assert_eq!(current_user(&mut b), format!("{}@%", acc.b.0));
@@ -475,4 +478,31 @@ fn kill_of_another_users_session_is_the_servers_decision() {
     assert!(took < Duration::from_secs(3), "{took:?}");
     drop((b, adm));
     proxy.assert_settled(base, 4);
+}
+
+/// `--backend-identity shared` ignores BackendUser mappings (every client is the shared
+/// account), and says so at start-up.
+#[test]
+fn shared_identity_ignores_mappings_and_says_so() {
+    let acc = Accounts::create(
+        "sharedmap",
+        &[r#""idmapped_sharedmap": [{"Password": "m", "BackendUser": "nobody_here"}]"#.into()],
+    );
+    let mut opts = ProxyOpts::new(Mode::Heap);
+    opts.users_file = acc.users_file.clone();
+    let mut proxy = Proxy::start_with(opts);
+    let base = proxy.connections_total();
+    let mut c = connect(&proxy, "idmapped_sharedmap", "m");
+    assert_eq!(
+        current_user(&mut c),
+        format!("{}@127.0.0.1", proxy.backend.user),
+        "the shared account"
+    );
+    assert!(
+        proxy.stderr().contains("--backend-identity shared ignores"),
+        "{}",
+        tail(&proxy.stderr(), 20)
+    );
+    drop(c);
+    proxy.assert_settled(base, 1);
 }

@@ -181,6 +181,10 @@ fn sums_across_two_workers() {
         get("ringgate_client_rejected_total{reason=\"backend_unavailable\"}"),
         2.0
     );
+    assert_eq!(
+        get("ringgate_client_rejected_total{reason=\"backend_auth\"}"),
+        0.0
+    );
     assert_eq!(get("ringgate_backend_connections{state=\"idle\"}"), 88.0);
     assert_eq!(get("ringgate_backend_connections{state=\"busy\"}"), 99.0);
     assert_eq!(get("ringgate_backend_connects_total"), 121.0);

@@ -19,7 +19,7 @@ use super::identity::{BackendLogin, Identities, IdentityMode};
 use super::ids::{BackendId, IdentityId, LeaseRequest, PoolKey, SessionId, Waiter};
 use super::slab::Slab;
 use super::{try_reserve, unreserve};
-use crate::metrics::{Metrics, WorkerMetrics};
+use crate::metrics::{Metrics, RejectReason, WorkerMetrics};
 use crate::mysql::constants::ER_CON_COUNT_ERROR;
 use crate::mysql::reply::err_payload;
 use crate::mysql::users::Authenticated;
@@ -83,12 +83,12 @@ pub enum PoolEvent {
         session: SessionId,
         backend: BackendId,
     },
-    /// The session gets this ERR instead; `unavailable` counts it as a
-    /// backend-unavailable refusal.
+    /// The session gets this ERR instead, counted as a refusal for
+    /// `reject` (none for the server's answer to its schema).
     LeaseFailed {
         session: SessionId,
         err_payload: Vec<u8>,
-        unavailable: bool,
+        reject: Option<RejectReason>,
     },
     /// A backend greeting: the version and capabilities clients are offered.
     ServerInfo {
@@ -389,7 +389,7 @@ impl Pool {
             out.push(PoolEvent::LeaseFailed {
                 session: req.session,
                 err_payload: unavailable(self.cfg.backend, cause),
-                unavailable: true,
+                reject: Some(RejectReason::BackendUnavailable),
             });
         }
     }
@@ -425,7 +425,7 @@ impl Pool {
             out.push(PoolEvent::LeaseFailed {
                 session: req.session,
                 err_payload,
-                unavailable: false,
+                reject: Some(RejectReason::BackendAuth),
             });
         }
     }
@@ -624,7 +624,7 @@ impl Pool {
                     out.push(PoolEvent::LeaseFailed {
                         session,
                         err_payload,
-                        unavailable: false,
+                        reject: None,
                     });
                 }
                 // The connection itself is fine (its schema is unchanged).
@@ -642,7 +642,7 @@ impl Pool {
                     out.push(PoolEvent::LeaseFailed {
                         session,
                         err_payload: unavailable(self.cfg.backend, &cause),
-                        unavailable: true,
+                        reject: Some(RejectReason::BackendUnavailable),
                     });
                 }
                 self.close(id, out);
@@ -704,7 +704,7 @@ impl Pool {
             out.push(PoolEvent::LeaseFailed {
                 session,
                 err_payload: err_payload(ER_CON_COUNT_ERROR, &msg),
-                unavailable: true,
+                reject: Some(RejectReason::BackendUnavailable),
             });
         }
         let timeout = self.cfg.connect_timeout;

@@ -442,13 +442,13 @@ fn a_refused_user_gets_the_servers_err_and_nobody_else_notices() {
         PoolEvent::LeaseFailed {
             session,
             err_payload,
-            unavailable,
-        } => Some((*session, err_payload.clone(), *unavailable)),
+            reject,
+        } => Some((*session, err_payload.clone(), *reject)),
         _ => None,
     });
     assert_eq!(
         refusal,
-        Some((sid(2), denied, false)),
+        Some((sid(2), denied, Some(RejectReason::BackendAuth))),
         "the server's own ERR"
     );
     assert_eq!(h.open.load(Relaxed), 1, "bob's connection is gone");

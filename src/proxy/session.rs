@@ -584,19 +584,20 @@ impl Session {
     }
 
     /// The pool could not lease a connection; `payload` is the ERR to send
-    /// (the server's own, e.g. for an unknown schema, or the proxy's).
+    /// (the server's own, e.g. for an unknown schema or a refused account,
+    /// or the proxy's), `reject` the refusal to count, if any.
     pub fn on_lease_failed(
         &mut self,
         payload: &[u8],
-        backend_unavailable: bool,
+        reject: Option<RejectReason>,
         out: &mut Vec<SessionAction>,
     ) {
         if !matches!(self.state, State::WaitBackend) {
             return;
         }
         self.leasing = false;
-        if backend_unavailable {
-            out.push(SessionAction::Reject(RejectReason::BackendUnavailable));
+        if let Some(reason) = reject {
+            out.push(SessionAction::Reject(reason));
         }
         let (bytes, next) = packet(self.seq, payload);
         self.seq = next;

@@ -231,7 +231,7 @@ fn a_failed_lease_sends_the_error_then_closes_and_a_late_lease_goes_back() {
     login(&mut s, &hello("pw", "mysql_native_password"), &u, now);
     let mut out = Vec::new();
     let payload = crate::mysql::reply::err_payload(1105, "backend unavailable");
-    s.on_lease_failed(&payload, true, &mut out);
+    s.on_lease_failed(&payload, Some(RejectReason::BackendUnavailable), &mut out);
     assert!(out.contains(&SessionAction::Reject(RejectReason::BackendUnavailable)));
     assert_eq!(err_code(&sent(&out)[0]), 1105);
     out.clear();
@@ -504,8 +504,8 @@ fn the_backends_refusal_of_the_users_login_reaches_the_client_as_is() {
         "Access denied for user 'app'@'localhost' (using password: YES)",
     );
     let mut out = Vec::new();
-    s.on_lease_failed(&denied, false, &mut out);
-    assert!(!out.iter().any(|a| matches!(a, SessionAction::Reject(_))));
+    s.on_lease_failed(&denied, Some(RejectReason::BackendAuth), &mut out);
+    assert!(out.contains(&SessionAction::Reject(RejectReason::BackendAuth)));
     let err = &sent(&out)[0];
     assert_eq!(&err[4..], &denied[..]);
     assert_eq!(err[3], 2, "answers the login packet (sequence id 1)");

@@ -96,10 +96,10 @@ impl Worker {
             PoolEvent::LeaseFailed {
                 session,
                 err_payload,
-                unavailable,
+                reject,
             } => {
                 self.with_session(session, |s, _, _, out| {
-                    s.on_lease_failed(&err_payload, unavailable, out)
+                    s.on_lease_failed(&err_payload, reject, out)
                 });
             }
             PoolEvent::ServerInfo {
