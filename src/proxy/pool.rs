@@ -751,11 +751,16 @@ impl Pool {
         let Some(key) = self.warm_key else {
             return self.probe(out);
         };
+        // With passthrough identity the warm key is the most recent user's:
+        // counting only its connections would open `--backend-pool-size`
+        // more for every user who logs in after another. So any user's
+        // ready connections count: at most that many are kept warm in all.
+        let per_user = !self.identities.is_shared();
         let have = self
             .slots
             .values()
             .filter(|p| {
-                p.conn.key() == key
+                (per_user || p.conn.key() == key)
                     && !p.conn.is_closed()
                     && !p.conn.is_leased()
                     && p.leased_to.is_none()

@@ -393,6 +393,21 @@ fn passthrough_warms_nothing_before_a_login_but_probes_the_greeting() {
 }
 
 #[test]
+fn passthrough_keeps_pool_size_warm_in_all_not_per_user() {
+    // Users taking turns must not each add --backend-pool-size connections.
+    let (mut h, a, b) = passthrough(8, 2);
+    h.tick();
+    h.pool.set_warm_key(a);
+    h.tick();
+    h.pool.set_warm_key(b);
+    h.tick();
+    assert_eq!(h.pool.len(), 2, "alice's two ready ones count for bob too");
+    // Bob's own session still gets a connection of his own.
+    let (_, bb) = leased(&h.lease(req(1, b))).unwrap();
+    assert_eq!(h.pool.get_mut(bb).unwrap().conn.key(), b);
+}
+
+#[test]
 fn one_users_idle_connection_is_never_leased_to_another() {
     let (mut h, a, b) = passthrough(8, 1);
     assert_ne!(a.identity, b.identity);
