@@ -103,7 +103,23 @@ pub enum TrackError {
     PacketTooLarge { len: u64, max: u64 },
     #[error("tracker is unusable after an earlier protocol error")]
     Poisoned,
+    #[error("server sent {what} between commands")]
+    UnsolicitedServerData { what: &'static str },
 }
+
+/// What the bytes an idle server sent amount to so far (see
+/// [`Tracker::unsolicited_server_bytes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unsolicited {
+    /// The start of an ERR packet: read on.
+    Partial,
+    /// One whole ERR packet of `len` bytes (header included).
+    Err { len: usize },
+}
+
+/// Largest unsolicited ERR payload accepted: a server error message is at most 512 bytes
+/// (MYSQL_ERRMSG_SIZE), and 4092 + 4 fits in every read buffer (a multiple of 4096).
+const MAX_UNSOLICITED_ERR: usize = 4092;
 
 /// What a command expects back, decided from its first byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -806,6 +822,42 @@ impl Tracker {
             self.pending.pop_front();
         }
         Ok(())
+    }
+
+    /// Bytes the server sent while no response is owed (`buf`: all of them since the command
+    /// boundary). A server that closes an idle connection may first send one ERR packet: MySQL
+    /// 8.0.24+ sends 4031 with sequence id 0 when wait_timeout expires, MariaDB tries 1927 with
+    /// sequence id 1 after KILL (and usually loses the race with its own shutdown(2)), so any
+    /// sequence id is accepted. Anything else is a protocol error. Pure: the connection is
+    /// finished either way, so the tracker's state does not change.
+    pub fn unsolicited_server_bytes(&self, buf: &[u8]) -> Result<Unsolicited, TrackError> {
+        if !self.at_command_boundary() {
+            return Err(TrackError::UnexpectedServerData);
+        }
+        let bad = |what| Err(TrackError::UnsolicitedServerData { what });
+        if buf.len() > 4 && buf[4] != 0xFF {
+            return bad("a packet that is not an ERR");
+        }
+        let Some(hdr) = buf.get(..4) else {
+            return Ok(Unsolicited::Partial);
+        };
+        let len = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], 0]) as usize;
+        if len < 3 {
+            return bad("a truncated ERR packet");
+        }
+        if len > MAX_UNSOLICITED_ERR {
+            return bad("an oversized ERR packet");
+        }
+        if buf.len() < 4 + len {
+            return Ok(Unsolicited::Partial);
+        }
+        if u16::from_le_bytes([buf[5], buf[6]]) == 0xFFFF {
+            return bad("a progress report");
+        }
+        if buf.len() > 4 + len {
+            return bad("bytes after an ERR packet");
+        }
+        Ok(Unsolicited::Err { len: 4 + len })
     }
 
     /// Which side the relay must read next.

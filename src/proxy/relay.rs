@@ -5,7 +5,15 @@
 //! - **up**: read the client into the session's buffer, write it to the
 //!   backend. It keeps reading while responses are outstanding (pipelining).
 //! - **down**: read the backend into the backend connection's buffer, write
-//!   it to the client. It reads while the tracker says a response is owed.
+//!   it to the client. A read is armed whenever nothing is being written,
+//!   also between commands, so a server that closes an idle connection
+//!   (wait_timeout, KILL, shutdown) is noticed at once, not at the client's
+//!   next command. That idle read becomes the response read when the client
+//!   sends a command (one read per socket, no bytes lost). What arrives
+//!   between commands may only be one ERR packet, forwarded to the client
+//!   before both sides close, or EOF; anything else closes both as a
+//!   protocol error. A clean end cancels the idle read before the backend
+//!   goes back to the pool.
 //!
 //! Half duplex deadlocks on pipelining: a client that sends a command bigger
 //! than the socket buffers behind a query with a big result blocks on its
@@ -20,7 +28,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::mysql::tracker::{Direction, StopReason, TrackError, Tracker};
+use crate::mysql::tracker::{Direction, StopReason, TrackError, Tracker, Unsolicited};
 
 /// An operation the relay wants submitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +41,9 @@ pub enum RelayOp {
     ReadBackend,
     /// WRITE `backend buffer[..end]` to the client, all of it.
     WriteClient { end: usize },
+    /// Cancel the idle backend read (IORING_OP_ASYNC_CANCEL): the session
+    /// ends cleanly and the backend goes back to the pool once it completes.
+    CancelReadBackend,
 }
 
 /// Why the relay ended.
@@ -50,6 +61,9 @@ pub enum RelayEnd {
     ClientProtocol(String),
     /// The backend closed, failed, or sent bytes that break the protocol.
     BackendLost(String),
+    /// The server closed the connection between commands (wait_timeout,
+    /// KILL, shutdown); its ERR, if it sent one, was forwarded first.
+    ServerClosed(String),
     /// The client stopped reading a result for `--client-write-timeout`.
     ClientWriteTimeout,
     /// The backend sent nothing for `--backend-read-timeout` while owing a response.
@@ -107,8 +121,16 @@ enum Up {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Down {
     Idle,
-    Reading { since: Instant },
-    Writing { since: Instant },
+    /// A read is in flight between commands: nothing is owed, so anything
+    /// that arrives is the server closing the connection.
+    Watching,
+    /// A read is in flight while a response is owed.
+    Reading {
+        since: Instant,
+    },
+    Writing {
+        since: Instant,
+    },
 }
 
 pub struct Relay {
@@ -118,6 +140,9 @@ pub struct Relay {
     last_activity: Instant,
     /// Set when the relay decided to end; `Ended` goes out once quiescent.
     ending: Option<(RelayEnd, bool)>,
+    /// The server's unsolicited ERR is being written to the client; the
+    /// relay ends with this once it is written.
+    end_after_write: Option<RelayEnd>,
     ended: bool,
 }
 
@@ -129,6 +154,7 @@ impl Relay {
             down: Down::Idle,
             last_activity: now,
             ending: None,
+            end_after_write: None,
             ended: false,
         }
     }
@@ -141,6 +167,7 @@ impl Relay {
         self.up = Up::Reading;
         if buffered.is_empty() {
             out.push(RelayEvent::Op(RelayOp::ReadClient));
+            self.pump(now, out);
         } else {
             self.on_client_read(buffered.len() as i32, buffered, now, out);
         }
@@ -158,7 +185,12 @@ impl Relay {
 
     /// Waiting for the client's next command with nothing outstanding.
     pub fn idle_at_boundary(&self) -> bool {
-        self.up == Up::Reading && self.down == Down::Idle && self.tracker.at_command_boundary()
+        self.up == Up::Reading && self.down_free() && self.tracker.at_command_boundary()
+    }
+
+    /// The down pipe moves nothing: no read owed a response, no write.
+    fn down_free(&self) -> bool {
+        matches!(self.down, Down::Idle | Down::Watching)
     }
 
     /// The client read completed: `res` bytes (0 = EOF, < 0 = -errno);
@@ -174,6 +206,10 @@ impl Relay {
         self.up = Up::Idle;
         if self.finishing() {
             return self.maybe_end(out);
+        }
+        if self.end_after_write.is_some() {
+            // The server is gone; the session ends once its ERR is written.
+            return;
         }
         if res == 0
             && self.tracker.pending_responses() > 0
@@ -230,6 +266,7 @@ impl Relay {
         }
         match stop {
             Some(stop) => self.up = Up::Stopped(stop),
+            None if self.end_after_write.is_some() => {}
             None => {
                 self.up = Up::Reading;
                 out.push(RelayEvent::Op(RelayOp::ReadClient));
@@ -246,10 +283,21 @@ impl Relay {
         now: Instant,
         out: &mut Vec<RelayEvent>,
     ) {
-        debug_assert!(matches!(self.down, Down::Reading { .. }));
+        debug_assert!(matches!(self.down, Down::Reading { .. } | Down::Watching));
+        let watching = self.down == Down::Watching;
         self.down = Down::Idle;
         if self.finishing() {
+            // Only a cancelled idle read leaves the backend reusable: bytes
+            // or EOF that beat the cancel mean the server is closing it.
+            if res != -libc::ECANCELED {
+                if let Some((_, clean)) = self.ending.as_mut() {
+                    *clean = false;
+                }
+            }
             return self.maybe_end(out);
+        }
+        if watching {
+            return self.on_idle_backend_read(res, data, now, out);
         }
         if res <= 0 {
             let cause = if res == 0 {
@@ -272,6 +320,47 @@ impl Relay {
         out.push(RelayEvent::Op(RelayOp::WriteClient { end: data.len() }));
     }
 
+    /// Bytes arrived between commands. `data` is all the backend buffer
+    /// holds: a partial ERR stays there and the next read appends to it.
+    fn on_idle_backend_read(
+        &mut self,
+        res: i32,
+        data: &[u8],
+        now: Instant,
+        out: &mut Vec<RelayEvent>,
+    ) {
+        if res <= 0 {
+            let cause = if res == 0 {
+                "closed the connection".to_string()
+            } else {
+                std::io::Error::from_raw_os_error(-res).to_string()
+            };
+            let reason = if data.is_empty() {
+                RelayEnd::ServerClosed(format!("between commands: {cause}"))
+            } else {
+                RelayEnd::BackendLost(format!(
+                    "between commands: {cause} inside an unsolicited ERR packet"
+                ))
+            };
+            return self.end(reason, out);
+        }
+        match self.tracker.unsolicited_server_bytes(data) {
+            Ok(Unsolicited::Partial) => {
+                self.down = Down::Watching;
+                out.push(RelayEvent::Op(RelayOp::ReadBackend));
+            }
+            Ok(Unsolicited::Err { len }) => {
+                let code = u16::from_le_bytes([data[5], data[6]]);
+                self.end_after_write = Some(RelayEnd::ServerClosed(format!(
+                    "between commands, after ERR {code} (forwarded to the client)"
+                )));
+                self.down = Down::Writing { since: now };
+                out.push(RelayEvent::Op(RelayOp::WriteClient { end: len }));
+            }
+            Err(e) => self.end(RelayEnd::BackendLost(format!("protocol error: {e}")), out),
+        }
+    }
+
     /// The write to the client completed (all of it, or failed).
     pub fn on_client_write(&mut self, res: i32, now: Instant, out: &mut Vec<RelayEvent>) {
         debug_assert!(matches!(self.down, Down::Writing { .. }));
@@ -281,6 +370,9 @@ impl Relay {
         }
         if res < 0 {
             return self.end(RelayEnd::ClientGone, out);
+        }
+        if let Some(reason) = self.end_after_write.take() {
+            return self.end(reason, out);
         }
         self.last_activity = now;
         self.pump(now, out);
@@ -338,11 +430,18 @@ impl Relay {
     /// Give the down pipe work, and apply a stop once everything before it
     /// has been answered.
     fn pump(&mut self, now: Instant, out: &mut Vec<RelayEvent>) {
-        if self.down == Down::Idle && self.tracker.pending_responses() > 0 {
-            self.down = Down::Reading { since: now };
-            out.push(RelayEvent::Op(RelayOp::ReadBackend));
+        if self.tracker.pending_responses() > 0 {
+            match self.down {
+                Down::Idle => {
+                    self.down = Down::Reading { since: now };
+                    out.push(RelayEvent::Op(RelayOp::ReadBackend));
+                }
+                // The idle read is already armed: it reads the response.
+                Down::Watching => self.down = Down::Reading { since: now },
+                Down::Reading { .. } | Down::Writing { .. } => {}
+            }
         }
-        let drained = self.down == Down::Idle && self.tracker.pending_responses() == 0;
+        let drained = self.down_free() && self.tracker.pending_responses() == 0;
         match self.up {
             Up::Stopped(stop) if drained => {
                 let reason = match stop {
@@ -354,6 +453,10 @@ impl Relay {
             Up::Eof if drained => self.end(RelayEnd::ClientGone, out),
             _ => {}
         }
+        if self.down == Down::Idle && !self.finishing() && self.end_after_write.is_none() {
+            self.down = Down::Watching;
+            out.push(RelayEvent::Op(RelayOp::ReadBackend));
+        }
     }
 
     /// Decide to end. The backend is reusable only at a command boundary
@@ -362,14 +465,19 @@ impl Relay {
         debug_assert!(self.ending.is_none());
         let clean = self.tracker.at_command_boundary()
             && !matches!(self.up, Up::Writing { .. })
-            && self.down == Down::Idle
-            && !matches!(reason, RelayEnd::TooLarge { .. } | RelayEnd::BackendLost(_))
+            && self.down_free()
+            && !matches!(
+                reason,
+                RelayEnd::TooLarge { .. } | RelayEnd::BackendLost(_) | RelayEnd::ServerClosed(_)
+            )
             // COM_SET_OPTION survives COM_RESET_CONNECTION: a connection
             // that carries it would give the next client multi-statements
             // it never negotiated (stacked-query injection), so it goes.
             && !self.tracker.set_option_seen();
         if !clean {
             out.push(RelayEvent::AbortBackend);
+        } else if self.down == Down::Watching {
+            out.push(RelayEvent::Op(RelayOp::CancelReadBackend));
         }
         if matches!(
             reason,
@@ -377,6 +485,7 @@ impl Relay {
                 | RelayEnd::ClientWriteTimeout
                 | RelayEnd::ClientProtocol(_)
                 | RelayEnd::BackendLost(_)
+                | RelayEnd::ServerClosed(_)
                 | RelayEnd::BackendReadTimeout
         ) {
             out.push(RelayEvent::AbortClient);

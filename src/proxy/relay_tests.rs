@@ -37,7 +37,14 @@ fn started(now: Instant) -> (Relay, Vec<RelayEvent>) {
     let mut r = Relay::new(Tracker::new(false), now);
     let mut out = Vec::new();
     r.start(&[], now, &mut out);
-    assert_eq!(out, vec![RelayEvent::Op(RelayOp::ReadClient)]);
+    // The client is read, and the backend is watched from the start.
+    assert_eq!(
+        out,
+        vec![
+            RelayEvent::Op(RelayOp::ReadClient),
+            RelayEvent::Op(RelayOp::ReadBackend)
+        ]
+    );
     out.clear();
     (r, out)
 }
@@ -65,11 +72,9 @@ fn a_query_goes_up_and_its_answer_comes_down() {
     let q = query("select 1");
     r.on_client_read(q.len() as i32, &q, now, &mut out);
     assert!(out.contains(&RelayEvent::CommandStarted));
-    // The command goes up, and the down pipe starts reading at once.
-    assert_eq!(
-        ops(&out),
-        vec![RelayOp::WriteBackend { end: q.len() }, RelayOp::ReadBackend]
-    );
+    // The command goes up; the idle backend read already armed reads the
+    // answer (one read per socket).
+    assert_eq!(ops(&out), vec![RelayOp::WriteBackend { end: q.len() }]);
     out.clear();
     r.on_backend_write(q.len() as i32, now, &mut out);
     // The client is read again while the answer is outstanding.
@@ -80,7 +85,11 @@ fn a_query_goes_up_and_its_answer_comes_down() {
     assert_eq!(ops(&out), vec![RelayOp::WriteClient { end: answer.len() }]);
     out.clear();
     r.on_client_write(answer.len() as i32, now, &mut out);
-    assert!(out.is_empty(), "nothing owed: the down pipe rests");
+    assert_eq!(
+        ops(&out),
+        vec![RelayOp::ReadBackend],
+        "nothing owed: the backend is watched"
+    );
     assert!(r.idle_at_boundary());
 }
 
@@ -117,10 +126,7 @@ fn quit_waits_for_earlier_answers_and_leaves_a_clean_backend() {
     let forward = bytes.len();
     bytes.extend_from_slice(&frame(0, &[0x01]));
     r.on_client_read(bytes.len() as i32, &bytes, now, &mut out);
-    assert_eq!(
-        ops(&out),
-        vec![RelayOp::WriteBackend { end: forward }, RelayOp::ReadBackend]
-    );
+    assert_eq!(ops(&out), vec![RelayOp::WriteBackend { end: forward }]);
     out.clear();
     r.on_backend_write(forward as i32, now, &mut out);
     assert!(ops(&out).is_empty(), "stopped: no more client reads");
@@ -138,6 +144,10 @@ fn unsupported_command_ends_after_pending_answers() {
     let (mut r, mut out) = started(now);
     let change_user = frame(0, &[0x11, b'x', 0]);
     r.on_client_read(change_user.len() as i32, &change_user, now, &mut out);
+    // A clean end cancels the idle backend read and waits for it.
+    assert_eq!(ops(&out), vec![RelayOp::CancelReadBackend]);
+    assert_eq!(ended(&out), None);
+    r.on_backend_read(-libc::ECANCELED, &[], now, &mut out);
     assert_eq!(
         ended(&out),
         Some((RelayEnd::Unsupported { command: 0x11 }, true))
@@ -205,11 +215,15 @@ fn oversized_packet_ends_dirty_without_forwarding() {
     let mut r = Relay::new(t, now);
     let mut out = Vec::new();
     r.start(&[], now, &mut out);
+    out.clear();
     let mut big = vec![0u8; 4];
     big[..3].copy_from_slice(&1000u32.to_le_bytes()[..3]);
     big.push(0x03);
     r.on_client_read(big.len() as i32, &big, now, &mut out);
-    assert!(ops(&out).iter().all(|op| *op == RelayOp::ReadClient));
+    assert!(ops(&out).is_empty(), "nothing forwarded");
+    assert!(out.contains(&RelayEvent::AbortBackend));
+    // The shut-down idle backend read completes.
+    r.on_backend_read(0, &[], now, &mut out);
     assert!(matches!(
         ended(&out),
         Some((RelayEnd::TooLarge { max: 100, .. }, false))
@@ -294,6 +308,8 @@ fn drain_and_idle_timeout_end_only_between_commands_outside_a_transaction() {
     assert!(out.is_empty());
     // The idle timeout still applies.
     r.on_tick(t0 + Duration::from_secs(61), &timeouts(), false, &mut out);
+    assert_eq!(ops(&out), vec![RelayOp::CancelReadBackend]);
+    r.on_backend_read(-libc::ECANCELED, &[], t0, &mut out);
     assert_eq!(ended(&out), Some((RelayEnd::IdleTimeout, true)));
 }
 
@@ -302,6 +318,7 @@ fn completions_after_the_end_are_absorbed() {
     let now = Instant::now();
     let (mut r, mut out) = started(now);
     r.on_tick(now, &timeouts(), true, &mut out);
+    r.on_backend_read(-libc::ECANCELED, &[], now, &mut out);
     assert_eq!(ended(&out), Some((RelayEnd::Drained, true)));
     out.clear();
     // The client read, shut down by the driver, completes: nothing happens.
@@ -338,8 +355,9 @@ fn a_half_close_in_the_middle_of_a_command_discards_the_backend() {
     r.on_backend_write(10, now, &mut out);
     out.clear();
     r.on_client_read(0, &[], now, &mut out);
-    assert_eq!(ended(&out), Some((RelayEnd::ClientGone, false)));
     assert!(out.contains(&RelayEvent::AbortBackend));
+    r.on_backend_read(0, &[], now, &mut out);
+    assert_eq!(ended(&out), Some((RelayEnd::ClientGone, false)));
 }
 
 #[test]
@@ -356,5 +374,152 @@ fn com_set_option_makes_the_backend_unreusable() {
     out.clear();
     let quit = frame(0, &[0x01]);
     r.on_client_read(quit.len() as i32, &quit, now, &mut out);
+    assert!(out.contains(&RelayEvent::AbortBackend));
+    r.on_backend_read(0, &[], now, &mut out);
     assert_eq!(ended(&out), Some((RelayEnd::Quit, false)));
+}
+
+// ---- the server closing an idle connection (issue 11, item 7) ----
+
+fn killed_err(seq: u8) -> Vec<u8> {
+    let mut p = vec![0xFF, 0x87, 0x07, b'#'];
+    p.extend_from_slice(b"70100Connection was killed");
+    frame(seq, &p)
+}
+
+#[test]
+fn an_unsolicited_err_between_commands_reaches_the_client_then_both_close() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let err = killed_err(0);
+    // It may arrive in pieces: the idle read is re-armed, the buffer kept.
+    r.on_backend_read(5, &err[..5], now, &mut out);
+    assert_eq!(ops(&out), vec![RelayOp::ReadBackend]);
+    out.clear();
+    r.on_backend_read((err.len() - 5) as i32, &err, now, &mut out);
+    assert_eq!(ops(&out), vec![RelayOp::WriteClient { end: err.len() }]);
+    assert_eq!(ended(&out), None, "the ERR is written first");
+    out.clear();
+    r.on_client_write(err.len() as i32, now, &mut out);
+    assert!(out.contains(&RelayEvent::AbortBackend));
+    assert!(out.contains(&RelayEvent::AbortClient));
+    // A client read in flight names only the client.
+    assert!(matches!(
+        ended(&out),
+        Some((RelayEnd::ServerClosed(cause), false)) if cause.contains("ERR 1927")
+    ));
+}
+
+#[test]
+fn eof_or_reset_between_commands_closes_the_client() {
+    for res in [0, -libc::ECONNRESET] {
+        let now = Instant::now();
+        let (mut r, mut out) = started(now);
+        r.on_backend_read(res, &[], now, &mut out);
+        assert!(out.contains(&RelayEvent::AbortClient));
+        assert!(out.contains(&RelayEvent::AbortBackend));
+        assert!(matches!(
+            ended(&out),
+            Some((RelayEnd::ServerClosed(_), false))
+        ));
+    }
+}
+
+#[test]
+fn other_bytes_between_commands_are_a_protocol_error() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let stray = ok(AUTOCOMMIT);
+    r.on_backend_read(stray.len() as i32, &stray, now, &mut out);
+    assert!(ops(&out).is_empty(), "nothing is forwarded");
+    assert!(out.contains(&RelayEvent::AbortClient));
+    assert!(matches!(
+        ended(&out),
+        Some((RelayEnd::BackendLost(cause), false)) if cause.contains("between commands")
+    ));
+}
+
+#[test]
+fn a_command_racing_the_idle_read_is_answered_by_that_read() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let q = query("select 1");
+    r.on_client_read(q.len() as i32, &q, now, &mut out);
+    assert_eq!(
+        ops(&out),
+        vec![RelayOp::WriteBackend { end: q.len() }],
+        "no second read on the backend socket"
+    );
+    out.clear();
+    // The answer completes the idle read before the command's write even
+    // completes: it is the answer, not an unsolicited packet.
+    let a = ok(AUTOCOMMIT);
+    r.on_backend_read(a.len() as i32, &a, now, &mut out);
+    assert_eq!(ops(&out), vec![RelayOp::WriteClient { end: a.len() }]);
+    out.clear();
+    r.on_backend_write(q.len() as i32, now, &mut out);
+    r.on_client_write(a.len() as i32, now, &mut out);
+    assert_eq!(ops(&out), vec![RelayOp::ReadClient, RelayOp::ReadBackend]);
+    assert!(r.idle_at_boundary());
+    // A server that answers a command with its closing ERR (it timed out
+    // just as the command arrived): the client gets it as the answer, and
+    // the EOF behind it ends the session.
+    out.clear();
+    r.on_client_read(q.len() as i32, &q, now, &mut out);
+    let err = killed_err(0);
+    r.on_backend_read(err.len() as i32, &err, now, &mut out);
+    assert!(ops(&out).contains(&RelayOp::WriteClient { end: err.len() }));
+    r.on_client_write(err.len() as i32, now, &mut out);
+    r.on_backend_write(q.len() as i32, now, &mut out);
+    out.clear();
+    r.on_backend_read(0, &[], now, &mut out);
+    assert!(matches!(
+        ended(&out),
+        Some((RelayEnd::ServerClosed(_), false))
+    ));
+}
+
+#[test]
+fn a_command_sent_while_the_closing_err_is_written_is_not_forwarded() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let err = killed_err(1);
+    r.on_backend_read(err.len() as i32, &err, now, &mut out);
+    out.clear();
+    let q = query("select 1");
+    r.on_client_read(q.len() as i32, &q, now, &mut out);
+    assert!(out.is_empty(), "the server is gone: nothing goes up");
+    r.on_client_write(err.len() as i32, now, &mut out);
+    assert!(matches!(
+        ended(&out),
+        Some((RelayEnd::ServerClosed(_), false))
+    ));
+}
+
+#[test]
+fn bytes_that_beat_the_cancel_of_the_idle_read_make_the_end_dirty() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let quit = frame(0, &[0x01]);
+    r.on_client_read(quit.len() as i32, &quit, now, &mut out);
+    assert_eq!(ops(&out), vec![RelayOp::CancelReadBackend]);
+    assert!(
+        r.backend_ops(),
+        "the backend stays named until the cancel lands"
+    );
+    let err = killed_err(0);
+    r.on_backend_read(err.len() as i32, &err, now, &mut out);
+    assert_eq!(ended(&out), Some((RelayEnd::Quit, false)));
+}
+
+#[test]
+fn the_idle_read_is_not_cut_by_the_backend_read_timeout() {
+    let t0 = Instant::now();
+    let (mut r, mut out) = started(t0);
+    let strict = RelayTimeouts {
+        backend_read: Duration::from_secs(1),
+        ..timeouts()
+    };
+    r.on_tick(t0 + Duration::from_secs(30), &strict, false, &mut out);
+    assert!(out.is_empty(), "nothing is owed, so nothing is late");
 }

@@ -755,6 +755,13 @@ impl Session {
                 )));
                 self.close(out)
             }
+            RelayEnd::ServerClosed(cause) => {
+                // The client sees its connection end as it would direct.
+                out.push(SessionAction::Log(format!(
+                    "the server closed the backend connection {cause}; client disconnected"
+                )));
+                self.close(out)
+            }
             RelayEnd::ClientWriteTimeout => {
                 out.push(SessionAction::Log(
                     "client stopped reading for --client-write-timeout; disconnected".into(),

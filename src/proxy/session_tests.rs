@@ -262,6 +262,10 @@ fn an_unsupported_command_releases_cleanly_and_gets_1047() {
     out.clear();
     let change_user = [3, 0, 0, 0, 0x11, b'x', 0];
     s.on_client_read(7, &change_user, &ctx(&u, now), &mut out);
+    // The idle backend read is cancelled; the release waits for it.
+    assert_eq!(out, vec![SessionAction::Relay(RelayOp::CancelReadBackend)]);
+    out.clear();
+    s.on_backend_read(-libc::ECANCELED, &[], &ctx(&u, now), &mut out);
     assert_eq!(out[0], SessionAction::Release { clean: true });
     let err = &sent(&out)[0];
     assert_eq!(err_code(err), 1047);
@@ -294,6 +298,8 @@ fn an_oversized_packet_gets_1153_then_lingers() {
     let big = [0xe8, 0x03, 0, 0, 0x03, b'x'];
     s.on_client_read(6, &big, &small, &mut o);
     assert!(o.contains(&SessionAction::AbortBackend));
+    // The shut-down idle backend read completes; then the release.
+    s.on_backend_read(0, &[], &small, &mut o);
     assert!(o.contains(&SessionAction::Release { clean: false }));
     let err = &sent(&o)[0];
     assert_eq!(err_code(err), 1153);

@@ -22,6 +22,8 @@ pub enum OpTag {
     DownRead = 10,
     /// Relay: the backend's buffer written to the client's socket.
     DownWrite = 11,
+    /// Relay: the cancel of the idle backend read at a clean end.
+    DownCancel = 12,
 }
 
 impl OpTag {
@@ -38,6 +40,7 @@ impl OpTag {
             9 => OpTag::UpWrite,
             10 => OpTag::DownRead,
             11 => OpTag::DownWrite,
+            12 => OpTag::DownCancel,
             _ => return None,
         })
     }

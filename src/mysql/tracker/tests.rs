@@ -1054,3 +1054,53 @@ fn client_packet_over_the_limit_is_refused_at_its_header() {
         })
     ));
 }
+
+#[test]
+fn an_unsolicited_err_at_a_command_boundary_is_accepted_whole() {
+    let t = Tracker::new(false);
+    // MySQL 8's wait_timeout ERR (seq 0) and MariaDB's KILL ERR (seq 1).
+    for seq in [0, 1] {
+        let mut p = vec![0xFF, 0x87, 0x07, b'#'];
+        p.extend_from_slice(b"70100Connection was killed");
+        let pkt = frame(seq, &p);
+        for cut in 0..pkt.len() {
+            assert_eq!(
+                t.unsolicited_server_bytes(&pkt[..cut]).ok(),
+                Some(Unsolicited::Partial),
+                "cut at {cut}"
+            );
+        }
+        assert_eq!(
+            t.unsolicited_server_bytes(&pkt).ok(),
+            Some(Unsolicited::Err { len: pkt.len() })
+        );
+        let mut more = pkt.clone();
+        more.push(0);
+        assert!(t.unsolicited_server_bytes(&more).is_err());
+    }
+    // The tracker itself is untouched: still at a boundary.
+    assert!(t.at_command_boundary());
+}
+
+#[test]
+fn anything_but_an_err_at_a_command_boundary_is_refused() {
+    let t = Tracker::new(false);
+    for bytes in [
+        frame(0, &ok(0)),                    // an OK nobody asked for
+        frame(0, &[0xFF, 0x01]),             // too short to be an ERR
+        frame(0, &[0xFF, 0xFF, 0xFF, 0x01]), // a progress report
+        vec![0x00, 0x20, 0x00, 0x00, 0xFF],  // an 8 KiB "ERR"
+    ] {
+        assert!(
+            matches!(
+                t.unsolicited_server_bytes(&bytes),
+                Err(TrackError::UnsolicitedServerData { .. })
+            ),
+            "{bytes:?}"
+        );
+    }
+    // While a response is owed the bytes are a response, not unsolicited.
+    let mut t = Tracker::new(false);
+    client(&mut t, &query("select 1"));
+    assert!(t.unsolicited_server_bytes(&frame(1, &err())).is_err());
+}

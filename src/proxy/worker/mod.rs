@@ -62,12 +62,13 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 const FD_EXHAUSTION_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Operations in flight at once, at most: per session a client read, a
-/// write to the client and a write to the backend plus a backend read;
+/// write to the client and a write to the backend plus a backend read and
+/// its cancel;
 /// per backend connection a read and a write (or a connect); the two
 /// accepts, the tick and cancels. The completion ring is sized from this so
 /// that it cannot overflow in normal operation (overflow is still handled).
 fn max_in_flight(max_sessions: usize, max_backends: usize) -> usize {
-    max_sessions * 4 + max_backends * 2 + 16
+    max_sessions * 5 + max_backends * 2 + 16
 }
 
 /// The submission and completion queue sizes a worker asks for under this
@@ -372,6 +373,7 @@ impl Worker {
             OpTag::UpWrite => self.on_up_write(sid, res),
             OpTag::DownRead => self.on_down_read(sid, res),
             OpTag::DownWrite => self.on_down_write(sid, res),
+            OpTag::DownCancel => self.on_down_cancel(sid, res),
             OpTag::BackendConnect => self.on_backend_connect(bid, res),
             OpTag::BackendRead => self.on_backend_read(bid, res),
             OpTag::BackendWrite => self.on_backend_write(bid, res),

@@ -180,6 +180,24 @@ impl Worker {
         self.try_finish_backend(backend);
     }
 
+    /// The cancel of an idle backend read completed. A read the kernel
+    /// could not cancel (already running, -EALREADY) is made to complete by
+    /// shutting the backend down; the relay then discards it.
+    pub(super) fn on_down_cancel(&mut self, sid: SessionId, res: i32) {
+        if res != -libc::EALREADY {
+            return;
+        }
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        if slot.relay_ops == 0 {
+            return;
+        }
+        if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
+            b.io.shutdown();
+        }
+    }
+
     // ---- session actions ----
 
     pub(super) fn do_session_action(&mut self, sid: SessionId, action: SessionAction) {
@@ -241,6 +259,14 @@ impl Worker {
             SessionAction::Relay(RelayOp::WriteClient { end }) => {
                 slot.down_write = (0, end);
                 self.relay_submit(sid, RelayIo::DownWrite { pos: 0, end })
+            }
+            SessionAction::Relay(RelayOp::CancelReadBackend) => {
+                // The cancel names the read's user_data, not a socket or a
+                // buffer: the read's own completion (-ECANCELED) is what
+                // lets the backend go.
+                let read = Token::new(OpTag::DownRead, sid.index, sid.generation);
+                let token = Token::new(OpTag::DownCancel, sid.index, sid.generation);
+                self.submit(ops::cancel_user_data(read.into(), token));
             }
             SessionAction::AbortBackend => {
                 if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {

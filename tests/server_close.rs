@@ -1,0 +1,196 @@
+//! Issue 11, item 7: when the server closes a leased backend connection between commands
+//! (wait_timeout, KILL CONNECTION, shutdown), the client sees its connection end promptly,
+//! with the server's ERR packet if one was sent, without sending anything itself.
+//!
+//! MariaDB 10.11 sends no ERR in these cases (wait_timeout: an RST; KILL: a plain FIN; see
+//! /work/shared/notes/mysql-protocol-facts.md), so the client must see a bare end. The relay's
+//! handling of an ERR that does arrive is covered by its unit tests (src/proxy/relay_tests.rs).
+//!
+//! Every scenario runs with `--workers 1 --backend-pool-size 1` so the killed connection is the
+//! only one, and ends with the leak checks.
+
+#[macro_use]
+mod common;
+mod relsupport;
+
+use std::io::{self, Read};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{Mode, Proxy, ProxyOpts};
+use mysql::prelude::Queryable;
+use relsupport::*;
+
+fn one_backend(mode: Mode) -> Proxy {
+    let mut o = ProxyOpts::new(mode);
+    o.workers = 1;
+    o.backend_pool_size = 1;
+    Proxy::start_with(o)
+}
+
+fn discarded(p: &Proxy) -> f64 {
+    p.metrics().get("ringgate_backend_discarded_total")
+}
+
+/// How a silent client's connection ended.
+struct Ending {
+    /// Bytes received before the end (must be empty or one whole ERR packet).
+    bytes: Vec<u8>,
+    after: Duration,
+}
+
+/// Reads without sending anything until the peer closes (EOF or reset), for at most `within`.
+fn wait_for_end(s: &mut TcpStream, within: Duration) -> Result<Ending, String> {
+    let start = Instant::now();
+    let mut bytes = Vec::new();
+    let mut b = [0u8; 4096];
+    loop {
+        let left = within.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return Err(format!(
+                "the connection was still open after {within:?} (received {bytes:?})"
+            ));
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut b) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&b[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted
+                ) =>
+            {
+                break
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(format!("read failed: {e}")),
+        }
+    }
+    Ok(Ending {
+        bytes,
+        after: start.elapsed(),
+    })
+}
+
+/// What arrived before the end is nothing, or exactly one ERR packet.
+fn assert_nothing_or_one_err(bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    assert!(bytes.len() >= 7, "a fragment before the end: {bytes:?}");
+    let len = bytes[0] as usize | (bytes[1] as usize) << 8 | (bytes[2] as usize) << 16;
+    assert_eq!(bytes.len(), 4 + len, "not one whole packet: {bytes:?}");
+    assert_eq!(bytes[4], 0xFF, "not an ERR packet: {bytes:?}");
+}
+
+/// The proxy is healthy afterwards: a new client (on a fresh backend connection) works.
+fn new_client_works(proxy: &Proxy) {
+    let mut c = mysql::Conn::new(quick_opts(proxy)).expect("a new client after the close");
+    assert_eq!(c.query_first::<u32, _>("SELECT 7").unwrap(), Some(7));
+}
+
+fn wait_timeout_expires(mode: Mode) {
+    let mut proxy = one_backend(mode);
+    let base = baseline(&mut proxy);
+    let disc0 = discarded(&proxy);
+    let mut s = raw_login(proxy.port);
+    raw_query(&mut s, "SET SESSION wait_timeout=1").expect("SET wait_timeout");
+    // Silent from here on: the server gives up after 1 s and closes.
+    let end = wait_for_end(&mut s, Duration::from_secs(4))
+        .unwrap_or_else(|e| panic!("{e}\n--- stderr ---\n{}", common::tail(&proxy.stderr(), 20)));
+    assert_nothing_or_one_err(&end.bytes);
+    assert!(
+        end.after >= Duration::from_millis(900),
+        "closed after {:?}, before wait_timeout expired",
+        end.after
+    );
+    eprintln!(
+        "wait_timeout: the client saw the end {:?} after going idle ({} bytes first)",
+        end.after,
+        end.bytes.len()
+    );
+    wait_until(
+        &proxy,
+        Duration::from_secs(5),
+        "the dead backend connection is discarded",
+        || discarded(&proxy) > disc0,
+    );
+    assert_eq!(
+        log_count(
+            &proxy,
+            "the server closed the backend connection between commands"
+        ),
+        1,
+        "one log line names the cause"
+    );
+    new_client_works(&proxy);
+    assert_no_leaks(&mut proxy, &base, 2);
+}
+both_modes!(wait_timeout_reaches_an_idle_client, wait_timeout_expires);
+
+fn kill_connection(mode: Mode) {
+    let mut proxy = one_backend(mode);
+    let base = baseline(&mut proxy);
+    let disc0 = discarded(&proxy);
+    let mut s = raw_login(proxy.port);
+    let thread: u64 = raw_query_value(&mut s, "SELECT CONNECTION_ID()")
+        .expect("CONNECTION_ID()")
+        .and_then(|v| v.parse().ok())
+        .expect("a thread id");
+    // As an operator would: directly on the server, against the proxy's backend connection.
+    backend_admin()
+        .query_drop(format!("KILL CONNECTION {thread}"))
+        .expect("KILL CONNECTION on the server");
+    let end = wait_for_end(&mut s, Duration::from_secs(1))
+        .unwrap_or_else(|e| panic!("{e}\n--- stderr ---\n{}", common::tail(&proxy.stderr(), 20)));
+    assert_nothing_or_one_err(&end.bytes);
+    eprintln!(
+        "KILL: the client saw the end {:?} after the kill",
+        end.after
+    );
+    wait_until(
+        &proxy,
+        Duration::from_secs(5),
+        "the killed backend connection is discarded",
+        || discarded(&proxy) > disc0,
+    );
+    new_client_works(&proxy);
+    assert_no_leaks(&mut proxy, &base, 2);
+}
+both_modes!(kill_connection_reaches_an_idle_client, kill_connection);
+
+/// The idle read must not cost the pool its connections: clients that come and go cleanly
+/// hand the same backend connection on (the idle read is cancelled, not the connection shut).
+#[test]
+fn clean_sessions_still_reuse_the_backend_connection() {
+    let mut proxy = one_backend(Mode::Fixed);
+    let base = baseline(&mut proxy);
+    let disc0 = discarded(&proxy);
+    let mut threads = Vec::new();
+    for _ in 0..5 {
+        let mut c = mysql::Conn::new(quick_opts(&proxy)).expect("client");
+        threads.push(
+            c.query_first::<u64, _>("SELECT CONNECTION_ID()")
+                .unwrap()
+                .unwrap(),
+        );
+        // Idle a little with the read armed, then quit; give the pool time to reset it.
+        std::thread::sleep(Duration::from_millis(50));
+        drop(c);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    threads.sort_unstable();
+    threads.dedup();
+    assert_eq!(
+        threads.len(),
+        1,
+        "one server connection for all: {threads:?}"
+    );
+    assert_eq!(discarded(&proxy), disc0, "nothing discarded");
+    assert_no_leaks(&mut proxy, &base, 5);
+}
