@@ -97,6 +97,20 @@ if ! "$PYTHON" -c 'import pymysql, pytest' >/dev/null 2>&1; then
     if have pyenv; then pyenv rehash >/dev/null 2>&1 || true; fi
 fi
 
+# node mysql2 for the node scenarios under tests/node (run by tests/python): installed from
+# tests/node/package-lock.json when node and npm are there; without node those tests skip.
+NODE_DIR="$(cd "$(dirname "$0")/.." && pwd)/tests/node"
+if [ -f "$NODE_DIR/package.json" ] && [ ! -d "$NODE_DIR/node_modules/mysql2" ]; then
+    if have node && have npm; then
+        echo "ensure-deps: npm ci in tests/node (mysql2)"
+        if ! npm ci --prefix "$NODE_DIR" --no-audit --no-fund >/dev/null; then
+            echo "ensure-deps: npm ci in $NODE_DIR failed; the node mysql2 tests will be skipped" >&2
+        fi
+    else
+        echo "ensure-deps: node/npm not found; the node mysql2 tests will be skipped"
+    fi
+fi
+
 # rustfmt and clippy: `make test` lints with them and must never skip that step. They are
 # rustup components of the active toolchain; add them when missing, and fail when that is not
 # possible (no rustup, or no way to fetch components) rather than let the lint be skipped.
