@@ -506,3 +506,64 @@ fn shared_identity_ignores_mappings_and_says_so() {
     drop(c);
     proxy.assert_settled(base, 1);
 }
+
+/// SIGHUP with passthrough identity: a user added to the users file logs in as its own
+/// account at once, and a user whose password changed (in the file and on the server) runs on
+/// its new credential, while a session opened before keeps working.
+#[test]
+fn a_reload_brings_new_users_and_new_passwords_to_the_backend() {
+    let acc = Accounts::create("reload", &[]);
+    // Start with a's entry only.
+    let only_a = format!(r#"{{"{}": [{{"Password": "{}"}}]}}"#, acc.a.0, acc.a.1);
+    std::fs::write(&acc.users_file, &only_a).unwrap();
+    let mut proxy = acc.proxy(Mode::Fixed, &["--workers", "1"]);
+    let base = proxy.connections_total();
+    let mut early = connect(&proxy, &acc.a.0, &acc.a.1);
+    let e = proxy
+        .connect(proxy.opts(&acc.b.0, &acc.b.1))
+        .expect_err("b is not in the users file yet");
+    assert_eq!(mysql_error_code(&e), Some(1045));
+
+    // b joins; a's password changes on the server and in the file.
+    let new_a = "a-rotated-reload";
+    direct_conn()
+        .query_drop(format!(
+            "SET PASSWORD FOR '{}'@'%' = PASSWORD('{new_a}')",
+            acc.a.0
+        ))
+        .unwrap();
+    std::fs::write(
+        &acc.users_file,
+        format!(
+            r#"{{"{}": [{{"Password": "{new_a}"}}], "{}": [{{"Password": "{}"}}]}}"#,
+            acc.a.0, acc.b.0, acc.b.1
+        ),
+    )
+    .unwrap();
+    // SAFETY: kill(2) with the pid of the ringgate this test spawned and a valid signal.
+    assert_eq!(
+        unsafe { libc::kill(proxy.pid() as libc::pid_t, libc::SIGHUP) },
+        0
+    );
+    let mut b = None;
+    for _ in 0..100 {
+        if let Ok(c) = proxy.connect(proxy.opts(&acc.b.0, &acc.b.1)) {
+            b = Some(c);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut b = b.expect("b logs in after the reload");
+    assert_eq!(current_user(&mut b), format!("{}@%", acc.b.0));
+    let mut a = connect(&proxy, &acc.a.0, new_a);
+    assert_eq!(current_user(&mut a), format!("{}@%", acc.a.0));
+    // The old password is refused by ringgate itself now.
+    let e = proxy
+        .connect(proxy.opts(&acc.a.0, &acc.a.1))
+        .expect_err("a's old password");
+    assert_eq!(mysql_error_code(&e), Some(1045));
+    // The session opened before the change runs on.
+    assert_eq!(current_user(&mut early), format!("{}@%", acc.a.0));
+    drop((early, a, b));
+    proxy.assert_settled(base, 4);
+}
