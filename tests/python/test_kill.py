@@ -7,11 +7,15 @@ owner). Every test runs in fixed and heap mode, with two workers (the killer and
 often on different workers), and ends with the leak checks of the `proxy` fixture.
 """
 
+import json
+import os
+import shutil
 import signal
 import struct
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pymysql
 import pytest
@@ -355,3 +359,28 @@ def test_mariadb_cli_ctrl_c_kills_the_running_query(proxy):
     assert "1317" in err, (out, err)
     # Two connections: the query's and the CLI's KILL QUERY connection.
     proxy.assert_settled(base, 2)
+
+
+NODE_DIR = Path(__file__).resolve().parent.parent / "node"
+
+
+def test_node_mysql2_pool_disconnect(proxy):
+    """node mysql2's test-pool-disconnect logic (tests/node/pool_disconnect.js): five pooled
+    connections are killed one after another by their threadId with `kill ?; select
+    sleep(0.05)`; each kill must succeed and each killed idle connection must get its error
+    event. scripts/ensure-deps.sh installs mysql2 into tests/node when node and npm are there."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    if not (NODE_DIR / "node_modules" / "mysql2").is_dir():
+        pytest.skip("mysql2 is not installed in tests/node (scripts/ensure-deps.sh installs it with npm)")
+    base = proxy.connections_total()
+    env = dict(os.environ, PROXY_PORT=str(proxy.port), APP_USER=APP_USER, APP_PASSWORD=APP_PASSWORD)
+    r = subprocess.run(
+        [node, str(NODE_DIR / "pool_disconnect.js")], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}\n--- ringgate ---\n{proxy.stderr_tail()}"
+    (result,) = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert result["ok"] and result["killCount"] == 5, r.stdout
+    # Six connections (the pool's five and the killer); the killed ones' backends are discarded.
+    proxy.assert_settled(base, 6)
