@@ -384,3 +384,86 @@ def test_node_mysql2_pool_disconnect(proxy):
     assert result["ok"] and result["killCount"] == 5, r.stdout
     # Six connections (the pool's five and the killer); the killed ones' backends are discarded.
     proxy.assert_settled(base, 6)
+
+
+@pytest.fixture
+def kill_accounts(tmp_path, mode):
+    """Three sandbox accounts for passthrough identity: two plain users and one with CONNECTION
+    ADMIN, and a users file naming them."""
+    b = backend_env()
+    root = pymysql.connect(host=b["host"], port=b["port"], user=b["user"], password=b["password"], autocommit=True)
+    names = {k: (f"pykill_{k}_{mode}", f"pykill-{k}-secret") for k in ("a", "b", "admin")}
+    with root.cursor() as cur:
+        for user, pw in names.values():
+            cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+            cur.execute(f"CREATE USER '{user}'@'%%' IDENTIFIED WITH mysql_native_password USING PASSWORD(%s)", (pw,))
+        cur.execute(f"GRANT CONNECTION ADMIN ON *.* TO '{names['admin'][0]}'@'%'")
+    users = tmp_path / "users.json"
+    users.write_text(json.dumps({u: [{"Password": pw}] for u, pw in names.values()}))
+    yield names, users
+    with root.cursor() as cur:
+        for user, _ in names.values():
+            cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+    root.close()
+
+
+def test_passthrough_identity_the_server_decides_with_proxy_ids(make_proxy, kill_accounts):
+    """--backend-identity passthrough: each user is itself on the backend. A KILL of another
+    user's proxy id goes to the server, whose refusal names the proxy id; CONNECTION ADMIN may
+    kill it; the own session's id is in SHOW PROCESSLIST; the CLI's Ctrl-C works."""
+    names, users = kill_accounts
+    proxy = make_proxy(users_file=users, passthrough=True)
+    base = proxy.connections_total()
+    (ua, pa), (ub, pb), (uadm, padm) = names["a"], names["b"], names["admin"]
+    a = proxy.connect(user=ua, password=pa)
+    b = proxy.connect(user=ub, password=pb)
+    admin = proxy.connect(user=uadm, password=padm)
+    try:
+        aid = a.thread_id()
+        with a.cursor() as cur:
+            cur.execute("show processlist")
+            rows = cur.fetchall()
+        assert [r[0] for r in rows if r[7] == "show processlist"] == [aid], rows
+        # Another plain user: the server refuses, naming the id the client used.
+        for stmt in (f"KILL QUERY {aid}", f"KILL {aid}"):
+            with pytest.raises(pymysql.err.MySQLError) as ei:
+                b.cursor().execute(stmt)
+            assert ei.value.args == (1095, f"You are not owner of thread {aid}"), stmt
+        with pytest.raises(pymysql.err.MySQLError) as ei:
+            _process_kill(b, aid)
+        assert ei.value.args == (1095, f"You are not owner of thread {aid}")
+        with pytest.raises(pymysql.err.MySQLError) as ei:
+            b.cursor().execute(f"KILL {PROXY_ID_BASE + 777777}")
+        assert ei.value.args == (1094, f"Unknown thread id: {PROXY_ID_BASE + 777777}")
+        with b.cursor() as cur:
+            cur.execute("SELECT 1")
+            assert cur.fetchone() == (1,)
+        # CONNECTION ADMIN may: a's query is interrupted, its connection stays.
+        join = _run_in_thread(lambda: a.cursor().execute("SELECT SLEEP(20)"))
+        _wait_running(proxy, "SELECT SLEEP(20)")
+        admin.cursor().execute(f"KILL QUERY {aid}")
+        _, error = join()
+        assert error is not None and error.args[0] == 1317, repr(error)
+        with a.cursor() as cur:
+            cur.execute("SELECT 2")
+            assert cur.fetchone() == (2,)
+    finally:
+        for c in (a, b, admin):
+            c.close()
+    # The mariadb CLI's Ctrl-C: its second connection logs in as the same user.
+    cmd = [
+        mariadb_cli(), "--no-defaults", "--protocol=TCP", "-h127.0.0.1", f"-P{proxy.port}",
+        f"-u{ua}", f"-p{pa}", "-e", "SELECT SLEEP(21)",
+    ]
+    started = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_running(proxy, "SELECT SLEEP(21)")
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=15)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert time.monotonic() - started < 12 and "1317" in err, err
+    proxy.assert_settled(base, 5)
