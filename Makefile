@@ -62,6 +62,15 @@ bench-smoke:
 	cargo build -p ringgate -p ringgate-bench
 	RINGGATE_BIN="$${RINGGATE_BIN:-$(TARGET_DIR)/debug/ringgate}" $(TARGET_DIR)/debug/ringgate-bench smoke
 
+# Drivers' own test suites (PyMySQL 0.10.1's, mysql2 1.0.0-rc.9's), each run directly against the
+# sandbox MariaDB and through ringgate; fails when a test passes direct and fails through ringgate,
+# or when a suite cannot be fetched (pip/npm, cached in .cache/drivers). About 3 minutes, so not
+# part of `make test`. DRIVERS=pymysql|mysql2 runs one. See docs/operations.md.
+.PHONY: drivers
+drivers:
+	cargo build
+	scripts/drivers.sh
+
 .PHONY: fuzz chaos mem
 
 # Fuzz each cargo-fuzz target for FUZZ_SECONDS (default 60) from the committed seeds

@@ -2,8 +2,9 @@
 # Installs what ringgate's tests (and, with --bench, the benchmark) need, and only what is missing.
 # Idempotent: a second run installs nothing and prints nothing but the final line.
 #
-#   scripts/ensure-deps.sh           # mariadb-server, mariadb-client, util-linux tools, PyMySQL, pytest,
-#                                    # rustfmt + clippy (rustup components)
+#   scripts/ensure-deps.sh           # mariadb-server, mariadb-client, util-linux tools, nodejs, npm,
+#                                    # PyMySQL, pytest, mysql-connector-python, node mysql2
+#                                    # (tests/node), rustfmt + clippy (rustup components)
 #   scripts/ensure-deps.sh --bench   # ... plus haproxy and sysbench
 set -euo pipefail
 
@@ -12,7 +13,7 @@ for arg in "$@"; do
     case "$arg" in
     --bench) BENCH=1 ;;
     -h | --help)
-        sed -n '2,7p' "$0"
+        sed -n '2,8p' "$0"
         exit 0
         ;;
     *)
@@ -32,6 +33,9 @@ CHECKS=(
     "mariadb-client:mariadb mariadb-admin"
     "util-linux:setpriv prlimit setsid"
     "procps:ps"
+    # node mysql2 (tests/node) and the driver suites of `make drivers` (scripts/drivers.sh).
+    "nodejs:node"
+    "npm:npm"
 )
 if [ "$BENCH" = 1 ]; then
     CHECKS+=("haproxy:haproxy" "sysbench:sysbench")
@@ -80,10 +84,11 @@ if ! have "$PYTHON"; then
     echo "ensure-deps: $PYTHON not found (the tests need a python3 with pip)" >&2
     exit 1
 fi
-if ! "$PYTHON" -c 'import pymysql, pytest' >/dev/null 2>&1; then
+if ! "$PYTHON" -c 'import pymysql, pytest, mysql.connector' >/dev/null 2>&1; then
     PY_MISSING=()
     "$PYTHON" -c 'import pymysql' >/dev/null 2>&1 || PY_MISSING+=("PyMySQL")
     "$PYTHON" -c 'import pytest' >/dev/null 2>&1 || PY_MISSING+=("pytest")
+    "$PYTHON" -c 'import mysql.connector' >/dev/null 2>&1 || PY_MISSING+=("mysql-connector-python")
     for p in "${PY_MISSING[@]}"; do
         echo "ensure-deps: installing python package $p"
     done
