@@ -194,3 +194,112 @@ fn clean_sessions_still_reuse_the_backend_connection() {
     assert_eq!(discarded(&proxy), disc0, "nothing discarded");
     assert_no_leaks(&mut proxy, &base, 5);
 }
+
+// ---------------------------------------------------------------------------------------------
+// A server that sends an ERR before it closes (MySQL 8.0.24+ does on wait_timeout: 4031)
+// ---------------------------------------------------------------------------------------------
+
+const ARM: &str = "arm-4031";
+const ERR_4031: &str = "The client was disconnected by the server because of inactivity. \
+                        See wait_timeout and interactive_timeout for configuring this behavior.";
+
+/// One connection of the fake server: a MySQL-8-like greeting, any login accepted, OK to every
+/// command; after a query containing [`ARM`] it answers OK, waits a little, then sends ERR
+/// 4031 with sequence id 0 and closes, as MySQL does when wait_timeout expires.
+fn fake_mysql8_conn(mut s: TcpStream, id: u32) {
+    use ringgate::mysql::constants::*;
+    use ringgate::mysql::handshake::{build_greeting, Greeting};
+    use ringgate::mysql::reply::{err_payload_with_state, ok_payload};
+    let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
+    let greeting = Greeting {
+        protocol_version: 10,
+        server_version: "8.0.36-fake".into(),
+        connection_id: id,
+        scramble: b"abcdefghijklmnopqrst".to_vec(),
+        capabilities: CLIENT_LONG_PASSWORD
+            | CLIENT_LONG_FLAG
+            | CLIENT_CONNECT_WITH_DB
+            | CLIENT_PROTOCOL_41
+            | CLIENT_TRANSACTIONS
+            | CLIENT_SECURE_CONNECTION
+            | CLIENT_MULTI_STATEMENTS
+            | CLIENT_MULTI_RESULTS
+            | CLIENT_PLUGIN_AUTH,
+        ext_capabilities: 0,
+        charset: UTF8MB4_GENERAL_CI,
+        status: SERVER_STATUS_AUTOCOMMIT,
+        auth_plugin: "mysql_native_password".into(),
+    };
+    let ok = ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0);
+    if write_packet(&mut s, 0, &build_greeting(&greeting)).is_err()
+        || read_packet(&mut s).is_err()
+        || write_packet(&mut s, 2, &ok).is_err()
+    {
+        return;
+    }
+    while let Ok((_, cmd)) = read_packet(&mut s) {
+        match cmd.first() {
+            Some(0x01) | None => return, // COM_QUIT
+            Some(0x03) if String::from_utf8_lossy(&cmd).contains(ARM) => {
+                let _ = write_packet(&mut s, 1, &ok);
+                std::thread::sleep(Duration::from_millis(300));
+                let err = err_payload_with_state(4031, "HY000", ERR_4031);
+                let _ = write_packet(&mut s, 0, &err);
+                let _ = s.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+            Some(_) => {
+                if write_packet(&mut s, 1, &ok).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn an_err_the_server_sends_before_closing_reaches_the_idle_client() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for (id, s) in listener.incoming().enumerate() {
+            let Ok(s) = s else { return };
+            std::thread::spawn(move || fake_mysql8_conn(s, 100 + id as u32));
+        }
+    });
+    let mut o = ProxyOpts::new(Mode::Fixed);
+    o.workers = 1;
+    o.backend_pool_size = 1;
+    let mut env = common::backend_env();
+    env.port = port;
+    env.socket = None;
+    o.backend_override = Some(env);
+    let mut proxy = Proxy::start_with(o);
+    let base = proxy.connections_total();
+    let disc0 = discarded(&proxy);
+    let mut s = raw_login(proxy.port);
+    raw_query(&mut s, &format!("SELECT '{ARM}'")).expect("the arming query");
+    // Silent from here: the ERR arrives, whole, and then the end.
+    let end = wait_for_end(&mut s, Duration::from_secs(3))
+        .unwrap_or_else(|e| panic!("{e}\n--- stderr ---\n{}", common::tail(&proxy.stderr(), 20)));
+    assert_nothing_or_one_err(&end.bytes);
+    assert!(!end.bytes.is_empty(), "the server's ERR was not forwarded");
+    assert_eq!(end.bytes[3], 0, "sequence id as the server sent it");
+    assert_eq!(err_code(&end.bytes[4..]), Some(4031));
+    assert!(
+        String::from_utf8_lossy(&end.bytes).contains("disconnected by the server"),
+        "{:?}",
+        String::from_utf8_lossy(&end.bytes)
+    );
+    wait_until(
+        &proxy,
+        Duration::from_secs(5),
+        "the closed backend connection is discarded",
+        || discarded(&proxy) > disc0,
+    );
+    assert_eq!(
+        log_count(&proxy, "after ERR 4031 (forwarded to the client)"),
+        1
+    );
+    proxy.assert_settled(base, 1);
+}
