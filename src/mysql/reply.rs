@@ -226,11 +226,17 @@ pub fn parse_auth_reply(payload: &[u8]) -> Result<ServerReply, ProtocolError> {
 /// `COM_QUERY "SELECT DATABASE()"` pair, which the proxy sends when it puts a
 /// backend connection back in the pool. COM_RESET_CONNECTION does not change
 /// the current schema, so the pool has to learn it to never hand a client
-/// that asked for no schema a connection still in someone else's.
+/// that asked for no schema a connection still in someone else's. In front
+/// of MariaDB the query is `SELECT DATABASE(), CURRENT_ROLE()`: MariaDB's
+/// reset keeps the role of a `SET ROLE` too.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResetOutcome {
-    /// The reset succeeded; the connection's current schema (None = none).
-    Reset { schema: Option<String> },
+    /// The reset succeeded; the connection's current schema (None = none)
+    /// and, when the query asked for it, its current role (None = none).
+    Reset {
+        schema: Option<String>,
+        role: Option<String>,
+    },
     /// The server refused the reset or the query.
     Failed { code: u16, message: String },
 }
@@ -274,38 +280,50 @@ pub fn parse_reset_replies(
         let (code, _, message) = parse_err(&first)?;
         return Ok(Some(ResetOutcome::Failed { code, message }));
     }
-    // One column; with MARIADB_CLIENT_CACHE_METADATA the count is followed
-    // by a "metadata follows" byte, always 1 for a text result.
-    if first.as_slice() != [1] && first.as_slice() != [1, 1] {
-        return Err(ProtocolError::Malformed {
-            what: "SELECT DATABASE() result",
-            reason: "expected one column",
-        });
-    }
-    // The column definition, then an EOF unless DEPRECATE_EOF.
-    if next().is_none() {
-        return Ok(None);
+    // One column (schema) or two (schema, role); with
+    // MARIADB_CLIENT_CACHE_METADATA the count is followed by a "metadata
+    // follows" byte, always 1 for a text result.
+    let columns = match first.as_slice() {
+        [n @ (1 | 2)] | [n @ (1 | 2), 1] => usize::from(*n),
+        _ => {
+            return Err(ProtocolError::Malformed {
+                what: "SELECT DATABASE() result",
+                reason: "expected one or two columns",
+            })
+        }
+    };
+    // The column definitions, then an EOF unless DEPRECATE_EOF.
+    for _ in 0..columns {
+        if next().is_none() {
+            return Ok(None);
+        }
     }
     if !deprecate_eof && next().is_none() {
         return Ok(None);
     }
     let Some(row) = next() else { return Ok(None) };
-    let schema = if row.first() == Some(&0xFB) {
-        None
+    let mut r = Reader::new(&row);
+    let mut text = |what: &'static str| -> Result<Option<String>, ProtocolError> {
+        if r.peek_u8() == Some(0xFB) {
+            r.skip(1, what)?;
+            return Ok(None);
+        }
+        let bytes = r.lenenc_bytes(what)?;
+        String::from_utf8(bytes.to_vec())
+            .map(Some)
+            .map_err(|_| ProtocolError::InvalidUtf8 { what })
+    };
+    let schema = text("schema name")?;
+    let role = if columns == 2 {
+        text("role name")?
     } else {
-        let mut r = Reader::new(&row);
-        let name = r.lenenc_bytes("schema name")?;
-        Some(
-            String::from_utf8(name.to_vec()).map_err(|_| ProtocolError::InvalidUtf8 {
-                what: "schema name",
-            })?,
-        )
+        None
     };
     // The terminator (EOF, or OK with a 0xFE header).
     if next().is_none() {
         return Ok(None);
     }
-    Ok(Some(ResetOutcome::Reset { schema }))
+    Ok(Some(ResetOutcome::Reset { schema, role }))
 }
 
 #[cfg(test)]
@@ -460,7 +478,10 @@ mod tests {
         buf.extend(packets(&[&[1], coldef, &eof, null_row, &eof]));
         assert_eq!(
             parse_reset_replies(&buf, false, 0),
-            Ok(Some(ResetOutcome::Reset { schema: None }))
+            Ok(Some(ResetOutcome::Reset {
+                schema: None,
+                role: None
+            }))
         );
         // Every prefix is "need more".
         for cut in 0..buf.len() {
@@ -476,7 +497,8 @@ mod tests {
         assert_eq!(
             parse_reset_replies(&buf, true, 0),
             Ok(Some(ResetOutcome::Reset {
-                schema: Some("shop".into())
+                schema: Some("shop".into()),
+                role: None
             }))
         );
         // A connection with MARIADB_CLIENT_CACHE_METADATA: the column count
@@ -489,9 +511,54 @@ mod tests {
         assert_eq!(
             parse_reset_replies(&buf, true, 0),
             Ok(Some(ResetOutcome::Reset {
-                schema: Some("shop".into())
+                schema: Some("shop".into()),
+                role: None
             }))
         );
+        // `SELECT DATABASE(), CURRENT_ROLE()` (in front of MariaDB): two
+        // columns, a role still active after the reset, and none.
+        let role_coldef = b"\x03def\x00\x00\x00\x0eCURRENT_ROLE()\x00\x0c\x21\x00\x00\x01\x00\x00\xfd\x00\x00\x1f\x00\x00";
+        let mut buf = packets(&[&ok]);
+        buf.extend(packets(&[
+            &[2],
+            coldef,
+            role_coldef,
+            &eof,
+            b"\x04shop\x05admin",
+            &eof,
+        ]));
+        assert_eq!(
+            parse_reset_replies(&buf, false, 0),
+            Ok(Some(ResetOutcome::Reset {
+                schema: Some("shop".into()),
+                role: Some("admin".into())
+            }))
+        );
+        for cut in 0..buf.len() {
+            assert_eq!(
+                parse_reset_replies(&buf[..cut], false, 0),
+                Ok(None),
+                "cut {cut}"
+            );
+        }
+        let mut buf = packets(&[&ok]);
+        buf.extend(packets(&[
+            &[2, 1],
+            coldef,
+            role_coldef,
+            &[0xFB, 0xFB],
+            &term,
+        ]));
+        assert_eq!(
+            parse_reset_replies(&buf, true, 0),
+            Ok(Some(ResetOutcome::Reset {
+                schema: None,
+                role: None
+            }))
+        );
+        let mut three = packets(&[&ok]);
+        three.extend(packets(&[&[3]]));
+        assert!(parse_reset_replies(&three, true, 0).is_err());
         let err = packets(&[&err_payload(1047, "Unknown command")]);
         assert!(matches!(
             parse_reset_replies(&err, false, 0),

@@ -22,6 +22,15 @@ use crate::mysql::reply::{
 /// max_allowed_packet is what really limits it.
 const BACKEND_MAX_PACKET: u32 = 1 << 30;
 
+/// What the reset pipeline asks last: the schema the reset keeps. In front
+/// of MariaDB also the role, which the reset keeps as well (`SET ROLE`
+/// outlives COM_RESET_CONNECTION on 10.11): a connection that still has one
+/// is closed rather than pooled, since no statement restores "the role a
+/// fresh login of this account would have" (MariaDB has no `SET ROLE
+/// DEFAULT`). MySQL 5.7 has no CURRENT_ROLE(), hence only for MariaDB.
+const RESET_QUERY: &[u8] = b"SELECT DATABASE()";
+const RESET_QUERY_MARIADB: &[u8] = b"SELECT DATABASE(), CURRENT_ROLE()";
+
 /// Sent after COM_RESET_CONNECTION on a connection that negotiated
 /// CLIENT_IGNORE_SPACE (the reset takes the mode away again).
 const RESTORE_IGNORE_SPACE: &[u8] =
@@ -121,6 +130,9 @@ pub struct BackendConn {
     /// Connection attributes for the login (`connect_attrs`): set by the
     /// driver between open and connect, taken by the login.
     connect_attrs: Vec<(String, String)>,
+    /// The server is MariaDB (its greeting cleared CLIENT_MYSQL): the reset
+    /// also asks for CURRENT_ROLE().
+    mariadb: bool,
 }
 
 /// Who the proxy logs in as.
@@ -140,6 +152,7 @@ impl BackendConn {
             since: now,
             thread_id: 0,
             connect_attrs: Vec::new(),
+            mariadb: false,
         }
     }
 
@@ -352,6 +365,7 @@ impl BackendConn {
                 Ok(LoginStep::Done { greeting, .. }) => {
                     self.state = State::Leased;
                     self.thread_id = greeting.connection_id;
+                    self.mariadb = greeting.capabilities & CLIENT_MYSQL == 0;
                     out.push(BackendOut::Op(BackendOp::Clear));
                     out.push(BackendOut::Event(BackendEvent::Ready {
                         server_version: greeting.server_version,
@@ -414,7 +428,15 @@ impl BackendConn {
         let restore = usize::from(self.key.caps & CLIENT_IGNORE_SPACE != 0);
         match parse_reset_replies(data, deprecate_eof, restore) {
             Ok(None) if data.len() < capacity => out.push(BackendOut::Op(BackendOp::Read)),
-            Ok(Some(ResetOutcome::Reset { schema })) => {
+            Ok(Some(ResetOutcome::Reset {
+                role: Some(role), ..
+            })) => self.fail(
+                format!(
+                    "role `{role}` still active after COM_RESET_CONNECTION (SET ROLE outlives it): closed, not pooled"
+                ),
+                out,
+            ),
+            Ok(Some(ResetOutcome::Reset { schema, role: None })) => {
                 self.schema = schema;
                 self.state = State::Idle;
                 self.since = now;
@@ -469,7 +491,12 @@ impl BackendConn {
             // drops the IGNORE_SPACE that the handshake flag had added.
             write_packet(&mut bytes, 0, &com_payload(COM_QUERY, RESTORE_IGNORE_SPACE));
         }
-        write_packet(&mut bytes, 0, &com_payload(COM_QUERY, b"SELECT DATABASE()"));
+        let query = if self.mariadb {
+            RESET_QUERY_MARIADB
+        } else {
+            RESET_QUERY
+        };
+        write_packet(&mut bytes, 0, &com_payload(COM_QUERY, query));
         self.state = State::Resetting { writing: true };
         self.since = now;
         out.push(BackendOut::Op(BackendOp::Clear));

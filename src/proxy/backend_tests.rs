@@ -280,3 +280,67 @@ fn a_probe_reads_the_greeting_and_closes_without_a_login() {
         BackendEvent::OpenFailed { .. }
     )));
 }
+
+/// The reset's replies in front of MariaDB: OK, then `SELECT DATABASE(), CURRENT_ROLE()` with
+/// the given row (classic EOF framing).
+fn reset_replies_with_role(row: &[u8]) -> Vec<u8> {
+    let mut replies = framed(1, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
+    replies.extend(framed(1, &[2]));
+    replies.extend(framed(
+        2,
+        b"\x03def\x00\x00\x00\x0aDATABASE()\x00\x0c\x21\x00\x00\x01\x00\x00\xfd\x00\x00\x1f\x00\x00",
+    ));
+    replies.extend(framed(
+        3,
+        b"\x03def\x00\x00\x00\x0eCURRENT_ROLE()\x00\x0c\x21\x00\x00\x01\x00\x00\xfd\x00\x00\x1f\x00\x00",
+    ));
+    replies.extend(framed(4, &[0xfe, 0, 0, 2, 0]));
+    replies.extend(framed(5, row));
+    replies.extend(framed(6, &[0xfe, 0, 0, 2, 0]));
+    replies
+}
+
+#[test]
+fn in_front_of_mariadb_a_role_left_after_the_reset_closes_the_connection() {
+    let now = Instant::now();
+    // MariaDB's reset keeps a SET ROLE, and nothing restores an account's default role: a
+    // connection that still has a role is not pooled.
+    let mut c = logged_in(now);
+    c.mariadb = true;
+    let mut out = Vec::new();
+    c.release(true, now, &mut out);
+    let sent = sends(&out);
+    assert!(
+        sent[0].ends_with(b"SELECT DATABASE(), CURRENT_ROLE()"),
+        "{sent:?}"
+    );
+    out.clear();
+    c.on_write(sent[0].len() as i32, &mut out);
+    let replies = reset_replies_with_role(b"\x03app\x05admin");
+    out.clear();
+    c.on_read(replies.len() as i32, &replies, CAP, now, &mut out);
+    assert!(
+        has_event(
+            &out,
+            |e| matches!(e, BackendEvent::Failed { cause } if cause.contains("role `admin`"))
+        ),
+        "{out:?}"
+    );
+    assert!(out.contains(&BackendOut::Op(BackendOp::Close)));
+
+    // No role (NULL): pooled as before, with the schema learned.
+    let mut c = logged_in(now);
+    c.mariadb = true;
+    let mut out = Vec::new();
+    c.release(true, now, &mut out);
+    let sent = sends(&out);
+    c.on_write(sent[0].len() as i32, &mut out);
+    let replies = reset_replies_with_role(b"\x03app\xfb");
+    out.clear();
+    c.on_read(replies.len() as i32, &replies, CAP, now, &mut out);
+    assert!(
+        has_event(&out, |e| *e == BackendEvent::ResetDone),
+        "{out:?}"
+    );
+    assert_eq!(c.schema(), Some("app"));
+}
