@@ -180,11 +180,16 @@ impl Worker {
         self.try_finish_backend(backend);
     }
 
-    /// The cancel of an idle backend read completed. A read the kernel
-    /// could not cancel (already running, -EALREADY) is made to complete by
-    /// shutting the backend down; the relay then discards it.
+    /// The cancel of an idle backend read completed. 0: the read completes
+    /// with -ECANCELED; -ENOENT: it had completed already. Any other result
+    /// leaves the read in flight: the kernel could not cancel it (already
+    /// running, -EALREADY), or the cancel itself never reached the kernel (a
+    /// push that failed comes back as -EAGAIN, -EIO, ...), and without
+    /// another completion the session would wait for it forever. So the
+    /// backend is shut down, which completes the read; the relay then
+    /// discards the connection.
     pub(super) fn on_down_cancel(&mut self, sid: SessionId, res: i32) {
-        if res != -libc::EALREADY {
+        if res == 0 || res == -libc::ENOENT {
             return;
         }
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
