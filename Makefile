@@ -62,10 +62,10 @@ bench-smoke:
 	cargo build -p ringgate -p ringgate-bench
 	RINGGATE_BIN="$${RINGGATE_BIN:-$(TARGET_DIR)/debug/ringgate}" $(TARGET_DIR)/debug/ringgate-bench smoke
 
-# Drivers' own test suites (PyMySQL 0.10.1's, mysql2 1.0.0-rc.9's), each run directly against the
-# sandbox MariaDB and through ringgate; fails when a test passes direct and fails through ringgate,
-# or when a suite cannot be fetched (pip/npm, cached in .cache/drivers). About 3 minutes, so not
-# part of `make test`. DRIVERS=pymysql|mysql2 runs one. See docs/operations.md.
+# Drivers' own test suites (PyMySQL 0.10.1, mysql2 1.0.0-rc.9, mysql-connector-python 9.7.0),
+# each run directly against the sandbox MariaDB and through ringgate; fails when a test passes direct and fails through ringgate,
+# or when a suite cannot be fetched (pip/npm, cached in .cache/drivers). About 5 minutes, so not
+# part of `make test`. DRIVERS=pymysql,mysql2,connector picks suites. See docs/operations.md.
 .PHONY: drivers
 drivers:
 	cargo build
