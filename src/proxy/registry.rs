@@ -20,8 +20,27 @@
 //! index is the residue), and still 32-bit, as the greeting and
 //! COM_PROCESS_KILL require. After `2^31 / workers` connections a worker's
 //! sequence wraps; an id still in use is skipped.
+//!
+//! ## KILL CONNECTION closes the victim's client first
+//!
+//! MariaDB shuts the victim's socket down inside the KILL, before the
+//! killer's OK is sent, and clients rely on that order (mysql2's
+//! `test-pool-disconnect` checks that the pool has dropped the connection
+//! when the KILL returns). Through ringgate the victim's end would travel
+//! backend → victim's worker → client while the OK travels backend →
+//! killer's worker → client: either may arrive first. So when the server
+//! answers OK to a mapped KILL CONNECTION of a session of the killer's own
+//! proxy user, the killer's worker shuts the victim's client socket down
+//! itself before it relays that OK. (Not earlier: the victim's worker
+//! would then close the backend connection, and a KILL that reached the
+//! server after that would fail with 1094.) The one
+//! cross-worker syscall is safe because it happens under the shard lock
+//! with the entry present, and a session's socket is closed only after its
+//! registration is dropped (which takes that lock). The entry is marked
+//! killed, so the victim's backend connection is discarded, never pooled.
 
 use std::collections::HashMap;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -77,6 +96,11 @@ pub struct ConnEntry {
     user: Mutex<Option<Arc<str>>>,
     /// The backend thread serving the session now; 0 = none.
     backend_thread: AtomicU32,
+    /// The client socket (open while the entry is registered).
+    fd: RawFd,
+    /// A KILL CONNECTION shut the client down: its backend connection is
+    /// being killed by the server and must not go back to the pool.
+    killed: AtomicBool,
 }
 
 impl ConnEntry {
@@ -99,6 +123,11 @@ impl ConnEntry {
     /// no longer reach that thread, which may soon serve someone else.
     pub fn clear_backend(&self) {
         self.backend_thread.store(0, Ordering::Release);
+    }
+
+    /// A KILL CONNECTION closed this session.
+    pub fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Acquire)
     }
 
     fn snapshot(&self) -> Target {
@@ -190,9 +219,10 @@ impl Registry {
         &self.shards[id as usize % SHARDS]
     }
 
-    /// Register `id`; `None` if it is still in use (the caller takes the
-    /// next). The registration removes itself when dropped.
-    pub fn register(self: &Arc<Self>, id: u32) -> Option<Registration> {
+    /// Register `id` for the client socket `fd`; `None` if the id is still
+    /// in use (the caller takes the next). The registration removes itself
+    /// when dropped, which must happen before `fd` is closed.
+    pub fn register(self: &Arc<Self>, id: u32, fd: RawFd) -> Option<Registration> {
         let mut map = lock(self.shard(id));
         if map.contains_key(&id) {
             return None;
@@ -201,6 +231,8 @@ impl Registry {
             id,
             user: Mutex::new(None),
             backend_thread: AtomicU32::new(0),
+            fd,
+            killed: AtomicBool::new(false),
         });
         map.insert(id, Arc::clone(&entry));
         Some(Registration {
@@ -210,12 +242,29 @@ impl Registry {
     }
 
     /// Take the next free id from `ids` and register it.
-    pub fn register_next(self: &Arc<Self>, ids: &mut ConnectionIds) -> Registration {
+    pub fn register_next(self: &Arc<Self>, ids: &mut ConnectionIds, fd: RawFd) -> Registration {
         loop {
-            if let Some(r) = self.register(ids.next_id()) {
+            if let Some(r) = self.register(ids.next_id(), fd) {
                 return r;
             }
         }
+    }
+
+    /// KILL CONNECTION of session `id`: mark it killed and shut its client
+    /// socket down now (see the module docs); false if it is gone.
+    pub fn close_client(&self, id: u32) -> bool {
+        let map = lock(self.shard(id));
+        let Some(e) = map.get(&id) else {
+            return false;
+        };
+        e.killed.store(true, Ordering::Release);
+        // SAFETY: shutdown(2) takes no memory. `fd` is still open and still
+        // this session's socket: it is closed only after the entry is
+        // removed, and removal takes the shard lock held here.
+        unsafe {
+            libc::shutdown(e.fd, libc::SHUT_RDWR);
+        }
+        true
     }
 
     pub fn lookup(&self, id: u32) -> Option<Target> {
@@ -280,9 +329,10 @@ pub enum KillDecision {
     /// Not a connection the proxy maps: the server answers (for an unknown
     /// proxy id that is MariaDB's own 1094, since no backend thread has it).
     Forward,
-    /// The same KILL (this payload) of the backend thread that serves the
-    /// target session.
-    Kill(Vec<u8>),
+    /// The same KILL (`payload`) of the backend thread that serves the
+    /// target session; `own`: a session of the killer's own proxy user, so
+    /// the server will carry it out.
+    Kill { payload: Vec<u8>, own: bool },
     /// Not the killer's session: ERR 1095 with the id the client used.
     NotOwner { id: u64 },
     /// The target session holds no backend connection (it waits for one):
@@ -305,7 +355,7 @@ impl KillDecision {
         };
         match self {
             KillDecision::Forward => None,
-            KillDecision::Kill(p) => Some(p.clone()),
+            KillDecision::Kill { payload, .. } => Some(payload.clone()),
             KillDecision::NotOwner { id } => Some(query(format!(
                 "SIGNAL SQLSTATE 'HY000' SET MYSQL_ERRNO = {ER_KILL_DENIED_ERROR}, MESSAGE_TEXT = '{}'",
                 kill::not_owner_message(*id)
@@ -350,15 +400,24 @@ pub fn decide_kill(
     };
     let same_user = target.user.as_deref() == Some(killer);
     match target.backend_thread {
-        Some(thread) if same_user => KillDecision::Kill(stmt.to_payload(thread)),
+        Some(thread) if same_user => KillDecision::Kill {
+            payload: stmt.to_payload(thread),
+            own: true,
+        },
         // The server decides (CONNECTION ADMIN / SUPER); on MariaDB its
         // refusal is made to name the proxy id, not the backend thread.
         Some(thread) if server_checks_owner && registry.backend_is_mariadb() => {
-            let mut p = vec![COM_QUERY];
-            p.extend_from_slice(stmt.to_guarded_query(thread, stmt.id).as_bytes());
-            KillDecision::Kill(p)
+            let mut payload = vec![COM_QUERY];
+            payload.extend_from_slice(stmt.to_guarded_query(thread, stmt.id).as_bytes());
+            KillDecision::Kill {
+                payload,
+                own: false,
+            }
         }
-        Some(thread) if server_checks_owner => KillDecision::Kill(stmt.to_payload(thread)),
+        Some(thread) if server_checks_owner => KillDecision::Kill {
+            payload: stmt.to_payload(thread),
+            own: false,
+        },
         None if same_user => KillDecision::Nothing,
         _ => not_owner,
     }
@@ -370,6 +429,9 @@ pub fn decide_kill(
 pub struct Rewrite {
     pub replaces: usize,
     pub packet: Vec<u8>,
+    /// A KILL CONNECTION of this session: once the server answers OK, close
+    /// its client ([`Registry::close_client`]) before relaying the OK.
+    pub close_after_ok: Option<u32>,
 }
 
 /// If `data` (client bytes at a command boundary, nothing owed) starts with
@@ -378,7 +440,13 @@ pub struct Rewrite {
 /// are. A command split across reads, or whose rewrite would not fit in
 /// `capacity`, is not intercepted: for a KILL of a proxy id the server then
 /// answers 1094, never kills the wrong thread.
-pub fn intercept(data: &[u8], user: &str, registry: &Registry, capacity: usize) -> Option<Rewrite> {
+pub fn intercept(
+    data: &[u8],
+    user: &str,
+    own_id: u32,
+    registry: &Registry,
+    capacity: usize,
+) -> Option<Rewrite> {
     let server_checks_owner = registry.server_checks_owner();
     let (pkt, consumed) = split_packet(data)?;
     if pkt.seq != 0 || pkt.has_continuation() {
@@ -387,7 +455,8 @@ pub fn intercept(data: &[u8], user: &str, registry: &Registry, capacity: usize) 
     let room = capacity.checked_sub(data.len() - consumed + 4)?;
     let payload = match kill::parse_command(pkt.payload) {
         Some(stmt) => {
-            let mut p = decide_kill(&stmt, user, registry, server_checks_owner).payload()?;
+            let decision = decide_kill(&stmt, user, registry, server_checks_owner);
+            let mut p = decision.payload()?;
             if !stmt.rest.is_empty() {
                 // Statements after the KILL run as the client sent them
                 // (every rewrite of a KILL statement is a COM_QUERY).
@@ -412,12 +481,28 @@ pub fn intercept(data: &[u8], user: &str, registry: &Registry, capacity: usize) 
     if payload.len() > room {
         return None;
     }
+
     let mut packet = Vec::with_capacity(payload.len() + 4);
     write_packet(&mut packet, 0, &payload);
     Some(Rewrite {
         replaces: consumed,
         packet,
+        close_after_ok: victim_to_close(pkt.payload, user, own_id, registry),
     })
+}
+
+/// The session that a KILL CONNECTION in `payload` (a client command)
+/// ends for certain, so its client is closed before the KILL is answered:
+/// one of the killer's own proxy user (the server kills a thread of the same
+/// account), never the killer itself (it gets the server's 1927 first).
+fn victim_to_close(payload: &[u8], user: &str, own_id: u32, registry: &Registry) -> Option<u32> {
+    let stmt = kill::parse_command(payload)?;
+    if stmt.target != kill::KillTarget::Connection || !is_proxy_id(stmt.id) {
+        return None;
+    }
+    let id = stmt.id as u32;
+    let target = registry.lookup(id)?;
+    (id != own_id && target.user.as_deref() == Some(user)).then_some(id)
 }
 
 /// What [`processlist_query`] builds from.
@@ -536,12 +621,12 @@ mod tests {
     #[test]
     fn registration_is_unique_and_removed_on_drop() {
         let reg = Arc::new(Registry::default());
-        let a = reg.register(PROXY_ID_BASE + 1).unwrap();
-        assert!(reg.register(PROXY_ID_BASE + 1).is_none());
+        let a = reg.register(PROXY_ID_BASE + 1, -1).unwrap();
+        assert!(reg.register(PROXY_ID_BASE + 1, -1).is_none());
         let mut ids = ConnectionIds::new(0, 1);
         ids.seq = 1;
         // The taken id is skipped.
-        let b = reg.register_next(&mut ids);
+        let b = reg.register_next(&mut ids, -1);
         assert_eq!(b.id(), PROXY_ID_BASE + 2);
         assert_eq!(reg.len(), 2);
         a.entry().set_leased("app", 42);
@@ -568,15 +653,18 @@ mod tests {
     #[test]
     fn kill_decisions() {
         let reg = Arc::new(Registry::default());
-        let victim = reg.register(PROXY_ID_BASE + 7).unwrap();
+        let victim = reg.register(PROXY_ID_BASE + 7, -1).unwrap();
         victim.entry().set_leased("app", 33);
-        let waiting = reg.register(PROXY_ID_BASE + 8).unwrap();
+        let waiting = reg.register(PROXY_ID_BASE + 8, -1).unwrap();
         let id = PROXY_ID_BASE + 7;
 
         // Same user: rewritten to the backend thread, form kept.
         assert_eq!(
             decide_kill(&kill(&format!("KILL QUERY {id}")), "app", &reg, false),
-            KillDecision::Kill(b"\x03KILL QUERY 33".to_vec())
+            KillDecision::Kill {
+                payload: b"\x03KILL QUERY 33".to_vec(),
+                own: true
+            }
         );
         // Another user: 1095 with the id the client used.
         let refused = decide_kill(&kill(&format!("kill {id}")), "other", &reg, false);
@@ -591,7 +679,10 @@ mod tests {
         );
         // ... unless the server checks (per-user backend identity): then
         // the server decides, and on MariaDB its refusal names the proxy id.
-        let KillDecision::Kill(p) = decide_kill(&kill(&format!("kill {id}")), "other", &reg, true)
+        let KillDecision::Kill {
+            payload: p,
+            own: false,
+        } = decide_kill(&kill(&format!("kill {id}")), "other", &reg, true)
         else {
             panic!("not sent to the server")
         };
@@ -610,12 +701,18 @@ mod tests {
         // plain KILL.
         assert_eq!(
             decide_kill(&kill(&format!("kill {id}")), "app", &reg, true),
-            KillDecision::Kill(b"\x03KILL CONNECTION 33".to_vec())
+            KillDecision::Kill {
+                payload: b"\x03KILL CONNECTION 33".to_vec(),
+                own: true
+            }
         );
         reg.set_backend_version("8.0.36");
         assert_eq!(
             decide_kill(&kill(&format!("kill {id}")), "other", &reg, true),
-            KillDecision::Kill(b"\x03KILL CONNECTION 33".to_vec())
+            KillDecision::Kill {
+                payload: b"\x03KILL CONNECTION 33".to_vec(),
+                own: false
+            }
         );
         reg.set_backend_version("5.5.5-10.11.19-MariaDB");
         // Unknown proxy id: the server's own 1094.
@@ -665,7 +762,7 @@ mod tests {
     #[test]
     fn intercept_replaces_only_the_kill_packet() {
         let reg = Arc::new(Registry::default());
-        let victim = reg.register(PROXY_ID_BASE + 5).unwrap();
+        let victim = reg.register(PROXY_ID_BASE + 5, -1).unwrap();
         victim.entry().set_leased("app", 12);
         let kill = framed(
             0,
@@ -674,52 +771,58 @@ mod tests {
         let next = framed(0, b"\x03SELECT 1");
         let mut data = kill.clone();
         data.extend_from_slice(&next);
-        let r = intercept(&data, "app", &reg, 16384).unwrap();
+        let r = intercept(&data, "app", 0, &reg, 16384).unwrap();
         assert_eq!(r.replaces, kill.len());
         assert_eq!(r.packet, framed(0, b"\x03KILL QUERY 12"));
         // COM_PROCESS_KILL keeps its form.
         let mut p = vec![0x0c];
         p.extend_from_slice(&(PROXY_ID_BASE + 5).to_le_bytes());
-        let r = intercept(&framed(0, &p), "app", &reg, 16384).unwrap();
+        let r = intercept(&framed(0, &p), "app", 0, &reg, 16384).unwrap();
         assert_eq!(r.packet, framed(0, &[0x0c, 12, 0, 0, 0]));
         // Not ours, incomplete, not a command start, or no room: untouched.
-        assert_eq!(intercept(&next, "app", &reg, 16384), None);
-        assert_eq!(intercept(&kill[..kill.len() - 1], "app", &reg, 16384), None);
-        assert_eq!(intercept(&framed(1, &kill[4..]), "app", &reg, 16384), None);
+        assert_eq!(intercept(&next, "app", 0, &reg, 16384), None);
+        assert_eq!(
+            intercept(&kill[..kill.len() - 1], "app", 0, &reg, 16384),
+            None
+        );
+        assert_eq!(
+            intercept(&framed(1, &kill[4..]), "app", 0, &reg, 16384),
+            None
+        );
         let fits = data.len() - kill.len() + framed(0, b"\x03KILL QUERY 12").len();
-        assert!(intercept(&data, "app", &reg, fits).is_some());
-        assert_eq!(intercept(&data, "app", &reg, fits - 1), None);
+        assert!(intercept(&data, "app", 0, &reg, fits).is_some());
+        assert_eq!(intercept(&data, "app", 0, &reg, fits - 1), None);
         // A KILL first in a multi-statement: the rest follows the rewrite.
         let multi = framed(
             0,
             format!("\x03kill {}; select sleep(0.05)", PROXY_ID_BASE + 5).as_bytes(),
         );
-        let r = intercept(&multi, "app", &reg, 16384).unwrap();
+        let r = intercept(&multi, "app", 0, &reg, 16384).unwrap();
         assert_eq!(
             r.packet,
             framed(0, b"\x03KILL CONNECTION 12; select sleep(0.05)")
         );
-        let r = intercept(&multi, "other", &reg, 16384).unwrap();
+        let r = intercept(&multi, "other", 0, &reg, 16384).unwrap();
         assert!(String::from_utf8_lossy(&r.packet).ends_with("'; select sleep(0.05)"));
         let unknown = framed(0, b"\x03KILL 2147483999");
-        assert_eq!(intercept(&unknown, "app", &reg, 16384), None);
+        assert_eq!(intercept(&unknown, "app", 0, &reg, 16384), None);
     }
 
     #[test]
     fn show_processlist_maps_ids_and_keeps_to_the_users_sessions() {
         let reg = Arc::new(Registry::default());
-        let mine = reg.register(PROXY_ID_BASE + 1).unwrap();
+        let mine = reg.register(PROXY_ID_BASE + 1, -1).unwrap();
         mine.entry().set_leased("app", 21);
-        let also_mine = reg.register(PROXY_ID_BASE + 3).unwrap();
+        let also_mine = reg.register(PROXY_ID_BASE + 3, -1).unwrap();
         also_mine.entry().set_leased("app", 23);
-        let theirs = reg.register(PROXY_ID_BASE + 2).unwrap();
+        let theirs = reg.register(PROXY_ID_BASE + 2, -1).unwrap();
         theirs.entry().set_leased("hashed", 22);
         assert_eq!(
             reg.sessions_of("app"),
             vec![(PROXY_ID_BASE + 1, 21), (PROXY_ID_BASE + 3, 23)]
         );
         let show = framed(0, b"\x03show processlist");
-        let r = intercept(&show, "app", &reg, 16384).unwrap();
+        let r = intercept(&show, "app", 0, &reg, 16384).unwrap();
         assert_eq!(r.replaces, show.len());
         let sql = String::from_utf8_lossy(&r.packet[5..]).into_owned();
         assert!(
@@ -742,7 +845,7 @@ mod tests {
         // With per-user backend identity the server filters; FULL keeps Info whole.
         let full = framed(0, b"\x03SHOW FULL PROCESSLIST");
         reg.set_server_checks_owner(true);
-        let r = intercept(&full, "app", &reg, 16384).unwrap();
+        let r = intercept(&full, "app", 0, &reg, 16384).unwrap();
         let sql = String::from_utf8_lossy(&r.packet[5..]).into_owned();
         assert!(
             !sql.contains("WHERE") && !sql.contains("LEFT(INFO"),
@@ -750,7 +853,7 @@ mod tests {
         );
         // MySQL has no PROGRESS column.
         reg.set_backend_version("8.0.36");
-        let r = intercept(&full, "app", &reg, 16384).unwrap();
+        let r = intercept(&full, "app", 0, &reg, 16384).unwrap();
         assert!(!String::from_utf8_lossy(&r.packet).contains("PROGRESS"));
         // What does not fit is left out; the own row is always listed.
         let p = processlist_query(&ProcessList {
@@ -774,5 +877,49 @@ mod tests {
         .unwrap();
         assert!(String::from_utf8_lossy(&none).contains("SELECT ID AS `Id`"));
         assert!(String::from_utf8_lossy(&none).ends_with(" WHERE ID = CONNECTION_ID()"));
+    }
+
+    #[test]
+    fn a_kill_connection_of_an_own_session_closes_its_client_first() {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        use std::os::unix::net::UnixStream;
+        let reg = Arc::new(Registry::default());
+        let (victim_proxy_side, mut victim_client) = UnixStream::pair().unwrap();
+        let victim = reg
+            .register(PROXY_ID_BASE + 5, victim_proxy_side.as_raw_fd())
+            .unwrap();
+        victim.entry().set_leased("app", 12);
+        let killer = reg.register(PROXY_ID_BASE + 6, -1).unwrap();
+        killer.entry().set_leased("app", 13);
+        let vid = victim.id();
+        // KILL QUERY, another user's KILL, and the killer's own id close nothing.
+        for (sql, user, own) in [
+            (format!("\x03KILL QUERY {vid}"), "app", killer.id()),
+            (format!("\x03KILL {vid}"), "other", killer.id()),
+            (format!("\x03KILL {vid}"), "app", vid),
+        ] {
+            let r = intercept(&framed(0, sql.as_bytes()), user, own, &reg, 16384);
+            assert_eq!(r.unwrap().close_after_ok, None, "{sql} as {user}");
+        }
+        let r = intercept(
+            &framed(0, format!("\x03KILL {vid}").as_bytes()),
+            "app",
+            killer.id(),
+            &reg,
+            16384,
+        );
+        let r = r.unwrap();
+        assert_eq!(r.packet, framed(0, b"\x03KILL CONNECTION 12"));
+        assert_eq!(r.close_after_ok, Some(vid));
+        assert!(!victim.entry().is_killed());
+        assert!(reg.close_client(vid));
+        assert!(victim.entry().is_killed());
+        // The victim's client reads EOF at once.
+        let mut buf = [0u8; 1];
+        assert_eq!(victim_client.read(&mut buf).unwrap(), 0);
+        // Gone sessions are not touched.
+        drop(victim);
+        assert!(!reg.close_client(vid));
     }
 }

@@ -186,6 +186,11 @@ pub struct Session {
     leasing: bool,
     /// Reused for the relay's events (no allocation per completion).
     relay_scratch: Vec<RelayEvent>,
+    /// The id in the greeting (a KILL of it is the client's own).
+    connection_id: u32,
+    /// The session this one's mapped KILL CONNECTION ends: closed when the
+    /// server's answer is OK, before the OK is relayed (registry.rs).
+    kill_victim: Option<u32>,
 }
 
 fn packet(seq: u8, payload: &[u8]) -> (Vec<u8>, u8) {
@@ -210,6 +215,8 @@ impl Session {
             has_backend: false,
             leasing: false,
             relay_scratch: Vec::new(),
+            connection_id: n.connection_id,
+            kill_victim: None,
         };
         if n.over_limit {
             out.push(SessionAction::Reject(RejectReason::MaxConnections));
@@ -385,10 +392,19 @@ impl Session {
             // See registry.rs.
             let user = self.login.as_ref().map_or("", |l| l.user.as_str());
             let rewrite = (res > 0 && relay.idle_at_boundary())
-                .then(|| intercept(data, user, ctx.registry, ctx.read_buffer_size))
+                .then(|| {
+                    intercept(
+                        data,
+                        user,
+                        self.connection_id,
+                        ctx.registry,
+                        ctx.read_buffer_size,
+                    )
+                })
                 .flatten();
             match rewrite {
                 Some(r) => {
+                    self.kill_victim = r.close_after_ok;
                     let mut bytes = r.packet.clone();
                     bytes.extend_from_slice(&data[r.replaces..]);
                     out.push(SessionAction::ReplaceBuffered {
@@ -623,6 +639,13 @@ impl Session {
         out: &mut Vec<SessionAction>,
     ) {
         if let State::Relay(relay) = &mut self.state {
+            if let Some(victim) = self.kill_victim.take() {
+                // The answer to this session's KILL CONNECTION: an OK means
+                // the server killed the victim's thread.
+                if res > 0 && data.get(4) == Some(&0x00) {
+                    ctx.registry.close_client(victim);
+                }
+            }
             let mut events = std::mem::take(&mut self.relay_scratch);
             relay.on_backend_read(res, data, ctx.now, &mut events);
             self.apply_relay(&mut events, ctx, out);

@@ -355,9 +355,9 @@ fn a_kill_of_a_proxy_id_goes_to_the_backend_thread_behind_it() {
         registry: &reg,
         ..ctx(&u, now)
     };
-    let same = reg.register(PROXY_ID_BASE + 3).unwrap();
+    let same = reg.register(PROXY_ID_BASE + 3, -1).unwrap();
     same.entry().set_leased("app", 41);
-    let other = reg.register(PROXY_ID_BASE + 4).unwrap();
+    let other = reg.register(PROXY_ID_BASE + 4, -1).unwrap();
     other.entry().set_leased("hashed", 42);
     let mut s = relaying(&u, now);
 
@@ -421,7 +421,7 @@ fn a_kill_behind_an_unanswered_command_is_left_alone() {
         registry: &reg,
         ..ctx(&u, now)
     };
-    let same = reg.register(PROXY_ID_BASE + 3).unwrap();
+    let same = reg.register(PROXY_ID_BASE + 3, -1).unwrap();
     same.entry().set_leased("app", 41);
     let mut s = relaying(&u, now);
     // SELECT forwarded, its answer still owed, then the KILL arrives: the
@@ -532,4 +532,35 @@ fn an_identity_arriving_late_or_twice_asks_for_nothing() {
     s.on_identity(IdentityId(8), &mut out);
     assert!(out.is_empty(), "already leasing");
     assert_eq!(s.key().identity, IDENTITY);
+}
+
+#[test]
+fn a_kill_connection_closes_the_victim_when_the_server_says_ok() {
+    use crate::mysql::reply::ok_payload;
+    use crate::proxy::registry::PROXY_ID_BASE;
+    let now = Instant::now();
+    let u = users();
+    let reg = std::sync::Arc::new(Registry::default());
+    let c = SessionCtx {
+        registry: &reg,
+        ..ctx(&u, now)
+    };
+    let victim = reg.register(PROXY_ID_BASE + 3, -1).unwrap();
+    victim.entry().set_leased("app", 41);
+    let mut s = relaying(&u, now);
+    let kill = query(&format!("KILL {}", victim.id()));
+    let mut out = Vec::new();
+    s.on_client_read(kill.len() as i32, &kill, &c, &mut out);
+    s.on_backend_write(kill.len() as i32, &c, &mut out);
+    assert!(
+        !victim.entry().is_killed(),
+        "not before the server's answer"
+    );
+    let mut ok = Vec::new();
+    write_packet(&mut ok, 1, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
+    s.on_backend_read(ok.len() as i32, &ok, &c, &mut out);
+    assert!(victim.entry().is_killed());
+    assert!(out.contains(&SessionAction::Relay(RelayOp::WriteClient {
+        end: ok.len()
+    })));
 }

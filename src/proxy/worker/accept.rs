@@ -139,7 +139,10 @@ impl Worker {
         // connection storm meets the pool at accept time (never blocking).
         let buf = counted.then(|| self.buffers.acquire(Owner::Client));
         // Registered at once: the greeting tells the client this id.
-        let conn = self.shared.registry.register_next(&mut self.conn_ids);
+        let conn = self
+            .shared
+            .registry
+            .register_next(&mut self.conn_ids, sock.as_raw_fd());
         let connection_id = conn.id();
         let mut out = Vec::new();
         let (capabilities, ext_capabilities) = self.advertised_caps();

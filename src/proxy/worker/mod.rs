@@ -119,6 +119,10 @@ struct Listener {
 
 /// A session and its I/O.
 struct SessionSlot {
+    /// Its proxy connection id, registered for KILL until the slot is freed.
+    /// First, so it is dropped before `io` closes the socket: another
+    /// worker's KILL may shut that socket down while it is registered.
+    conn: Registration,
     io: ConnIo,
     session: Session,
     /// The leased backend connection.
@@ -135,8 +139,6 @@ struct SessionSlot {
     /// The client's address, for log lines.
     peer: String,
     closing: bool,
-    /// Its proxy connection id, registered for KILL until the slot is freed.
-    conn: Registration,
 }
 
 pub struct Worker {

@@ -281,6 +281,8 @@ impl Worker {
             SessionAction::AbortClient => slot.io.shutdown(),
             SessionAction::Release { clean } => {
                 slot.conn.entry().clear_backend();
+                // Killed: the server is closing this backend connection.
+                let clean = clean && !slot.conn.entry().is_killed();
                 if let Some(b) = slot.backend.take() {
                     debug_assert_eq!(slot.relay_ops, 0, "released with relay ops in flight");
                     let clean = clean && slot.relay_ops == 0;
