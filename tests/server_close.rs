@@ -303,3 +303,43 @@ fn an_err_the_server_sends_before_closing_reaches_the_idle_client() {
     );
     proxy.assert_settled(base, 1);
 }
+
+/// A server shutdown reaches an idle client too (MariaDB shuts every connection's socket down
+/// first: a plain EOF, no ERR). Own MariaDB, since the test stops it.
+#[test]
+fn server_shutdown_reaches_an_idle_client() {
+    let db = OwnMariaDb::started("srvclose-shutdown");
+    let mut o = ProxyOpts::new(Mode::Fixed);
+    o.workers = 1;
+    o.backend_pool_size = 1;
+    o.backend_override = Some(db.env());
+    let mut proxy = Proxy::start_with(o);
+    let base = proxy.connections_total();
+    let mut s = raw_login(proxy.port);
+    raw_query(&mut s, "DO 1").expect("a query before the shutdown");
+    let cli = common::find_in_path("mariadb").expect("mariadb client");
+    // The issuing session itself may be cut by the shutdown: its exit status says nothing.
+    let _ = std::process::Command::new(cli)
+        .args(["--no-defaults", "-uroot", "-S"])
+        .arg(db.dir.join("mysqld.sock"))
+        .args(["-e", "SHUTDOWN"])
+        .output();
+    let end = wait_for_end(&mut s, Duration::from_secs(2))
+        .unwrap_or_else(|e| panic!("{e}\n--- stderr ---\n{}", common::tail(&proxy.stderr(), 20)));
+    assert_nothing_or_one_err(&end.bytes);
+    eprintln!("SHUTDOWN: the client saw the end {:?} after it", end.after);
+    proxy.assert_running();
+    // Back up: a new client works again, and nothing leaked.
+    db.start();
+    wait_until(
+        &proxy,
+        Duration::from_secs(15),
+        "a new client works after the restart",
+        || {
+            mysql::Conn::new(quick_opts(&proxy))
+                .and_then(|mut c| c.query_first::<u32, _>("SELECT 7"))
+                .is_ok_and(|v| v == Some(7))
+        },
+    );
+    proxy.assert_settled(base, 2);
+}
