@@ -108,14 +108,19 @@ impl ConnEntry {
         self.id
     }
 
-    /// The session was leased a backend connection: record who it is and
-    /// which backend thread now runs its queries.
-    pub fn set_leased(&self, user: &str, backend_thread: u32) {
+    /// The client logged in as proxy user `user` (it may still wait for a
+    /// backend connection: a KILL of it by the same user then closes it).
+    pub fn set_user(&self, user: &str) {
         let mut u = lock(&self.user);
         if u.as_deref() != Some(user) {
             *u = Some(Arc::from(user));
         }
-        drop(u);
+    }
+
+    /// The session was leased a backend connection: record who it is and
+    /// which backend thread now runs its queries.
+    pub fn set_leased(&self, user: &str, backend_thread: u32) {
+        self.set_user(user);
         self.backend_thread.store(backend_thread, Ordering::Release);
     }
 
@@ -336,7 +341,8 @@ pub enum KillDecision {
     /// Not the killer's session: ERR 1095 with the id the client used.
     NotOwner { id: u64 },
     /// The target session holds no backend connection (it waits for one):
-    /// nothing runs, so there is nothing to kill; OK, as for an idle thread.
+    /// nothing runs on the server; OK, as for an idle thread (a KILL
+    /// CONNECTION then closes its client, see [`Rewrite::close_after_ok`]).
     Nothing,
 }
 
@@ -727,7 +733,7 @@ mod tests {
             decide_kill(&kill(&format!("KILL {wid}")), "app", &reg, false),
             KillDecision::NotOwner { id: wid.into() }
         );
-        waiting.entry().set_leased("app", 0);
+        waiting.entry().set_user("app");
         assert_eq!(
             decide_kill(&kill(&format!("KILL {wid}")), "app", &reg, false),
             KillDecision::Nothing

@@ -467,3 +467,33 @@ def test_passthrough_identity_the_server_decides_with_proxy_ids(make_proxy, kill
             p.communicate()
     assert time.monotonic() - started < 12 and "1317" in err, err
     proxy.assert_settled(base, 5)
+
+
+def test_kill_connection_of_a_session_waiting_for_a_backend(make_proxy):
+    """A same-user session that has logged in but waits for a backend connection (the only one
+    is busy) has nothing running: KILL answers OK, and KILL CONNECTION ends that client."""
+    proxy = make_proxy(workers=1, extra_args=("--backend-max-connections", "1", "--backend-pool-size", "1"))
+    base = proxy.connections_total()
+    holder = proxy.connect()
+    try:
+        hid = holder.thread_id()
+        join = _run_in_thread(lambda: proxy.connect(connect_timeout=30))
+        # One worker hands out consecutive ids: the waiting client got the next one.
+        waiting_id = hid + 1
+        deadline = time.monotonic() + 10
+        while proxy.metrics()("ringgate_pool_waiters") < 1:
+            assert time.monotonic() < deadline, "the second client never waited for the pool"
+            time.sleep(0.05)
+        started = time.monotonic()
+        with holder.cursor() as cur:
+            cur.execute(f"KILL QUERY {waiting_id}")
+            cur.execute(f"KILL {waiting_id}")
+        result, error = join()
+        assert result is None and isinstance(error, pymysql.err.OperationalError), (result, error)
+        assert time.monotonic() - started < 5, "the waiting client was not closed at once"
+        with holder.cursor() as cur:
+            cur.execute("SELECT 7")
+            assert cur.fetchone() == (7,)
+    finally:
+        holder.close()
+    proxy.assert_settled(base, 2)

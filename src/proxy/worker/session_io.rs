@@ -308,7 +308,12 @@ impl Worker {
                 let identity = self.pool.intern(&auth);
                 self.with_session(sid, |s, _, _, out| s.on_identity(identity, out));
             }
-            SessionAction::LoggedIn { key } => self.pool.set_warm_key(key),
+            SessionAction::LoggedIn { key } => {
+                if let Some(user) = slot.session.user() {
+                    slot.conn.entry().set_user(user);
+                }
+                self.pool.set_warm_key(key)
+            }
             SessionAction::Connected { elapsed } => self.metrics().record_connect(elapsed),
             SessionAction::CommandStarted => {
                 self.metrics().commands_total.fetch_add(1, Relaxed);
