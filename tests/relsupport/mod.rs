@@ -314,6 +314,18 @@ fn backend_conns(p: &Proxy) -> (f64, f64) {
     )
 }
 
+/// Every backend connection the pool has opened is idle or busy: none is still connecting or
+/// logging in (its socket would count as a fixed fd), none closing.
+fn backends_at_rest(p: &Proxy) -> bool {
+    let m = p.metrics();
+    let (idle, busy) = (
+        m.get(r#"ringgate_backend_connections{state="idle"}"#),
+        m.get(r#"ringgate_backend_connections{state="busy"}"#),
+    );
+    idle + busy
+        == m.get("ringgate_backend_connects_total") - m.get("ringgate_backend_discarded_total")
+}
+
 fn fixed_fds(p: &Proxy) -> i64 {
     let (idle, busy) = backend_conns(p);
     fd_count(p.pid()) as i64 - idle as i64 - busy as i64
@@ -328,7 +340,10 @@ pub fn baseline(p: &mut Proxy) -> Baseline {
         p.assert_running();
         let (idle, _) = backend_conns(p);
         let f = fixed_fds(p);
-        if f == last.0 && (idle >= want_idle || Instant::now() > deadline) {
+        // A connection still logging in (slow on a loaded machine) holds a socket that is
+        // neither idle nor busy: a baseline taken then is too high by one per such connection.
+        let at_rest = backends_at_rest(p);
+        if f == last.0 && ((idle >= want_idle && at_rest) || Instant::now() > deadline) {
             last.1 += 1;
             if last.1 >= 3 {
                 return Baseline {
