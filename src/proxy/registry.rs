@@ -459,9 +459,10 @@ pub fn intercept(
         return None;
     }
     let room = capacity.checked_sub(data.len() - consumed + 4)?;
-    let payload = match kill::parse_command(pkt.payload) {
+    let kill = kill::parse_command(pkt.payload);
+    let payload = match &kill {
         Some(stmt) => {
-            let decision = decide_kill(&stmt, user, registry, server_checks_owner);
+            let decision = decide_kill(stmt, user, registry, server_checks_owner);
             let mut p = decision.payload()?;
             if !stmt.rest.is_empty() {
                 // Statements after the KILL run as the client sent them
@@ -493,16 +494,22 @@ pub fn intercept(
     Some(Rewrite {
         replaces: consumed,
         packet,
-        close_after_ok: victim_to_close(pkt.payload, user, own_id, registry),
+        close_after_ok: kill
+            .as_ref()
+            .and_then(|stmt| victim_to_close(stmt, user, own_id, registry)),
     })
 }
 
-/// The session that a KILL CONNECTION in `payload` (a client command)
-/// ends for certain, so its client is closed before the KILL is answered:
-/// one of the killer's own proxy user (the server kills a thread of the same
-/// account), never the killer itself (it gets the server's 1927 first).
-fn victim_to_close(payload: &[u8], user: &str, own_id: u32, registry: &Registry) -> Option<u32> {
-    let stmt = kill::parse_command(payload)?;
+/// The session that the KILL CONNECTION `stmt` ends for certain, so its
+/// client is closed before the KILL is answered: one of the killer's own
+/// proxy user (the server kills a thread of the same account), never the
+/// killer itself (it gets the server's 1927 first).
+fn victim_to_close(
+    stmt: &kill::KillStatement,
+    user: &str,
+    own_id: u32,
+    registry: &Registry,
+) -> Option<u32> {
     if stmt.target != kill::KillTarget::Connection || !is_proxy_id(stmt.id) {
         return None;
     }
