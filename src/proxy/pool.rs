@@ -542,6 +542,24 @@ impl Pool {
         }
     }
 
+    /// A backend greeting arrived (a login or the startup probe): the
+    /// server is up, and the workers learn what it offers.
+    fn server_answered(
+        &mut self,
+        server_version: String,
+        capabilities: u32,
+        ext_capabilities: u32,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        self.retry_at = None;
+        self.probed = true;
+        out.push(PoolEvent::ServerInfo {
+            server_version,
+            capabilities,
+            ext_capabilities,
+        });
+    }
+
     fn on_event(
         &mut self,
         id: BackendId,
@@ -555,13 +573,7 @@ impl Pool {
                 capabilities,
                 ext_capabilities,
             } => {
-                self.retry_at = None;
-                self.probed = true;
-                out.push(PoolEvent::ServerInfo {
-                    server_version,
-                    capabilities,
-                    ext_capabilities,
-                });
+                self.server_answered(server_version, capabilities, ext_capabilities, out);
                 let Some(p) = self.slots.get_mut(id.index, id.generation) else {
                     return;
                 };
@@ -574,15 +586,7 @@ impl Pool {
                 server_version,
                 capabilities,
                 ext_capabilities,
-            } => {
-                self.retry_at = None;
-                self.probed = true;
-                out.push(PoolEvent::ServerInfo {
-                    server_version,
-                    capabilities,
-                    ext_capabilities,
-                });
-            }
+            } => self.server_answered(server_version, capabilities, ext_capabilities, out),
             BackendEvent::OpenFailed {
                 cause,
                 login_refused,
