@@ -862,17 +862,7 @@ fn check_backend(cfg: &Config) -> Item {
                 cfg.backend
             ),
         ),
-        Err(e @ BackendError::Io(_)) => Item::fail(
-            what,
-            format!("cannot reach {}: {e}", cfg.backend),
-            "start the server, or fix --backend; check firewalls between this host and it",
-        ),
-        Err(e @ BackendError::Refused(_)) => Item::fail(
-            what,
-            format!("{} {e}", cfg.backend),
-            "the server refused before login (too many connections? host blocked? \
-             `FLUSH HOSTS` clears a host blocked by max_connect_errors)",
-        ),
+        Err(e @ (BackendError::Io(_) | BackendError::Refused(_))) => before_login_failure(cfg, &e),
         Err(BackendError::Login(e @ LoginError::Server { .. })) => Item::fail(
             what,
             format!(
@@ -901,6 +891,26 @@ fn check_backend(cfg: &Config) -> Item {
     }
 }
 
+/// The backend failures that come before any login, the same whether
+/// `check` logs in (shared identity) or only reads the greeting.
+fn before_login_failure(cfg: &Config, e: &BackendError) -> Item {
+    let what = "backend";
+    match e {
+        BackendError::Io(_) => Item::fail(
+            what,
+            format!("cannot reach {}: {e}", cfg.backend),
+            "start the server, or fix --backend; check firewalls between this host and it",
+        ),
+        // Refused: the callers pass only these two variants.
+        _ => Item::fail(
+            what,
+            format!("{} {e}", cfg.backend),
+            "the server refused before login (too many connections? host blocked? \
+             `FLUSH HOSTS` clears a host blocked by max_connect_errors)",
+        ),
+    }
+}
+
 fn check_backend_greeting(cfg: &Config, timeout: Duration) -> Item {
     let what = "backend";
     match backend_greeting(cfg, timeout) {
@@ -912,17 +922,7 @@ fn check_backend_greeting(cfg: &Config, timeout: Duration) -> Item {
                 cfg.backend
             ),
         ),
-        Err(e @ BackendError::Io(_)) => Item::fail(
-            what,
-            format!("cannot reach {}: {e}", cfg.backend),
-            "start the server, or fix --backend; check firewalls between this host and it",
-        ),
-        Err(e @ BackendError::Refused(_)) => Item::fail(
-            what,
-            format!("{} {e}", cfg.backend),
-            "the server refused before login (too many connections? host blocked? \
-             `FLUSH HOSTS` clears a host blocked by max_connect_errors)",
-        ),
+        Err(e @ (BackendError::Io(_) | BackendError::Refused(_))) => before_login_failure(cfg, &e),
         Err(e @ BackendError::Login(_)) => Item::fail(
             what,
             format!("{}: {e}", cfg.backend),
