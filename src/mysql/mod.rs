@@ -9,6 +9,7 @@ pub mod client_login;
 pub mod constants;
 pub mod handshake;
 pub mod kill;
+pub mod ok_packet;
 pub mod packet;
 pub mod reply;
 pub mod tracker;
@@ -142,6 +143,8 @@ mod tests {
             })
             .on_packet(0, &input);
             let _ = packet::read_lenenc_int(&input);
+            let _ = ok_packet::parse_ok(&input, u32::MAX);
+            let _ = ok_packet::parse_ok(&input, constants::CLIENT_PROTOCOL_41);
         }
     }
 }
