@@ -9,6 +9,7 @@ pub mod client_login;
 pub mod constants;
 pub mod handshake;
 pub mod kill;
+pub mod lexer;
 pub mod ok_packet;
 pub mod packet;
 pub mod reply;

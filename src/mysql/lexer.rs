@@ -1,0 +1,1173 @@
+//! A statement lexer and classifier for COM_QUERY texts, in the manner of
+//! MySQL Router: a lexer, not a parser. It tokenizes the text, splits it on
+//! top-level `;`, and puts each statement in a [`Class`] that transaction
+//! pooling can act on (issue 12).
+//!
+//! # API for the proxy
+//!
+//! - [`classify`]`(sql: &[u8], opts: &LexOptions) -> Vec<Statement>`: one
+//!   [`Statement`] (`range` into `sql`, `class`) per `;`-separated statement.
+//!   The ranges cover `sql` exactly, with one `;` byte between neighbours, so
+//!   the split round-trips. A text the lexer cannot split safely comes back
+//!   as a single statement of class `Pin(Pin::Unsplittable)`.
+//! - [`first_pin`]`(&[Statement]) -> Option<Pin>`: the pin of the first
+//!   pinning statement, if any.
+//! - [`LexOptions`]: `no_backslash_escapes` (from the backend's status flag
+//!   SERVER_STATUS_NO_BACKSLASH_ESCAPES), `ansi_quotes` (from `sql_mode`),
+//!   `ascii_safe_charset` (false for big5, cp932, gbk, sjis, gb18030, whose
+//!   multi-byte characters may contain `\` or `'` bytes). `Default` is the
+//!   server default (backslash escapes, no ANSI_QUOTES, a safe charset).
+//! - [`Class::explains_state_change`]: a statement of this class accounts
+//!   for MariaDB's SESSION_TRACK_STATE_CHANGE flag by itself (plain SET,
+//!   USE, SET NAMES, transaction control); the proxy pins on a state change
+//!   that no statement of the text explains.
+//! - [`Pin::as_str`]: a stable label for the `blocked_by` metric.
+//!
+//! The same classifier applies to the SQL of a binary COM_STMT_PREPARE: what
+//! a prepared statement does when executed is what its text says.
+//!
+//! # What pins, and why
+//!
+//! A session is pinned to its backend connection for state that the
+//! session-state trackers do not report, or that cannot be moved:
+//!
+//! | [`Pin`] | statements | why |
+//! |---|---|---|
+//! | `UserVariableWrite` | `SET @x = …`, `@x := …` anywhere, `… INTO @x`, `CALL p(@x)` | MariaDB 10.11 has no user-variable tracker; OUT parameters write the variable |
+//! | `TemporaryTable` | `CREATE [OR REPLACE] TEMPORARY TABLE/SEQUENCE`, `DROP TEMPORARY TABLE` | the table lives in the connection |
+//! | `LockFunction` | `GET_LOCK(`, `RELEASE_LOCK(`, `RELEASE_ALL_LOCKS(` | named locks belong to the connection. `IS_FREE_LOCK` and `IS_USED_LOCK` only read the server-wide lock table, and an unpinned session holds no lock, so they give the same answer on any connection: not pinned |
+//! | `LockTables` | `LOCK TABLE[S] …` | until [`Class::UnlockTables`] |
+//! | `FlushTablesWithReadLock` | `FLUSH TABLES … WITH READ LOCK`, `FLUSH TABLES … FOR EXPORT` | until [`Class::UnlockTables`] |
+//! | `BackupLock` | `BACKUP STAGE …`, `BACKUP LOCK …`, `LOCK INSTANCE FOR BACKUP` | held by the connection |
+//! | `SqlCalcFoundRows` | `SQL_CALC_FOUND_ROWS` anywhere | the following `FOUND_ROWS()` must run on the same connection |
+//! | `TextPrepare` | `PREPARE`, `EXECUTE`, `EXECUTE IMMEDIATE`, `DEALLOCATE PREPARE`, `DROP PREPARE` | SQL-level prepared statements live in the connection; `EXECUTE IMMEDIATE` runs SQL this lexer never sees |
+//! | `Handler` | `HANDLER …` | an open handler lives in the connection |
+//! | `Xa` | `XA …` | XA transactions outlive the status flags' notion of a transaction |
+//! | `SetRole` | `SET ROLE …` | not tracked, and MariaDB's COM_RESET_CONNECTION keeps it |
+//! | `PreviousStatementState` | `LAST_INSERT_ID()`, `ROW_COUNT()`, `FOUND_ROWS()` other than the plain `SELECT f()` forms; `LAST_INSERT_ID(expr)` in a `SELECT`; `@@warning_count`, `@@error_count`; `GET DIAGNOSTICS` | the answer depends on the previous statement of the connection. The proxy need not pin when it still holds the backend that ran the previous statement (in a transaction, or kept until the next statement) |
+//! | `UnrecognizedSet` | a `SET` this lexer cannot take apart | it cannot be replayed |
+//! | `Unsplittable` | unterminated quotes or comments, `;` inside an executable comment, anonymous compound statements (`BEGIN NOT ATOMIC`, `IF`, `WHILE`, `LOOP`, `REPEAT`, `CASE`, `FOR`, `DECLARE`, `label:`), a routine definition followed by text the lexer cannot delimit, bytes ≥ 0x80 in an unsafe multi-byte charset | the lexer cannot tell where statements end |
+//!
+//! Not pinned: reads of `@@var` and of `@x` (an unpinned session has no user
+//! variables, and pooled connections carry none), a plain `SET` of system
+//! variables ([`Class::Set`], replayed), `SET NAMES` / `SET CHARACTER SET`,
+//! `USE`, `SET SESSION TRANSACTION …` (session variables), `SET PASSWORD`,
+//! `SET DEFAULT ROLE`, `SET GLOBAL …`, `IS_FREE_LOCK`, `IS_USED_LOCK`,
+//! `LAST_INSERT_ID(expr)` outside a `SELECT` (the OK packet carries its value).
+//!
+//! `SET TRANSACTION …` without a scope sets the characteristics of the next
+//! transaction only ([`Class::SetTransaction`] with `scope: None`): the proxy
+//! keeps the backend until that transaction has ended (the transaction
+//! characteristics tracker reads empty again), rather than replaying it.
+//!
+//! Executable comments (`/*! … */`, `/*!50700 … */`, MariaDB's `/*M! … */`
+//! and `/*M!100100 … */`) count as code whatever their version, so a
+//! version-gated `SQL_CALC_FOUND_ROWS` pins. Optimizer hints (`/*+ … */`)
+//! and ordinary comments are skipped.
+
+use std::ops::Range;
+
+/// How the server lexes the text: these follow the connection's `sql_mode`
+/// and character set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LexOptions {
+    /// `sql_mode` has NO_BACKSLASH_ESCAPES (the server reports it in every
+    /// status word): `\` is an ordinary character in strings.
+    pub no_backslash_escapes: bool,
+    /// `sql_mode` has ANSI_QUOTES: `"…"` is an identifier, in which `\` is
+    /// an ordinary character.
+    pub ansi_quotes: bool,
+    /// The client character set never puts an ASCII byte inside a
+    /// multi-byte character (utf8mb4, latin1, … but not big5, cp932, gbk,
+    /// sjis, gb18030). When false, any byte ≥ 0x80 makes the text
+    /// unsplittable.
+    pub ascii_safe_charset: bool,
+}
+
+impl Default for LexOptions {
+    fn default() -> Self {
+        LexOptions {
+            no_backslash_escapes: false,
+            ansi_quotes: false,
+            ascii_safe_charset: true,
+        }
+    }
+}
+
+/// Why a statement pins the session to its backend connection (see the
+/// module docs for the statements behind each reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Pin {
+    UserVariableWrite,
+    TemporaryTable,
+    LockFunction,
+    LockTables,
+    FlushTablesWithReadLock,
+    BackupLock,
+    SqlCalcFoundRows,
+    TextPrepare,
+    Handler,
+    Xa,
+    SetRole,
+    PreviousStatementState,
+    UnrecognizedSet,
+    Unsplittable,
+}
+
+impl Pin {
+    /// A stable snake_case label (metrics `blocked_by`, logs).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pin::UserVariableWrite => "user_variable",
+            Pin::TemporaryTable => "temporary_table",
+            Pin::LockFunction => "lock_function",
+            Pin::LockTables => "lock_tables",
+            Pin::FlushTablesWithReadLock => "flush_tables_with_read_lock",
+            Pin::BackupLock => "backup_lock",
+            Pin::SqlCalcFoundRows => "sql_calc_found_rows",
+            Pin::TextPrepare => "text_prepare",
+            Pin::Handler => "handler",
+            Pin::Xa => "xa",
+            Pin::SetRole => "set_role",
+            Pin::PreviousStatementState => "previous_statement_state",
+            Pin::UnrecognizedSet => "unrecognized_set",
+            Pin::Unsplittable => "unsplittable",
+        }
+    }
+
+    /// Every reason, for metrics that list all labels.
+    pub const ALL: [Pin; 14] = [
+        Pin::UserVariableWrite,
+        Pin::TemporaryTable,
+        Pin::LockFunction,
+        Pin::LockTables,
+        Pin::FlushTablesWithReadLock,
+        Pin::BackupLock,
+        Pin::SqlCalcFoundRows,
+        Pin::TextPrepare,
+        Pin::Handler,
+        Pin::Xa,
+        Pin::SetRole,
+        Pin::PreviousStatementState,
+        Pin::UnrecognizedSet,
+        Pin::Unsplittable,
+    ];
+}
+
+/// Scope of a system variable assignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// `SESSION`, `LOCAL`, `@@session.`, `@@local.`, `@@x` or no keyword.
+    Session,
+    /// `GLOBAL`, `@@global.` (and MySQL's `PERSIST`, `PERSIST_ONLY`).
+    Global,
+}
+
+/// One item of a replayable `SET` list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetItem {
+    /// A system variable. `name` is lower-cased and unquoted; `value` is the
+    /// expression's source text (e.g. `'STRICT_ALL_TABLES'`, `0`, `DEFAULT`,
+    /// `CONCAT(@@sql_mode, ',X')`). Prefer the value the system-variables
+    /// tracker reports after the statement: it is the evaluated one.
+    Variable {
+        scope: Scope,
+        name: String,
+        value: String,
+    },
+    /// `SET NAMES cs [COLLATE coll]`; `charset` None for `SET NAMES DEFAULT`.
+    /// Both lower-cased and unquoted.
+    Names {
+        charset: Option<String>,
+        collation: Option<String>,
+    },
+    /// `SET CHARACTER SET cs` / `SET CHARSET cs`; None for DEFAULT.
+    CharacterSet(Option<String>),
+}
+
+/// What one statement means for transaction pooling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Class {
+    /// Only whitespace and comments (e.g. after a trailing `;`).
+    Empty,
+    /// Nothing the proxy needs to know.
+    Plain,
+    /// The session must keep its backend connection (see [`Pin`]).
+    Pin(Pin),
+    /// A `SET` of system variables, `NAMES` and `CHARACTER SET` only; to be
+    /// recorded in the session and replayed on another backend. Items with
+    /// [`Scope::Global`] change no session state.
+    Set(Vec<SetItem>),
+    /// `SET [GLOBAL|SESSION] TRANSACTION …`. `scope: None` means the next
+    /// transaction only; `characteristics` is the text after TRANSACTION,
+    /// e.g. `ISOLATION LEVEL SERIALIZABLE`, `READ ONLY`.
+    SetTransaction {
+        scope: Option<Scope>,
+        characteristics: String,
+    },
+    /// `USE schema` (unquoted).
+    Use(String),
+    /// `BEGIN [WORK]`, `START TRANSACTION [READ ONLY|READ WRITE|WITH
+    /// CONSISTENT SNAPSHOT, …]`.
+    Begin,
+    /// `COMMIT [WORK] [AND [NO] CHAIN] [[NO] RELEASE]`. With `release` the
+    /// server closes the connection after its OK.
+    Commit { chain: bool, release: bool },
+    /// `ROLLBACK [WORK] [AND [NO] CHAIN] [[NO] RELEASE]` (not `ROLLBACK TO
+    /// SAVEPOINT`, which is Plain).
+    Rollback { chain: bool, release: bool },
+    /// `UNLOCK TABLE[S]`: ends `LockTables` and `FlushTablesWithReadLock`.
+    UnlockTables,
+    /// Exactly `SELECT LAST_INSERT_ID() [[AS] alias]`: the proxy can answer
+    /// from the session's own OK packets. `column` is the result's column
+    /// name: the alias, or the expression as written (as the server names it).
+    LastInsertId { column: String },
+    /// Exactly `SELECT ROW_COUNT() [[AS] alias]`.
+    RowCount { column: String },
+    /// Exactly `SELECT FOUND_ROWS() [[AS] alias]`.
+    FoundRows { column: String },
+    /// `SHOW WARNINGS [LIMIT …]`.
+    ShowWarnings,
+    /// `SHOW ERRORS [LIMIT …]`.
+    ShowErrors,
+    /// `SHOW COUNT(*) WARNINGS`.
+    ShowCountWarnings,
+    /// `SHOW COUNT(*) ERRORS`.
+    ShowCountErrors,
+}
+
+impl Class {
+    /// Does this statement account for a SESSION_TRACK_STATE_CHANGE flag
+    /// by itself? MariaDB raises the flag on every SET of a session variable
+    /// (and on USE, SET NAMES, transaction control); those are tracked or
+    /// replayed, so they must not pin.
+    pub fn explains_state_change(&self) -> bool {
+        matches!(
+            self,
+            Class::Set(_)
+                | Class::SetTransaction { .. }
+                | Class::Use(_)
+                | Class::Begin
+                | Class::Commit { .. }
+                | Class::Rollback { .. }
+                | Class::Empty
+        )
+    }
+
+    /// The pin reason, for `Class::Pin`.
+    pub fn pin(&self) -> Option<Pin> {
+        match self {
+            Class::Pin(p) => Some(*p),
+            _ => None,
+        }
+    }
+}
+
+/// One statement of a COM_QUERY text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Statement {
+    /// Its bytes in the text, without the terminating `;`.
+    pub range: Range<usize>,
+    pub class: Class,
+}
+
+/// The first pin among `statements`, in text order.
+pub fn first_pin(statements: &[Statement]) -> Option<Pin> {
+    statements.iter().find_map(|s| s.class.pin())
+}
+
+/// Why a text cannot be tokenized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LexError {
+    #[error("unterminated string")]
+    UnterminatedString,
+    #[error("unterminated quoted identifier")]
+    UnterminatedIdentifier,
+    #[error("unterminated comment")]
+    UnterminatedComment,
+    #[error("';' or a nested executable comment inside an executable comment")]
+    OddExecutableComment,
+    #[error("non-ASCII byte in a character set whose multi-byte characters may contain quotes")]
+    UnsafeMultibyte,
+}
+
+/// Token kinds. Keywords, identifiers and numbers are all `Word`: the
+/// classifier only compares words with keywords.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// `[A-Za-z0-9_$]` and bytes ≥ 0x80.
+    Word,
+    /// `` `…` `` (or `"…"` under ANSI_QUOTES).
+    QuotedIdent,
+    /// `'…'` (or `"…"` without ANSI_QUOTES).
+    String,
+    /// `@name`, `@'name'`, `` @`name` ``, `@"name"`.
+    UserVar,
+    /// `@@name`, `@@session.name`, `@@global.name`, `@@local.name`.
+    SysVar,
+    /// Any other single byte, or `:=`.
+    Punct,
+    /// A top-level `;`.
+    Semicolon,
+}
+
+/// One token: its kind and its bytes in the text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Token {
+    pub kind: TokenKind,
+    pub start: usize,
+    pub end: usize,
+}
+
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
+}
+
+/// Tokenizes `sql`, skipping whitespace and comments; the contents of
+/// executable comments are tokens like any other code.
+pub fn tokenize(sql: &[u8], opts: &LexOptions) -> Result<Vec<Token>, LexError> {
+    if !opts.ascii_safe_charset && sql.iter().any(|&b| b >= 0x80) {
+        return Err(LexError::UnsafeMultibyte);
+    }
+    let mut toks = Vec::new();
+    let mut i = 0;
+    let mut in_exec_comment = false;
+    let at = |j: usize| sql.get(j).copied();
+    while let Some(b) = at(i) {
+        let start = i;
+        let kind = match b {
+            b' ' | b'\t' | b'\n' | b'\r' | 0x0B | 0x0C => {
+                i += 1;
+                continue;
+            }
+            b'#' => {
+                i = skip_line(sql, i);
+                continue;
+            }
+            b'-' if at(i + 1) == Some(b'-') && at(i + 2).is_none_or(|c| c <= b' ') => {
+                i = skip_line(sql, i);
+                continue;
+            }
+            b'*' if in_exec_comment && at(i + 1) == Some(b'/') => {
+                in_exec_comment = false;
+                i += 2;
+                continue;
+            }
+            b'/' if at(i + 1) == Some(b'*') => {
+                let exec = match (at(i + 2), at(i + 3)) {
+                    (Some(b'!'), _) => Some(i + 3),
+                    (Some(b'M'), Some(b'!')) => Some(i + 4),
+                    _ => None,
+                };
+                match exec {
+                    Some(mut j) => {
+                        if in_exec_comment {
+                            return Err(LexError::OddExecutableComment);
+                        }
+                        // The optional version: 5 digits (MySQL) or 6 (MariaDB).
+                        let mut digits = 0;
+                        while digits < 6 && at(j).is_some_and(|c| c.is_ascii_digit()) {
+                            j += 1;
+                            digits += 1;
+                        }
+                        in_exec_comment = true;
+                        i = j;
+                    }
+                    None => {
+                        let close = find(sql, i + 2, b"*/").ok_or(LexError::UnterminatedComment)?;
+                        i = close + 2;
+                    }
+                }
+                continue;
+            }
+            b'\'' => {
+                i = skip_quoted(sql, i, b'\'', !opts.no_backslash_escapes)
+                    .ok_or(LexError::UnterminatedString)?;
+                TokenKind::String
+            }
+            b'"' if opts.ansi_quotes => {
+                i = skip_quoted(sql, i, b'"', false).ok_or(LexError::UnterminatedIdentifier)?;
+                TokenKind::QuotedIdent
+            }
+            b'"' => {
+                i = skip_quoted(sql, i, b'"', !opts.no_backslash_escapes)
+                    .ok_or(LexError::UnterminatedString)?;
+                TokenKind::String
+            }
+            b'`' => {
+                i = skip_quoted(sql, i, b'`', false).ok_or(LexError::UnterminatedIdentifier)?;
+                TokenKind::QuotedIdent
+            }
+            b'@' if at(i + 1) == Some(b'@') => {
+                i += 2;
+                // scope.name, name, or a quoted name; each part a word or `…`.
+                for part in 0..2 {
+                    match at(i) {
+                        Some(b'`') => {
+                            i = skip_quoted(sql, i, b'`', false)
+                                .ok_or(LexError::UnterminatedIdentifier)?;
+                        }
+                        _ => {
+                            while at(i).is_some_and(is_word_byte) {
+                                i += 1;
+                            }
+                        }
+                    }
+                    if part == 0 && at(i) == Some(b'.') {
+                        i += 1;
+                    } else {
+                        break;
+                    }
+                }
+                TokenKind::SysVar
+            }
+            b'@' => {
+                // `'user'@'host'` and `user@host`: an `@` glued to the end of
+                // a name is the user/host separator, not a variable.
+                let glued = toks.last().is_some_and(|t: &Token| {
+                    t.end == i
+                        && matches!(
+                            t.kind,
+                            TokenKind::Word | TokenKind::String | TokenKind::QuotedIdent
+                        )
+                });
+                match at(i + 1) {
+                    _ if glued => {
+                        i += 1;
+                        TokenKind::Punct
+                    }
+                    Some(q @ (b'\'' | b'"' | b'`')) => {
+                        let esc = q != b'`' && !opts.no_backslash_escapes;
+                        i = skip_quoted(sql, i + 1, q, esc)
+                            .ok_or(LexError::UnterminatedIdentifier)?;
+                        TokenKind::UserVar
+                    }
+                    Some(c) if is_word_byte(c) || c == b'.' => {
+                        i += 1;
+                        while at(i).is_some_and(|c| is_word_byte(c) || c == b'.') {
+                            i += 1;
+                        }
+                        TokenKind::UserVar
+                    }
+                    _ => {
+                        i += 1;
+                        TokenKind::Punct
+                    }
+                }
+            }
+            b':' if at(i + 1) == Some(b'=') => {
+                i += 2;
+                TokenKind::Punct
+            }
+            b';' => {
+                if in_exec_comment {
+                    return Err(LexError::OddExecutableComment);
+                }
+                i += 1;
+                TokenKind::Semicolon
+            }
+            c if is_word_byte(c) => {
+                while at(i).is_some_and(is_word_byte) {
+                    i += 1;
+                }
+                TokenKind::Word
+            }
+            _ => {
+                i += 1;
+                TokenKind::Punct
+            }
+        };
+        toks.push(Token {
+            kind,
+            start,
+            end: i,
+        });
+    }
+    if in_exec_comment {
+        return Err(LexError::UnterminatedComment);
+    }
+    Ok(toks)
+}
+
+/// The index just past the end of the line that starts at `i` (or the end).
+fn skip_line(sql: &[u8], i: usize) -> usize {
+    match sql
+        .get(i..)
+        .and_then(|r| r.iter().position(|&c| c == b'\n'))
+    {
+        Some(p) => i + p + 1,
+        None => sql.len(),
+    }
+}
+
+fn find(sql: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
+    sql.get(from..)?
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|p| from + p)
+}
+
+/// The index just past the closing quote of the quoted text opening at `i`
+/// (a doubled quote is part of the text; with `backslash`, `\` escapes the
+/// next byte). None when unterminated.
+fn skip_quoted(sql: &[u8], i: usize, q: u8, backslash: bool) -> Option<usize> {
+    let mut j = i + 1;
+    loop {
+        let c = *sql.get(j)?;
+        if backslash && c == b'\\' {
+            j += 2;
+        } else if c == q {
+            if sql.get(j + 1) == Some(&q) {
+                j += 2;
+            } else {
+                return Some(j + 1);
+            }
+        } else {
+            j += 1;
+        }
+    }
+}
+
+/// Splits and classifies a COM_QUERY text (see the module docs).
+pub fn classify(sql: &[u8], opts: &LexOptions) -> Vec<Statement> {
+    let unsplittable = || {
+        vec![Statement {
+            range: 0..sql.len(),
+            class: Class::Pin(Pin::Unsplittable),
+        }]
+    };
+    let Ok(toks) = tokenize(sql, opts) else {
+        return unsplittable();
+    };
+    // Statements: the token runs between top-level semicolons, and their
+    // byte ranges.
+    let mut parts: Vec<(Range<usize>, &[Token])> = Vec::new();
+    let mut start_byte = 0;
+    let mut start_tok = 0;
+    for (k, t) in toks.iter().enumerate() {
+        if t.kind == TokenKind::Semicolon {
+            parts.push((start_byte..t.start, &toks[start_tok..k]));
+            start_byte = t.end;
+            start_tok = k + 1;
+        }
+    }
+    parts.push((start_byte..sql.len(), &toks[start_tok..]));
+
+    let mut out = Vec::with_capacity(parts.len());
+    for (k, (range, ts)) in parts.iter().enumerate() {
+        let c = Cx { sql, toks: ts };
+        let rest_has_code = parts[k + 1..].iter().any(|(_, t)| !t.is_empty());
+        match compound_kind(&c) {
+            Compound::None => out.push(Statement {
+                range: range.clone(),
+                class: c.classify(),
+            }),
+            // A single statement: the server reads all of it as one.
+            Compound::Routine if !rest_has_code => out.push(Statement {
+                range: range.clone(),
+                class: Class::Plain,
+            }),
+            Compound::Routine => {
+                // A routine body with `;` inside: the server's parser knows
+                // where it ends, this lexer does not. Accept it when the text
+                // ends with the body's END, and pin on anything inside that
+                // would pin if it ran (conservative, since it does not run).
+                let last = parts.iter().rev().find(|(_, t)| !t.is_empty());
+                let ends_with_end = last.is_some_and(|(_, t)| {
+                    let c = Cx { sql, toks: t };
+                    let n = t.len();
+                    c.kw(n - 1, "END") || (n >= 2 && c.kw(n - 2, "END"))
+                });
+                let pin = parts[k..].iter().find_map(|(_, t)| {
+                    let c = Cx { sql, toks: t };
+                    c.classify().pin()
+                });
+                let class = match (ends_with_end, pin) {
+                    (false, _) => Class::Pin(Pin::Unsplittable),
+                    (true, Some(p)) => Class::Pin(p),
+                    (true, None) => Class::Plain,
+                };
+                out.push(Statement {
+                    range: range.start..sql.len(),
+                    class,
+                });
+                return out;
+            }
+            Compound::Anonymous => {
+                out.push(Statement {
+                    range: range.start..sql.len(),
+                    class: Class::Pin(Pin::Unsplittable),
+                });
+                return out;
+            }
+        }
+    }
+    out
+}
+
+enum Compound {
+    None,
+    /// CREATE … PROCEDURE / FUNCTION / TRIGGER / EVENT / PACKAGE.
+    Routine,
+    /// A compound statement run directly: BEGIN NOT ATOMIC, IF, loops, …
+    Anonymous,
+}
+
+fn compound_kind(c: &Cx<'_>) -> Compound {
+    if c.toks.is_empty() {
+        return Compound::None;
+    }
+    if c.kw(0, "BEGIN") && c.kw(1, "NOT") {
+        return Compound::Anonymous;
+    }
+    for k in ["IF", "WHILE", "LOOP", "REPEAT", "CASE", "FOR", "DECLARE"] {
+        if c.kw(0, k) {
+            return Compound::Anonymous;
+        }
+    }
+    if c.kind(0) == Some(TokenKind::Word) && c.punct(1, b':') {
+        return Compound::Anonymous;
+    }
+    if c.kw(0, "CREATE") {
+        for i in 1..c.toks.len().min(16) {
+            // DEFINER = CURRENT_USER() is the only parenthesis before the
+            // object kind; any other means a column list or parameters.
+            if c.punct(i, b'(') && !c.kw(i.wrapping_sub(1), "CURRENT_USER") {
+                break;
+            }
+            for stop in [
+                "TABLE",
+                "VIEW",
+                "INDEX",
+                "DATABASE",
+                "SCHEMA",
+                "USER",
+                "ROLE",
+                "SEQUENCE",
+                "SERVER",
+                "TABLESPACE",
+            ] {
+                if c.kw(i, stop) {
+                    return Compound::None;
+                }
+            }
+            for k in ["PROCEDURE", "FUNCTION", "TRIGGER", "EVENT", "PACKAGE"] {
+                if c.kw(i, k) {
+                    return Compound::Routine;
+                }
+            }
+        }
+    }
+    Compound::None
+}
+
+/// The tokens of one statement, with the text they index.
+struct Cx<'a> {
+    sql: &'a [u8],
+    toks: &'a [Token],
+}
+
+impl<'a> Cx<'a> {
+    fn kind(&self, i: usize) -> Option<TokenKind> {
+        self.toks.get(i).map(|t| t.kind)
+    }
+
+    fn bytes(&self, i: usize) -> &'a [u8] {
+        match self.toks.get(i) {
+            Some(t) => self.sql.get(t.start..t.end).unwrap_or_default(),
+            None => &[],
+        }
+    }
+
+    /// Token `i` is the (unquoted) keyword `kw`, in any case.
+    fn kw(&self, i: usize, kw: &str) -> bool {
+        self.kind(i) == Some(TokenKind::Word) && self.bytes(i).eq_ignore_ascii_case(kw.as_bytes())
+    }
+
+    fn kw_any(&self, i: usize, kws: &[&str]) -> bool {
+        kws.iter().any(|k| self.kw(i, k))
+    }
+
+    fn punct(&self, i: usize, p: u8) -> bool {
+        self.kind(i) == Some(TokenKind::Punct) && self.bytes(i) == [p]
+    }
+
+    fn assign_op(&self, i: usize) -> bool {
+        self.kind(i) == Some(TokenKind::Punct) && matches!(self.bytes(i), b"=" | b":=")
+    }
+
+    /// Source text from token `a` through token `b` (inclusive), as UTF-8.
+    fn text(&self, a: usize, b: usize) -> Option<String> {
+        let (s, e) = (self.toks.get(a)?.start, self.toks.get(b)?.end);
+        let t = std::str::from_utf8(self.sql.get(s..e)?).ok()?;
+        Some(t.to_owned())
+    }
+
+    /// A name: a word, a `…` identifier or a string, unquoted, lower-cased.
+    fn name(&self, i: usize) -> Option<String> {
+        let raw = self.bytes(i);
+        let s = match self.kind(i)? {
+            TokenKind::Word => std::str::from_utf8(raw).ok()?.to_owned(),
+            TokenKind::QuotedIdent | TokenKind::String => unquote(raw)?,
+            _ => return None,
+        };
+        Some(s.to_lowercase())
+    }
+
+    fn classify(&self) -> Class {
+        let n = self.toks.len();
+        if n == 0 {
+            return Class::Empty;
+        }
+        // The leading keyword; `(SELECT …)` leads with parentheses.
+        let first = (0..n).find(|&i| !self.punct(i, b'(')).unwrap_or(0);
+        if let Some(c) = self.leading_pin(first) {
+            return c;
+        }
+        if let Some(c) = self.plain_function_select(first) {
+            return c;
+        }
+        if let Some(p) = self.scan_pins(first) {
+            return Class::Pin(p);
+        }
+        let f = first;
+        if self.kw(f, "SET") {
+            return self.classify_set(f + 1);
+        }
+        if self.kw(f, "USE") && n == f + 2 {
+            // Schema names keep their case: they are case-sensitive on most
+            // file systems.
+            let raw = self.bytes(f + 1);
+            let schema = match self.kind(f + 1) {
+                Some(TokenKind::Word) => std::str::from_utf8(raw).ok().map(str::to_owned),
+                Some(TokenKind::QuotedIdent) => unquote(raw),
+                _ => None,
+            };
+            if let Some(s) = schema {
+                return Class::Use(s);
+            }
+        }
+        if (self.kw(f, "BEGIN") && (n == f + 1 || (self.kw(f + 1, "WORK") && n == f + 2)))
+            || (self.kw(f, "START") && self.kw(f + 1, "TRANSACTION"))
+        {
+            return Class::Begin;
+        }
+        if self.kw(f, "COMMIT") || self.kw(f, "ROLLBACK") {
+            return self.classify_end(f);
+        }
+        if self.kw(f, "UNLOCK") && self.kw_any(f + 1, &["TABLE", "TABLES"]) {
+            return Class::UnlockTables;
+        }
+        if self.kw(f, "SHOW") {
+            let limit_ok = |i: usize| n == i || self.kw(i, "LIMIT");
+            if self.kw(f + 1, "WARNINGS") && limit_ok(f + 2) {
+                return Class::ShowWarnings;
+            }
+            if self.kw(f + 1, "ERRORS") && limit_ok(f + 2) {
+                return Class::ShowErrors;
+            }
+            if self.kw(f + 1, "COUNT")
+                && self.punct(f + 2, b'(')
+                && self.punct(f + 3, b'*')
+                && self.punct(f + 4, b')')
+                && n == f + 6
+            {
+                if self.kw(f + 5, "WARNINGS") {
+                    return Class::ShowCountWarnings;
+                }
+                if self.kw(f + 5, "ERRORS") {
+                    return Class::ShowCountErrors;
+                }
+            }
+        }
+        Class::Plain
+    }
+
+    /// Statements that pin by their leading keywords.
+    fn leading_pin(&self, f: usize) -> Option<Class> {
+        let pin = |p| Some(Class::Pin(p));
+        if self.kw(f, "LOCK") {
+            if self.kw_any(f + 1, &["TABLE", "TABLES"]) {
+                return pin(Pin::LockTables);
+            }
+            if self.kw(f + 1, "INSTANCE") {
+                return pin(Pin::BackupLock);
+            }
+        }
+        if self.kw(f, "FLUSH") {
+            let n = self.toks.len();
+            let with_read_lock = (f..n)
+                .any(|i| self.kw(i, "WITH") && self.kw(i + 1, "READ") && self.kw(i + 2, "LOCK"));
+            let for_export = (f..n).any(|i| self.kw(i, "FOR") && self.kw(i + 1, "EXPORT"));
+            if with_read_lock || for_export {
+                return pin(Pin::FlushTablesWithReadLock);
+            }
+        }
+        if self.kw(f, "BACKUP") && self.kw_any(f + 1, &["STAGE", "LOCK"]) {
+            return pin(Pin::BackupLock);
+        }
+        if self.kw(f, "HANDLER") {
+            return pin(Pin::Handler);
+        }
+        if self.kw(f, "XA") {
+            return pin(Pin::Xa);
+        }
+        if self.kw_any(f, &["PREPARE", "EXECUTE", "DEALLOCATE"])
+            || (self.kw(f, "DROP") && self.kw(f + 1, "PREPARE"))
+        {
+            return pin(Pin::TextPrepare);
+        }
+        if self.kw_any(f, &["CREATE", "DROP"]) {
+            // TEMPORARY among the words before the object kind.
+            let temporary = (f + 1..self.toks.len())
+                .take_while(|&i| {
+                    self.kind(i) == Some(TokenKind::Word) && !self.kw_any(i, &["TABLE", "SEQUENCE"])
+                })
+                .any(|i| self.kw(i, "TEMPORARY"));
+            if temporary {
+                return pin(Pin::TemporaryTable);
+            }
+        }
+        if self.kw(f, "SET") && self.kw(f + 1, "ROLE") {
+            return pin(Pin::SetRole);
+        }
+        if self.kw(f, "GET")
+            && (self.kw(f + 1, "DIAGNOSTICS")
+                || (self.kw_any(f + 1, &["CURRENT", "STACKED"]) && self.kw(f + 2, "DIAGNOSTICS")))
+        {
+            return pin(Pin::PreviousStatementState);
+        }
+        None
+    }
+
+    /// `SELECT LAST_INSERT_ID() [[AS] alias]` and the same for ROW_COUNT()
+    /// and FOUND_ROWS(): nothing else in the statement.
+    fn plain_function_select(&self, f: usize) -> Option<Class> {
+        if f != 0 || !self.kw(0, "SELECT") {
+            return None;
+        }
+        let func = ["LAST_INSERT_ID", "ROW_COUNT", "FOUND_ROWS"]
+            .into_iter()
+            .find(|k| self.kw(1, k))?;
+        if !self.punct(2, b'(') || !self.punct(3, b')') {
+            return None;
+        }
+        let n = self.toks.len();
+        let alias_at = match n {
+            4 => None,
+            5 => Some(4),
+            6 if self.kw(4, "AS") => Some(5),
+            _ => return None,
+        };
+        let column = match alias_at {
+            None => self.text(1, 3)?,
+            Some(i) => {
+                const NOT_ALIASES: [&str; 11] = [
+                    "FROM", "INTO", "LIMIT", "WHERE", "UNION", "FOR", "LOCK", "ORDER", "GROUP",
+                    "HAVING", "AS",
+                ];
+                if self.kw_any(i, &NOT_ALIASES) {
+                    return None;
+                }
+                match self.kind(i)? {
+                    TokenKind::Word => self.text(i, i)?,
+                    TokenKind::QuotedIdent | TokenKind::String => unquote(self.bytes(i))?,
+                    _ => return None,
+                }
+            }
+        };
+        Some(match func {
+            "LAST_INSERT_ID" => Class::LastInsertId { column },
+            "ROW_COUNT" => Class::RowCount { column },
+            _ => Class::FoundRows { column },
+        })
+    }
+
+    /// Pin triggers anywhere in the statement (first one in text order).
+    fn scan_pins(&self, f: usize) -> Option<Pin> {
+        let is_select = self.kw(f, "SELECT") || self.kw(f, "WITH");
+        let is_call = self.kw(f, "CALL");
+        for i in 0..self.toks.len() {
+            match self.kind(i)? {
+                TokenKind::Word => {
+                    if self.kw(i, "SQL_CALC_FOUND_ROWS") {
+                        return Some(Pin::SqlCalcFoundRows);
+                    }
+                    // `SET @x` also inside a routine body or a trigger.
+                    if self.kw_any(i, &["INTO", "SET"])
+                        && self.kind(i + 1) == Some(TokenKind::UserVar)
+                    {
+                        return Some(Pin::UserVariableWrite);
+                    }
+                    let call = self.punct(i + 1, b'(');
+                    if call && self.kw_any(i, &["GET_LOCK", "RELEASE_LOCK", "RELEASE_ALL_LOCKS"]) {
+                        return Some(Pin::LockFunction);
+                    }
+                    if call && self.kw_any(i, &["ROW_COUNT", "FOUND_ROWS"]) {
+                        return Some(Pin::PreviousStatementState);
+                    }
+                    if call && self.kw(i, "LAST_INSERT_ID") {
+                        // LAST_INSERT_ID(expr) sets the value; outside a
+                        // SELECT the statement's OK packet carries it.
+                        let reads = self.punct(i + 2, b')');
+                        if reads || is_select {
+                            return Some(Pin::PreviousStatementState);
+                        }
+                    }
+                }
+                TokenKind::UserVar => {
+                    let assigned =
+                        self.kind(i + 1) == Some(TokenKind::Punct) && self.bytes(i + 1) == b":=";
+                    if is_call || assigned {
+                        return Some(Pin::UserVariableWrite);
+                    }
+                }
+                TokenKind::SysVar => {
+                    if let Some((_, name)) = sysvar_parts(self.bytes(i)) {
+                        if name == "warning_count" || name == "error_count" {
+                            return Some(Pin::PreviousStatementState);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// COMMIT / ROLLBACK and their options.
+    fn classify_end(&self, f: usize) -> Class {
+        let n = self.toks.len();
+        let mut i = f + 1;
+        if self.kw(i, "WORK") {
+            i += 1;
+        }
+        if self.kw(f, "ROLLBACK") && self.kw(i, "TO") {
+            return Class::Plain;
+        }
+        let mut chain = false;
+        let mut release = false;
+        while i < n {
+            if self.kw(i, "AND") && self.kw(i + 1, "CHAIN") {
+                chain = true;
+                i += 2;
+            } else if self.kw(i, "AND") && self.kw(i + 1, "NO") && self.kw(i + 2, "CHAIN") {
+                i += 3;
+            } else if self.kw(i, "RELEASE") {
+                release = true;
+                i += 1;
+            } else if self.kw(i, "NO") && self.kw(i + 1, "RELEASE") {
+                i += 2;
+            } else {
+                return Class::Plain;
+            }
+        }
+        if self.kw(f, "COMMIT") {
+            Class::Commit { chain, release }
+        } else {
+            Class::Rollback { chain, release }
+        }
+    }
+
+    /// The SET statement after its SET keyword (token `i`).
+    fn classify_set(&self, i: usize) -> Class {
+        let n = self.toks.len();
+        // SET STATEMENT var=value[, …] FOR statement: the settings last for
+        // that statement only, so the class is the inner statement's.
+        if self.kw(i, "STATEMENT") {
+            let mut depth = 0i32;
+            for k in i + 1..n {
+                if self.punct(k, b'(') {
+                    depth += 1;
+                } else if self.punct(k, b')') {
+                    depth -= 1;
+                } else if depth == 0 && self.kw(k, "FOR") {
+                    let inner = Cx {
+                        sql: self.sql,
+                        toks: &self.toks[k + 1..],
+                    };
+                    return match inner.classify() {
+                        Class::Empty => Class::Pin(Pin::UnrecognizedSet),
+                        c => c,
+                    };
+                }
+            }
+            return Class::Pin(Pin::UnrecognizedSet);
+        }
+        if self.kw(i, "PASSWORD") || (self.kw(i, "DEFAULT") && self.kw(i + 1, "ROLE")) {
+            return Class::Plain;
+        }
+        // SET [GLOBAL|SESSION|LOCAL] TRANSACTION …
+        let (tscope, t) = match self.scope_kw(i) {
+            Some(s) => (Some(s), i + 1),
+            None => (None, i),
+        };
+        if self.kw(t, "TRANSACTION") {
+            return match self.text(t + 1, n.saturating_sub(1)) {
+                Some(characteristics) if n > t + 1 => Class::SetTransaction {
+                    scope: tscope,
+                    characteristics,
+                },
+                _ => Class::Pin(Pin::UnrecognizedSet),
+            };
+        }
+        match self.set_items(i) {
+            Ok(items) if !items.is_empty() => Class::Set(items),
+            Ok(_) => Class::Pin(Pin::UnrecognizedSet),
+            Err(p) => Class::Pin(p),
+        }
+    }
+
+    fn scope_kw(&self, i: usize) -> Option<Scope> {
+        if self.kw_any(i, &["SESSION", "LOCAL"]) {
+            Some(Scope::Session)
+        } else if self.kw_any(i, &["GLOBAL", "PERSIST", "PERSIST_ONLY"]) {
+            Some(Scope::Global)
+        } else {
+            None
+        }
+    }
+
+    /// The items of a SET list starting at token `i`. The error is the pin:
+    /// a user variable target, or anything this lexer does not recognise. A
+    /// scope keyword applies to the following items that have none, as in
+    /// MySQL.
+    fn set_items(&self, mut i: usize) -> Result<Vec<SetItem>, Pin> {
+        const BAD: Pin = Pin::UnrecognizedSet;
+        let n = self.toks.len();
+        let mut items = Vec::new();
+        let mut default_scope = Scope::Session;
+        loop {
+            if let Some(s) = self.scope_kw(i) {
+                default_scope = s;
+                i += 1;
+            }
+            let item_end = self.item_end(i);
+            if self.kw(i, "NAMES") {
+                let charset = self.charset_name(i + 1).ok_or(BAD)?;
+                let collation = match item_end.checked_sub(i + 2) {
+                    Some(0) => None,
+                    Some(2) if self.kw(i + 2, "COLLATE") => Some(self.name(i + 3).ok_or(BAD)?),
+                    _ => return Err(BAD),
+                };
+                items.push(SetItem::Names { charset, collation });
+            } else if self.kw(i, "CHARSET") || (self.kw(i, "CHARACTER") && self.kw(i + 1, "SET")) {
+                let at = if self.kw(i, "CHARSET") { i + 1 } else { i + 2 };
+                if item_end != at + 1 {
+                    return Err(BAD);
+                }
+                items.push(SetItem::CharacterSet(self.charset_name(at).ok_or(BAD)?));
+            } else {
+                let (scope, name, mut v) = match self.kind(i).ok_or(BAD)? {
+                    TokenKind::UserVar => return Err(Pin::UserVariableWrite),
+                    TokenKind::SysVar => {
+                        let (scope, name) = sysvar_parts(self.bytes(i)).ok_or(BAD)?;
+                        (scope.unwrap_or(Scope::Session), name, i + 1)
+                    }
+                    TokenKind::Word | TokenKind::QuotedIdent => {
+                        let mut name = self.name(i).ok_or(BAD)?;
+                        let mut v = i + 1;
+                        // Structured variables: `default.key_buffer_size`.
+                        if self.punct(v, b'.') {
+                            name = format!("{name}.{}", self.name(v + 1).ok_or(BAD)?);
+                            v += 2;
+                        }
+                        (default_scope, name, v)
+                    }
+                    _ => return Err(BAD),
+                };
+                if !self.assign_op(v) {
+                    return Err(BAD);
+                }
+                v += 1;
+                if v >= item_end {
+                    return Err(BAD);
+                }
+                let value = self.text(v, item_end - 1).ok_or(BAD)?;
+                items.push(SetItem::Variable { scope, name, value });
+            }
+            if item_end >= n {
+                return Ok(items);
+            }
+            // item_end is a top-level comma.
+            i = item_end + 1;
+        }
+    }
+
+    /// The index of the top-level comma that ends the SET item starting at
+    /// `i`, or the statement's length.
+    fn item_end(&self, i: usize) -> usize {
+        let mut depth = 0i32;
+        for k in i..self.toks.len() {
+            if self.punct(k, b'(') {
+                depth += 1;
+            } else if self.punct(k, b')') {
+                depth -= 1;
+            } else if depth == 0 && self.punct(k, b',') {
+                return k;
+            }
+        }
+        self.toks.len()
+    }
+
+    /// A character set name, or None (outer Some) for DEFAULT.
+    fn charset_name(&self, i: usize) -> Option<Option<String>> {
+        if self.kw(i, "DEFAULT") {
+            return Some(None);
+        }
+        Some(Some(self.name(i)?))
+    }
+}
+
+/// (scope, lower-cased name) of a `@@[scope.]name` token.
+fn sysvar_parts(raw: &[u8]) -> Option<(Option<Scope>, String)> {
+    let body = raw.strip_prefix(b"@@")?;
+    let part = |b: &[u8]| -> Option<String> {
+        let s = match b.first() {
+            Some(b'`') => unquote(b)?,
+            _ => std::str::from_utf8(b).ok()?.to_owned(),
+        };
+        Some(s.to_lowercase())
+    };
+    // The scope prefix is a plain word followed by '.'.
+    if let Some(dot) = body.iter().position(|&c| c == b'.') {
+        let (head, tail) = (&body[..dot], &body[dot + 1..]);
+        let scope = if head.eq_ignore_ascii_case(b"global") {
+            Scope::Global
+        } else if head.eq_ignore_ascii_case(b"session") || head.eq_ignore_ascii_case(b"local") {
+            Scope::Session
+        } else {
+            return None;
+        };
+        let name = part(tail)?;
+        return (!name.is_empty()).then_some((Some(scope), name));
+    }
+    let name = part(body)?;
+    (!name.is_empty()).then_some((None, name))
+}
+
+/// The text of a quoted token without its quotes, doubled quotes undone and
+/// (for strings) backslash escapes of quotes and backslashes undone.
+fn unquote(raw: &[u8]) -> Option<String> {
+    let (&q, rest) = raw.split_first()?;
+    let inner = rest.strip_suffix(&[q])?;
+    let mut out = Vec::with_capacity(inner.len());
+    let mut k = 0;
+    while let Some(&c) = inner.get(k) {
+        if c == q && inner.get(k + 1) == Some(&q) {
+            out.push(q);
+            k += 2;
+        } else if c == b'\\' && q != b'`' && inner.get(k + 1).is_some() {
+            out.push(inner[k + 1]);
+            k += 2;
+        } else {
+            out.push(c);
+            k += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+#[path = "lexer_tests.rs"]
+mod tests;
