@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod client_login;
+pub mod compress;
 pub mod constants;
 pub mod handshake;
 pub mod kill;
