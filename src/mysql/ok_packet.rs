@@ -35,7 +35,9 @@
 //! with CLIENT_SESSION_TRACK:
 //!   info          lenenc str (absent when empty and no state changed)
 //!   state         lenenc str (only when status has SESSION_STATE_CHANGED)
-//!                 = a sequence of blocks: type u8, data lenenc str
+//!                 = a sequence of blocks: type u8, data lenenc str; the data
+//!                 is itself one or two lenenc strings, except for type 2
+//!                 (STATE_CHANGE), whose data is the bare byte '1'
 //! without it:
 //!   info          string<EOF>
 //! ```
@@ -81,8 +83,8 @@ pub enum StateChange<'a> {
     SystemVariable { name: &'a [u8], value: &'a [u8] },
     /// The current schema is now this one.
     Schema(&'a [u8]),
-    /// Session state changed in a way the other trackers do not describe
-    /// (the payload is "1"; the flag alone is the information).
+    /// Session state changed in a way the other trackers do not describe.
+    /// The block's data is the raw byte `1` (not a lenenc string).
     StateChanged(&'a [u8]),
     /// GTIDs (MySQL's `session_track_gtids`): encoding specification byte
     /// and the GTID set text.
@@ -292,7 +294,9 @@ fn parse_block(kind: u8, data: &[u8]) -> Result<StateChange<'_>, ProtocolError> 
             value: r.lenenc_bytes("system variable value")?,
         },
         SESSION_TRACK_SCHEMA => StateChange::Schema(r.lenenc_bytes("schema name")?),
-        SESSION_TRACK_STATE_CHANGE => StateChange::StateChanged(r.lenenc_bytes("state change")?),
+        // Unlike the other types, the data is the flag itself, not a
+        // lenenc string: `02 01 31` (checked against MariaDB 10.11).
+        SESSION_TRACK_STATE_CHANGE => StateChange::StateChanged(data),
         SESSION_TRACK_GTIDS => StateChange::Gtids {
             spec: r.u8("gtid encoding")?,
             gtids: r.lenenc_bytes("gtids")?,

@@ -77,7 +77,7 @@ fn every_block_type() {
     let mut blocks = Vec::new();
     blocks.extend(block(0, &[b"autocommit", b"OFF"]));
     blocks.extend(block(1, &[b"shop"]));
-    blocks.extend(block(2, &[b"1"]));
+    blocks.extend([2, 1, b'1']);
     // GTIDS: spec byte then a lenenc string.
     blocks.extend([3, 6, 0, 4]);
     blocks.extend(b"0-1-");
@@ -201,4 +201,116 @@ fn truncations_are_errors_never_panics() {
         parse_state_blocks(&extra).unwrap(),
         vec![StateChange::Schema(b"d")]
     );
+}
+
+/// The OKs MariaDB 10.11 sent in tests/session_track.rs (CLIENT_SESSION_TRACK,
+/// DEPRECATE_EOF, the four trackers on), by statement.
+fn captured() -> Vec<(&'static str, Vec<u8>)> {
+    include_str!("testdata/session-track-oks.txt")
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (label, hex) = l.rsplit_once(' ').unwrap();
+            let bytes = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect();
+            (label, bytes)
+        })
+        .collect()
+}
+
+fn captured_ok(label: &str) -> Vec<u8> {
+    captured()
+        .into_iter()
+        .find(|(l, _)| *l == label)
+        .unwrap_or_else(|| panic!("no capture {label}"))
+        .1
+}
+
+const MARIADB: u32 = TRACK | CLIENT_DEPRECATE_EOF;
+
+#[test]
+fn every_captured_ok_parses_and_every_prefix_fails() {
+    let all = captured();
+    assert!(all.len() > 30);
+    for (label, p) in &all {
+        assert!(is_ok_packet(p, true), "{label}");
+        let ok = parse_ok(p, MARIADB).unwrap_or_else(|e| panic!("{label}: {e}"));
+        assert_eq!(ok.state_changed(), !ok.session_state.is_empty(), "{label}");
+        // Cuts inside the blocks are errors (cuts right after the warnings are a
+        // valid short OK unless the flag promises blocks).
+        for cut in 7..p.len() {
+            if ok.state_changed() {
+                assert!(parse_ok(&p[..cut], MARIADB).is_err(), "{label} cut {cut}");
+            }
+        }
+    }
+}
+
+#[test]
+fn captured_set_autocommit() {
+    let p = captured_ok("SET_autocommit=0");
+    let ok = parse_ok(&p, MARIADB).unwrap();
+    assert_eq!(ok.status, SERVER_SESSION_STATE_CHANGED);
+    assert_eq!(
+        ok.session_state,
+        vec![
+            StateChange::SystemVariable {
+                name: b"autocommit",
+                value: b"OFF"
+            },
+            StateChange::StateChanged(b"1"),
+        ]
+    );
+}
+
+#[test]
+fn captured_transactions_and_locks() {
+    let ok_of = |l: &str| captured_ok(l);
+    let p = ok_of("BEGIN");
+    let ok = parse_ok(&p, MARIADB).unwrap();
+    assert!(ok.in_transaction() && ok.transaction_state().unwrap().transaction_open());
+    assert_eq!(
+        ok.transaction_characteristics(),
+        Some(&b"START TRANSACTION;"[..])
+    );
+    let p = ok_of("COMMIT");
+    let ok = parse_ok(&p, MARIADB).unwrap();
+    assert!(ok.transaction_state().unwrap().is_idle());
+    assert_eq!(ok.transaction_characteristics(), Some(&b""[..]));
+    let p = ok_of("LOCK_TABLES_t_READ");
+    let ok = parse_ok(&p, MARIADB).unwrap();
+    assert!(ok.transaction_state().unwrap().locked_tables() && !ok.in_transaction());
+    let p = ok_of("SET_TRANSACTION_ISOLATION_LEVEL_SERIALIZABLE");
+    let ok = parse_ok(&p, MARIADB).unwrap();
+    assert!(!ok.has_state_change_block());
+    assert_eq!(
+        ok.transaction_characteristics(),
+        Some(&b"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE;"[..])
+    );
+}
+
+#[test]
+fn captured_schema_user_variable_and_insert_id() {
+    let p = captured_ok("USE_muxlex_track");
+    let ok = parse_ok(&p, MARIADB).unwrap();
+    assert_eq!(ok.schema(), Some(&b"muxlex_track"[..]));
+    // A user variable: only the '1' block.
+    let p = captured_ok("SET_@x_=_1");
+    let ok = parse_ok(&p, MARIADB).unwrap();
+    assert_eq!(ok.session_state, vec![StateChange::StateChanged(b"1")]);
+    // `SELECT @y := 2`: its 0xFE terminator has no flag at all.
+    let p = captured_ok("SELECT_@y_:=_2");
+    assert_eq!(p[0], 0xFE);
+    assert!(!parse_ok(&p, MARIADB).unwrap().state_changed());
+    let p = captured_ok("UPDATE_t_SET_a_=_LAST_INSERT_ID(a_+_1000)_WHERE_id_=_1");
+    let ok = parse_ok(&p, MARIADB).unwrap();
+    assert_eq!((ok.affected_rows, ok.last_insert_id), (1, 1001));
+    assert_eq!(
+        ok.info,
+        b"Rows matched: 1  Changed: 1  Warnings: 0".as_slice()
+    );
+    let p = captured_ok("INSERT_IGNORE_INTO_t_(a)_VALUES_('12x')");
+    assert_eq!(parse_ok(&p, MARIADB).unwrap().warnings, 1);
 }
