@@ -327,7 +327,7 @@ fn mariadb_session_tracking_facts() {
     }
     let (st, b, _) = run(&mut c, "DO 1");
     assert!(
-        !(st & SERVER_SESSION_STATE_CHANGED != 0) && b.is_empty(),
+        st & SERVER_SESSION_STATE_CHANGED == 0 && b.is_empty(),
         "DO 1 after COM_STMT_PREPARE: {b:?}"
     );
     write_packet(
@@ -337,14 +337,14 @@ fn mariadb_session_tracking_facts() {
     );
     let (st, b, _) = run(&mut c, "DO 1");
     assert!(
-        !(st & SERVER_SESSION_STATE_CHANGED != 0) && b.is_empty(),
+        st & SERVER_SESSION_STATE_CHANGED == 0 && b.is_empty(),
         "DO 1 after COM_STMT_CLOSE: {b:?}"
     );
 
     // GET_LOCK: result set.
     let (st, b, _) = run(&mut c, "SELECT GET_LOCK('muxlex', 1)");
     assert!(
-        !(st & SERVER_SESSION_STATE_CHANGED != 0) && b.is_empty(),
+        st & SERVER_SESSION_STATE_CHANGED == 0 && b.is_empty(),
         "GET_LOCK: {b:?}"
     );
     assert_eq!(
@@ -353,7 +353,7 @@ fn mariadb_session_tracking_facts() {
     );
     let (st, b, _) = run(&mut c, "SELECT RELEASE_LOCK('muxlex')");
     assert!(
-        !(st & SERVER_SESSION_STATE_CHANGED != 0) && b.is_empty(),
+        st & SERVER_SESSION_STATE_CHANGED == 0 && b.is_empty(),
         "RELEASE_LOCK: {b:?}"
     );
     assert_eq!(
