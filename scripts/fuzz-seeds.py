@@ -19,6 +19,11 @@ Seed formats are those of the fuzz targets (fuzz/fuzz_targets/*.rs):
   tracker: 1 flag byte (bit 0 = deprecate_eof), then records: 0xF0 = client bytes follow,
            0xF1 = server bytes follow, 0xF3 = chunk boundary; data bytes 0xF0..0xF4 are escaped
            as 0xF4, b - 0xF0.
+  lexer: 1 flag byte (bit 0 = NO_BACKSLASH_ESCAPES, bit 1 = ANSI_QUOTES, bit 2 = unsafe
+         multi-byte charset), then a COM_QUERY text: every captured COM_QUERY, plus LEXER_SQL.
+  ok_packet: 1 flag byte (bit 0 = PROTOCOL_41, bit 1 = TRANSACTIONS, bit 2 = SESSION_TRACK,
+             bit 3 = deprecate_eof), then an OK payload: every captured OK, and the
+             session-tracking OKs of src/mysql/testdata/session-track-oks.txt.
 
 Usage: scripts/fuzz-seeds.py [--port 3707] [--out fuzz/seeds]
 """
@@ -35,7 +40,24 @@ import threading
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTDATA = os.path.join(REPO, "src", "mysql", "testdata")
 CLIENT_DEPRECATE_EOF = 0x1000000
+CLIENT_SESSION_TRACK = 0x800000
 MAX_SEED = 8192  # bytes per tracker seed: libFuzzer works best on small inputs
+
+
+# Hand-picked texts for the lexer: the tricky cases of src/mysql/lexer_tests.rs.
+LEXER_SQL = [
+    b"SET autocommit=0, @x=1",
+    b"set @@session.autocommit=1; SET SESSION sql_mode = 'A,B'",
+    b"SELECT '@x'; SELECT @@sql_mode; SELECT 1 /* @x := 2 */",
+    b"SELECT /*! SQL_CALC_FOUND_ROWS */ * FROM t; SELECT /*M!100100 1 */",
+    b"SET NAMES utf8mb4 COLLATE utf8mb4_unicode_ci; USE `my db`",
+    b"SELECT 'a\\';' ; SELECT \"a\\\"\"; SELECT `a``b` -- c\n# d\n",
+    b"CREATE DEFINER=`root`@`localhost` PROCEDURE p() BEGIN SET @x = 1; SELECT 2; END",
+    b"BEGIN NOT ATOMIC SELECT 1; END",
+    b"SELECT LAST_INSERT_ID() AS id; SHOW COUNT(*) WARNINGS; COMMIT AND CHAIN RELEASE",
+    b"SET STATEMENT max_statement_time=1 FOR SELECT GET_LOCK('a', 1) INTO @r",
+    b"SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION READ ONLY",
+]
 
 
 def load_capture(path):
@@ -146,11 +168,29 @@ def from_captures(seeds):
         # Every server packet (OK, ERR, EOF, column definitions, rows) for the reply parsers.
         server = b"".join(d for dr, d in recs if dr == 1)
         seen = 0
+        ok_flags = 0x3 | (0x4 if caps & CLIENT_SESSION_TRACK else 0) | (0x8 if deof else 0)
         for payload, framed in packets(server):
             if len(framed) > 512 or seen > 150:
                 continue
             seeds.add("framing_handshake", bytes([deof]) + framed)
+            if payload[:1] in (b"\x00", b"\xfe") and len(payload) > 5:
+                seeds.add("ok_packet", bytes([ok_flags]) + payload)
             seen += 1
+        # Every COM_QUERY text for the lexer.
+        client = b"".join(d for dr, d in recs if dr == 0)
+        for payload, _ in packets(client):
+            if payload[:1] == b"\x03" and len(payload) <= MAX_SEED:
+                seeds.add("lexer", bytes([0]) + payload[1:])
+    for sql in LEXER_SQL:
+        seeds.add("lexer", bytes([0]) + sql)
+        seeds.add("lexer", bytes([3]) + sql)
+    track = os.path.join(TESTDATA, "session-track-oks.txt")
+    if os.path.exists(track):
+        for line in open(track):
+            line = line.strip()
+            if line and not line.startswith("#"):
+                hexdata = line.split()[-1]
+                seeds.add("ok_packet", bytes([0x7]) + bytes.fromhex(hexdata))
 
 
 def live_login(seeds, port):

@@ -493,3 +493,51 @@ fn mariadb_session_tracking_facts() {
     let (_, b, _) = run(&mut c, &format!("DROP DATABASE {db}"));
     assert_eq!(b, ["schema "]);
 }
+
+/// `SessionVars::diff` replays one connection's settings on another: afterwards the server
+/// reports the same values on both, and the second diff is empty (the trackers' report of the
+/// replay brings the backend's record up to date).
+#[test]
+fn session_vars_diff_replays_on_another_connection() {
+    use ringgate::mysql::session_vars::SessionVars;
+    const TRACKERS: &str = "SET session_track_state_change=ON, session_track_schema=ON, \
+         session_track_system_variables='*', session_track_transaction_info='CHARACTERISTICS'";
+    let mut a = Conn::login();
+    let mut b = Conn::login();
+    let (mut va, mut vb) = (SessionVars::default(), SessionVars::default());
+    for (c, v) in [(&mut a, &mut va), (&mut b, &mut vb)] {
+        let p = c.query(TRACKERS);
+        v.apply_ok(&parse_ok(&p, CAPS).unwrap());
+    }
+    for sql in [
+        "SET autocommit = 0",
+        "SET SESSION sql_mode = 'ANSI_QUOTES,NO_BACKSLASH_ESCAPES'",
+        "SET NAMES latin1 COLLATE latin1_bin",
+        "SET time_zone = '+01:00', wait_timeout = 77",
+        "SET @@session.group_concat_max_len = 4096",
+    ] {
+        let p = a.query(sql);
+        va.apply_ok(&parse_ok(&p, CAPS).unwrap());
+        if let Class::Set(items) = class(sql) {
+            va.apply_set(&items);
+        }
+    }
+    let stmts = va.diff(&vb);
+    assert_eq!(stmts.len(), 1, "{stmts:?}");
+    println!("replay: {}", stmts[0]);
+    let p = b.query(&stmts[0]);
+    vb.apply_ok(&parse_ok(&p, CAPS).unwrap());
+    // The replay sets collation_connection by name, so the tracker reports it too (unlike
+    // SET NAMES … COLLATE): the backend's record is complete without adopt_vars.
+    assert!(va.diff(&vb).is_empty());
+    assert_eq!(va.fingerprint(), vb.fingerprint());
+    let probe = "SELECT CONCAT_WS('|', @@autocommit, @@sql_mode, @@character_set_client, \
+                 @@character_set_results, @@collation_connection, @@time_zone, @@wait_timeout, \
+                 @@group_concat_max_len)";
+    let want = value(&mut a, probe);
+    assert_eq!(value(&mut b, probe), want);
+    assert!(
+        want.contains("latin1_bin") && want.contains("+01:00"),
+        "{want}"
+    );
+}

@@ -14,6 +14,7 @@ pub mod lexer;
 pub mod ok_packet;
 pub mod packet;
 pub mod reply;
+pub mod session_vars;
 pub mod tracker;
 pub mod users;
 
