@@ -33,7 +33,7 @@
 //!
 //! | [`Pin`] | statements | why |
 //! |---|---|---|
-//! | `UserVariableWrite` | `SET @x = …`, `@x := …` anywhere, `… INTO @x`, `CALL p(@x)` | MariaDB 10.11 has no user-variable tracker; OUT parameters write the variable |
+//! | `UserVariableWrite` | `SET @x = …`, `@x := …` anywhere, `… INTO @x`, `CALL p(@x)`, `LOAD DATA … (@x)` | MariaDB 10.11 has no user-variable tracker (and `SELECT @x := 1` does not even raise the state-change flag); OUT parameters and LOAD DATA's column list write the variable |
 //! | `TemporaryTable` | `CREATE [OR REPLACE] TEMPORARY TABLE/SEQUENCE`, `DROP TEMPORARY TABLE` | the table lives in the connection |
 //! | `LockFunction` | `GET_LOCK(`, `RELEASE_LOCK(`, `RELEASE_ALL_LOCKS(` | named locks belong to the connection. `IS_FREE_LOCK` and `IS_USED_LOCK` only read the server-wide lock table, and an unpinned session holds no lock, so they give the same answer on any connection: not pinned |
 //! | `LockTables` | `LOCK TABLE[S] …` | until [`Class::UnlockTables`] |
@@ -44,7 +44,7 @@
 //! | `Handler` | `HANDLER …` | an open handler lives in the connection |
 //! | `Xa` | `XA …` | XA transactions outlive the status flags' notion of a transaction |
 //! | `SetRole` | `SET ROLE …` | not tracked, and MariaDB's COM_RESET_CONNECTION keeps it |
-//! | `PreviousStatementState` | `LAST_INSERT_ID()`, `ROW_COUNT()`, `FOUND_ROWS()` other than the plain `SELECT f()` forms; `LAST_INSERT_ID(expr)` in a `SELECT`; `@@warning_count`, `@@error_count`; `GET DIAGNOSTICS` | the answer depends on the previous statement of the connection. The proxy need not pin when it still holds the backend that ran the previous statement (in a transaction, or kept until the next statement) |
+//! | `PreviousStatementState` | `LAST_INSERT_ID()`, `ROW_COUNT()`, `FOUND_ROWS()` other than the plain `SELECT f()` forms; `LAST_INSERT_ID(expr)` in a `SELECT`; `@@warning_count`, `@@error_count`, `@@last_insert_id`, `@@identity`; `GET DIAGNOSTICS`; a sequence's `LASTVAL(s)` / `PREVIOUS VALUE FOR s` | the answer depends on earlier statements of the connection. The proxy need not pin when it still holds the backend that ran the previous statement (in a transaction, or kept until the next statement) |
 //! | `UnrecognizedSet` | a `SET` this lexer cannot take apart | it cannot be replayed |
 //! | `Unsplittable` | unterminated quotes or comments, `;` inside an executable comment, anonymous compound statements (`BEGIN NOT ATOMIC`, `IF`, `WHILE`, `LOOP`, `REPEAT`, `CASE`, `FOR`, `DECLARE`, `label:`), a routine definition followed by text the lexer cannot delimit, bytes ≥ 0x80 in an unsafe multi-byte charset | the lexer cannot tell where statements end |
 //!
@@ -886,7 +886,8 @@ impl<'a> Cx<'a> {
     /// Pin triggers anywhere in the statement (first one in text order).
     fn scan_pins(&self, f: usize) -> Option<Pin> {
         let is_select = self.kw(f, "SELECT") || self.kw(f, "WITH");
-        let is_call = self.kw(f, "CALL");
+        // CALL's OUT parameters and LOAD DATA's `(@col)` write variables.
+        let is_call = self.kw_any(f, &["CALL", "LOAD"]);
         for i in 0..self.toks.len() {
             match self.kind(i)? {
                 TokenKind::Word => {
@@ -903,7 +904,10 @@ impl<'a> Cx<'a> {
                     if call && self.kw_any(i, &["GET_LOCK", "RELEASE_LOCK", "RELEASE_ALL_LOCKS"]) {
                         return Some(Pin::LockFunction);
                     }
-                    if call && self.kw_any(i, &["ROW_COUNT", "FOUND_ROWS"]) {
+                    if call && self.kw_any(i, &["ROW_COUNT", "FOUND_ROWS", "LASTVAL"]) {
+                        return Some(Pin::PreviousStatementState);
+                    }
+                    if self.kw(i, "PREVIOUS") && self.kw(i + 1, "VALUE") && self.kw(i + 2, "FOR") {
                         return Some(Pin::PreviousStatementState);
                     }
                     if call && self.kw(i, "LAST_INSERT_ID") {
@@ -924,7 +928,10 @@ impl<'a> Cx<'a> {
                 }
                 TokenKind::SysVar => {
                     if let Some((_, name)) = sysvar_parts(self.bytes(i)) {
-                        if name == "warning_count" || name == "error_count" {
+                        if matches!(
+                            name.as_str(),
+                            "warning_count" | "error_count" | "last_insert_id" | "identity"
+                        ) {
                             return Some(Pin::PreviousStatementState);
                         }
                     }

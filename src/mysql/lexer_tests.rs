@@ -102,6 +102,7 @@ fn user_variable_writes_pin() {
         assert_eq!(pin(sql), Some(Pin::UserVariableWrite), "{sql}");
     }
     assert_eq!(one("CALL p(1)"), Class::Plain);
+    assert_eq!(one("SELECT NEXTVAL(s), NEXT VALUE FOR s"), Class::Plain);
 }
 
 #[test]
@@ -303,6 +304,13 @@ fn other_pins() {
         ("SELECT @@warning_count", Pin::PreviousStatementState),
         ("SELECT @@session.error_count", Pin::PreviousStatementState),
         ("GET DIAGNOSTICS @n = NUMBER", Pin::PreviousStatementState),
+        ("SELECT @@last_insert_id", Pin::PreviousStatementState),
+        ("SELECT LASTVAL(s)", Pin::PreviousStatementState),
+        ("SELECT PREVIOUS VALUE FOR s", Pin::PreviousStatementState),
+        (
+            "LOAD DATA INFILE 'f' INTO TABLE t (a, @skip) SET b = 1",
+            Pin::UserVariableWrite,
+        ),
     ];
     for (sql, want) in cases {
         assert_eq!(pin(sql), Some(*want), "{sql}");
