@@ -250,6 +250,12 @@ pub struct Config {
     #[arg(long)]
     pub allow_local_infile: bool,
 
+    /// Do not offer the compressed protocol (CLIENT_COMPRESS) to clients.
+    /// Offered by default; it runs between the client and ringgate only
+    /// (the backend leg stays uncompressed) and costs proxy CPU.
+    #[arg(long)]
+    pub no_client_compression: bool,
+
     /// Serve Prometheus metrics at http://ADDR/metrics (off when unset).
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
@@ -358,6 +364,7 @@ impl std::fmt::Debug for Config {
             .field("drain_timeout", &self.drain_timeout)
             .field("socket", &self.socket)
             .field("allow_local_infile", &self.allow_local_infile)
+            .field("no_client_compression", &self.no_client_compression)
             .field("metrics_listen", &self.metrics_listen)
             .field("log_level", &self.log_level)
             .field("log_format", &self.log_format)

@@ -200,6 +200,7 @@ file_config! {
     plain drain_timeout: HumanDuration,
     optional socket: PathBuf,
     plain allow_local_infile: bool,
+    plain no_client_compression: bool,
     optional metrics_listen: SocketAddr,
     plain log_level: String,
     plain log_format: LogFormat,

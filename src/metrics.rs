@@ -249,6 +249,11 @@ pub struct WorkerMetrics {
     pub bytes_client_to_backend_total: AtomicU64,
     /// Bytes forwarded backend → client.
     pub bytes_backend_to_client_total: AtomicU64,
+    /// Client sessions that negotiated the compressed protocol.
+    pub client_compressed_sessions_total: AtomicU64,
+    /// Compressed sessions' bytes: [client→proxy wire, client→proxy plain,
+    /// proxy→client plain, proxy→client wire].
+    pub client_compressed_bytes_total: [AtomicU64; 4],
     /// Sessions waiting for a backend connection now (the pool is at its
     /// limit, or the connection they wait for is being reset).
     pub pool_waiters: AtomicI64,
@@ -303,6 +308,8 @@ impl WorkerMetrics {
             commands_total: AtomicU64::new(0),
             bytes_client_to_backend_total: AtomicU64::new(0),
             bytes_backend_to_client_total: AtomicU64::new(0),
+            client_compressed_sessions_total: AtomicU64::new(0),
+            client_compressed_bytes_total: Default::default(),
             pool_waiters: AtomicI64::new(0),
             ring_ebusy_reaps: AtomicU64::new(0),
             ring_overflow_flushes: AtomicU64::new(0),
@@ -390,6 +397,9 @@ pub struct Snapshot {
     pub commands_total: u64,
     pub bytes_client_to_backend_total: u64,
     pub bytes_backend_to_client_total: u64,
+    pub client_compressed_sessions_total: u64,
+    /// As [`WorkerMetrics::client_compressed_bytes_total`].
+    pub client_compressed_bytes_total: [u64; 4],
     pub pool_waiters: i64,
     pub ring_ebusy_reaps_total: u64,
     pub ring_cq_overflow_flushes_total: u64,
@@ -546,6 +556,13 @@ impl Metrics {
             commands_total: u(|w| &w.commands_total),
             bytes_client_to_backend_total: u(|w| &w.bytes_client_to_backend_total),
             bytes_backend_to_client_total: u(|w| &w.bytes_backend_to_client_total),
+            client_compressed_sessions_total: u(|w| &w.client_compressed_sessions_total),
+            client_compressed_bytes_total: [
+                u(|w| &w.client_compressed_bytes_total[0]),
+                u(|w| &w.client_compressed_bytes_total[1]),
+                u(|w| &w.client_compressed_bytes_total[2]),
+                u(|w| &w.client_compressed_bytes_total[3]),
+            ],
             pool_waiters: i(|w| &w.pool_waiters),
             ring_ebusy_reaps_total: u(|w| &w.ring_ebusy_reaps),
             ring_cq_overflow_flushes_total: u(|w| &w.ring_overflow_flushes),

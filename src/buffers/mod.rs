@@ -273,6 +273,11 @@ impl WriteBuf {
         self.bytes.is_empty()
     }
 
+    /// The bytes, to read (always allowed: the kernel only reads them too).
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes
+    }
+
     pub fn in_flight(&self) -> bool {
         self.in_flight
     }

@@ -160,6 +160,25 @@ impl Collector for Exposition {
                 ),
             ],
         )?;
+        counter(
+            &mut enc,
+            "ringgate_client_compressed_sessions_total",
+            "Client sessions that negotiated the compressed protocol (CLIENT_COMPRESS).",
+            s.client_compressed_sessions_total,
+        )?;
+        let c = &s.client_compressed_bytes_total;
+        counters(
+            &mut enc,
+            "ringgate_client_compressed_bytes_total",
+            "Bytes of compressed sessions on the client leg: on the wire (compressed) and \
+             plain (the MySQL packets inside), by direction.",
+            &[
+                ([("direction", "client_to_proxy"), ("form", "wire")], c[0]),
+                ([("direction", "client_to_proxy"), ("form", "plain")], c[1]),
+                ([("direction", "proxy_to_client"), ("form", "plain")], c[2]),
+                ([("direction", "proxy_to_client"), ("form", "wire")], c[3]),
+            ],
+        )?;
 
         counter(
             &mut enc,

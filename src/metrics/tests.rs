@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-const ALL_NAMES: [(&str, &str); 20] = [
+const ALL_NAMES: [(&str, &str); 22] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
@@ -22,6 +22,8 @@ const ALL_NAMES: [(&str, &str); 20] = [
     ("ringgate_backend_discarded_total", "counter"),
     ("ringgate_commands_total", "counter"),
     ("ringgate_bytes_total", "counter"),
+    ("ringgate_client_compressed_sessions_total", "counter"),
+    ("ringgate_client_compressed_bytes_total", "counter"),
     ("ringgate_pool_waiters", "gauge"),
     ("ringgate_ring_ebusy_reaps_total", "counter"),
     ("ringgate_ring_cq_overflow_flushes_total", "counter"),

@@ -131,6 +131,14 @@ impl Decoder {
         self.state == DecState::Header { have: 0 }
     }
 
+    /// Output is waiting that needs no more input: the whole of a deflated
+    /// payload was read, but the limit stopped it from all coming out. The
+    /// caller must decode again (with no input) before it reads the peer,
+    /// who may be waiting for an answer to those very bytes.
+    pub fn has_output(&self) -> bool {
+        matches!(self.state, DecState::Deflated { left_in: 0, .. })
+    }
+
     /// Decode `input`, appending plain bytes to `plain` until it holds
     /// `limit` bytes. Returns how many input bytes were consumed: all of
     /// them unless `plain` filled up, in which case the caller passes the

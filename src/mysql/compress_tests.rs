@@ -69,19 +69,16 @@ fn decode_in_chunks(rng: &mut Rng, wire: &[u8], limit: usize) -> Result<Vec<u8>,
             assert!(plain.len() <= limit, "the limit bounds the plain buffer");
             got.append(&mut plain);
             chunk = &chunk[used..];
+            // Output held back by the limit comes before the next read.
+            while chunk.is_empty() && dec.has_output() {
+                dec.decode(&[], &mut seq, &mut plain, limit)?;
+                got.append(&mut plain);
+            }
             if chunk.is_empty() {
                 break;
             }
         }
         pos += n;
-    }
-    // Inflate may hold output back until it is asked again.
-    loop {
-        dec.decode(&[], &mut seq, &mut plain, limit)?;
-        if plain.is_empty() {
-            break;
-        }
-        got.append(&mut plain);
     }
     assert!(dec.at_packet_boundary());
     Ok(got)

@@ -4,6 +4,8 @@
 //! Sans-IO machines on a thin driver (docs/architecture.md has the picture):
 //! - [`session`]: one client (greeting, login, waiting, relay, closing);
 //! - [`relay`]: one session paired with its backend, full duplex;
+//! - [`client_leg`]: the transform between the client's socket and the
+//!   plain packet stream (the compressed protocol), when negotiated;
 //! - [`backend`]: one backend connection (connect, login, idle, leased,
 //!   resetting, closing);
 //! - [`pool`]: the backend connections, the idle list and the waiters;
@@ -20,6 +22,7 @@
 //! backend connections.
 
 mod backend;
+mod client_leg;
 mod conn_io;
 mod connect_attrs;
 mod identity;

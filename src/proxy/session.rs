@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::client_leg::LegKind;
 use super::ids::{IdentityId, PoolKey};
 use super::registry::{intercept, Registry};
 use super::relay::{Relay, RelayEnd, RelayEvent, RelayOp, RelayTimeouts};
@@ -72,6 +73,11 @@ pub enum SessionAction {
     CancelLease,
     /// A relay operation (see [`RelayOp`]).
     Relay(RelayOp),
+    /// The login OK was written and the client negotiated a transform
+    /// (CLIENT_COMPRESS): from now on every client byte passes through it,
+    /// in both directions, and the session sees only the plain stream.
+    /// Bytes already in the session buffer are the transform's input.
+    StartClientLeg(LegKind),
     /// Shut the backend's socket down: it will not be reused.
     AbortBackend,
     /// Shut the client's socket down so its operations complete.
@@ -191,6 +197,9 @@ pub struct Session {
     /// The session this one's mapped KILL CONNECTION ends: closed when the
     /// server's answer is OK, before the OK is relayed (registry.rs).
     kill_victim: Option<u32>,
+    /// The client negotiated CLIENT_COMPRESS: the transform starts once
+    /// the login OK is written (the OK itself goes out plain).
+    client_leg: Option<LegKind>,
 }
 
 fn packet(seq: u8, payload: &[u8]) -> (Vec<u8>, u8) {
@@ -217,6 +226,7 @@ impl Session {
             relay_scratch: Vec::new(),
             connection_id: n.connection_id,
             kill_victim: None,
+            client_leg: None,
         };
         if n.over_limit {
             out.push(SessionAction::Reject(RejectReason::MaxConnections));
@@ -361,6 +371,15 @@ impl Session {
                 let tracker = self.tracker.take().unwrap_or_else(|| Tracker::new(false));
                 let mut relay = Box::new(Relay::new(tracker, ctx.now));
                 let mut events = std::mem::take(&mut self.relay_scratch);
+                let buffered = match self.client_leg {
+                    // Pipelined bytes are the transform's input now; the
+                    // relay's first read is served from them.
+                    Some(kind) => {
+                        out.push(SessionAction::StartClientLeg(kind));
+                        &[][..]
+                    }
+                    None => buffered,
+                };
                 relay.start(buffered, ctx.now, &mut events);
                 self.state = State::Relay(relay);
                 self.apply_relay(&mut events, ctx, out);
@@ -503,6 +522,11 @@ impl Session {
         out: &mut Vec<SessionAction>,
     ) {
         let caps = hello.capabilities & self.capabilities;
+        // Compression runs between the client and the proxy only: it is not
+        // in the pool key, and backend connections never ask for it.
+        if caps & CLIENT_COMPRESS != 0 {
+            self.client_leg = Some(LegKind::Compress);
+        }
         // The extended capabilities the client chose, read as MariaDB reads
         // them; they change what the server sends, so they are part of the key.
         let ext = if self.capabilities & CLIENT_MYSQL == 0 {

@@ -102,8 +102,15 @@ impl Worker {
         if !self.shared.config.allow_local_infile {
             pass &= !CLIENT_LOCAL_FILES;
         }
+        // Compression is the proxy's own (client leg only), whatever the
+        // backend offers.
+        let compress = if self.shared.config.no_client_compression {
+            0
+        } else {
+            CLIENT_COMPRESS
+        };
         crate::proxy::presentation::greeting_capabilities(
-            PROXY_CAPS | pass,
+            PROXY_CAPS | compress | pass,
             self.template.capabilities,
             self.template.ext_capabilities,
         )
@@ -170,6 +177,7 @@ impl Worker {
             peer,
             closing: false,
             conn,
+            leg: None,
         });
         let sid = SessionId { index, generation };
         self.session_q.extend(out.into_iter().map(|a| (sid, a)));

@@ -13,6 +13,7 @@
 
 mod accept;
 mod backend_io;
+mod leg;
 mod session_io;
 
 use std::collections::VecDeque;
@@ -43,7 +44,7 @@ use crate::buffers::{BufferPool, Owner};
 use crate::config::{BackendIdentity, ReadBufferMode};
 use crate::metrics::{BufferMode, WorkerMetrics};
 use crate::mysql::auth;
-use crate::mysql::constants::CLIENT_LOCAL_FILES;
+use crate::mysql::constants::{CLIENT_COMPRESS, CLIENT_LOCAL_FILES};
 use crate::mysql::Users;
 use crate::ring::{ops, OpTag, Ring, RingError, Sqe, Token};
 
@@ -139,6 +140,9 @@ struct SessionSlot {
     /// The client's address, for log lines.
     peer: String,
     closing: bool,
+    /// The client leg's transform and its buffers, once negotiated
+    /// (compression); `None` costs nothing on the zero-copy path.
+    leg: Option<Box<leg::LegIo>>,
 }
 
 pub struct Worker {

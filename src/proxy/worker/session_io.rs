@@ -32,6 +32,9 @@ impl Worker {
             // A login may be verified now: see a SIGHUP reload at once.
             self.users = self.shared.users();
         }
+        if slot.leg.is_some() {
+            return self.leg_client_read_done(sid, res);
+        }
         self.with_session(sid, |s, io, ctx, out| {
             let data = io.buf.as_ref().map_or(&[][..], |b| b.filled());
             s.on_client_read(res, data, ctx, out)
@@ -58,14 +61,23 @@ impl Worker {
                 return self.submit(sqe);
             }
         }
-        self.with_session(sid, |s, io, ctx, out| {
-            let buffered = io
-                .buf
-                .as_ref()
-                .filter(|b| !b.in_flight())
-                .map_or(&[][..], |b| b.filled());
-            s.on_client_write(res, buffered, ctx, out)
-        });
+        let mut out = std::mem::take(&mut self.action_scratch);
+        let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
+        if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+            // What the session reads: the plain bytes, behind a leg.
+            let buffered = match slot.leg.as_ref() {
+                Some(leg) => leg.up.as_slice(),
+                None => slot
+                    .io
+                    .buf
+                    .as_ref()
+                    .filter(|b| !b.in_flight())
+                    .map_or(&[][..], |b| b.filled()),
+            };
+            slot.session.on_client_write(res, buffered, &ctx, &mut out);
+        }
+        self.session_q.extend(out.drain(..).map(|a| (sid, a)));
+        self.action_scratch = out;
     }
 
     pub(super) fn on_up_write(&mut self, sid: SessionId, res: i32) {
@@ -73,8 +85,13 @@ impl Worker {
             return;
         };
         slot.relay_ops -= 1;
-        if let Some(buf) = slot.io.buf.as_mut() {
-            buf.complete_write();
+        match slot.leg.as_mut() {
+            Some(leg) => leg.up.complete(),
+            None => {
+                if let Some(buf) = slot.io.buf.as_mut() {
+                    buf.complete_write();
+                }
+            }
         }
         let backend = slot.backend;
         if let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) {
@@ -99,8 +116,13 @@ impl Worker {
             if pos < end {
                 return self.relay_submit(sid, RelayIo::UpWrite { pos, end });
             }
-            if let Some(buf) = slot.io.buf.as_mut() {
-                buf.clear();
+            match slot.leg.as_mut() {
+                Some(leg) => leg.up.bytes_mut().clear(),
+                None => {
+                    if let Some(buf) = slot.io.buf.as_mut() {
+                        buf.clear();
+                    }
+                }
             }
         }
         self.with_session(sid, |s, _, ctx, out| s.on_backend_write(res, ctx, out));
@@ -144,11 +166,16 @@ impl Worker {
         slot.relay_ops -= 1;
         slot.io.op_done();
         let backend = slot.backend;
-        if let Some(buf) = backend
-            .and_then(|b| self.pool.get_mut(b))
-            .and_then(|b| b.io.buf.as_mut())
-        {
-            buf.complete_write();
+        match slot.leg.as_mut() {
+            Some(leg) => leg.down.complete(),
+            None => {
+                if let Some(buf) = backend
+                    .and_then(|b| self.pool.get_mut(b))
+                    .and_then(|b| b.io.buf.as_mut())
+                {
+                    buf.complete_write();
+                }
+            }
         }
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
@@ -168,6 +195,9 @@ impl Worker {
             let (pos, end) = slot.down_write;
             if pos < end {
                 return self.relay_submit(sid, RelayIo::DownWrite { pos, end });
+            }
+            if let Some(leg) = slot.leg.as_mut() {
+                leg.down.bytes_mut().clear();
             }
             if let Some(buf) = backend
                 .and_then(|b| self.pool.get_mut(b))
@@ -213,7 +243,14 @@ impl Worker {
         };
         match action {
             SessionAction::SendClient(bytes) => {
-                *slot.io.out.bytes_mut() = bytes;
+                match slot.leg.as_mut() {
+                    Some(leg) => {
+                        let out = slot.io.out.bytes_mut();
+                        out.clear();
+                        leg.leg.output(&bytes, out);
+                    }
+                    None => *slot.io.out.bytes_mut() = bytes,
+                }
                 slot.io.out_pos = 0;
                 let token = Token::new(OpTag::ClientWrite, sid.index, sid.generation);
                 let fd = slot.io.fd();
@@ -222,22 +259,41 @@ impl Worker {
                 self.submit(sqe);
             }
             SessionAction::ReadClient => self.client_read(sid, false),
-            SessionAction::Consume(n) => {
-                if let Some(buf) = slot.io.buf.as_mut() {
-                    buf.consume(n);
+            SessionAction::Consume(n) => match slot.leg.as_mut() {
+                Some(leg) => {
+                    let plain = leg.up.bytes_mut();
+                    plain.drain(..n.min(plain.len()));
                 }
-            }
+                None => {
+                    if let Some(buf) = slot.io.buf.as_mut() {
+                        buf.consume(n);
+                    }
+                }
+            },
             SessionAction::ClearBuffer => {
+                if let Some(leg) = slot.leg.as_mut() {
+                    leg.up.bytes_mut().clear();
+                }
                 if let Some(buf) = slot.io.buf.as_mut() {
                     buf.clear();
                 }
             }
             SessionAction::ReplaceBuffered { len, with } => {
-                let done = slot
-                    .io
-                    .buf
-                    .as_mut()
-                    .is_some_and(|b| b.replace_prefix(len, &with));
+                let done = match slot.leg.as_mut() {
+                    Some(leg) => {
+                        let plain = leg.up.bytes_mut();
+                        let fits = len <= plain.len();
+                        if fits {
+                            plain.splice(..len, with);
+                        }
+                        fits
+                    }
+                    None => slot
+                        .io
+                        .buf
+                        .as_mut()
+                        .is_some_and(|b| b.replace_prefix(len, &with)),
+                };
                 // The session checked that the rewrite fits.
                 debug_assert!(done, "rewritten command does not fit the buffer");
             }
@@ -257,11 +313,23 @@ impl Worker {
             SessionAction::CancelLease => self.pool.cancel(sid),
             SessionAction::Relay(RelayOp::ReadClient) => self.client_read(sid, true),
             SessionAction::Relay(RelayOp::WriteBackend { end }) => {
+                if let Some(leg) = slot.leg.as_mut() {
+                    // Bytes past `end` are dropped, as the slot's would be.
+                    leg.up.bytes_mut().truncate(end);
+                }
                 slot.up_write = (0, end);
                 self.relay_submit(sid, RelayIo::UpWrite { pos: 0, end })
             }
             SessionAction::Relay(RelayOp::ReadBackend) => self.relay_submit(sid, RelayIo::DownRead),
             SessionAction::Relay(RelayOp::WriteClient { end }) => {
+                let end = match self.leg_frame_down(sid, end) {
+                    Some(0) => return self.leg_down_write_skipped(sid),
+                    Some(framed) => framed,
+                    None => end,
+                };
+                let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+                    return;
+                };
                 slot.down_write = (0, end);
                 self.relay_submit(sid, RelayIo::DownWrite { pos: 0, end })
             }
@@ -292,6 +360,7 @@ impl Worker {
                 }
             }
             SessionAction::HalfClose => slot.io.shutdown_write(),
+            SessionAction::StartClientLeg(kind) => self.start_client_leg(sid, kind),
             SessionAction::Close => {
                 slot.closing = true;
                 slot.io.shutdown();
@@ -329,6 +398,9 @@ impl Worker {
     }
 
     pub(super) fn client_read(&mut self, sid: SessionId, clear: bool) {
+        if self.leg_client_read(sid, clear) {
+            return;
+        }
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
@@ -370,11 +442,23 @@ impl Worker {
             return;
         };
         let user_data = Token::new(tag, sid.index, sid.generation).into();
-        let sqe = match io {
+        let leg_sqe = slot.leg.as_mut().and_then(|leg| match io {
+            // Behind a leg the relay's writes send the leg's buffers.
+            RelayIo::UpWrite { pos, end } => {
+                debug_assert_eq!(end, leg.up.len());
+                Some(leg.up.write_sqe(backend_fd, pos, user_data))
+            }
+            RelayIo::DownWrite { pos, end } => {
+                debug_assert_eq!(end, leg.down.len());
+                Some(leg.down.write_sqe(client_fd, pos, user_data))
+            }
+            RelayIo::DownRead => None,
+        });
+        let sqe = leg_sqe.unwrap_or_else(|| match io {
             RelayIo::UpWrite { pos, end } => buf.write_sqe(backend_fd, pos, end, user_data),
             RelayIo::DownRead => buf.read_sqe(backend_fd, user_data),
             RelayIo::DownWrite { pos, end } => buf.write_sqe(client_fd, pos, end, user_data),
-        };
+        });
         match io {
             RelayIo::UpWrite { .. } | RelayIo::DownRead => b.io.op_started(),
             RelayIo::DownWrite { .. } => slot.io.op_started(),
@@ -388,7 +472,11 @@ impl Worker {
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
-        if !slot.closing || slot.relay_ops > 0 || !slot.io.quiescent() {
+        if !slot.closing
+            || slot.relay_ops > 0
+            || !slot.io.quiescent()
+            || !slot.leg.as_ref().is_none_or(|l| l.quiescent())
+        {
             return;
         }
         let Some(mut slot) = self.sessions.remove_checked(sid.index, sid.generation) else {
