@@ -564,3 +564,73 @@ fn a_kill_connection_closes_the_victim_when_the_server_says_ok() {
         end: ok.len()
     })));
 }
+
+#[test]
+fn a_compressing_client_gets_its_leg_after_the_plain_login_ok() {
+    let now = Instant::now();
+    let u = users();
+    let mut out = Vec::new();
+    let mut s = Session::new(
+        NewSession {
+            scramble: SCRAMBLE,
+            connection_id: 1,
+            capabilities: PROXY_CAPS | PASSTHROUGH_CAPS | CLIENT_COMPRESS,
+            ext_capabilities: 0,
+            server_version: "10.11.0-MariaDB".into(),
+            peer_host: "127.0.0.1".into(),
+            now,
+            over_limit: false,
+        },
+        &mut out,
+    );
+    let payload = build_handshake_response(&HandshakeResponse {
+        capabilities: PROXY_CAPS | CLIENT_COMPRESS,
+        max_packet_size: 1 << 24,
+        charset: UTF8MB4_GENERAL_CI,
+        username: "app".into(),
+        auth_response: native_token(b"pw", &SCRAMBLE),
+        database: None,
+        auth_plugin: Some("mysql_native_password".into()),
+        connect_attrs: Vec::new(),
+    });
+    let mut h = Vec::new();
+    write_packet(&mut h, 1, &payload);
+    login(&mut s, &h, &u, now);
+    assert_eq!(s.key().caps & CLIENT_COMPRESS, 0, "not in the pool key");
+    let mut out = Vec::new();
+    s.on_leased(&mut out);
+    let ok = sent(&out);
+    assert_eq!(&ok[0][..5], &[7, 0, 0, 2, 0], "the login OK goes out plain");
+    out.clear();
+    // Bytes pipelined behind the hello are the leg's, not the relay's.
+    s.on_client_write(ok[0].len() as i32, &[9, 9, 9], &ctx(&u, now), &mut out);
+    let leg = out
+        .iter()
+        .position(|a| *a == SessionAction::StartClientLeg(LegKind::Compress))
+        .expect("the leg starts");
+    let read = out
+        .iter()
+        .position(|a| *a == SessionAction::Relay(RelayOp::ReadClient))
+        .expect("the relay reads (from the leg)");
+    assert!(leg < read);
+    assert!(!out
+        .iter()
+        .any(|a| matches!(a, SessionAction::Relay(RelayOp::WriteBackend { .. }))));
+}
+
+#[test]
+fn a_client_without_compression_gets_no_leg() {
+    let now = Instant::now();
+    let u = users();
+    let (mut s, _) = new_session(now, false);
+    let h = hello("pw", "mysql_native_password");
+    login(&mut s, &h, &u, now);
+    let mut out = Vec::new();
+    s.on_leased(&mut out);
+    let ok = sent(&out);
+    out.clear();
+    s.on_client_write(ok[0].len() as i32, &[], &ctx(&u, now), &mut out);
+    assert!(!out
+        .iter()
+        .any(|a| matches!(a, SessionAction::StartClientLeg(_))));
+}
