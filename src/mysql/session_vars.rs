@@ -171,10 +171,18 @@ impl SessionVars {
 /// `@@session.name = value`, or `= DEFAULT` when `value` is None.
 fn assignment(name: &str, value: Option<&String>) -> String {
     let v = match value {
+        // The tracker reports `SET character_set_results = NULL` (which
+        // Connector/J sends) as an empty value, and no character set or
+        // collation is named ''.
+        Some(v) if v.is_empty() && is_charset_var(name) => "NULL".to_owned(),
         Some(v) => literal(v),
         None => "DEFAULT".to_owned(),
     };
     format!("@@session.{} = {v}", identifier(name))
+}
+
+fn is_charset_var(name: &str) -> bool {
+    name.starts_with("character_set_") || name.starts_with("collation_")
 }
 
 /// A variable name as an identifier: plain when it is one, else backquoted.
@@ -266,6 +274,14 @@ mod tests {
         assert_eq!(literal("it's"), "X'69742773'");
         assert_eq!(literal("a\\b"), "X'615C62'");
         assert_eq!(literal("é"), "X'C3A9'");
+        assert_eq!(
+            assignment("character_set_results", Some(&String::new())),
+            "@@session.character_set_results = NULL"
+        );
+        assert_eq!(
+            assignment("sql_mode", Some(&String::new())),
+            "@@session.sql_mode = ''"
+        );
         assert_eq!(identifier("sql_mode"), "sql_mode");
         assert_eq!(identifier("a.b`c"), "`a.b``c`");
     }
