@@ -18,9 +18,9 @@
 //!   multi-byte characters may contain `\` or `'` bytes). `Default` is the
 //!   server default (backslash escapes, no ANSI_QUOTES, a safe charset).
 //! - [`Class::explains_state_change`]: a statement of this class accounts
-//!   for MariaDB's SESSION_TRACK_STATE_CHANGE flag by itself (plain SET,
-//!   USE, SET NAMES, transaction control); the proxy pins on a state change
-//!   that no statement of the text explains.
+//!   for MariaDB's SESSION_TRACK_STATE_CHANGE block (`state 1`) by itself
+//!   (plain SET, USE, SET NAMES, transaction control); the proxy pins on a
+//!   `state 1` block that no statement of the text explains.
 //! - [`Pin::as_str`]: a stable label for the `blocked_by` metric.
 //!
 //! The same classifier applies to the SQL of a binary COM_STMT_PREPARE: what
@@ -237,10 +237,18 @@ pub enum Class {
 }
 
 impl Class {
-    /// Does this statement account for a SESSION_TRACK_STATE_CHANGE flag
-    /// by itself? MariaDB raises the flag on every SET of a session variable
-    /// (and on USE, SET NAMES, transaction control); those are tracked or
-    /// replayed, so they must not pin.
+    /// Does this statement account for a SESSION_TRACK_STATE_CHANGE block
+    /// (`state 1`) by itself? MariaDB 10.11 sends that block on every SET
+    /// of a session variable (user variables included), on USE, on
+    /// temporary tables and on SQL PREPARE/DEALLOCATE; plain SETs and USE
+    /// are tracked or replayed, so they must not pin.
+    ///
+    /// Look at the block, not at SERVER_SESSION_STATE_CHANGED: the flag also
+    /// comes with only transaction-state or characteristics blocks (BEGIN,
+    /// any statement in a transaction, COMMIT, LOCK/UNLOCK TABLES, SET
+    /// TRANSACTION), which explain themselves. The proxy pins (as
+    /// "unexplained state change") when an OK has the block and no statement
+    /// of the text explains it.
     pub fn explains_state_change(&self) -> bool {
         matches!(
             self,
@@ -250,6 +258,7 @@ impl Class {
                 | Class::Begin
                 | Class::Commit { .. }
                 | Class::Rollback { .. }
+                | Class::UnlockTables
                 | Class::Empty
         )
     }
