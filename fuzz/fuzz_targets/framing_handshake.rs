@@ -5,10 +5,13 @@
 //! one corpus entry exercises them all. Its bits set the parsers' options:
 //! bit 0 = `deprecate_eof`; bit 1 = the backend login asks for a schema
 //! (CLIENT_CONNECT_WITH_DB); bit 2 = it logs in with an empty password;
-//! bits 3-4 = how many restore statements follow a pooled connection's reset.
+//! bits 3-4 = how many restore statements follow a pooled connection's reset;
+//! bit 5 = COM_CHANGE_USER is read with no capabilities (else with all).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use ringgate::mysql::auth::Credential;
+use ringgate::mysql::change_user::parse_change_user;
 use ringgate::mysql::client_login::{ClientLogin, LoginParams, LoginStep};
 use ringgate::mysql::constants::{NATIVE_LOGIN_CAPS, UTF8MB4_GENERAL_CI};
 use ringgate::mysql::{handshake, packet, reply};
@@ -20,13 +23,14 @@ fuzz_target!(|data: &[u8]| {
     };
     let deprecate_eof = flags & 1 != 0;
     let restore_statements = usize::from((flags >> 3) & 3);
+    let change_user_caps = if flags & 32 != 0 { 0 } else { u32::MAX };
     let mut login = Some(ClientLogin::new(LoginParams {
         user: "ringgate".into(),
-        password: if flags & 4 != 0 {
+        credential: Credential::Plaintext(if flags & 4 != 0 {
             Vec::new()
         } else {
             b"pw".to_vec()
-        },
+        }),
         database: (flags & 2 != 0).then(|| "app".to_owned()),
         capabilities: NATIVE_LOGIN_CAPS,
         collation: UTF8MB4_GENERAL_CI,
@@ -45,6 +49,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = reply::parse_reply(p.payload, deprecate_eof);
         let _ = reply::parse_auth_reply(p.payload);
         let _ = reply::parse_err(p.payload);
+        let _ = parse_change_user(p.payload, change_user_caps);
         // The stream as a server's side of a backend login, as the pool and
         // `ringgate check` drive it.
         if let Some(l) = login.as_mut() {
@@ -71,6 +76,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = handshake::parse_handshake_response(input);
     let _ = reply::parse_reply(input, deprecate_eof);
     let _ = reply::parse_auth_reply(input);
+    let _ = parse_change_user(input, change_user_caps);
     // The reset replies are a stream of framed packets.
     let _ = reply::parse_reset_replies(input, deprecate_eof, restore_statements);
 });

@@ -5,6 +5,7 @@
 //! instead of panicking, because every byte here comes from the network.
 
 pub mod auth;
+pub mod change_user;
 pub mod client_login;
 pub mod compress;
 pub mod constants;
@@ -133,6 +134,7 @@ mod tests {
             }
             let _ = handshake::parse_greeting(&input);
             let _ = handshake::parse_handshake_response(&input);
+            let _ = change_user::parse_change_user(&input, u32::MAX);
             let _ = reply::parse_reply(&input, round % 2 == 0);
             let _ = reply::parse_auth_reply(&input);
             let _ = packet::split_packet(&input);
