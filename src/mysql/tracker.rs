@@ -81,8 +81,20 @@ pub struct ClientChunk {
 pub enum StopReason {
     /// `COM_QUIT`.
     Quit,
-    /// A command the proxy does not relay (replication, `COM_CHANGE_USER`, unknown bytes, ...).
+    /// A command the proxy does not relay (replication, `COM_SHUTDOWN`, unknown bytes, ...).
     Unsupported { command: u8 },
+    /// `COM_CHANGE_USER`: the session logs in again, which the proxy answers itself
+    /// ([`Tracker::stopped_header`] says where the packet's header went).
+    ChangeUser,
+}
+
+/// The header of the packet that stopped the client stream, and how many of its bytes are at
+/// the start of the chunk that stopped it (4 unless the header began in an earlier chunk, whose
+/// bytes were forwarded: the payload then starts at `in_chunk` in the stop chunk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoppedHeader {
+    pub header: [u8; 4],
+    pub in_chunk: usize,
 }
 
 /// The byte streams do not follow the protocol as the tracker understands it. The tracker is
@@ -126,6 +138,7 @@ const MAX_UNSOLICITED_ERR: usize = 4092;
 enum CommandClass {
     Quit,
     Unsupported,
+    ChangeUser,
     NoResponse,
     /// OK | ERR | LOCAL INFILE | result set(s).
     Result,
@@ -140,6 +153,7 @@ fn classify(cmd: u8) -> CommandClass {
     use CommandClass::*;
     match cmd {
         COM_QUIT => Quit,
+        COM_CHANGE_USER => ChangeUser,
         COM_QUERY | COM_STMT_EXECUTE | COM_PROCESS_INFO | COM_STMT_BULK_EXECUTE => Result,
         COM_STMT_FETCH => Fetch,
         COM_STMT_PREPARE => Prepare,
@@ -149,8 +163,8 @@ fn classify(cmd: u8) -> CommandClass {
         | COM_PROCESS_KILL | COM_DEBUG | COM_PING | COM_STMT_RESET | COM_SET_OPTION
         | COM_RESET_CONNECTION => Single,
         COM_SLEEP | COM_SHUTDOWN | COM_CONNECT | COM_TIME | COM_DELAYED_INSERT
-        | COM_CHANGE_USER | COM_BINLOG_DUMP | COM_TABLE_DUMP | COM_CONNECT_OUT
-        | COM_REGISTER_SLAVE | COM_DAEMON | COM_BINLOG_DUMP_GTID => Unsupported,
+        | COM_BINLOG_DUMP | COM_TABLE_DUMP | COM_CONNECT_OUT | COM_REGISTER_SLAVE | COM_DAEMON
+        | COM_BINLOG_DUMP_GTID => Unsupported,
         _ => Unsupported,
     }
 }
@@ -416,6 +430,8 @@ pub struct Tracker {
     stopped: Option<StopReason>,
     /// Bytes of the packet that caused the stop were forwarded in an earlier chunk.
     stop_dirty: bool,
+    /// The stopping packet's header (see [`StoppedHeader`]).
+    stop_header: Option<StoppedHeader>,
     /// A COM_SET_OPTION was forwarded: it flips CLIENT_MULTI_STATEMENTS on
     /// the server's connection, and COM_RESET_CONNECTION does not undo it.
     set_option_seen: bool,
@@ -437,6 +453,7 @@ impl Tracker {
             last_status: 0,
             stopped: None,
             stop_dirty: false,
+            stop_header: None,
             poisoned: false,
             set_option_seen: false,
             max_client_packet: u64::MAX,
@@ -464,6 +481,7 @@ impl Tracker {
         self.last_status = 0;
         self.stopped = None;
         self.stop_dirty = false;
+        self.stop_header = None;
         self.poisoned = false;
         self.set_option_seen = false;
     }
@@ -476,6 +494,11 @@ impl Tracker {
     /// The session was stopped by a `COM_QUIT` or an unsupported command.
     pub fn stopped(&self) -> Option<StopReason> {
         self.stopped
+    }
+
+    /// The header of the packet that stopped the client stream (None before a stop).
+    pub fn stopped_header(&self) -> Option<StoppedHeader> {
+        self.stop_header
     }
 
     /// Bytes the client sent. `forward` = how many leading bytes of `chunk` the proxy must
@@ -514,6 +537,7 @@ impl Tracker {
                 };
             }
             let before = self.client.prefix_len;
+            let step_start = pos;
             let step = self.client.step(chunk, &mut pos);
             if self.client.logical_len > self.max_client_packet {
                 return Err(TrackError::PacketTooLarge {
@@ -538,11 +562,21 @@ impl Tracker {
                     let stop = match classify(command) {
                         CommandClass::Quit => Some(StopReason::Quit),
                         CommandClass::Unsupported => Some(StopReason::Unsupported { command }),
+                        CommandClass::ChangeUser => Some(StopReason::ChangeUser),
                         _ => None,
                     };
                     if let Some(reason) = stop {
                         self.stopped = Some(reason);
                         self.stop_dirty = packet_start.is_none();
+                        // The command byte is at `step_start`; this chunk's header bytes
+                        // are right before it.
+                        self.stop_header = Some(StoppedHeader {
+                            header: self.client.hdr,
+                            in_chunk: match packet_start {
+                                Some(_) => 4,
+                                None => step_start.min(4),
+                            },
+                        });
                         return Ok(ClientChunk {
                             forward: packet_start.unwrap_or(0),
                             stop: Some(reason),
@@ -588,7 +622,9 @@ impl Tracker {
                     CommandClass::Single => RespState::Single,
                     CommandClass::NoResponse => return Ok(()),
                     // Stopped at the first byte; never completes.
-                    CommandClass::Quit | CommandClass::Unsupported => return Ok(()),
+                    CommandClass::Quit | CommandClass::Unsupported | CommandClass::ChangeUser => {
+                        return Ok(())
+                    }
                 };
                 let cursor = command == COM_STMT_EXECUTE
                     && p.get(5).is_some_and(|f| f & CURSOR_TYPE_MASK != 0);

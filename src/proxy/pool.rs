@@ -54,6 +54,8 @@ pub struct Pooled {
     opened_for: Option<LeaseRequest>,
     /// Counted in the busy gauge.
     busy: bool,
+    /// Being reset for the session it stays leased to ([`Pool::relet`]).
+    relet: bool,
 }
 
 impl Pooled {
@@ -82,6 +84,13 @@ pub enum PoolEvent {
     Leased {
         session: SessionId,
         backend: BackendId,
+    },
+    /// The session's connection was reset in place ([`Pool::relet`]) and is
+    /// its again; `schema` is the one the reset kept.
+    Relet {
+        session: SessionId,
+        backend: BackendId,
+        schema: Option<String>,
     },
     /// The session gets this ERR instead, counted as a refusal for
     /// `reject` (none for the server's answer to its schema).
@@ -266,7 +275,7 @@ impl Pool {
         let resetting = self
             .slots
             .values()
-            .filter(|p| p.conn.is_resetting() && p.conn.key() == req.key)
+            .filter(|p| p.conn.is_resetting() && !p.relet && p.conn.key() == req.key)
             .count();
         if resetting > self.waiters_ahead(req.key, req.session) {
             return false;
@@ -349,6 +358,7 @@ impl Pool {
             leased_to: None,
             opened_for: request,
             busy: false,
+            relet: false,
         });
         let id = BackendId { index, generation };
         self.apply(id, bo, now, out);
@@ -442,6 +452,35 @@ impl Pool {
         p.set_busy(false, metrics.worker(self.worker));
         let mut bo = Vec::new();
         p.conn.release(clean && !draining, now, &mut bo);
+        self.apply(id, bo, now, out);
+    }
+
+    /// Reset the session's connection (COM_RESET_CONNECTION, as on release)
+    /// and give it back to the same session with [`PoolEvent::Relet`]: its
+    /// session state is gone, its schema kept (COM_CHANGE_USER answered on
+    /// the old user's connection). A failed reset closes the connection and
+    /// the session gets [`PoolEvent::LeaseFailed`].
+    pub fn relet(&mut self, id: BackendId, now: Instant, out: &mut Vec<PoolEvent>) {
+        let draining = self.draining;
+        let backend = self.cfg.backend;
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        let Some(session) = p.leased_to else {
+            return;
+        };
+        if draining {
+            self.release(id, false, now, out);
+            out.push(PoolEvent::LeaseFailed {
+                session,
+                err_payload: unavailable(backend, "ringgate is shutting down"),
+                reject: None,
+            });
+            return;
+        }
+        p.relet = true;
+        let mut bo = Vec::new();
+        p.conn.release(true, now, &mut bo);
         self.apply(id, bo, now, out);
     }
 
@@ -634,7 +673,29 @@ impl Pool {
                 // The connection itself is fine (its schema is unchanged).
                 self.push_idle(id, now);
             }
-            BackendEvent::ResetDone => self.push_idle(id, now),
+            BackendEvent::ResetDone => {
+                let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+                    return;
+                };
+                match (std::mem::take(&mut p.relet), p.leased_to) {
+                    (true, Some(session)) => {
+                        // Leased again as it is: no schema to select, so
+                        // the only output is SchemaSelected, which the
+                        // Relet event replaces.
+                        let mut bo = Vec::new();
+                        p.conn.lease(None, now, &mut bo);
+                        debug_assert!(bo
+                            .iter()
+                            .all(|o| matches!(o, BackendOut::Event(BackendEvent::SchemaSelected))));
+                        out.push(PoolEvent::Relet {
+                            session,
+                            backend: id,
+                            schema: p.conn.schema().map(str::to_owned),
+                        });
+                    }
+                    _ => self.push_idle(id, now),
+                }
+            }
             BackendEvent::Failed { cause } => {
                 tracing::debug!(worker = self.worker, "backend connection lost: {cause}");
                 let Some(p) = self.slots.get_mut(id.index, id.generation) else {

@@ -477,3 +477,46 @@ fn a_refused_user_gets_the_servers_err_and_nobody_else_notices() {
     assert_eq!(h.tick(), vec![]);
     assert!(h.pool.slots.values().all(|p| p.conn.key() == a));
 }
+
+#[test]
+fn relet_resets_the_connection_and_gives_it_back_to_the_same_session() {
+    let mut h = Harness::new(10, 0);
+    let key = PoolKey::default_warm();
+    let (_, b) = leased(&h.lease(req(1, key))).unwrap();
+    let mut out = Vec::new();
+    h.pool.relet(b, h.now, &mut out);
+    let ev = h.drive(out);
+    // Reset (the canned replies say no schema), then the same session's.
+    assert_eq!(
+        ev,
+        vec![PoolEvent::Relet {
+            session: sid(1),
+            backend: b,
+            schema: None
+        }]
+    );
+    assert_eq!(h.serve(), vec![], "never idle in between");
+    // A waiter of the same key does not wait for a connection being relet.
+    let ev = h.lease(req(2, key));
+    let (s2, b2) = leased(&ev).expect("a new connection");
+    assert_eq!(s2, sid(2));
+    assert_ne!(b2, b);
+    // It is leased as before: a clean release makes it idle again.
+    h.release(b, true);
+    let ev = h.lease(req(3, key));
+    assert_eq!(leased(&ev), Some((sid(3), b)));
+}
+
+#[test]
+fn a_relet_while_draining_closes_and_fails_the_session() {
+    let mut h = Harness::new(10, 0);
+    let (_, b) = leased(&h.lease(req(1, PoolKey::default_warm()))).unwrap();
+    let mut out = Vec::new();
+    h.pool.begin_drain(&mut out);
+    h.drive(out);
+    let mut out = Vec::new();
+    h.pool.relet(b, h.now, &mut out);
+    let ev = h.drive(out);
+    assert_eq!(failed(&ev), Some((sid(1), 1105)));
+    assert_eq!(h.pool.len(), 0);
+}

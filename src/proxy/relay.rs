@@ -28,7 +28,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::mysql::tracker::{Direction, StopReason, TrackError, Tracker, Unsolicited};
+use crate::mysql::tracker::{
+    Direction, StopReason, StoppedHeader, TrackError, Tracker, Unsolicited,
+};
 
 /// An operation the relay wants submitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +55,15 @@ pub enum RelayEnd {
     Quit,
     /// A command the proxy does not relay on a pooled connection.
     Unsupported { command: u8 },
+    /// COM_CHANGE_USER, once every earlier answer was relayed. Its packet
+    /// stays in the session buffer, which starts with the last
+    /// `header_buffered` bytes of its `header` (4 unless the header was
+    /// split across reads and its first bytes were forwarded, which makes
+    /// the end dirty), then the payload.
+    ChangeUser {
+        header: [u8; 4],
+        header_buffered: usize,
+    },
     /// A client packet longer than `--max-packet-size` (ERR 1153).
     TooLarge { len: u64, max: u64 },
     /// The client closed its socket or a read/write on it failed.
@@ -447,6 +458,16 @@ impl Relay {
                 let reason = match stop {
                     StopReason::Quit => RelayEnd::Quit,
                     StopReason::Unsupported { command } => RelayEnd::Unsupported { command },
+                    StopReason::ChangeUser => {
+                        let stopped = self.tracker.stopped_header().unwrap_or(StoppedHeader {
+                            header: [0; 4],
+                            in_chunk: 0,
+                        });
+                        RelayEnd::ChangeUser {
+                            header: stopped.header,
+                            header_buffered: stopped.in_chunk,
+                        }
+                    }
                 };
                 self.end(reason, out);
             }

@@ -142,15 +142,43 @@ fn quit_waits_for_earlier_answers_and_leaves_a_clean_backend() {
 fn unsupported_command_ends_after_pending_answers() {
     let now = Instant::now();
     let (mut r, mut out) = started(now);
-    let change_user = frame(0, &[0x11, b'x', 0]);
-    r.on_client_read(change_user.len() as i32, &change_user, now, &mut out);
+    let shutdown = frame(0, &[0x08, 0]);
+    r.on_client_read(shutdown.len() as i32, &shutdown, now, &mut out);
     // A clean end cancels the idle backend read and waits for it.
     assert_eq!(ops(&out), vec![RelayOp::CancelReadBackend]);
     assert_eq!(ended(&out), None);
     r.on_backend_read(-libc::ECANCELED, &[], now, &mut out);
     assert_eq!(
         ended(&out),
-        Some((RelayEnd::Unsupported { command: 0x11 }, true))
+        Some((RelayEnd::Unsupported { command: 0x08 }, true))
+    );
+}
+
+#[test]
+fn change_user_ends_cleanly_with_its_packet_left_in_the_buffer() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let ping = frame(0, &[0x0e]);
+    let mut chunk = ping.clone();
+    chunk.extend(frame(0, &[0x11, b'x', 0, 0, 0]));
+    r.on_client_read(chunk.len() as i32, &chunk, now, &mut out);
+    // Only the ping goes to the backend.
+    assert!(ops(&out).contains(&RelayOp::WriteBackend { end: ping.len() }));
+    out.clear();
+    r.on_backend_write(ping.len() as i32, now, &mut out);
+    let a = ok(AUTOCOMMIT);
+    r.on_backend_read(a.len() as i32, &a, now, &mut out);
+    out.clear();
+    r.on_client_write(a.len() as i32, now, &mut out);
+    assert_eq!(
+        ended(&out),
+        Some((
+            RelayEnd::ChangeUser {
+                header: [5, 0, 0, 0],
+                header_buffered: 4
+            },
+            true
+        ))
     );
 }
 

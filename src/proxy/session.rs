@@ -64,6 +64,13 @@ pub enum SessionAction {
     /// Replace the first `len` bytes of the session buffer with `with` (a
     /// KILL mapped to a backend thread); the relay's next write covers it.
     ReplaceBuffered { len: usize, with: Vec<u8> },
+    /// Hand the session buffer's bytes to [`Session::on_buffered`] (the
+    /// COM_CHANGE_USER packet the relay stopped at is already there).
+    ExamineBuffer,
+    /// Reset the leased backend in place (COM_RESET_CONNECTION) and give
+    /// it back to this session: [`Session::on_relet`], or
+    /// [`Session::on_lease_failed`] when the reset fails.
+    ResetBackend,
     /// Ask the pool for a backend connection.
     Lease {
         key: PoolKey,
@@ -118,7 +125,7 @@ pub struct SessionCtx<'a> {
     pub registry: &'a Registry,
 }
 
-/// What the client told us at login.
+/// What the client told us at login (or in its last COM_CHANGE_USER).
 struct Login {
     user: String,
     database: Option<String>,
@@ -153,6 +160,8 @@ enum State {
     SendErrThenLinger,
     /// Half-closed after the ERR; reading and discarding until EOF.
     Lingering { until: Instant },
+    /// COM_CHANGE_USER: logging in again (`session_change_user.rs`).
+    ChangeUser(Box<change_user::Flow>),
     /// Closed; the driver frees the slot once its operations complete.
     Closed,
 }
@@ -200,6 +209,9 @@ pub struct Session {
     /// The client negotiated CLIENT_COMPRESS: the transform starts once
     /// the login OK is written (the OK itself goes out plain).
     client_leg: Option<LegKind>,
+    /// The capabilities negotiated with the client (fixed at login; a
+    /// COM_CHANGE_USER is read with them).
+    client_caps: u32,
 }
 
 fn packet(seq: u8, payload: &[u8]) -> (Vec<u8>, u8) {
@@ -227,6 +239,7 @@ impl Session {
             connection_id: n.connection_id,
             kill_victim: None,
             client_leg: None,
+            client_caps: 0,
         };
         if n.over_limit {
             out.push(SessionAction::Reject(RejectReason::MaxConnections));
@@ -284,10 +297,64 @@ impl Session {
     }
 
     fn send_err(&mut self, code: u16, message: &str, then: State, out: &mut Vec<SessionAction>) {
-        let (bytes, next) = packet(self.seq, &err_payload(code, message));
+        self.send_payload(&err_payload(code, message), then, out)
+    }
+
+    /// Write one proxy-made packet (the next sequence id), then `then`.
+    fn send_payload(&mut self, payload: &[u8], then: State, out: &mut Vec<SessionAction>) {
+        let (bytes, next) = packet(self.seq, payload);
         self.seq = next;
         self.state = then;
         out.push(SessionAction::SendClient(bytes));
+    }
+
+    /// A response-boundary tracker for this session's negotiated protocol.
+    fn new_tracker(&self, ctx: &SessionCtx) -> Tracker {
+        let mut tracker = Tracker::new(self.client_caps & CLIENT_DEPRECATE_EOF != 0);
+        tracker.set_cache_metadata(self.key.ext_caps & MARIADB_CLIENT_CACHE_METADATA != 0);
+        tracker.set_max_client_packet(ctx.max_packet_size);
+        tracker
+    }
+
+    /// Relay from now on: the login (or a COM_CHANGE_USER) is answered;
+    /// `buffered` is what the client already sent behind it.
+    fn start_relay(&mut self, buffered: &[u8], ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
+        let tracker = match self.tracker.take() {
+            Some(t) => t,
+            None => self.new_tracker(ctx),
+        };
+        let mut relay = Box::new(Relay::new(tracker, ctx.now));
+        let mut events = std::mem::take(&mut self.relay_scratch);
+        let buffered = match self.client_leg {
+            // Pipelined bytes are the transform's input now; the
+            // relay's first read is served from them.
+            Some(kind) => {
+                out.push(SessionAction::StartClientLeg(kind));
+                &[][..]
+            }
+            None => buffered,
+        };
+        relay.start(buffered, ctx.now, &mut events);
+        self.state = State::Relay(relay);
+        self.apply_relay(&mut events, ctx, out);
+    }
+
+    /// Hand the current backend back to the pool, reset for reuse, and
+    /// lease one of the session's key with `schema`; the session hears
+    /// [`Session::on_leased`] or [`Session::on_lease_failed`]. Used by
+    /// COM_CHANGE_USER, whose key (identity, collation) changes mid-session.
+    fn switch_backend(&mut self, schema: Option<String>, out: &mut Vec<SessionAction>) {
+        if self.has_backend {
+            self.has_backend = false;
+            out.push(SessionAction::Release { clean: true });
+        }
+        self.leasing = true;
+        // The KILL registry's user and the pool's warm key follow the key.
+        out.push(SessionAction::LoggedIn { key: self.key });
+        out.push(SessionAction::Lease {
+            key: self.key,
+            schema,
+        });
     }
 
     fn close(&mut self, out: &mut Vec<SessionAction>) {
@@ -368,22 +435,9 @@ impl Session {
                 out.push(SessionAction::Connected {
                     elapsed: ctx.now.duration_since(self.accepted_at),
                 });
-                let tracker = self.tracker.take().unwrap_or_else(|| Tracker::new(false));
-                let mut relay = Box::new(Relay::new(tracker, ctx.now));
-                let mut events = std::mem::take(&mut self.relay_scratch);
-                let buffered = match self.client_leg {
-                    // Pipelined bytes are the transform's input now; the
-                    // relay's first read is served from them.
-                    Some(kind) => {
-                        out.push(SessionAction::StartClientLeg(kind));
-                        &[][..]
-                    }
-                    None => buffered,
-                };
-                relay.start(buffered, ctx.now, &mut events);
-                self.state = State::Relay(relay);
-                self.apply_relay(&mut events, ctx, out);
+                self.start_relay(buffered, ctx, out);
             }
+            State::ChangeUser(flow) => self.change_user_written(flow, buffered, ctx, out),
             other => {
                 self.state = other;
                 out.push(SessionAction::Log(
@@ -448,6 +502,7 @@ impl Session {
                 out.push(SessionAction::ReadClient);
             }
             State::ReadHello | State::ReadSwitchResponse => self.on_login_bytes(data, ctx, out),
+            State::ChangeUser(_) => self.change_user_bytes(data, ctx, out),
             _ => self.close(out),
         }
     }
@@ -540,10 +595,8 @@ impl Session {
             ext_caps: ext,
             identity: IdentityId::SHARED,
         };
-        let mut tracker = Tracker::new(caps & CLIENT_DEPRECATE_EOF != 0);
-        tracker.set_cache_metadata(ext & MARIADB_CLIENT_CACHE_METADATA != 0);
-        tracker.set_max_client_packet(ctx.max_packet_size);
-        self.tracker = Some(tracker);
+        self.client_caps = caps;
+        self.tracker = Some(self.new_tracker(ctx));
         self.login = Some(Login {
             user: hello.username,
             database: hello.database,
@@ -593,6 +646,9 @@ impl Session {
     /// The backend identity of this login is known: ask for a connection
     /// of it.
     pub fn on_identity(&mut self, identity: IdentityId, out: &mut Vec<SessionAction>) {
+        if matches!(self.state, State::ChangeUser(_)) {
+            return self.change_user_identity(identity, out);
+        }
         let Some(login) = self.login.as_ref() else {
             return;
         };
@@ -610,6 +666,9 @@ impl Session {
 
     /// The pool leased a connection (with the client's schema selected).
     pub fn on_leased(&mut self, out: &mut Vec<SessionAction>) {
+        if matches!(self.state, State::ChangeUser(_)) && self.leasing {
+            return self.change_user_leased(out);
+        }
         if !matches!(self.state, State::WaitBackend) || !self.leasing {
             // Not waiting any more: give it straight back.
             out.push(SessionAction::Release { clean: true });
@@ -632,6 +691,9 @@ impl Session {
         reject: Option<RejectReason>,
         out: &mut Vec<SessionAction>,
     ) {
+        if matches!(self.state, State::ChangeUser(_)) {
+            return self.change_user_lease_failed(payload, reject, out);
+        }
         if !matches!(self.state, State::WaitBackend) {
             return;
         }
@@ -639,10 +701,14 @@ impl Session {
         if let Some(reason) = reject {
             out.push(SessionAction::Reject(reason));
         }
-        let (bytes, next) = packet(self.seq, payload);
-        self.seq = next;
-        self.state = State::SendErrThenClose;
-        out.push(SessionAction::SendClient(bytes));
+        self.send_payload(payload, State::SendErrThenClose, out)
+    }
+
+    /// The session buffer's bytes, on [`SessionAction::ExamineBuffer`].
+    pub fn on_buffered(&mut self, data: &[u8], ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
+        if matches!(self.state, State::ChangeUser(_)) {
+            self.change_user_bytes(data, ctx, out)
+        }
     }
 
     /// The relay's write to the backend completed.
@@ -706,6 +772,12 @@ impl Session {
         if ctx.draining && matches!(self.state, State::Greeting | State::ReadHello) {
             return self.close(out);
         }
+        if let State::ChangeUser(flow) = &self.state {
+            if let Some(why) = flow.expired(ctx) {
+                out.push(SessionAction::Log(why.into()));
+                return self.close(out);
+            }
+        }
         match &mut self.state {
             State::Lingering { until } if ctx.now >= *until => self.close(out),
             State::Relay(relay) => {
@@ -755,9 +827,27 @@ impl Session {
         &mut self,
         reason: RelayEnd,
         clean: bool,
-        _ctx: &SessionCtx,
+        ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,
     ) {
+        if let RelayEnd::ChangeUser {
+            header,
+            header_buffered,
+        } = reason
+        {
+            if self.client_leg.is_none() {
+                return self.change_user_begin(header, header_buffered, clean, ctx, out);
+            }
+            // Behind a compressed client leg the relay forwards only whole
+            // decoded chunks, so the packet is not kept for the session:
+            // refused as before (mysql-connector-python refuses
+            // change-user with compression itself).
+            self.has_backend = false;
+            out.push(SessionAction::Release { clean });
+            self.seq = 1;
+            let msg = "ringgate does not support COM_CHANGE_USER on a compressed connection";
+            return self.send_err(ER_UNKNOWN_COM_ERROR, msg, State::SendErrThenClose, out);
+        }
         self.has_backend = false;
         out.push(SessionAction::Release { clean });
         match reason {
@@ -790,6 +880,8 @@ impl Session {
                     out,
                 )
             }
+            // Handled above; never reached.
+            RelayEnd::ChangeUser { .. } => self.close(out),
             RelayEnd::ClientProtocol(cause) => {
                 out.push(SessionAction::Log(format!(
                     "client protocol error: {cause}"
@@ -825,6 +917,9 @@ impl Session {
         }
     }
 }
+
+#[path = "session_change_user.rs"]
+mod change_user;
 
 #[cfg(test)]
 #[path = "session_tests.rs"]

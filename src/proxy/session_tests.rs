@@ -260,8 +260,8 @@ fn an_unsupported_command_releases_cleanly_and_gets_1047() {
     s.on_leased(&mut out);
     s.on_client_write(11, &[], &ctx(&u, now), &mut out);
     out.clear();
-    let change_user = [3, 0, 0, 0, 0x11, b'x', 0];
-    s.on_client_read(7, &change_user, &ctx(&u, now), &mut out);
+    let shutdown = [2, 0, 0, 0, 0x08, 0];
+    s.on_client_read(6, &shutdown, &ctx(&u, now), &mut out);
     // The idle backend read is cancelled; the release waits for it.
     assert_eq!(out, vec![SessionAction::Relay(RelayOp::CancelReadBackend)]);
     out.clear();
@@ -633,4 +633,348 @@ fn a_client_without_compression_gets_no_leg() {
     assert!(!out
         .iter()
         .any(|a| matches!(a, SessionAction::StartClientLeg(_))));
+}
+
+// ---- COM_CHANGE_USER (session_change_user.rs) ----
+
+fn two_users() -> Users {
+    Users::parse(r#"{"app": [{"Password": "pw"}], "bob": [{"Password": "bob-pw"}]}"#).unwrap()
+}
+
+fn change_user_packet(user: &str, password: &str, db: &str, charset: u16, plugin: &str) -> Vec<u8> {
+    use crate::mysql::change_user::{build_change_user, ChangeUser};
+    let payload = build_change_user(
+        &ChangeUser {
+            user: user.into(),
+            auth_response: if password.is_empty() {
+                Vec::new()
+            } else {
+                native_token(password.as_bytes(), &SCRAMBLE)
+            },
+            database: (!db.is_empty()).then(|| db.to_owned()),
+            charset: Some(charset),
+            auth_plugin: Some(plugin.into()),
+            connect_attrs: Vec::new(),
+        },
+        PROXY_CAPS,
+    );
+    let mut v = Vec::new();
+    write_packet(&mut v, 0, &payload);
+    v
+}
+
+/// The client sends `bytes` (a COM_CHANGE_USER, maybe more) between
+/// commands: the relay ends cleanly and the session asks for its buffer.
+fn send_change_user(s: &mut Session, bytes: &[u8], u: &Users, now: Instant) -> Vec<SessionAction> {
+    let mut out = Vec::new();
+    s.on_client_read(bytes.len() as i32, bytes, &ctx(u, now), &mut out);
+    assert_eq!(out, vec![SessionAction::Relay(RelayOp::CancelReadBackend)]);
+    out.clear();
+    s.on_backend_read(-libc::ECANCELED, &[], &ctx(u, now), &mut out);
+    assert_eq!(out, vec![SessionAction::ExamineBuffer], "no release yet");
+    out.clear();
+    s.on_buffered(bytes, &ctx(u, now), &mut out);
+    out
+}
+
+fn bob_identity(s: &mut Session, out: &mut Vec<SessionAction>) {
+    let auth = out.iter().find_map(|a| match a {
+        SessionAction::Authenticated(auth) => Some(auth.clone()),
+        _ => None,
+    });
+    let auth = auth.expect("accepted");
+    assert_eq!(auth.backend_user, "bob");
+    assert_eq!(
+        auth.credential.stage1(),
+        Some(crate::mysql::auth::Stage1::of_password(b"bob-pw")),
+        "passthrough identity recovers the new user's stage1"
+    );
+    out.clear();
+    s.on_identity(IdentityId(9), out);
+}
+
+#[test]
+fn change_user_resets_then_leases_the_new_users_key_and_answers_ok() {
+    let now = Instant::now();
+    let u = two_users();
+    let mut s = relaying(&u, now);
+    let old_key = s.key();
+    let cu = change_user_packet("bob", "bob-pw", "shop", 8, "mysql_native_password");
+    let mut out = send_change_user(&mut s, &cu, &u, now);
+    assert!(out.contains(&SessionAction::Consume(cu.len())));
+    bob_identity(&mut s, &mut out);
+    // The old connection is reset in place first.
+    assert_eq!(out, vec![SessionAction::ResetBackend]);
+    out.clear();
+    s.on_relet(Some("old_db".into()), &mut out);
+    let new_key = PoolKey {
+        collation: 8,
+        identity: IdentityId(9),
+        ..old_key
+    };
+    assert_eq!(
+        out,
+        vec![
+            SessionAction::Release { clean: true },
+            SessionAction::LoggedIn { key: new_key },
+            SessionAction::Lease {
+                key: new_key,
+                schema: Some("shop".into())
+            },
+        ]
+    );
+    assert_eq!(s.user(), Some("bob"), "KILL ownership follows at once");
+    out.clear();
+    s.on_leased(&mut out);
+    let ok = sent(&out);
+    assert_eq!(ok.len(), 1);
+    assert_eq!(ok[0][4], 0x00, "OK");
+    assert_eq!(ok[0][3], 1, "answers the command packet");
+    out.clear();
+    s.on_client_write(ok[0].len() as i32, &[], &ctx(&u, now), &mut out);
+    assert!(s.is_relaying());
+    assert_eq!(out[0], SessionAction::Relay(RelayOp::ReadClient));
+    assert_eq!(s.key(), new_key);
+}
+
+#[test]
+fn change_user_with_a_wrong_password_gets_1045_on_the_reset_old_connection() {
+    let now = Instant::now();
+    let u = two_users();
+    let mut s = relaying(&u, now);
+    let old_key = s.key();
+    let cu = change_user_packet("bob", "wrong", "shop", 8, "mysql_native_password");
+    let mut out = send_change_user(&mut s, &cu, &u, now);
+    assert!(!out
+        .iter()
+        .any(|a| matches!(a, SessionAction::Authenticated(_))));
+    assert!(out.contains(&SessionAction::ResetBackend));
+    assert!(!out.iter().any(|a| matches!(
+        a,
+        SessionAction::Release { .. } | SessionAction::Lease { .. }
+    )));
+    out.clear();
+    s.on_relet(Some("old_db".into()), &mut out);
+    let err = &sent(&out)[0];
+    assert_eq!(err_code(err), 1045);
+    assert_eq!(err[3], 1);
+    let text = String::from_utf8_lossy(&err[13..]).into_owned();
+    assert_eq!(
+        text,
+        "Access denied for user 'bob'@'127.0.0.1' (using password: YES)"
+    );
+    out.clear();
+    s.on_client_write(err.len() as i32, &[], &ctx(&u, now), &mut out);
+    assert!(s.is_relaying(), "the connection stays open");
+    assert_eq!(s.user(), Some("app"));
+    assert_eq!(s.key(), old_key);
+}
+
+#[test]
+fn change_user_whose_new_lease_fails_goes_back_to_the_old_user_and_schema() {
+    let now = Instant::now();
+    let u = two_users();
+    let mut s = relaying(&u, now);
+    let old_key = s.key();
+    let cu = change_user_packet("bob", "bob-pw", "nope", 33, "mysql_native_password");
+    let mut out = send_change_user(&mut s, &cu, &u, now);
+    bob_identity(&mut s, &mut out);
+    out.clear();
+    s.on_relet(Some("old_db".into()), &mut out);
+    out.clear();
+    let unknown_db = err_payload(1049, "Unknown database 'nope'");
+    s.on_lease_failed(&unknown_db, None, &mut out);
+    assert_eq!(
+        out,
+        vec![
+            SessionAction::LoggedIn { key: old_key },
+            SessionAction::Lease {
+                key: old_key,
+                schema: Some("old_db".into())
+            },
+        ]
+    );
+    assert_eq!(s.user(), Some("app"));
+    out.clear();
+    s.on_leased(&mut out);
+    let err = &sent(&out)[0];
+    assert_eq!(err_code(err), 1049);
+    out.clear();
+    s.on_client_write(err.len() as i32, &[], &ctx(&u, now), &mut out);
+    assert!(s.is_relaying());
+}
+
+#[test]
+fn change_user_for_another_plugin_is_switched_to_native_password() {
+    let now = Instant::now();
+    let u = two_users();
+    let mut s = relaying(&u, now);
+    // A MySQL 8 client: an empty response for caching_sha2_password.
+    let cu = change_user_packet("bob", "", "", 45, "caching_sha2_password");
+    let mut out = send_change_user(&mut s, &cu, &u, now);
+    let switch = &sent(&out)[0];
+    assert_eq!(switch[3], 1);
+    assert_eq!(switch[4], 0xfe, "AuthSwitchRequest");
+    assert!(switch.ends_with(&[SCRAMBLE.as_slice(), &[0]].concat()));
+    out.clear();
+    s.on_client_write(switch.len() as i32, &[], &ctx(&u, now), &mut out);
+    assert_eq!(out, vec![SessionAction::ReadClient]);
+    out.clear();
+    let mut answer = Vec::new();
+    write_packet(&mut answer, 2, &native_token(b"bob-pw", &SCRAMBLE));
+    s.on_client_read(answer.len() as i32, &answer, &ctx(&u, now), &mut out);
+    assert!(out.contains(&SessionAction::Consume(answer.len())));
+    bob_identity(&mut s, &mut out);
+    s.on_relet(None, &mut out);
+    out.clear();
+    s.on_leased(&mut out);
+    let ok = &sent(&out)[0];
+    assert_eq!((ok[3], ok[4]), (3, 0x00), "OK after the switch exchange");
+    assert_eq!(s.user(), Some("bob"));
+}
+
+#[test]
+fn a_malformed_change_user_gets_1047_and_the_session_goes_on() {
+    let now = Instant::now();
+    let u = two_users();
+    let mut s = relaying(&u, now);
+    // A user name without its NUL.
+    let cu = [4, 0, 0, 0, 0x11, b'b', b'o', b'b'];
+    let mut out = send_change_user(&mut s, &cu, &u, now);
+    assert!(out.contains(&SessionAction::ResetBackend));
+    out.clear();
+    s.on_relet(None, &mut out);
+    let err = &sent(&out)[0];
+    assert_eq!(err_code(err), 1047);
+    out.clear();
+    s.on_client_write(err.len() as i32, &[], &ctx(&u, now), &mut out);
+    assert!(s.is_relaying());
+}
+
+#[test]
+fn a_change_user_packet_in_pieces_is_read_whole_and_what_follows_is_kept() {
+    let now = Instant::now();
+    let u = two_users();
+    let mut s = relaying(&u, now);
+    let cu = change_user_packet("bob", "bob-pw", "", 45, "mysql_native_password");
+    let mut out = Vec::new();
+    s.on_client_read(10, &cu[..10], &ctx(&u, now), &mut out);
+    out.clear();
+    s.on_backend_read(-libc::ECANCELED, &[], &ctx(&u, now), &mut out);
+    assert_eq!(out, vec![SessionAction::ExamineBuffer]);
+    out.clear();
+    s.on_buffered(&cu[..10], &ctx(&u, now), &mut out);
+    assert_eq!(out, vec![SessionAction::ReadClient]);
+    out.clear();
+    // The rest, and a pipelined ping behind it.
+    let mut all = cu.clone();
+    all.extend_from_slice(&[1, 0, 0, 0, 0x0e]);
+    s.on_client_read((all.len() - 10) as i32, &all, &ctx(&u, now), &mut out);
+    assert!(out.contains(&SessionAction::Consume(cu.len())));
+    bob_identity(&mut s, &mut out);
+    s.on_relet(None, &mut out);
+    s.on_leased(&mut out);
+    let ok = sent(&out).pop().unwrap();
+    out.clear();
+    // The ping is relayed as soon as the relay restarts.
+    s.on_client_write(
+        ok.len() as i32,
+        &[1, 0, 0, 0, 0x0e],
+        &ctx(&u, now),
+        &mut out,
+    );
+    assert!(out.contains(&SessionAction::Relay(RelayOp::WriteBackend { end: 5 })));
+}
+
+#[test]
+fn a_refused_change_user_without_a_clean_backend_closes_after_the_err() {
+    let now = Instant::now();
+    let u = two_users();
+    let mut s = relaying(&u, now);
+    let cu = change_user_packet("bob", "wrong", "", 45, "mysql_native_password");
+    // The header split: its first two bytes reach the backend, which then
+    // cannot be reused.
+    let mut out = Vec::new();
+    s.on_client_read(2, &cu[..2], &ctx(&u, now), &mut out);
+    assert!(out.contains(&SessionAction::Relay(RelayOp::WriteBackend { end: 2 })));
+    out.clear();
+    s.on_backend_write(2, &ctx(&u, now), &mut out);
+    out.clear();
+    s.on_client_read((cu.len() - 2) as i32, &cu[2..], &ctx(&u, now), &mut out);
+    assert!(out.contains(&SessionAction::AbortBackend));
+    out.clear();
+    s.on_backend_read(0, &[], &ctx(&u, now), &mut out);
+    assert_eq!(
+        out,
+        vec![
+            SessionAction::Release { clean: false },
+            SessionAction::ExamineBuffer
+        ]
+    );
+    out.clear();
+    s.on_buffered(&cu[2..], &ctx(&u, now), &mut out);
+    let err = &sent(&out)[0];
+    assert_eq!(err_code(err), 1045);
+    out.clear();
+    s.on_client_write(err.len() as i32, &[], &ctx(&u, now), &mut out);
+    assert_eq!(out, vec![SessionAction::Close]);
+}
+
+#[test]
+fn change_user_must_finish_within_the_handshake_timeout() {
+    let now = Instant::now();
+    let u = two_users();
+    let mut s = relaying(&u, now);
+    let cu = change_user_packet("bob", "bob-pw", "", 45, "mysql_native_password");
+    let mut out = Vec::new();
+    s.on_client_read(6, &cu[..6], &ctx(&u, now), &mut out);
+    s.on_backend_read(-libc::ECANCELED, &[], &ctx(&u, now), &mut out);
+    s.on_buffered(&cu[..6], &ctx(&u, now), &mut out);
+    out.clear();
+    s.on_tick(&ctx(&u, now + Duration::from_secs(11)), &mut out);
+    assert!(out.contains(&SessionAction::Release { clean: true }));
+    assert!(out.contains(&SessionAction::Close));
+}
+
+#[test]
+fn change_user_behind_a_compressed_leg_gets_1047_and_closes() {
+    let now = Instant::now();
+    let u = two_users();
+    let mut out = Vec::new();
+    let mut s = Session::new(
+        NewSession {
+            scramble: SCRAMBLE,
+            connection_id: 1,
+            capabilities: PROXY_CAPS | PASSTHROUGH_CAPS | CLIENT_COMPRESS,
+            ext_capabilities: 0,
+            server_version: "10.11.0-MariaDB".into(),
+            peer_host: "127.0.0.1".into(),
+            now,
+            over_limit: false,
+        },
+        &mut out,
+    );
+    let payload = build_handshake_response(&HandshakeResponse {
+        capabilities: PROXY_CAPS | CLIENT_COMPRESS,
+        max_packet_size: 1 << 24,
+        charset: UTF8MB4_GENERAL_CI,
+        username: "app".into(),
+        auth_response: native_token(b"pw", &SCRAMBLE),
+        database: None,
+        auth_plugin: Some("mysql_native_password".into()),
+        connect_attrs: Vec::new(),
+    });
+    let mut h = Vec::new();
+    write_packet(&mut h, 1, &payload);
+    login(&mut s, &h, &u, now);
+    let mut out = Vec::new();
+    s.on_leased(&mut out);
+    s.on_client_write(11, &[], &ctx(&u, now), &mut out);
+    out.clear();
+    let cu = change_user_packet("bob", "bob-pw", "", 45, "mysql_native_password");
+    s.on_client_read(cu.len() as i32, &cu, &ctx(&u, now), &mut out);
+    out.clear();
+    s.on_backend_read(-libc::ECANCELED, &[], &ctx(&u, now), &mut out);
+    assert_eq!(out[0], SessionAction::Release { clean: true });
+    assert_eq!(err_code(&sent(&out)[0]), 1047);
 }

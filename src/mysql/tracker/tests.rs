@@ -216,7 +216,6 @@ fn unsupported_commands_stop_the_session() {
         COM_CONNECT,
         COM_TIME,
         COM_DELAYED_INSERT,
-        COM_CHANGE_USER,
         COM_BINLOG_DUMP,
         COM_TABLE_DUMP,
         COM_CONNECT_OUT,
@@ -241,6 +240,39 @@ fn unsupported_commands_stop_the_session() {
             "command 0x{cmd:02x}"
         );
         assert_eq!(t.pending_responses(), 1);
+    }
+}
+
+#[test]
+fn change_user_stops_and_says_where_its_header_went() {
+    let ping = frame(0, &[COM_PING]);
+    let cu = frame(0, &[COM_CHANGE_USER, b'u', 0, 0, 0]);
+    // Whole header in the stop chunk, behind a pipelined ping.
+    let mut t = Tracker::new(true);
+    let mut chunk = ping.clone();
+    chunk.extend_from_slice(&cu);
+    let r = t.on_client_bytes(&chunk).unwrap();
+    assert_eq!(
+        (r.forward, r.stop),
+        (ping.len(), Some(StopReason::ChangeUser))
+    );
+    let h = t.stopped_header().unwrap();
+    assert_eq!((h.header, h.in_chunk), ([5, 0, 0, 0], 4));
+    // The header split across reads: its first bytes went out with the
+    // previous chunk; the stop chunk holds the rest of it, then the payload.
+    for split in 1..=4 {
+        let mut t = Tracker::new(true);
+        let r = t.on_client_bytes(&cu[..split]).unwrap();
+        assert_eq!((r.forward, r.stop), (split, None));
+        let r = t.on_client_bytes(&cu[split..]).unwrap();
+        assert_eq!((r.forward, r.stop), (0, Some(StopReason::ChangeUser)));
+        let h = t.stopped_header().unwrap();
+        assert_eq!(
+            (h.header, h.in_chunk),
+            ([5, 0, 0, 0], 4 - split),
+            "split {split}"
+        );
+        assert!(!t.at_command_boundary(), "header bytes were forwarded");
     }
 }
 

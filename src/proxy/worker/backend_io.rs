@@ -93,6 +93,23 @@ impl Worker {
                 }
                 self.with_session(session, |s, _, _, out| s.on_leased(out));
             }
+            PoolEvent::Relet {
+                session,
+                backend,
+                schema,
+            } => {
+                let Some(slot) = self.sessions.get_mut(session.index, session.generation) else {
+                    let mut events = Vec::new();
+                    self.pool.release(backend, true, now, &mut events);
+                    self.pool_q.extend(events);
+                    return;
+                };
+                slot.backend = Some(backend);
+                if let (Some(user), Some(b)) = (slot.session.user(), self.pool.get_mut(backend)) {
+                    slot.conn.entry().set_leased(user, b.conn.thread_id());
+                }
+                self.with_session(session, |s, _, _, out| s.on_relet(schema, out));
+            }
             PoolEvent::LeaseFailed {
                 session,
                 err_payload,

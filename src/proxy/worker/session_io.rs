@@ -120,7 +120,13 @@ impl Worker {
                 Some(leg) => leg.up.bytes_mut().clear(),
                 None => {
                     if let Some(buf) = slot.io.buf.as_mut() {
-                        buf.clear();
+                        // Bytes behind the write (a COM_CHANGE_USER the
+                        // relay stopped at) stay for the session.
+                        if buf.filled().len() > end {
+                            buf.consume(end);
+                        } else {
+                            buf.clear();
+                        }
                     }
                 }
             }
@@ -311,6 +317,34 @@ impl Worker {
                 self.pool_q.extend(events);
             }
             SessionAction::CancelLease => self.pool.cancel(sid),
+            SessionAction::ExamineBuffer => {
+                let mut out = std::mem::take(&mut self.action_scratch);
+                let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
+                if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+                    // What the session reads: the plain bytes, behind a leg.
+                    let data = match slot.leg.as_ref() {
+                        Some(leg) => leg.up.as_slice(),
+                        None => slot
+                            .io
+                            .buf
+                            .as_ref()
+                            .filter(|b| !b.in_flight())
+                            .map_or(&[][..], |b| b.filled()),
+                    };
+                    slot.session.on_buffered(data, &ctx, &mut out);
+                }
+                self.session_q.extend(out.drain(..).map(|a| (sid, a)));
+                self.action_scratch = out;
+            }
+            SessionAction::ResetBackend => {
+                // The KILL registry names no backend thread until it is back.
+                slot.conn.entry().clear_backend();
+                if let Some(b) = slot.backend {
+                    let mut events = Vec::new();
+                    self.pool.relet(b, now, &mut events);
+                    self.pool_q.extend(events);
+                }
+            }
             SessionAction::Relay(RelayOp::ReadClient) => self.client_read(sid, true),
             SessionAction::Relay(RelayOp::WriteBackend { end }) => {
                 if let Some(leg) = slot.leg.as_mut() {

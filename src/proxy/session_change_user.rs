@@ -1,0 +1,496 @@
+//! COM_CHANGE_USER: the session logs in again, as another user or the same
+//! one, on the same client connection (issue 11, item 3).
+//!
+//! The relay stops at the command (once every earlier answer is relayed)
+//! and leaves its packet in the session buffer. Then:
+//!
+//! 1. The packet is read whole and parsed with the capabilities of the
+//!    connection's login (`mysql::change_user`). A malformed one gets what
+//!    MariaDB answers, ERR 1047 "Unknown command".
+//! 2. The credentials are checked against the users file exactly as at
+//!    login, with the greeting's scramble; a client that computed its
+//!    response for another plugin is switched to mysql_native_password
+//!    (AuthSwitchRequest with the same scramble). Passthrough identity
+//!    recovers the new user's backend credential from the response.
+//! 3. The current backend is reset in place (COM_RESET_CONNECTION, through
+//!    the pool: [`SessionAction::ResetBackend`]): the old session's state
+//!    is gone whatever the verdict, as on MariaDB, and the reset tells the
+//!    schema it kept.
+//! 4. Refused (wrong password, unknown user, malformed packet): the ERR is
+//!    sent on that reset connection: the client stays logged in as the old
+//!    user, in the old schema, with a fresh session, as on MariaDB.
+//!    Accepted: the reset connection goes back to the pool and one of the
+//!    new user's key (backend identity, the packet's collation, the same
+//!    capabilities) is leased with the packet's schema
+//!    ([`Session::switch_backend`]); the OK is sent only once it is here.
+//!    When that lease fails (an unknown schema, the server refusing the
+//!    account), the old user's connection is leased back with the old
+//!    schema and the client gets the error, again as on MariaDB.
+//! 5. The relay restarts with a fresh tracker and whatever the client sent
+//!    behind.
+//!
+//! When the relay's end was not clean (the packet's header was split
+//! across reads and its first bytes reached the server, or the session had
+//! sent COM_SET_OPTION, which a reset does not undo) the backend is
+//! discarded at once: an accepted change leases as above, but a refusal
+//! (or a failed lease) cannot restore the old session and closes the
+//! connection after the ERR.
+
+use super::*;
+use crate::mysql::change_user::{parse_change_user, ChangeUser};
+
+/// Where a COM_CHANGE_USER stands.
+#[derive(Clone, Copy)]
+pub(super) enum Phase {
+    /// Reading the rest of the packet: the session buffer starts with the
+    /// last `skip` bytes of `header`, then the payload.
+    ReadPacket { header: [u8; 4], skip: usize },
+    /// Writing an AuthSwitchRequest to mysql_native_password.
+    AuthSwitch,
+    /// Reading the client's answer to it.
+    ReadSwitchResponse,
+    /// Accepted; the driver finds the new user's backend identity.
+    Identity,
+    /// The current backend is being reset in place.
+    Resetting,
+    /// Waiting for a connection of the new user's key.
+    Leasing,
+    /// The new user's lease failed: the old user's connection is leased
+    /// back, then the failure is sent.
+    Restoring,
+    /// Writing the reply on the session's connection; then the relay
+    /// restarts.
+    Replying,
+}
+
+/// What the credentials decided.
+pub(super) enum Verdict {
+    Pending,
+    /// The login and key to switch to (the key's identity is filled in by
+    /// [`Session::change_user_identity`]).
+    Accepted {
+        login: Login,
+        key: PoolKey,
+    },
+    /// This ERR payload goes to the client once the old session is reset.
+    Refused {
+        err: Vec<u8>,
+    },
+}
+
+pub(super) struct Flow {
+    phase: Phase,
+    verdict: Verdict,
+    request: Option<ChangeUser>,
+    /// When the command arrived: the client must finish it (the packet and
+    /// an AuthSwitch answer) within `--handshake-timeout`.
+    since: Instant,
+    /// The old login, key and schema (as the reset reported it), kept to
+    /// go back to when the new user's lease fails.
+    old: Option<(Login, PoolKey, Option<String>)>,
+}
+
+impl Flow {
+    /// Why the session must close now, if the client has not sent what it
+    /// owes within `--handshake-timeout` or the proxy is draining.
+    pub(super) fn expired(&self, ctx: &SessionCtx) -> Option<&'static str> {
+        let client_owes = matches!(
+            self.phase,
+            Phase::ReadPacket { .. } | Phase::ReadSwitchResponse
+        );
+        if !client_owes {
+            return None;
+        }
+        if ctx.now.duration_since(self.since) >= ctx.handshake_timeout {
+            return Some("COM_CHANGE_USER not completed within --handshake-timeout; closed");
+        }
+        ctx.draining
+            .then_some("COM_CHANGE_USER interrupted by the drain; closed")
+    }
+}
+
+/// ER_UNKNOWN_COM_ERROR's text, as MariaDB answers a malformed COM_CHANGE_USER.
+const UNKNOWN_COMMAND: &str = "Unknown command";
+
+impl Session {
+    fn flow(&mut self) -> Option<&mut Flow> {
+        match &mut self.state {
+            State::ChangeUser(flow) => Some(flow),
+            _ => None,
+        }
+    }
+
+    /// The relay stopped at a COM_CHANGE_USER and nothing names the backend
+    /// any more.
+    pub(super) fn change_user_begin(
+        &mut self,
+        header: [u8; 4],
+        header_buffered: usize,
+        clean: bool,
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        if !clean {
+            self.has_backend = false;
+            out.push(SessionAction::Release { clean: false });
+        }
+        self.state = State::ChangeUser(Box::new(Flow {
+            phase: Phase::ReadPacket {
+                header,
+                skip: header_buffered,
+            },
+            verdict: Verdict::Pending,
+            request: None,
+            since: ctx.now,
+            old: None,
+        }));
+        out.push(SessionAction::ExamineBuffer);
+    }
+
+    /// Client bytes while reading the packet or the AuthSwitch answer;
+    /// `data` is all the session buffer holds.
+    pub(super) fn change_user_bytes(
+        &mut self,
+        data: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        let Some(flow) = self.flow() else {
+            return;
+        };
+        match flow.phase {
+            Phase::ReadPacket { header, skip } => self.read_packet(header, skip, data, ctx, out),
+            Phase::ReadSwitchResponse => self.read_switch_response(data, ctx, out),
+            _ => {
+                out.push(SessionAction::Log(
+                    "client bytes during COM_CHANGE_USER before its answer; closed".into(),
+                ));
+                self.close(out)
+            }
+        }
+    }
+
+    fn read_packet(
+        &mut self,
+        header: [u8; 4],
+        skip: usize,
+        data: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+        // Answers go after the client's packet (sequence id 0 → 1).
+        self.seq = header[3].wrapping_add(1);
+        if len >= 0xFF_FFFF || skip + len > ctx.read_buffer_size {
+            // The packet can never be held whole; its rest cannot be skipped
+            // reliably either, so refuse it and close (lingering, so that
+            // the client reads the ERR before the connection goes).
+            out.push(SessionAction::Log(format!(
+                "COM_CHANGE_USER of {len} bytes does not fit a read buffer; ERR 1047, closed"
+            )));
+            return self.send_err(
+                ER_UNKNOWN_COM_ERROR,
+                UNKNOWN_COMMAND,
+                State::SendErrThenLinger,
+                out,
+            );
+        }
+        if data.len() < skip + len {
+            out.push(SessionAction::ReadClient);
+            return;
+        }
+        let payload = &data[skip..skip + len];
+        let parsed = parse_change_user(payload, self.client_caps);
+        out.push(SessionAction::Consume(skip + len));
+        let request = match parsed {
+            Ok(r) => r,
+            Err(e) => {
+                out.push(SessionAction::Log(format!(
+                    "COM_CHANGE_USER refused (ERR 1047): {e}"
+                )));
+                return self.refuse(err_payload(ER_UNKNOWN_COM_ERROR, UNKNOWN_COMMAND), out);
+            }
+        };
+        let switch = self.client_caps & CLIENT_PLUGIN_AUTH != 0
+            && request
+                .auth_plugin
+                .as_deref()
+                .is_some_and(|p| p != NATIVE_PASSWORD && !p.is_empty());
+        let token = request.auth_response.clone();
+        if let Some(flow) = self.flow() {
+            flow.request = Some(request);
+        }
+        if !switch {
+            return self.change_user_verify(&token, ctx, out);
+        }
+        // A response computed for another plugin (caching_sha2_password):
+        // ask for mysql_native_password with the scramble it already has.
+        let switch = handshake::build_auth_switch_request(NATIVE_PASSWORD, &self.scramble);
+        let (bytes, next) = packet(self.seq, &switch);
+        self.seq = next;
+        if let Some(flow) = self.flow() {
+            flow.phase = Phase::AuthSwitch;
+        }
+        out.push(SessionAction::SendClient(bytes));
+    }
+
+    fn read_switch_response(
+        &mut self,
+        data: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        let Some((pkt, consumed)) = split_packet(data) else {
+            if data.len() >= ctx.read_buffer_size {
+                out.push(SessionAction::Log(
+                    "AuthSwitch answer to COM_CHANGE_USER too large; closed".into(),
+                ));
+                return self.close(out);
+            }
+            out.push(SessionAction::ReadClient);
+            return;
+        };
+        self.seq = pkt.seq.wrapping_add(1);
+        let token = pkt.payload.to_vec();
+        out.push(SessionAction::Consume(consumed));
+        self.change_user_verify(&token, ctx, out)
+    }
+
+    /// Check the credentials, as at login.
+    fn change_user_verify(&mut self, token: &[u8], ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
+        let Some(request) = self.flow().and_then(|f| f.request.take()) else {
+            return self.close(out);
+        };
+        let used_password = !token.is_empty() || !request.auth_response.is_empty();
+        let Some(auth) = ctx.users.authenticate(&request.user, &self.scramble, token) else {
+            // The server's wording; the same for an unknown user, so the
+            // answer does not reveal which users exist.
+            let msg = format!(
+                "Access denied for user '{}'@'{}' (using password: {})",
+                request.user,
+                self.peer_host,
+                if used_password { "YES" } else { "NO" }
+            );
+            out.push(SessionAction::Log(format!(
+                "COM_CHANGE_USER refused (ERR 1045): {msg}"
+            )));
+            return self.refuse(err_payload(ER_ACCESS_DENIED_ERROR, &msg), out);
+        };
+        let old_attrs = self.connect_attrs().to_vec();
+        let login = Login {
+            user: request.user,
+            database: request.database,
+            used_password,
+            // New attributes replace the login's; none keeps them.
+            connect_attrs: if request.connect_attrs.is_empty() {
+                old_attrs
+            } else {
+                request.connect_attrs
+            },
+        };
+        let key = PoolKey {
+            // Collation ids above 255 do not fit the handshake's byte either.
+            collation: request
+                .charset
+                .and_then(|c| u8::try_from(c).ok())
+                .unwrap_or(self.key.collation),
+            ..self.key
+        };
+        if let Some(flow) = self.flow() {
+            flow.verdict = Verdict::Accepted { login, key };
+            flow.phase = Phase::Identity;
+        }
+        out.push(SessionAction::Authenticated(Box::new(auth)));
+    }
+
+    /// The new user's backend identity is known.
+    pub(super) fn change_user_identity(
+        &mut self,
+        identity: IdentityId,
+        out: &mut Vec<SessionAction>,
+    ) {
+        let Some(flow) = self.flow() else {
+            return;
+        };
+        if !matches!(flow.phase, Phase::Identity) {
+            return;
+        }
+        if let Verdict::Accepted { key, .. } = &mut flow.verdict {
+            key.identity = identity;
+        }
+        self.reset_backend(out)
+    }
+
+    fn refuse(&mut self, err: Vec<u8>, out: &mut Vec<SessionAction>) {
+        if let Some(flow) = self.flow() {
+            flow.verdict = Verdict::Refused { err };
+        }
+        self.reset_backend(out)
+    }
+
+    /// Step 3: reset the current backend in place (or go on without one).
+    fn reset_backend(&mut self, out: &mut Vec<SessionAction>) {
+        if self.has_backend {
+            if let Some(flow) = self.flow() {
+                flow.phase = Phase::Resetting;
+            }
+            out.push(SessionAction::ResetBackend);
+        } else {
+            self.after_reset(None, out)
+        }
+    }
+
+    /// The reset connection is back (`schema`: the one it kept), or there
+    /// is none (None: the old session cannot be restored).
+    pub fn on_relet(&mut self, schema: Option<String>, out: &mut Vec<SessionAction>) {
+        match self.flow() {
+            Some(flow) if matches!(flow.phase, Phase::Resetting) => {}
+            // Not waiting for it any more: give it straight back.
+            _ => return out.push(SessionAction::Release { clean: true }),
+        }
+        self.after_reset(Some(schema), out)
+    }
+
+    /// Step 4.
+    fn after_reset(&mut self, old_schema: Option<Option<String>>, out: &mut Vec<SessionAction>) {
+        let Some(flow) = self.flow() else {
+            return;
+        };
+        match std::mem::replace(&mut flow.verdict, Verdict::Pending) {
+            Verdict::Pending => self.close(out),
+            Verdict::Refused { err } => self.reply_err(&err, out),
+            Verdict::Accepted { login, key } => {
+                let old_login = self.login.replace(login);
+                let old_key = std::mem::replace(&mut self.key, key);
+                let schema = self.login.as_ref().and_then(|l| l.database.clone());
+                if let Some(flow) = self.flow() {
+                    flow.phase = Phase::Leasing;
+                    flow.old = old_login.zip(old_schema).map(|(l, s)| (l, old_key, s));
+                }
+                self.switch_backend(schema, out)
+            }
+        }
+    }
+
+    /// Send a refusal: on the (reset) connection the session keeps, or,
+    /// without one, before closing.
+    fn reply_err(&mut self, err: &[u8], out: &mut Vec<SessionAction>) {
+        if !self.has_backend {
+            out.push(SessionAction::Log(
+                "COM_CHANGE_USER failed and the old session cannot be restored; closed after the ERR"
+                    .into(),
+            ));
+            return self.send_payload(err, State::SendErrThenClose, out);
+        }
+        let (bytes, next) = packet(self.seq, err);
+        self.seq = next;
+        if let Some(flow) = self.flow() {
+            flow.phase = Phase::Replying;
+        }
+        out.push(SessionAction::SendClient(bytes));
+    }
+
+    /// A lease the flow asked for arrived.
+    pub(super) fn change_user_leased(&mut self, out: &mut Vec<SessionAction>) {
+        self.leasing = false;
+        self.has_backend = true;
+        let Some(flow) = self.flow() else {
+            return;
+        };
+        match std::mem::replace(&mut flow.phase, Phase::Replying) {
+            Phase::Leasing => {
+                flow.old = None;
+                let ok = ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0);
+                let (bytes, next) = packet(self.seq, &ok);
+                self.seq = next;
+                out.push(SessionAction::SendClient(bytes));
+            }
+            Phase::Restoring => match std::mem::replace(&mut flow.verdict, Verdict::Pending) {
+                Verdict::Refused { err } => self.reply_err(&err, out),
+                _ => self.close(out),
+            },
+            _ => self.close(out),
+        }
+    }
+
+    /// The pool could not reset the connection, or lease the new user's
+    /// (or, falling back, the old user's) connection.
+    pub(super) fn change_user_lease_failed(
+        &mut self,
+        payload: &[u8],
+        reject: Option<RejectReason>,
+        out: &mut Vec<SessionAction>,
+    ) {
+        let Some(phase) = self.flow().map(|f| f.phase) else {
+            return;
+        };
+        match phase {
+            Phase::Resetting => {
+                // The pool closed the connection; the driver still names it.
+                self.has_backend = false;
+                out.push(SessionAction::Release { clean: false });
+                out.push(SessionAction::Log(format!(
+                    "the reset for COM_CHANGE_USER failed: {}",
+                    String::from_utf8_lossy(payload.get(9..).unwrap_or_default())
+                )));
+                self.after_reset(None, out)
+            }
+            Phase::Leasing => {
+                self.leasing = false;
+                if let Some(reason) = reject {
+                    out.push(SessionAction::Reject(reason));
+                }
+                match self.flow().and_then(|f| f.old.take()) {
+                    Some((login, key, schema)) => {
+                        if let Some(flow) = self.flow() {
+                            flow.verdict = Verdict::Refused {
+                                err: payload.to_vec(),
+                            };
+                            flow.phase = Phase::Restoring;
+                        }
+                        self.login = Some(login);
+                        self.key = key;
+                        self.switch_backend(schema, out)
+                    }
+                    None => self.reply_err(payload, out),
+                }
+            }
+            Phase::Restoring => {
+                self.leasing = false;
+                self.has_backend = false;
+                self.reply_err(payload, out)
+            }
+            _ => {}
+        }
+    }
+
+    /// A packet of the flow was written.
+    pub(super) fn change_user_written(
+        &mut self,
+        mut flow: Box<Flow>,
+        buffered: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        match flow.phase {
+            Phase::AuthSwitch => {
+                flow.phase = Phase::ReadSwitchResponse;
+                self.state = State::ChangeUser(flow);
+                if buffered.is_empty() {
+                    out.push(SessionAction::ReadClient);
+                } else {
+                    self.change_user_bytes(buffered, ctx, out);
+                }
+            }
+            Phase::Replying if self.has_backend => {
+                // A fresh session: a new tracker, the relay from scratch.
+                self.tracker = None;
+                self.start_relay(buffered, ctx, out)
+            }
+            _ => {
+                self.state = State::ChangeUser(flow);
+                self.close(out)
+            }
+        }
+    }
+}
