@@ -10,14 +10,19 @@ asserted here through ringgate:
 - a wrong password: ERR 1045 "Access denied for user 'u'@'host' (using password: YES)"; the
   connection stays open as the old user in the old schema, but with a fresh session;
 - a schema the new user may not use (or that does not exist): the server's ERR (1044 or 1049); again the old user in the old schema.
-Every test runs in fixed and heap mode and ends with the leak checks of the `make_proxy` fixture;
+node mysql2's changeUser runs the same steps direct and through ringgate
+(tests/node/change_user.js). Every test runs in fixed and heap mode and ends with the leak checks of the `make_proxy` fixture;
 the passthrough ones also check that the server holds exactly the backend connections ringgate
 accounts for.
 """
 
 import json
+import os
+import shutil
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import mysql.connector
 import pymysql
@@ -275,3 +280,46 @@ def test_kill_ownership_follows_the_new_user(make_proxy, accounts):
     for c in (victim, killer_a, killer_b):
         c.close()
     proxy.assert_settled(base, 3)
+
+
+NODE_DIR = Path(__file__).resolve().parent.parent / "node"
+
+
+def _run_node_change_user(node, port, accounts):
+    env = dict(
+        os.environ,
+        PORT=str(port),
+        USER_A=accounts["a"][0],
+        PASS_A=accounts["a"][1],
+        USER_B=accounts["b"][0],
+        PASS_B=accounts["b"][1],
+        DB=TEST_DB,
+    )
+    r = subprocess.run([node, str(NODE_DIR / "change_user.js")], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+def test_node_mysql2_change_user_matches_mariadb(make_proxy, accounts):
+    """node mysql2's changeUser (tests/node/change_user.js) gives through ringgate what it gives
+    direct: users, schemas, charsets, the 1045 with the server's text, a reset session. The one
+    documented difference: after the failed change MariaDB sets the character set to the
+    server's default, ringgate keeps the session's."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    if not (NODE_DIR / "node_modules" / "mysql2").is_dir():
+        pytest.skip("mysql2 is not installed in tests/node (scripts/ensure-deps.sh installs it with npm)")
+    direct = _run_node_change_user(node, backend_env()["port"], accounts)
+    proxy = make_proxy(users_file=accounts["users"], passthrough=True)
+    base = proxy.connections_total()
+    through = _run_node_change_user(node, proxy.port, accounts)
+    assert [s["step"] for s in through] == ["start", "to_b_with_schema", "wrong_password", "to_a_by_sha1", "to_b_latin1"]
+    wrong_direct = next(s for s in direct if s["step"] == "wrong_password")
+    wrong_through = next(s for s in through if s["step"] == "wrong_password")
+    assert wrong_through["err"]["errno"] == 1045
+    assert wrong_through["state"]["cs"] == "utf8mb4", "the session's charset is kept"
+    wrong_direct["state"]["cs"] = wrong_through["state"]["cs"]
+    assert through == direct
+    proxy.assert_settled(base, 1)
+    _server_threads_match_ringgate(proxy, (accounts["a"][0], accounts["b"][0]))
