@@ -589,3 +589,41 @@ fn never_panics_and_round_trips_on_garbage() {
         }
     }
 }
+
+/// What drivers and frameworks send at connect time must never pin (the
+/// multiplexing users lose most often elsewhere): reads of @@ variables and
+/// plain SETs.
+#[test]
+fn driver_init_queries_do_not_pin() {
+    for sql in [
+        // Connector/J 8
+        "/* mysql-connector-j-8.0.33 (Revision: 7d6b0800528b6b25c68b52dc10d6c1c8429c100c) */\
+         SELECT  @@session.auto_increment_increment AS auto_increment_increment, \
+         @@character_set_client AS character_set_client, @@init_connect AS init_connect, \
+         @@sql_mode AS sql_mode, @@time_zone AS time_zone, \
+         @@transaction_isolation AS transaction_isolation, @@wait_timeout AS wait_timeout",
+        "SET character_set_results = NULL",
+        "SET SQL_SELECT_LIMIT=DEFAULT",
+        "select @@session.transaction_read_only",
+        // the mariadb CLI
+        "select @@version_comment limit 1",
+        // Django / mysqlclient
+        "SET SQL_AUTO_IS_NULL = 0",
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        // Rails
+        "SET  @@SESSION.sql_mode = CONCAT(CONCAT(@@sql_mode, ',STRICT_ALL_TABLES'), \
+         ',NO_AUTO_VALUE_ON_ZERO'),  @@SESSION.sql_auto_is_null = 0, \
+         @@SESSION.wait_timeout = 2147483",
+        // SQLAlchemy
+        "SELECT DATABASE()",
+        "show variables like 'lower_case_table_names'",
+        "SELECT @@tx_isolation",
+        "SELECT CAST('test plain returns' AS CHAR(60)) AS anon_1",
+        // PDO, PyMySQL
+        "SET NAMES utf8mb4",
+        "SET AUTOCOMMIT = 0",
+    ] {
+        let c = one(sql);
+        assert!(c.pin().is_none(), "{sql}: {c:?}");
+    }
+}
