@@ -475,15 +475,20 @@ pub fn check_memlock(
     } else {
         String::new()
     };
-    if cfg.read_buffers == ReadBufferMode::Heap && rings == 0 {
+    let mode = match cfg.read_buffers {
+        ReadBufferMode::Heap => "heap",
+        ReadBufferMode::Ring => "ring",
+        ReadBufferMode::Fixed => "fixed",
+    };
+    if cfg.read_buffers != ReadBufferMode::Fixed && rings == 0 {
         return Item::ok(
             what,
-            "--read-buffers heap: no locked memory needed".to_owned(),
+            format!("--read-buffers {mode}: no locked memory needed"),
         );
     }
-    let pool = if cfg.read_buffers == ReadBufferMode::Heap {
+    let pool = if cfg.read_buffers != ReadBufferMode::Fixed {
         format!(
-            "--read-buffers heap; the rings need {} ({workers} rings × {ring_bytes} bytes)",
+            "--read-buffers {mode}; the rings need {} ({workers} rings × {ring_bytes} bytes)",
             show_bytes(need)
         )
     } else {

@@ -18,6 +18,12 @@ pub enum ReadBufferMode {
     /// One heap allocation per connection; I/O uses plain READ / WRITE.
     /// The A/B baseline, and the fallback when registration fails.
     Heap,
+    /// One provided-buffer ring per worker (IORING_REGISTER_PBUF_RING) of
+    /// `--read-buffer-count` buffers, filled by multishot receives only when
+    /// bytes arrive and forwarded with a send straight from the buffer.
+    /// Falls back to `fixed` on kernels without buffer rings or multishot
+    /// receive.
+    Ring,
 }
 
 /// How clients appear on the backend.
@@ -138,8 +144,10 @@ pub struct Config {
     #[arg(long, value_name = "PATH")]
     pub users_file: PathBuf,
 
-    /// Where read buffers come from: `fixed` (kernel-registered, the default)
-    /// or `heap` (the baseline; also the automatic fallback when registration fails).
+    /// Where read buffers come from: `fixed` (kernel-registered, the default),
+    /// `ring` (a provided-buffer ring per worker filled by multishot receives;
+    /// falls back to `fixed`) or `heap` (the baseline; also the automatic
+    /// fallback when registration fails).
     #[arg(long, value_enum, default_value_t = ReadBufferMode::Fixed)]
     pub read_buffers: ReadBufferMode,
 
@@ -149,6 +157,7 @@ pub struct Config {
 
     /// Registered read buffers per worker (at most 16384). Client and backend
     /// connections each hold one; beyond this a connection gets a heap buffer.
+    /// With `--read-buffers ring`: the buffers in each worker's ring.
     #[arg(long, default_value = "1024", value_parser = parse_buffer_count, value_name = "N")]
     pub read_buffer_count: u32,
 
@@ -374,10 +383,12 @@ impl std::fmt::Debug for Config {
 
 impl Config {
     /// Locked memory the fixed read-buffer pools register, in bytes:
-    /// workers × slots × slot size (0 with `--read-buffers heap`).
+    /// workers × slots × slot size (0 with `--read-buffers heap`, and with
+    /// `ring`, whose buffers are not pinned; only the ring's one page of
+    /// entries is, a rounding error beside the io_uring's own rings).
     pub fn locked_memory_bytes(&self) -> u64 {
         match self.read_buffers {
-            ReadBufferMode::Heap => 0,
+            ReadBufferMode::Heap | ReadBufferMode::Ring => 0,
             ReadBufferMode::Fixed => {
                 self.worker_count() as u64
                     * u64::from(self.read_buffer_count)

@@ -863,7 +863,7 @@ mod tests {
         let e = file_err("users-file = \"u\"\nread-buffers = \"fixd\"\n");
         assert_eq!(
             e,
-            "ringgate.toml:2: invalid value \"fixd\" for key \"read-buffers\": possible values: fixed, heap (did you mean \"fixed\"?)"
+            "ringgate.toml:2: invalid value \"fixd\" for key \"read-buffers\": possible values: fixed, heap, ring (did you mean \"fixed\"?)"
         );
         let e = file_err("\n\n\nread-buffer-count = 16385\n");
         assert!(

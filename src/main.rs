@@ -91,6 +91,7 @@ fn run(config: Config) -> Result<(), RunError> {
     let requested = match config.read_buffers {
         ReadBufferMode::Fixed => BufferMode::Fixed,
         ReadBufferMode::Heap => BufferMode::Heap,
+        ReadBufferMode::Ring => BufferMode::Ring,
     };
     let metrics = Metrics::new(workers, requested);
     if let Some(addr) = config.metrics_listen {
@@ -127,10 +128,16 @@ fn run(config: Config) -> Result<(), RunError> {
     let started = worker::spawn_workers(Arc::clone(&shared), workers).map_err(|e| e.to_string())?;
 
     let first = &started[0].1;
+    if let Some(cause) = started.iter().find_map(|(_, s)| s.ring_fallback.clone()) {
+        tracing::warn!("read-buffer ring unavailable, running with --read-buffers fixed: {cause}");
+    }
     if let Some(cause) = started.iter().find_map(|(_, s)| s.fallback.clone()) {
         tracing::warn!("fixed read buffers unavailable, running with --read-buffers heap: {cause}");
     }
-    let mode = if started.iter().all(|(_, s)| s.mode == BufferMode::Fixed) {
+    // The effective mode: the least any worker got (each falls back alone).
+    let mode = if started.iter().all(|(_, s)| s.mode == BufferMode::Ring) {
+        BufferMode::Ring
+    } else if started.iter().all(|(_, s)| s.mode == BufferMode::Fixed) {
         BufferMode::Fixed
     } else {
         BufferMode::Heap
@@ -141,7 +148,7 @@ fn run(config: Config) -> Result<(), RunError> {
         backend = %config.backend,
         workers,
         read_buffers = %mode,
-        slots_per_worker = if mode == BufferMode::Fixed { config.read_buffer_count } else { 0 },
+        slots_per_worker = if mode == BufferMode::Heap { 0 } else { config.read_buffer_count },
         slot_bytes = config.read_buffer_size,
         "ringgate started; io_uring: {}",
         first.features

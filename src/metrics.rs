@@ -93,6 +93,8 @@ pub enum BufferMode {
     Fixed,
     /// Plain heap buffers (registration unavailable or disabled).
     Heap,
+    /// A provided-buffer ring per worker, filled by multishot receives.
+    Ring,
 }
 
 impl BufferMode {
@@ -101,6 +103,7 @@ impl BufferMode {
         match self {
             BufferMode::Fixed => "fixed",
             BufferMode::Heap => "heap",
+            BufferMode::Ring => "ring",
         }
     }
 
@@ -108,14 +111,15 @@ impl BufferMode {
         match self {
             BufferMode::Fixed => 0,
             BufferMode::Heap => 1,
+            BufferMode::Ring => 2,
         }
     }
 
     fn from_u8(v: u8) -> BufferMode {
-        if v == 0 {
-            BufferMode::Fixed
-        } else {
-            BufferMode::Heap
+        match v {
+            0 => BufferMode::Fixed,
+            2 => BufferMode::Ring,
+            _ => BufferMode::Heap,
         }
     }
 }
@@ -226,6 +230,12 @@ pub struct WorkerMetrics {
     pub read_buffers_in_use_backend: AtomicI64,
     /// Pool exhausted, a heap buffer was handed out instead.
     pub heap_fallbacks_total: AtomicU64,
+    /// Buffers in this worker's provided-buffer ring (ring mode).
+    pub ring_buffers_total: AtomicU64,
+    /// Ring buffers holding bytes userspace has not given back.
+    pub ring_buffers_in_use: AtomicI64,
+    /// Multishot receives ended by an empty ring (-ENOBUFS).
+    pub ring_enobufs_total: AtomicU64,
     /// Client sessions open now.
     pub client_connections: AtomicI64,
     /// Client connections accepted since start.
@@ -297,6 +307,9 @@ impl WorkerMetrics {
             read_buffers_in_use_client: AtomicI64::new(0),
             read_buffers_in_use_backend: AtomicI64::new(0),
             heap_fallbacks_total: AtomicU64::new(0),
+            ring_buffers_total: AtomicU64::new(0),
+            ring_buffers_in_use: AtomicI64::new(0),
+            ring_enobufs_total: AtomicU64::new(0),
             client_connections: AtomicI64::new(0),
             client_connections_total: AtomicU64::new(0),
             client_rejected_total: Default::default(),
@@ -385,6 +398,9 @@ pub struct Snapshot {
     pub read_buffers_in_use_client: i64,
     pub read_buffers_in_use_backend: i64,
     pub heap_fallbacks_total: u64,
+    pub ring_buffers_total: u64,
+    pub ring_buffers_in_use: i64,
+    pub ring_enobufs_total: u64,
     pub client_connections: i64,
     pub client_connections_total: u64,
     /// Indexed by [`RejectReason::index`]; see [`Snapshot::rejected`].
@@ -434,7 +450,8 @@ impl fmt::Display for Snapshot {
              commands={} bytes_c2b={} bytes_b2c={} backend_connects={} \
              backend_connect_failures={} backend_discarded={} heap_fallbacks={} \
              connect_us_p50={} p99={} p999={} pool_waiters={} ring_ebusy_reaps={} \
-             ring_cq_overflow_flushes={} ring_synthetic_failures={}",
+             ring_cq_overflow_flushes={} ring_synthetic_failures={} ring_buffers_in_use={}/{} \
+             ring_enobufs={}",
             self.mode,
             self.workers,
             self.read_buffers_free,
@@ -465,6 +482,9 @@ impl fmt::Display for Snapshot {
             self.ring_ebusy_reaps_total,
             self.ring_cq_overflow_flushes_total,
             self.ring_synthetic_failures_total,
+            self.ring_buffers_in_use,
+            self.ring_buffers_total,
+            self.ring_enobufs_total,
         )
     }
 }
@@ -545,6 +565,9 @@ impl Metrics {
             read_buffers_in_use_client: i(|w| &w.read_buffers_in_use_client),
             read_buffers_in_use_backend: i(|w| &w.read_buffers_in_use_backend),
             heap_fallbacks_total: u(|w| &w.heap_fallbacks_total),
+            ring_buffers_total: u(|w| &w.ring_buffers_total),
+            ring_buffers_in_use: i(|w| &w.ring_buffers_in_use),
+            ring_enobufs_total: u(|w| &w.ring_enobufs_total),
             client_connections: i(|w| &w.client_connections),
             client_connections_total: u(|w| &w.client_connections_total),
             client_rejected_total: rejected,

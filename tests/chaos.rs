@@ -13,7 +13,7 @@
 //!   * at the end free slots == total, backend busy == 0 and the fd count is at baseline.
 //!
 //! `CHAOS_SECONDS` sets the chaos phase (default 10, `make chaos` uses 60); the calm phase is a
-//! third of it (at least 3 s). `CHAOS_MODE=heap` runs it on heap buffers.
+//! third of it (at least 3 s). `CHAOS_MODE=heap` (or `ring`) runs it on heap buffers (or the provided-buffer ring).
 
 #[allow(unused_macros)]
 mod common;
@@ -271,6 +271,7 @@ fn chaos() {
     let calm_secs = (chaos_secs / 3).max(3);
     let mode = match std::env::var("CHAOS_MODE").as_deref() {
         Ok("heap") => Mode::Heap,
+        Ok("ring") => Mode::Ring,
         _ => Mode::Fixed,
     };
     let db = OwnMariaDb::started("chaos");

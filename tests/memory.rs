@@ -111,7 +111,7 @@ fn measure(mode: Mode, db: &OwnMariaDb, n: usize) -> Figures {
     let read_buffer_size = proxy.opts.read_buffer_size;
     let registered = match mode {
         Mode::Fixed => 2 * 4096 * proxy.opts.read_buffer_size as u64,
-        Mode::Heap => 0,
+        Mode::Heap | Mode::Ring => 0,
     };
     let rss_base = settle_rss(pid);
 
@@ -199,7 +199,7 @@ fn memory_per_connection() {
         );
         let buf = match mode {
             Mode::Fixed => 0.0,
-            Mode::Heap => f.read_buffer_size as f64,
+            Mode::Heap | Mode::Ring => f.read_buffer_size as f64,
         };
         for (what, rss, per_conn_bound) in [
             ("idle client", f.rss_clients, STATE_BOUND + buf),

@@ -93,7 +93,7 @@ fn config_file_errors_name_the_file_line_and_key() {
         ),
         (
             "read-buffers = \"fixd\"\n",
-            ":1: invalid value \"fixd\" for key \"read-buffers\": possible values: fixed, heap",
+            ":1: invalid value \"fixd\" for key \"read-buffers\": possible values: fixed, heap, ring",
         ),
     ];
     for (contents, want) in cases {

@@ -646,7 +646,7 @@ fn registered_buffers(mode: Mode) {
         let rings = io_uring_user_bufs(proxy.pid());
         let ok = match mode {
             Mode::Fixed => rings.iter().filter(|(_, n)| *n == count).count() >= workers,
-            Mode::Heap => rings.len() >= workers,
+            Mode::Heap | Mode::Ring => rings.len() >= workers,
         };
         if ok || Instant::now() > deadline {
             break rings;
@@ -696,6 +696,19 @@ fn registered_buffers(mode: Mode) {
                 m.try_get(r#"ringgate_read_buffers_total{mode="fixed"}"#)
                     .is_none(),
                 "heap mode exports a fixed buffer total"
+            );
+        }
+        Mode::Ring => {
+            // A provided-buffer ring is not a fixed-buffer table: fdinfo lists no UserBufs.
+            assert!(
+                rings.iter().all(|(_, n)| *n == 0),
+                "ring mode must not register fixed buffers: {rings:?}"
+            );
+            assert_eq!(m.get(r#"ringgate_read_buffers_total{mode="ring"}"#), 0.0);
+            assert_eq!(
+                m.get("ringgate_read_buffer_ring_buffers"),
+                (count as usize * workers) as f64,
+                "ringgate_read_buffer_ring_buffers should be read-buffer-count x workers"
             );
         }
     }

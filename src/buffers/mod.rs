@@ -4,6 +4,13 @@
 //! (or when the fixed pool is exhausted) they are plain heap allocations.
 //! Both kinds are used through the same [`ReadBuffer`] type.
 //!
+//! In `ring` mode ([`provided`]) the relay's reads come from one
+//! provided-buffer ring per worker, taken by multishot receives only when
+//! bytes arrive; each connection's [`ReadBuffer`] is a heap buffer used for
+//! the login phases, for the rare bytes that must be kept across reads (a
+//! rewritten KILL, a server ERR arriving in pieces), and for a plain read
+//! when the ring is empty.
+//!
 //! # Buffer lifetime rules (the one place they are written down)
 //!
 //! 1. The kernel may write into or read from a buffer from the moment an SQE
@@ -15,6 +22,14 @@
 //!    return the buffer → `close()`.
 //! 3. A reused slot still holds the previous connection's bytes: only the
 //!    byte count of a completion says what is valid.
+//! 4. Ring mode: a ring buffer (or, with incremental consumption, a piece
+//!    of one) is owned by userspace from the CQE that names its id until it
+//!    is given back ([`provided::BufRing::put`]): after the send that
+//!    forwards it completes, or once its bytes are consumed. It goes back on
+//!    the ring only when the kernel is done with it too (no
+//!    IORING_CQE_F_BUF_MORE) and no piece of it is held. A piece named by a
+//!    send in flight cannot be given back ([`provided::Chunk`] carries the
+//!    same in-flight mark as a [`ReadBuffer`]).
 //!
 //! The types enforce rules 1 and 3:
 //! - An SQE that points at a buffer can only be built by
@@ -32,6 +47,7 @@
 //!   the completion reported.
 
 mod fixed;
+pub mod provided;
 
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -41,6 +57,7 @@ use io_uring::{opcode, types};
 use crate::metrics::{BufferMode, Metrics};
 use crate::ring::Sqe;
 use fixed::FixedRegion;
+use provided::BufRing;
 
 pub use fixed::RegisterError;
 
@@ -111,6 +128,20 @@ impl ReadBuffer {
         let filled = self.filled;
         self.as_mut_slice().copy_within(n..filled, 0);
         self.filled -= n;
+    }
+
+    /// Append `data` after the valid bytes (ring mode keeps bytes across
+    /// reads this way: a rewritten KILL, a server ERR in pieces; small and
+    /// rare). False, and nothing changed, when it does not fit.
+    pub fn append(&mut self, data: &[u8]) -> bool {
+        assert!(!self.in_flight);
+        let start = self.filled;
+        if data.len() > self.capacity - start {
+            return false;
+        }
+        self.as_mut_slice()[start..start + data.len()].copy_from_slice(data);
+        self.filled += data.len();
+        true
     }
 
     /// Replace the first `old` valid bytes with `new`, moving the rest (a
@@ -319,6 +350,9 @@ pub struct BufferPool {
     /// Registered region; `None` in heap mode. Declared before nothing that
     /// outlives it: the worker drops its ring before its pool.
     region: Option<FixedRegion>,
+    /// The provided-buffer ring in `ring` mode (connections' own buffers
+    /// are then heap buffers).
+    ring: Option<BufRing>,
     free: Vec<u16>,
     buffer_size: usize,
     metrics: Arc<Metrics>,
@@ -330,11 +364,30 @@ impl BufferPool {
     pub fn heap(buffer_size: usize, metrics: Arc<Metrics>, worker: usize) -> BufferPool {
         BufferPool {
             region: None,
+            ring: None,
             free: Vec::new(),
             buffer_size,
             metrics,
             worker,
         }
+    }
+
+    /// A ring-mode pool: the worker's provided-buffer ring for the relay's
+    /// reads, heap buffers for everything else.
+    pub fn ring(ring: BufRing, buffer_size: usize, metrics: Arc<Metrics>, worker: usize) -> Self {
+        BufferPool {
+            ring: Some(ring),
+            ..BufferPool::heap(buffer_size, metrics, worker)
+        }
+    }
+
+    /// The provided-buffer ring, in `ring` mode.
+    pub fn buf_ring(&mut self) -> Option<&mut BufRing> {
+        self.ring.as_mut()
+    }
+
+    pub fn is_ring(&self) -> bool {
+        self.ring.is_some()
     }
 
     /// A fixed-mode pool: map `count` slots of `buffer_size` bytes and
@@ -356,6 +409,7 @@ impl BufferPool {
         let free = (0..count as u16).rev().collect();
         Ok(BufferPool {
             region: Some(region),
+            ring: None,
             free,
             buffer_size,
             metrics,
@@ -366,6 +420,8 @@ impl BufferPool {
     pub fn mode(&self) -> BufferMode {
         if self.region.is_some() {
             BufferMode::Fixed
+        } else if self.ring.is_some() {
+            BufferMode::Ring
         } else {
             BufferMode::Heap
         }

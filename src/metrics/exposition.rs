@@ -78,8 +78,28 @@ impl Collector for Exposition {
         counter(
             &mut enc,
             "ringgate_read_buffer_heap_fallbacks_total",
-            "Times the fixed-buffer pool was exhausted and a heap buffer was handed out.",
+            "Times the fixed-buffer pool was exhausted and a heap buffer was handed out; in \
+             ring mode, reads made into a connection's heap buffer because the ring was empty.",
             s.heap_fallbacks_total,
+        )?;
+        gauge(
+            &mut enc,
+            "ringgate_read_buffer_ring_buffers",
+            "Buffers in the workers' provided-buffer rings (ring mode; 0 otherwise).",
+            s.ring_buffers_total as i64,
+        )?;
+        gauge(
+            &mut enc,
+            "ringgate_read_buffer_ring_in_use",
+            "Provided-ring buffers holding bytes not yet forwarded or consumed.",
+            s.ring_buffers_in_use,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_read_buffer_ring_enobufs_total",
+            "Multishot receives ended because the buffer ring was empty (-ENOBUFS); each is \
+             re-armed, or served by a plain read, when the relay next reads.",
+            s.ring_enobufs_total,
         )?;
 
         gauge(

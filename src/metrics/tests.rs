@@ -7,12 +7,15 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-const ALL_NAMES: [(&str, &str); 22] = [
+const ALL_NAMES: [(&str, &str); 25] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
     ("ringgate_read_buffers_free", "gauge"),
     ("ringgate_read_buffer_heap_fallbacks_total", "counter"),
+    ("ringgate_read_buffer_ring_buffers", "gauge"),
+    ("ringgate_read_buffer_ring_in_use", "gauge"),
+    ("ringgate_read_buffer_ring_enobufs_total", "counter"),
     ("ringgate_client_connections", "gauge"),
     ("ringgate_client_connections_total", "counter"),
     ("ringgate_client_rejected_total", "counter"),

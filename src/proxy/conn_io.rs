@@ -13,6 +13,7 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use socket2::Socket;
 
+use crate::buffers::provided::RingRecv;
 use crate::buffers::{ReadBuffer, WriteBuf};
 
 pub struct ConnIo {
@@ -23,6 +24,9 @@ pub struct ConnIo {
     pub out: WriteBuf,
     /// Bytes of `out` already written.
     pub out_pos: usize,
+    /// Ring mode: what the multishot receive delivered; `None` until the
+    /// relay first reads this socket (login phases use `buf`).
+    pub recv: Option<RingRecv>,
     /// Operations in the kernel that name this socket's fd.
     fd_ops: u32,
     shut: bool,
@@ -35,6 +39,7 @@ impl ConnIo {
             buf,
             out: WriteBuf::default(),
             out_pos: 0,
+            recv: None,
             fd_ops: 0,
             shut: false,
         }
@@ -61,6 +66,7 @@ impl ConnIo {
         self.fd_ops == 0
             && !self.out.in_flight()
             && self.buf.as_ref().is_none_or(|b| !b.in_flight())
+            && self.recv.as_ref().is_none_or(RingRecv::quiescent)
     }
 
     /// shutdown(2) both ways: an in-flight read or write on the socket

@@ -8,6 +8,10 @@
 //! - `RINGGATE_DEBUG_CQ_ENTRIES=N`: a completion ring of N entries, so that
 //!   real kernel CQ overflow happens under load.
 //!
+//! - `RINGGATE_DEBUG_PROBE_FAIL=buf_ring,recv_multishot,pbuf_inc`: the
+//!   start-up probes of `--read-buffers ring` report these kernel features
+//!   missing, so each fallback runs on a kernel that has them.
+//!
 //! Release builds never read these variables (the hooks compile to
 //! `false`). A malformed value is a start-up error that names the variable.
 
@@ -15,6 +19,36 @@ use super::RingError;
 
 pub const FAULT_INJECT_VAR: &str = "RINGGATE_FAULT_INJECT";
 pub const DEBUG_CQ_ENTRIES_VAR: &str = "RINGGATE_DEBUG_CQ_ENTRIES";
+pub const DEBUG_PROBE_FAIL_VAR: &str = "RINGGATE_DEBUG_PROBE_FAIL";
+
+/// Kernel features whose start-up probe is forced to fail (debug builds).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeFail {
+    /// IORING_REGISTER_PBUF_RING (provided-buffer rings, 5.19).
+    pub buf_ring: bool,
+    /// IORING_RECV_MULTISHOT (6.0).
+    pub recv_multishot: bool,
+    /// IOU_PBUF_RING_INC (incremental consumption, 6.12).
+    pub pbuf_inc: bool,
+}
+
+/// Parse `name[,name]`: buf_ring, recv_multishot, pbuf_inc.
+pub fn parse_probe_fail(spec: &str) -> Result<ProbeFail, String> {
+    let mut p = ProbeFail::default();
+    for item in spec.split(',').filter(|s| !s.is_empty()) {
+        match item {
+            "buf_ring" => p.buf_ring = true,
+            "recv_multishot" => p.recv_multishot = true,
+            "pbuf_inc" => p.pbuf_inc = true,
+            _ => {
+                return Err(format!(
+                    "unknown probe `{item}` (known: buf_ring, recv_multishot, pbuf_inc)"
+                ))
+            }
+        }
+    }
+    Ok(p)
+}
 
 /// Which faults to inject: "every Nth", 0 = never.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -81,6 +115,7 @@ fn parse_positive(value: &str) -> Result<u32, String> {
 pub struct DebugKnobs {
     pub faults: FaultPlan,
     pub cq_entries: Option<u32>,
+    pub probe_fail: ProbeFail,
 }
 
 impl DebugKnobs {
@@ -106,7 +141,15 @@ impl DebugKnobs {
                 Some(v) => Some(parse_cq_entries(&v).map_err(bad(DEBUG_CQ_ENTRIES_VAR))?),
                 None => None,
             };
-            let knobs = DebugKnobs { faults, cq_entries };
+            let probe_fail = match read(DEBUG_PROBE_FAIL_VAR)? {
+                Some(v) => parse_probe_fail(&v).map_err(bad(DEBUG_PROBE_FAIL_VAR))?,
+                None => ProbeFail::default(),
+            };
+            let knobs = DebugKnobs {
+                faults,
+                cq_entries,
+                probe_fail,
+            };
             if knobs.faults.is_active() || knobs.cq_entries.is_some() {
                 static WARNED: std::sync::Once = std::sync::Once::new();
                 WARNED.call_once(|| {

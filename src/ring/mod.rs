@@ -37,8 +37,8 @@ mod token;
 mod tests;
 
 pub use fault::{
-    parse_cq_entries, parse_fault_plan, DebugKnobs, FaultPlan, DEBUG_CQ_ENTRIES_VAR,
-    FAULT_INJECT_VAR,
+    parse_cq_entries, parse_fault_plan, parse_probe_fail, DebugKnobs, FaultPlan, ProbeFail,
+    DEBUG_CQ_ENTRIES_VAR, DEBUG_PROBE_FAIL_VAR, FAULT_INJECT_VAR,
 };
 pub use queue::{Completion, RingStats};
 pub use sqe::Sqe;
@@ -186,6 +186,8 @@ pub struct Ring {
     latched: Option<i32>,
     stats: RingStats,
     faults: fault::Injector,
+    /// Start-up probes forced to fail (debug builds; see `fault`).
+    probe_fail: ProbeFail,
 }
 
 fn is_unavailable(e: &io::Error) -> bool {
@@ -274,6 +276,7 @@ impl Ring {
                         latched: None,
                         stats: RingStats::default(),
                         faults: fault::Injector::new(knobs.faults),
+                        probe_fail: knobs.probe_fail,
                     });
                 }
                 Err(e) if is_unavailable(&e) => return Err(RingError::Unavailable(e)),
@@ -319,6 +322,42 @@ impl Ring {
     pub unsafe fn register_buffers(&self, iovecs: &[libc::iovec]) -> io::Result<()> {
         // SAFETY: forwarded from this function's contract.
         unsafe { self.uring.submitter().register_buffers(iovecs) }
+    }
+}
+
+impl Ring {
+    /// Unregister buffer group `bgid` (a ring set up, then not used).
+    pub fn unregister_buf_ring(&self, bgid: u16) -> io::Result<()> {
+        self.uring.submitter().unregister_buf_ring(bgid)
+    }
+
+    /// Kernel features the debug knobs say to report missing.
+    pub fn probe_fail(&self) -> ProbeFail {
+        self.probe_fail
+    }
+
+    /// Register a provided-buffer ring (IORING_REGISTER_PBUF_RING, 5.19)
+    /// as buffer group `bgid`; `flags` may ask for IOU_PBUF_RING_INC.
+    ///
+    /// # Safety
+    /// `ring_addr` must be a page-aligned mapping of `entries` 16-byte
+    /// `io_uring_buf` entries, and every buffer address ever published in it
+    /// must stay mapped, for as long as this ring exists: the kernel writes
+    /// received bytes to those addresses whenever a buffer-select receive
+    /// takes one.
+    pub unsafe fn register_buf_ring(
+        &self,
+        ring_addr: u64,
+        entries: u16,
+        bgid: u16,
+        flags: u16,
+    ) -> io::Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe {
+            self.uring
+                .submitter()
+                .register_buf_ring_with_flags(ring_addr, entries, bgid, flags)
+        }
     }
 }
 

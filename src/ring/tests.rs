@@ -71,6 +71,7 @@ fn injected_ebusy_reaps_into_the_backlog_and_loses_nothing() {
     let mut ring = tiny(DebugKnobs {
         faults,
         cq_entries: None,
+        ..DebugKnobs::default()
     });
     const N: u32 = 1000;
     for i in 0..N {
@@ -94,6 +95,7 @@ fn injected_push_failures_come_back_as_synthetic_completions() {
     let mut ring = tiny(DebugKnobs {
         faults,
         cq_entries: None,
+        ..DebugKnobs::default()
     });
     for i in 0..30 {
         ring.push(ops::nop(token(i)));
@@ -145,6 +147,7 @@ fn a_failed_linked_push_fails_both_halves() {
     let mut ring = tiny(DebugKnobs {
         faults,
         cq_entries: None,
+        ..DebugKnobs::default()
     });
     ring.push_linked(ops::nop(token(1)), ops::nop(token(2)));
     let seen = collect(&mut ring, 2);

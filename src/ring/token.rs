@@ -24,6 +24,12 @@ pub enum OpTag {
     DownWrite = 11,
     /// Relay: the cancel of the idle backend read at a clean end.
     DownCancel = 12,
+    /// Ring mode: the client socket's multishot receive (session token).
+    ClientRecv = 13,
+    /// Ring mode: a backend socket's multishot receive (backend token).
+    BackendRecv = 14,
+    /// Ring mode: the cancel of a backend's receive at a clean release.
+    BackendRecvCancel = 15,
 }
 
 impl OpTag {
@@ -41,6 +47,9 @@ impl OpTag {
             10 => OpTag::DownRead,
             11 => OpTag::DownWrite,
             12 => OpTag::DownCancel,
+            13 => OpTag::ClientRecv,
+            14 => OpTag::BackendRecv,
+            15 => OpTag::BackendRecvCancel,
             _ => return None,
         })
     }

@@ -169,6 +169,8 @@ pub fn find_in_path(name: &str) -> Option<PathBuf> {
 pub enum Mode {
     Fixed,
     Heap,
+    /// `--read-buffers ring`: a provided-buffer ring per worker.
+    Ring,
 }
 
 impl Mode {
@@ -176,6 +178,7 @@ impl Mode {
         match self {
             Mode::Fixed => "fixed",
             Mode::Heap => "heap",
+            Mode::Ring => "ring",
         }
     }
 }
@@ -577,6 +580,19 @@ impl Proxy {
                     ));
                 }
             }
+            Mode::Ring => {
+                // Every ring buffer is back: none holds bytes once the proxy is idle.
+                let ring = m.get("ringgate_read_buffer_ring_buffers");
+                let in_use = m.get("ringgate_read_buffer_ring_in_use");
+                if ring <= 0.0 {
+                    p.push(format!(
+                        "read_buffer_ring_buffers = {ring}, want > 0 (did ring mode fall back?)"
+                    ));
+                }
+                if in_use != 0.0 {
+                    p.push(format!("read_buffer_ring_in_use = {in_use}, want 0"));
+                }
+            }
         }
         p
     }
@@ -835,7 +851,7 @@ pub fn mysql_error_message(e: &mysql::Error) -> Option<String> {
     }
 }
 
-/// Generates `mod $name { #[test] fn fixed(); #[test] fn heap(); }`, each calling the
+/// Generates `mod $name { #[test] fn fixed(); #[test] fn heap(); #[test] fn ring(); }`, each calling the
 /// scenario function `$scenario(Mode)` defined next to the macro call.
 /// Use with `#[macro_use] mod common;`.
 macro_rules! both_modes {
@@ -848,6 +864,10 @@ macro_rules! both_modes {
             #[test]
             fn heap() {
                 super::$scenario($crate::common::Mode::Heap)
+            }
+            #[test]
+            fn ring() {
+                super::$scenario($crate::common::Mode::Ring)
             }
         }
     };

@@ -4,8 +4,8 @@ The tests talk to the real ringgate binary ($RINGGATE_BIN, else $CARGO_TARGET_DI
 else target/debug/ringgate) in front
 of the private MariaDB started by scripts/mariadb-sandbox.sh; `make test` starts it and exports
 the RINGGATE_TEST_* variables. Every test that uses the `proxy` or `make_proxy` fixture runs
-twice, once with `--read-buffers fixed` and once with `--read-buffers heap`, and ends with the
-leak checks of Proxy.assert_settled().
+three times, with `--read-buffers fixed`, `heap` and `ring`, and ends with the leak checks of
+Proxy.assert_settled() (in ring mode: every provided-ring buffer is back).
 """
 
 import os
@@ -344,6 +344,13 @@ class Proxy:
                     f"({backend_in_use}) - total ({total}) = {heap_held} heap buffers held, "
                     f"want 0..{fallbacks} (heap fallbacks so far)"
                 )
+        elif self.mode == "ring":
+            ring = m("ringgate_read_buffer_ring_buffers")
+            in_use = m("ringgate_read_buffer_ring_in_use")
+            if ring <= 0:
+                p.append(f"read_buffer_ring_buffers = {ring}, want > 0 (did ring mode fall back?)")
+            if in_use != 0:
+                p.append(f"read_buffer_ring_in_use = {in_use}, want 0")
         else:
             total = m('ringgate_read_buffers_total{mode="heap"}')
             if total != 0:
@@ -367,7 +374,7 @@ class Proxy:
             time.sleep(0.1)
 
 
-MODES = ["fixed", "heap"]
+MODES = ["fixed", "heap", "ring"]
 
 
 @pytest.fixture(params=MODES)

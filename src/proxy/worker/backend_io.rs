@@ -66,6 +66,9 @@ impl Worker {
             return;
         }
         if let Some(mut p) = self.pool.remove(bid) {
+            if let (Some(recv), Some(ring)) = (p.io.recv.as_mut(), self.buffers.buf_ring()) {
+                recv.drain_into(ring);
+            }
             if let Some(buf) = p.io.buf.take() {
                 if self.buffers.release(buf).is_err() {
                     tracing::error!("backend buffer still in flight at close; leaked");

@@ -14,6 +14,7 @@
 mod accept;
 mod backend_io;
 mod leg;
+mod ring_io;
 mod session_io;
 
 use std::collections::VecDeque;
@@ -40,6 +41,7 @@ use super::session::{
 };
 use super::slab::Slab;
 use super::{try_reserve, unreserve, LogLimiter, Shared};
+use crate::buffers::provided::{BufRing, RingSetupError};
 use crate::buffers::{BufferPool, Owner};
 use crate::config::{BackendIdentity, ReadBufferMode};
 use crate::metrics::{BufferMode, WorkerMetrics};
@@ -69,7 +71,10 @@ const FD_EXHAUSTION_LOG_INTERVAL: Duration = Duration::from_secs(1);
 /// accepts, the tick and cancels. The completion ring is sized from this so
 /// that it cannot overflow in normal operation (overflow is still handled).
 fn max_in_flight(max_sessions: usize, max_backends: usize) -> usize {
-    max_sessions * 5 + max_backends * 2 + 16
+    // Ring mode's multishot receives may post several CQEs each before we
+    // reap; the client's and the backend's count one more each here, and
+    // overflow beyond that is still handled.
+    max_sessions * 7 + max_backends * 2 + 16
 }
 
 /// The submission and completion queue sizes a worker asks for under this
@@ -97,6 +102,8 @@ pub struct WorkerStartup {
     pub mode: BufferMode,
     /// Why fixed buffers were not used, when they were asked for.
     pub fallback: Option<String>,
+    /// Why the provided-buffer ring was not used, when it was asked for.
+    pub ring_fallback: Option<String>,
     pub ring_fd: i32,
 }
 
@@ -180,6 +187,24 @@ pub struct Worker {
     action_scratch: Vec<SessionAction>,
 }
 
+/// Register the worker's provided-buffer ring and check that multishot
+/// receive works on this kernel.
+fn ring_buffers(
+    ring: &mut Ring,
+    cfg: &crate::config::Config,
+    metrics: Arc<crate::metrics::Metrics>,
+    id: usize,
+) -> Result<BufRing, RingSetupError> {
+    let count = u16::try_from(cfg.read_buffer_count).unwrap_or(u16::MAX);
+    let mut bufs = BufRing::register(ring, count, cfg.read_buffer_size, metrics, id)?;
+    if let Err(e) = bufs.probe_recv_multishot(ring) {
+        // Nothing may take from the ring once its memory is unmapped.
+        let _ = ring.unregister_buf_ring(crate::buffers::provided::BGID);
+        return Err(e);
+    }
+    Ok(bufs)
+}
+
 fn leak<T>(v: T) -> &'static T {
     Box::leak(Box::new(v))
 }
@@ -230,12 +255,27 @@ impl Worker {
     ) -> Result<(Worker, WorkerStartup), WorkerError> {
         let cfg = &shared.config;
         let (sq, cq) = ring_sizes(cfg, shared.metrics.worker_count());
-        let ring = Ring::new(sq, cq)?;
+        let mut ring = Ring::new(sq, cq)?;
         let metrics = Arc::clone(&shared.metrics);
         let size = cfg.read_buffer_size as usize;
-        let (buffers, fallback) = match cfg.read_buffers {
-            ReadBufferMode::Heap => (BufferPool::heap(size, metrics, id), None),
-            ReadBufferMode::Fixed => {
+        let mut mode = cfg.read_buffers;
+        let mut ring_pool = None;
+        let mut ring_fallback = None;
+        if mode == ReadBufferMode::Ring {
+            match ring_buffers(&mut ring, cfg, Arc::clone(&metrics), id) {
+                Ok(r) => ring_pool = Some(BufferPool::ring(r, size, Arc::clone(&metrics), id)),
+                Err(e) => {
+                    ring_fallback = Some(e.to_string());
+                    mode = ReadBufferMode::Fixed;
+                }
+            }
+        }
+        let (buffers, fallback) = match (ring_pool, mode) {
+            (Some(pool), _) => (pool, None),
+            (None, ReadBufferMode::Heap | ReadBufferMode::Ring) => {
+                (BufferPool::heap(size, metrics, id), None)
+            }
+            (None, ReadBufferMode::Fixed) => {
                 match BufferPool::fixed(
                     &ring,
                     size,
@@ -253,6 +293,7 @@ impl Worker {
             features: ring.features(),
             mode: buffers.mode(),
             fallback,
+            ring_fallback,
             ring_fd: ring.fd(),
         };
         let pool = Pool::new(
@@ -380,6 +421,9 @@ impl Worker {
             OpTag::DownRead => self.on_down_read(sid, res),
             OpTag::DownWrite => self.on_down_write(sid, res),
             OpTag::DownCancel => self.on_down_cancel(sid, res),
+            OpTag::ClientRecv => self.on_client_recv(sid, res, flags),
+            OpTag::BackendRecv => self.on_backend_recv(bid, res, flags),
+            OpTag::BackendRecvCancel => self.on_backend_recv_cancel(bid, res),
             OpTag::BackendConnect => self.on_backend_connect(bid, res),
             OpTag::BackendRead => self.on_backend_read(bid, res),
             OpTag::BackendWrite => self.on_backend_write(bid, res),

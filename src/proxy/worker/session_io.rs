@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::ring_io::Side;
 use super::*;
 
 /// A relay operation with the byte range a write covers (a write that
@@ -85,14 +86,23 @@ impl Worker {
             return;
         };
         slot.relay_ops -= 1;
-        match slot.leg.as_mut() {
-            Some(leg) => leg.up.complete(),
-            None => {
-                if let Some(buf) = slot.io.buf.as_mut() {
-                    buf.complete_write();
+        // Ring mode: the write sent a ring chunk (never behind a leg).
+        if slot.leg.is_some() || !self.ring_write_done(sid, Side::Client) {
+            let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+                return;
+            };
+            match slot.leg.as_mut() {
+                Some(leg) => leg.up.complete(),
+                None => {
+                    if let Some(buf) = slot.io.buf.as_mut() {
+                        buf.complete_write();
+                    }
                 }
             }
         }
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
         let backend = slot.backend;
         if let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) {
             b.io.op_done();
@@ -130,6 +140,7 @@ impl Worker {
                     }
                 }
             }
+            self.ring_forwarded(sid, Side::Client, end);
         }
         self.with_session(sid, |s, _, ctx, out| s.on_backend_write(res, ctx, out));
         self.try_finish_backend(backend);
@@ -175,11 +186,13 @@ impl Worker {
         match slot.leg.as_mut() {
             Some(leg) => leg.down.complete(),
             None => {
-                if let Some(buf) = backend
-                    .and_then(|b| self.pool.get_mut(b))
-                    .and_then(|b| b.io.buf.as_mut())
-                {
-                    buf.complete_write();
+                if !self.ring_write_done(sid, Side::Backend) {
+                    if let Some(buf) = backend
+                        .and_then(|b| self.pool.get_mut(b))
+                        .and_then(|b| b.io.buf.as_mut())
+                    {
+                        buf.complete_write();
+                    }
                 }
             }
         }
@@ -211,6 +224,7 @@ impl Worker {
             {
                 buf.clear();
             }
+            self.ring_forwarded(sid, Side::Backend, end);
         }
         self.with_session(sid, |s, _, ctx, out| s.on_relay_client_write(res, ctx, out));
         self.try_finish_backend(backend);
@@ -228,10 +242,11 @@ impl Worker {
         if res == 0 || res == -libc::ENOENT {
             return;
         }
+        let ring_armed = self.ring_backend_armed(sid).is_some();
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
-        if slot.relay_ops == 0 {
+        if slot.relay_ops == 0 && !ring_armed {
             return;
         }
         if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
@@ -264,7 +279,13 @@ impl Worker {
                 slot.io.op_started();
                 self.submit(sqe);
             }
-            SessionAction::ReadClient => self.client_read(sid, false),
+            SessionAction::ReadClient => {
+                // Once the relay has read the client through the ring, every
+                // later read does too (the multishot may still be armed).
+                if slot.io.recv.is_none() || !self.ring_read(sid, Side::Client) {
+                    self.client_read(sid, false)
+                }
+            }
             SessionAction::Consume(n) => match slot.leg.as_mut() {
                 Some(leg) => {
                     let plain = leg.up.bytes_mut();
@@ -283,8 +304,16 @@ impl Worker {
                 if let Some(buf) = slot.io.buf.as_mut() {
                     buf.clear();
                 }
+                self.ring_drop_client_chunk(sid);
             }
             SessionAction::ReplaceBuffered { len, with } => {
+                // Ring mode: the command is rewritten in the client's own
+                // buffer, not in the ring buffer (whose tail the kernel may
+                // be filling).
+                self.ring_stage_client(sid);
+                let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+                    return;
+                };
                 let done = match slot.leg.as_mut() {
                     Some(leg) => {
                         let plain = leg.up.bytes_mut();
@@ -318,6 +347,9 @@ impl Worker {
             }
             SessionAction::CancelLease => self.pool.cancel(sid),
             SessionAction::ExamineBuffer => {
+                // Ring mode: the packet the relay stopped at is still in its
+                // ring chunk; the session reads it from its own buffer.
+                self.ring_stage_client(sid);
                 let mut out = std::mem::take(&mut self.action_scratch);
                 let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
                 if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
@@ -340,12 +372,25 @@ impl Worker {
                 // The KILL registry names no backend thread until it is back.
                 slot.conn.entry().clear_backend();
                 if let Some(b) = slot.backend {
+                    if !self.ring_relet_backend(b) {
+                        // Reset when the cancelled receive has ended.
+                        return;
+                    }
                     let mut events = Vec::new();
                     self.pool.relet(b, now, &mut events);
                     self.pool_q.extend(events);
                 }
             }
-            SessionAction::Relay(RelayOp::ReadClient) => self.client_read(sid, true),
+            SessionAction::Relay(RelayOp::ReadClient) => {
+                if slot.leg.is_none() && self.buffers.is_ring() {
+                    if let Some(buf) = slot.io.buf.as_mut().filter(|b| !b.in_flight()) {
+                        buf.clear();
+                    }
+                    self.ring_read(sid, Side::Client);
+                } else {
+                    self.client_read(sid, true)
+                }
+            }
             SessionAction::Relay(RelayOp::WriteBackend { end }) => {
                 if let Some(leg) = slot.leg.as_mut() {
                     // Bytes past `end` are dropped, as the slot's would be.
@@ -354,7 +399,11 @@ impl Worker {
                 slot.up_write = (0, end);
                 self.relay_submit(sid, RelayIo::UpWrite { pos: 0, end })
             }
-            SessionAction::Relay(RelayOp::ReadBackend) => self.relay_submit(sid, RelayIo::DownRead),
+            SessionAction::Relay(RelayOp::ReadBackend) => {
+                if !self.ring_read(sid, Side::Backend) {
+                    self.relay_submit(sid, RelayIo::DownRead)
+                }
+            }
             SessionAction::Relay(RelayOp::WriteClient { end }) => {
                 let end = match self.leg_frame_down(sid, end) {
                     Some(0) => return self.leg_down_write_skipped(sid),
@@ -372,8 +421,9 @@ impl Worker {
                 // buffer: the read's own completion (-ECANCELED) is what
                 // lets the backend go.
                 let read = Token::new(OpTag::DownRead, sid.index, sid.generation);
+                let target = self.ring_backend_armed(sid).unwrap_or(read.into());
                 let token = Token::new(OpTag::DownCancel, sid.index, sid.generation);
-                self.submit(ops::cancel_user_data(read.into(), token));
+                self.submit(ops::cancel_user_data(target, token));
             }
             SessionAction::AbortBackend => {
                 if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
@@ -388,6 +438,10 @@ impl Worker {
                 if let Some(b) = slot.backend.take() {
                     debug_assert_eq!(slot.relay_ops, 0, "released with relay ops in flight");
                     let clean = clean && slot.relay_ops == 0;
+                    let Some(clean) = self.ring_release_backend(b, clean) else {
+                        // Released when the cancelled receive has ended.
+                        return;
+                    };
                     let mut events = Vec::new();
                     self.pool.release(b, clean, now, &mut events);
                     self.pool_q.extend(events);
@@ -466,16 +520,37 @@ impl Worker {
             return;
         };
         let (client_fd, backend_fd) = (slot.io.fd(), b.io.fd());
-        let (buf, tag) = match io {
-            RelayIo::UpWrite { .. } => (slot.io.buf.as_mut(), OpTag::UpWrite),
-            RelayIo::DownRead => (b.io.buf.as_mut(), OpTag::DownRead),
-            RelayIo::DownWrite { .. } => (b.io.buf.as_mut(), OpTag::DownWrite),
+        let tag = match io {
+            RelayIo::UpWrite { .. } => OpTag::UpWrite,
+            RelayIo::DownRead => OpTag::DownRead,
+            RelayIo::DownWrite { .. } => OpTag::DownWrite,
+        };
+        let user_data = Token::new(tag, sid.index, sid.generation).into();
+        let has_leg = slot.leg.is_some();
+        let target_fd = match io {
+            RelayIo::UpWrite { .. } | RelayIo::DownRead => backend_fd,
+            RelayIo::DownWrite { .. } => client_fd,
+        };
+        // Ring mode: the write sends the chunk the relay was handed.
+        if !has_leg {
+            if let Some(sqe) = self.ring_send_sqe(sid, io, target_fd, user_data) {
+                return self.relay_counted(sid, io, sqe);
+            }
+        }
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) else {
+            return;
+        };
+        let buf = match io {
+            RelayIo::UpWrite { .. } => slot.io.buf.as_mut(),
+            RelayIo::DownRead | RelayIo::DownWrite { .. } => b.io.buf.as_mut(),
         };
         let Some(buf) = buf else {
             debug_assert!(false, "relay operation on a released buffer");
             return;
         };
-        let user_data = Token::new(tag, sid.index, sid.generation).into();
         let leg_sqe = slot.leg.as_mut().and_then(|leg| match io {
             // Behind a leg the relay's writes send the leg's buffers.
             RelayIo::UpWrite { pos, end } => {
@@ -493,8 +568,21 @@ impl Worker {
             RelayIo::DownRead => buf.read_sqe(backend_fd, user_data),
             RelayIo::DownWrite { pos, end } => buf.write_sqe(client_fd, pos, end, user_data),
         });
+        self.relay_counted(sid, io, sqe);
+    }
+
+    /// Count a relay operation on the socket it names and on its session,
+    /// then submit it.
+    fn relay_counted(&mut self, sid: SessionId, io: RelayIo, sqe: Sqe) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
         match io {
-            RelayIo::UpWrite { .. } | RelayIo::DownRead => b.io.op_started(),
+            RelayIo::UpWrite { .. } | RelayIo::DownRead => {
+                if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
+                    b.io.op_started();
+                }
+            }
             RelayIo::DownWrite { .. } => slot.io.op_started(),
         }
         slot.relay_ops += 1;
@@ -520,6 +608,9 @@ impl Worker {
             let mut events = Vec::new();
             self.pool.release(b, false, self.now, &mut events);
             self.pool_q.extend(events);
+        }
+        if let (Some(recv), Some(ring)) = (slot.io.recv.as_mut(), self.buffers.buf_ring()) {
+            recv.drain_into(ring);
         }
         if let Some(buf) = slot.io.buf.take() {
             if self.buffers.release(buf).is_err() {

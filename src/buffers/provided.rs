@@ -1,0 +1,497 @@
+//! `--read-buffers ring`: one provided-buffer ring per worker
+//! (IORING_REGISTER_PBUF_RING), filled by multishot receives.
+//!
+//! The kernel picks a buffer only when bytes arrive and names it in the
+//! CQE, so an idle connection holds none, and one RecvMulti SQE serves
+//! every read of a connection until it ends (IORING_CQE_F_MORE clear).
+//! With IOU_PBUF_RING_INC (6.12) the kernel consumes a buffer in pieces: a
+//! 40-byte packet takes 40 bytes of a 16 KiB buffer, not all of it, and the
+//! next receive (of any connection of the worker) lands right behind it.
+//!
+//! Ownership (rule 4 of `buffers`): a piece of a buffer is a [`Chunk`],
+//! owned by userspace from the CQE that names it until [`BufRing::put`].
+//! A buffer goes back on the ring (a tail update with release ordering)
+//! once the kernel is done with it (the CQE without IORING_CQE_F_BUF_MORE;
+//! every CQE without IOU_PBUF_RING_INC) and no chunk of it is held.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+
+use io_uring::{cqueue, opcode, types};
+
+use crate::metrics::Metrics;
+use crate::ring::{Ring, Sqe};
+
+/// IOU_PBUF_RING_INC (include/uapi/linux/io_uring.h): incremental consumption.
+const IOU_PBUF_RING_INC: u16 = 2;
+
+/// The buffer group id of the worker's ring (one ring per io_uring).
+pub const BGID: u16 = 0;
+
+/// Why the ring could not be used; the worker then runs in `fixed` mode.
+#[derive(Debug, thiserror::Error)]
+pub enum RingSetupError {
+    #[error("cannot map {bytes} bytes for the buffer ring: {source}")]
+    Map { bytes: usize, source: io::Error },
+    #[error("this kernel has no provided-buffer rings ({0}); they need Linux 5.19+")]
+    NoBufRing(io::Error),
+    #[error("this kernel has no multishot receive ({0}); it needs Linux 6.0+")]
+    NoRecvMultishot(String),
+}
+
+/// A page-aligned anonymous mapping, unmapped on drop.
+struct Mapping {
+    base: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(len: usize) -> io::Result<Mapping> {
+        // SAFETY: an anonymous private mapping with no address hint; the
+        // result is checked against MAP_FAILED.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            base: base.cast(),
+            len,
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping made in `new`. The worker drops its
+        // io_uring (which unregisters the ring) before its buffer pool.
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+        }
+    }
+}
+
+/// A piece of a ring buffer that a CQE filled. Not `Clone`: it is one
+/// loan of the buffer, given back with [`BufRing::put`].
+#[derive(Debug)]
+pub struct Chunk {
+    bid: u16,
+    off: u32,
+    len: u32,
+    /// A send names these bytes: the chunk may not be put back yet.
+    in_flight: bool,
+}
+
+impl Chunk {
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn in_flight(&self) -> bool {
+        self.in_flight
+    }
+
+    /// The send of this chunk completed (or failed): clear the mark.
+    pub fn complete_write(&mut self) {
+        debug_assert!(self.in_flight);
+        self.in_flight = false;
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+struct BufState {
+    /// Bytes of the buffer the kernel has filled (incremental rings).
+    consumed: u32,
+    /// Chunks of this buffer held by userspace.
+    loans: u32,
+    /// The kernel finished with the buffer: it goes back on the ring when
+    /// the last loan is put.
+    kernel_done: bool,
+}
+
+/// One worker's provided-buffer ring.
+pub struct BufRing {
+    entries_map: Mapping,
+    bufs: Mapping,
+    /// Ring entries: a power of two ≥ `count`.
+    mask: u16,
+    count: u16,
+    size: u32,
+    /// Our copy of the tail the kernel reads.
+    tail: u16,
+    incremental: bool,
+    state: Vec<BufState>,
+    /// Buffers out of the kernel's hands (done, not yet back on the ring).
+    out: usize,
+    /// Buffers with a chunk held (the in-use gauge).
+    in_use: usize,
+    metrics: Arc<Metrics>,
+    worker: usize,
+}
+
+impl BufRing {
+    /// Map `count` buffers of `size` bytes and register them as buffer
+    /// group [`BGID`] of `ring`, with incremental consumption where the
+    /// kernel has it (one log line when it does not).
+    pub fn register(
+        ring: &Ring,
+        count: u16,
+        size: u32,
+        metrics: Arc<Metrics>,
+        worker: usize,
+    ) -> Result<BufRing, RingSetupError> {
+        let entries = count.max(1).next_power_of_two();
+        let entries_bytes = usize::from(entries) * std::mem::size_of::<types::BufRingEntry>();
+        let map = |bytes: usize| {
+            Mapping::new(bytes).map_err(|source| RingSetupError::Map { bytes, source })
+        };
+        let entries_map = map(entries_bytes.max(4096))?;
+        let bufs = map(usize::from(count) * size as usize)?;
+        let fail = ring.probe_fail();
+        let forced = || io::Error::other("probe forced to fail by RINGGATE_DEBUG_PROBE_FAIL");
+        if fail.buf_ring {
+            return Err(RingSetupError::NoBufRing(forced()));
+        }
+        let addr = entries_map.base as u64;
+        // SAFETY: `entries_map` is page-aligned and holds `entries` entries;
+        // it and `bufs` (every address we publish) stay mapped until this
+        // BufRing is dropped, after the worker's io_uring (field order).
+        let try_flags = |flags| unsafe { ring.register_buf_ring(addr, entries, BGID, flags) };
+        let incremental = if fail.pbuf_inc {
+            false
+        } else {
+            try_flags(IOU_PBUF_RING_INC).is_ok()
+        };
+        if !incremental {
+            if worker == 0 {
+                tracing::info!(
+                    "read-buffer ring without incremental consumption (IOU_PBUF_RING_INC needs \
+                     Linux 6.12+): each receive uses up a whole {size}-byte buffer"
+                );
+            }
+            try_flags(0).map_err(RingSetupError::NoBufRing)?;
+        }
+        let mut r = BufRing {
+            entries_map,
+            bufs,
+            mask: entries - 1,
+            count,
+            size,
+            tail: 0,
+            incremental,
+            state: vec![BufState::default(); usize::from(count)],
+            out: 0,
+            in_use: 0,
+            metrics,
+            worker,
+        };
+        for bid in 0..count {
+            r.publish(bid);
+        }
+        r.commit_tail();
+        let wm = r.metrics.worker(worker);
+        wm.ring_buffers_total
+            .store(u64::from(count), Ordering::Relaxed);
+        Ok(r)
+    }
+
+    pub fn incremental(&self) -> bool {
+        self.incremental
+    }
+
+    pub fn count(&self) -> usize {
+        usize::from(self.count)
+    }
+
+    /// Buffers the kernel can still take from.
+    pub fn available(&self) -> usize {
+        usize::from(self.count) - self.out
+    }
+
+    /// Buffers with bytes userspace still holds.
+    pub fn in_use(&self) -> usize {
+        self.in_use
+    }
+
+    fn buf_ptr(&self, bid: u16) -> *mut u8 {
+        assert!(bid < self.count);
+        // SAFETY: bid < count, so the offset stays inside `bufs`.
+        unsafe { self.bufs.base.add(usize::from(bid) * self.size as usize) }
+    }
+
+    /// Write buffer `bid` into the ring entry at our tail (not yet visible).
+    fn publish(&mut self, bid: u16) {
+        let idx = usize::from(self.tail & self.mask);
+        let entry = self.entries_map.base.cast::<types::BufRingEntry>();
+        // SAFETY: idx ≤ mask < entries, inside `entries_map`. The kernel
+        // reads only entries between its head and the published tail, and
+        // this one is past the tail until `commit_tail`.
+        unsafe {
+            let e = &mut *entry.add(idx);
+            e.set_addr(self.buf_ptr(bid) as u64);
+            e.set_len(self.size);
+            e.set_bid(bid);
+        }
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    /// Make published entries visible to the kernel: a release store of the
+    /// tail, so the entries' contents are seen before the new tail.
+    fn commit_tail(&self) {
+        let base = self.entries_map.base.cast::<types::BufRingEntry>();
+        // SAFETY: the tail field overlays entry 0's `resv` (the uapi's
+        // layout), an aligned u16 inside `entries_map`, which the kernel only
+        // reads; AtomicU16 has u16's layout.
+        unsafe {
+            let tail = types::BufRingEntry::tail(base) as *mut u16;
+            AtomicU16::from_ptr(tail).store(self.tail, Ordering::Release);
+        }
+    }
+
+    /// A receive CQE with `res > 0` bytes: the chunk it names. `None` when
+    /// the CQE names no buffer (never for a successful buffer-select recv).
+    pub fn take(&mut self, res: i32, flags: u32) -> Option<Chunk> {
+        let bid = cqueue::buffer_select(flags)?;
+        if bid >= self.count || res <= 0 {
+            return None;
+        }
+        let len = res as u32;
+        let incremental = self.incremental;
+        let st = &mut self.state[usize::from(bid)];
+        let off = if incremental { st.consumed } else { 0 };
+        if incremental {
+            st.consumed += len;
+        }
+        // Without IOU_PBUF_RING_INC every CQE ends the kernel's use of the
+        // buffer; with it, only the one without IORING_CQE_F_BUF_MORE.
+        let done = !incremental || !cqueue::buffer_more(flags);
+        if done && !st.kernel_done {
+            st.kernel_done = true;
+            self.out += 1;
+        }
+        if st.loans == 0 {
+            self.in_use += 1;
+        }
+        st.loans += 1;
+        self.export();
+        Some(Chunk {
+            bid,
+            off,
+            len,
+            in_flight: false,
+        })
+    }
+
+    /// The bytes of a held chunk.
+    pub fn bytes(&self, chunk: &Chunk) -> &[u8] {
+        // SAFETY: the chunk is a loan of bytes the kernel wrote and will not
+        // write again until the buffer is back on the ring, which needs this
+        // loan put first; `off + len` stays inside the buffer (the kernel's
+        // byte count).
+        unsafe {
+            std::slice::from_raw_parts(self.buf_ptr(chunk.bid).add(chunk.off as usize), chunk.len())
+        }
+    }
+
+    /// Give a chunk back. An in-flight chunk is refused (rule 1) and
+    /// handed back.
+    pub fn put(&mut self, chunk: Chunk) -> Result<(), Chunk> {
+        if chunk.in_flight {
+            return Err(chunk);
+        }
+        let st = &mut self.state[usize::from(chunk.bid)];
+        debug_assert!(st.loans > 0);
+        st.loans = st.loans.saturating_sub(1);
+        if st.loans == 0 {
+            self.in_use -= 1;
+            if st.kernel_done {
+                *st = BufState::default();
+                self.out -= 1;
+                self.publish(chunk.bid);
+                self.commit_tail();
+            }
+        }
+        self.export();
+        Ok(())
+    }
+
+    fn export(&self) {
+        let wm = self.metrics.worker(self.worker);
+        wm.ring_buffers_in_use
+            .store(self.in_use as i64, Ordering::Relaxed);
+    }
+
+    /// SQE that sends `chunk[start..end]` to `fd`, straight from the ring
+    /// buffer. The chunk is in flight until [`Chunk::complete_write`].
+    pub fn send_sqe(
+        &self,
+        chunk: &mut Chunk,
+        fd: RawFd,
+        start: usize,
+        end: usize,
+        user_data: u64,
+    ) -> Sqe {
+        assert!(!chunk.in_flight, "second send of a chunk");
+        assert!(start < end && end <= chunk.len(), "send beyond the chunk");
+        let ptr = self.bytes(chunk)[start..].as_ptr();
+        chunk.in_flight = true;
+        let entry = opcode::Send::new(types::Fd(fd), ptr, (end - start) as u32)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(user_data);
+        // SAFETY: the chunk is marked in flight, so `put` refuses it and
+        // the buffer cannot go back to the kernel (which would overwrite
+        // these bytes) until the send's (real or synthetic) completion.
+        unsafe { Sqe::new(entry) }
+    }
+
+    /// A multishot receive on `fd` that takes buffers from this ring.
+    pub fn recv_multi_sqe(&self, fd: RawFd, user_data: u64) -> Sqe {
+        let entry = opcode::RecvMulti::new(types::Fd(fd), BGID)
+            .build()
+            .user_data(user_data);
+        // SAFETY: the only memory the receive can name is the registered
+        // ring's buffers, which stay mapped until after the io_uring is
+        // dropped; each CQE hands its piece to userspace as a `Chunk`.
+        unsafe { Sqe::new(entry) }
+    }
+
+    /// Check that multishot receive works (6.0+): arm one on a socketpair
+    /// with a byte waiting, see its CQE keep the receive armed, then end it.
+    /// Runs on the worker's ring before anything else is submitted.
+    pub fn probe_recv_multishot(&mut self, ring: &mut Ring) -> Result<(), RingSetupError> {
+        use crate::ring::{ops, OpTag, Token};
+        let bad = |why: String| RingSetupError::NoRecvMultishot(why);
+        if ring.probe_fail().recv_multishot {
+            return Err(bad(
+                "probe forced to fail by RINGGATE_DEBUG_PROBE_FAIL".into()
+            ));
+        }
+        let (a, b) = socket2::Socket::pair(socket2::Domain::UNIX, socket2::Type::STREAM, None)
+            .map_err(|e| bad(format!("socketpair: {e}")))?;
+        b.send(b"x").map_err(|e| bad(format!("write: {e}")))?;
+        use std::os::fd::AsRawFd;
+        let recv = Token::new(OpTag::Ignore, u32::MAX, 1);
+        ring.push(self.recv_multi_sqe(a.as_raw_fd(), recv.into()));
+        static TIMEOUT: types::Timespec = types::Timespec::new().sec(2);
+        let timer = Token::new(OpTag::Ignore, u32::MAX, 2);
+        ring.push(ops::timeout(&TIMEOUT, timer));
+        let mut first: Option<(i32, u32)> = None;
+        let mut ended = false;
+        let mut batch = Vec::new();
+        while !ended {
+            ring.submit_and_wait()
+                .map_err(|e| bad(format!("io_uring_enter: {e}")))?;
+            batch.clear();
+            ring.reap(&mut batch);
+            for c in &batch {
+                if c.user_data == u64::from(timer) {
+                    ended = true;
+                } else if c.user_data == u64::from(recv) {
+                    if c.result > 0 {
+                        if let Some(chunk) = self.take(c.result, c.flags) {
+                            let _ = self.put(chunk);
+                        }
+                    }
+                    if first.is_none() {
+                        first = Some((c.result, c.flags));
+                        // End the receive: EOF completes it without F_MORE.
+                        let _ = b.shutdown(std::net::Shutdown::Both);
+                        let _ = a.shutdown(std::net::Shutdown::Both);
+                    }
+                    if !cqueue::more(c.flags) {
+                        ended = true;
+                    }
+                }
+            }
+        }
+        // Let the timer go: its completion (or -ENOENT) is ignored.
+        ring.push(ops::cancel_user_data(
+            timer.into(),
+            Token::new(OpTag::Ignore, 0, 0),
+        ));
+        match first {
+            Some((res, flags)) if res > 0 && cqueue::more(flags) => Ok(()),
+            Some((res, _)) if res < 0 => Err(bad(io::Error::from_raw_os_error(-res).to_string())),
+            Some(_) => Err(bad("the receive did not stay armed".into())),
+            None => Err(bad("no completion within 2 s".into())),
+        }
+    }
+}
+
+/// What a connection's socket received through the ring and the relay has
+/// not consumed yet, in order (the tracker must see bytes in order, and a
+/// multishot may deliver several CQEs before a forward completes; the ring
+/// itself bounds the queue).
+#[derive(Default)]
+pub struct RingRecv {
+    /// The multishot receive is armed (an operation names the fd).
+    pub armed: bool,
+    /// `user_data` of the armed receive, for a cancel.
+    pub user_data: u64,
+    /// Received, not yet handed to the machine.
+    pub queue: VecDeque<Chunk>,
+    /// How the receive ended (0 = EOF, -errno), handed over once the queue
+    /// is empty. ENOBUFS is not an end: the receive is re-armed.
+    pub end: Option<i32>,
+    /// The chunk handed to the machine, until forwarded or consumed.
+    pub current: Option<Chunk>,
+    /// The machine asked for bytes and got none yet.
+    pub waiting: bool,
+    /// Who reads from this socket now: a backend's session, as (slab
+    /// index, generation).
+    pub owner: Option<(u32, u32)>,
+    /// A backend's session ended cleanly while the receive was still armed:
+    /// it is being cancelled, and the connection goes back to the pool at
+    /// its last CQE.
+    pub release_pending: bool,
+    /// The same for a backend reset in place (COM_CHANGE_USER).
+    pub relet_pending: bool,
+}
+
+impl RingRecv {
+    /// Nothing the kernel holds names this socket's ring state.
+    pub fn quiescent(&self) -> bool {
+        !self.armed && !self.current.as_ref().is_some_and(Chunk::in_flight)
+    }
+
+    /// Has bytes or an end to hand over now.
+    pub fn ready(&self) -> bool {
+        !self.queue.is_empty() || self.end.is_some()
+    }
+
+    /// Give every chunk not in flight back to `ring`.
+    pub fn drain_into(&mut self, ring: &mut BufRing) {
+        for c in self.queue.drain(..) {
+            let _ = ring.put(c);
+        }
+        if let Some(c) = self.current.take() {
+            if let Err(c) = ring.put(c) {
+                self.current = Some(c);
+            }
+        }
+    }
+}
+
+impl Drop for BufRing {
+    fn drop(&mut self) {
+        let wm = self.metrics.worker(self.worker);
+        wm.ring_buffers_in_use.store(0, Ordering::Relaxed);
+        wm.ring_buffers_total.store(0, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,517 @@
+//! `--read-buffers ring`: the relay's reads through the worker's
+//! provided-buffer ring (src/buffers/provided.rs), behind the same relay
+//! machine as the other modes.
+//!
+//! The relay asks for one read at a time per pipe and gets "what the buffer
+//! holds". Here a socket's multishot receive stays armed and its CQEs are
+//! queued in order on the socket's [`RingRecv`]; each relay read takes the
+//! next chunk (or waits for one), and the relay's write sends that chunk
+//! straight from the ring buffer, which goes back once the send completes.
+//! When the relay reads again without having forwarded the chunk, the client
+//! side consumed it (given back), and the backend side is keeping it (a
+//! server ERR arriving in pieces): those few bytes are copied into the
+//! connection's own buffer, as the other modes keep them there.
+//!
+//! The receive ends with -ENOBUFS when the ring is empty; the bytes stay in
+//! the socket. It is re-armed the next time the relay reads and the queue is
+//! empty, or, while the ring is still empty, that read is a plain read into
+//! the connection's own buffer (as in heap mode), so an empty ring never
+//! stalls a connection whose peer waits on it.
+//!
+//! A session with a client leg (compression) reads as in heap mode: its
+//! transform copies every byte anyway.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use io_uring::cqueue;
+
+use super::session_io::RelayIo;
+use super::*;
+use crate::buffers::provided::{BufRing, RingRecv};
+
+/// Which socket of a session the relay reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Side {
+    Client,
+    Backend,
+}
+
+/// Queue what a receive CQE brought; ENOBUFS is counted and is no end.
+fn on_cqe(recv: &mut RingRecv, ring: &mut BufRing, res: i32, flags: u32, wm: &WorkerMetrics) {
+    if !cqueue::more(flags) {
+        recv.armed = false;
+    }
+    if res > 0 {
+        match ring.take(res, flags) {
+            Some(chunk) => recv.queue.push_back(chunk),
+            // A receive without a buffer: nothing we can deliver.
+            None => recv.end = Some(-libc::EIO),
+        }
+    } else if res == -libc::ENOBUFS {
+        wm.ring_enobufs_total.fetch_add(1, Relaxed);
+    } else if recv.end.is_none() {
+        recv.end = Some(res);
+    }
+}
+
+impl Worker {
+    /// A relay read of `side` in ring mode. False when the worker is not in
+    /// ring mode (the caller reads as the other modes do).
+    pub(super) fn ring_read(&mut self, sid: SessionId, side: Side) -> bool {
+        let Some(ring) = self.buffers.buf_ring() else {
+            return false;
+        };
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return true;
+        };
+        if slot.leg.is_some() {
+            // A client leg (compression) copies every byte through its
+            // transform anyway: its session reads as in heap mode.
+            return false;
+        }
+        let io = match side {
+            Side::Client => &mut slot.io,
+            Side::Backend => match slot.backend.and_then(|b| self.pool.get_mut(b)) {
+                Some(b) => &mut b.io,
+                None => return true,
+            },
+        };
+        let recv = io.recv.get_or_insert_with(RingRecv::default);
+        recv.owner = Some((sid.index, sid.generation));
+        if let Some(chunk) = recv.current.take() {
+            if side == Side::Backend {
+                // Kept for the next read, as the backend buffer keeps it
+                // in the other modes.
+                if let Some(buf) = io.buf.as_mut() {
+                    buf.append(ring.bytes(&chunk));
+                }
+            }
+            if let Err(c) = ring.put(chunk) {
+                debug_assert!(false, "relay read while its chunk is being sent");
+                recv.current = Some(c);
+            }
+        }
+        if recv.ready() {
+            self.ring_deliver(sid, side);
+        } else {
+            recv.waiting = true;
+            self.ring_arm(sid, side);
+        }
+        true
+    }
+
+    /// Make sure something will complete the relay's read: the multishot
+    /// receive, or, while the ring is empty, a plain read into the
+    /// connection's own buffer.
+    fn ring_arm(&mut self, sid: SessionId, side: Side) {
+        let Some(ring) = self.buffers.buf_ring() else {
+            return;
+        };
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        let (io, token) = match side {
+            Side::Client => (
+                &mut slot.io,
+                Token::new(OpTag::ClientRecv, sid.index, sid.generation),
+            ),
+            Side::Backend => match slot
+                .backend
+                .and_then(|b| self.pool.get_mut(b).map(|c| (b, c)))
+            {
+                Some((bid, b)) => (
+                    &mut b.io,
+                    Token::new(OpTag::BackendRecv, bid.index, bid.generation),
+                ),
+                None => return,
+            },
+        };
+        let fd = io.fd();
+        let Some(recv) = io.recv.as_mut() else { return };
+        if recv.armed {
+            return;
+        }
+        if ring.available() > 0 {
+            recv.armed = true;
+            recv.user_data = token.into();
+            let sqe = ring.recv_multi_sqe(fd, token.into());
+            io.op_started();
+            return self.submit(sqe);
+        }
+        recv.waiting = false;
+        self.metrics().heap_fallbacks_total.fetch_add(1, Relaxed);
+        match side {
+            Side::Client => self.client_read(sid, false),
+            Side::Backend => self.relay_submit(sid, RelayIo::DownRead),
+        }
+    }
+
+    /// Hand the next chunk (or the receive's end) to the session.
+    fn ring_deliver(&mut self, sid: SessionId, side: Side) {
+        let Some(ring) = self.buffers.buf_ring() else {
+            return;
+        };
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        let SessionSlot {
+            io: client_io,
+            session,
+            backend,
+            ..
+        } = slot;
+        let io = match side {
+            Side::Client => client_io,
+            Side::Backend => match backend.and_then(|b| self.pool.get_mut(b)) {
+                Some(b) => &mut b.io,
+                None => return,
+            },
+        };
+        let Some(recv) = io.recv.as_mut() else { return };
+        recv.waiting = false;
+        let buf = io.buf.as_mut();
+        let res;
+        let data: &[u8] = if let Some(chunk) = recv.queue.pop_front() {
+            res = chunk.len() as i32;
+            match buf.filter(|b| b.filled_len() > 0) {
+                Some(buf) => {
+                    // Bytes kept from earlier reads come first.
+                    if !buf.append(ring.bytes(&chunk)) {
+                        recv.end.get_or_insert(-libc::ENOBUFS);
+                    }
+                    let _ = ring.put(chunk);
+                    buf.filled()
+                }
+                None => ring.bytes(recv.current.insert(chunk)),
+            }
+        } else if let Some(end) = recv.end {
+            res = end;
+            buf.map_or(&[][..], |b| b.filled())
+        } else {
+            return;
+        };
+        let mut out = std::mem::take(&mut self.action_scratch);
+        let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
+        match side {
+            Side::Client => session.on_client_read(res, data, &ctx, &mut out),
+            Side::Backend => session.on_backend_read(res, data, &ctx, &mut out),
+        }
+        self.session_q.extend(out.drain(..).map(|a| (sid, a)));
+        self.action_scratch = out;
+    }
+
+    /// A CQE of a client's multishot receive.
+    pub(super) fn on_client_recv(&mut self, sid: SessionId, res: i32, flags: u32) {
+        let wm = self.shared.metrics.worker(self.id);
+        let (Some(ring), Some(slot)) = (
+            self.buffers.buf_ring(),
+            self.sessions.get_mut(sid.index, sid.generation),
+        ) else {
+            return;
+        };
+        let Some(recv) = slot.io.recv.as_mut() else {
+            return;
+        };
+        on_cqe(recv, ring, res, flags, wm);
+        let ended = !recv.armed;
+        if slot.closing {
+            recv.drain_into(ring);
+        }
+        if ended {
+            slot.io.op_done();
+        }
+        if slot.closing {
+            return self.try_finish_session(sid);
+        }
+        self.ring_after_cqe(sid, Side::Client);
+    }
+
+    /// A CQE of a backend's multishot receive.
+    pub(super) fn on_backend_recv(&mut self, bid: BackendId, res: i32, flags: u32) {
+        let wm = self.shared.metrics.worker(self.id);
+        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) else {
+            return;
+        };
+        let Some(recv) = b.io.recv.as_mut() else {
+            return;
+        };
+        on_cqe(recv, ring, res, flags, wm);
+        let owner = recv
+            .owner
+            .map(|(index, generation)| SessionId { index, generation });
+        if (recv.release_pending || recv.relet_pending) && !recv.queue.is_empty() {
+            // Bytes beat the cancel: the server is talking between
+            // commands, so the connection is not reusable.
+            recv.end = Some(-libc::EPROTO);
+        }
+        let release = !recv.armed && (recv.release_pending || recv.relet_pending);
+        if !recv.armed {
+            b.io.op_done();
+        }
+        let session = owner.and_then(|sid| {
+            self.sessions
+                .get_mut(sid.index, sid.generation)
+                .filter(|s| !s.closing && s.backend == Some(bid))
+                .map(|_| sid)
+        });
+        if release {
+            self.ring_finish_release(bid);
+            return self.try_finish_backend(Some(bid));
+        }
+        match session {
+            Some(sid) => self.ring_after_cqe(sid, Side::Backend),
+            None => {
+                // Nobody reads this backend any more: it is being closed.
+                if let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) {
+                    if let Some(recv) = b.io.recv.as_mut() {
+                        recv.drain_into(ring);
+                    }
+                }
+            }
+        }
+        self.try_finish_backend(Some(bid));
+    }
+
+    /// After a CQE: deliver to a waiting relay, or re-arm a receive that
+    /// ENOBUFS ended while the relay waits.
+    fn ring_after_cqe(&mut self, sid: SessionId, side: Side) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        let recv = match side {
+            Side::Client => slot.io.recv.as_ref(),
+            Side::Backend => slot
+                .backend
+                .and_then(|b| self.pool.get_mut(b))
+                .and_then(|b| b.io.recv.as_ref()),
+        };
+        let Some(recv) = recv else { return };
+        if !recv.waiting {
+            return;
+        }
+        if recv.ready() {
+            self.ring_deliver(sid, side);
+        } else if !recv.armed {
+            self.ring_arm(sid, side);
+        }
+    }
+
+    /// The relay's write source: the chunk it was handed, if any (else the
+    /// connection's own buffer). Builds the send and marks it in flight.
+    pub(super) fn ring_send_sqe(
+        &mut self,
+        sid: SessionId,
+        io: RelayIo,
+        fd: std::os::fd::RawFd,
+        user_data: u64,
+    ) -> Option<Sqe> {
+        let ring = self.buffers.buf_ring()?;
+        let slot = self.sessions.get_mut(sid.index, sid.generation)?;
+        let (recv, pos, end) = match io {
+            RelayIo::UpWrite { pos, end } => (slot.io.recv.as_mut()?, pos, end),
+            RelayIo::DownWrite { pos, end } => {
+                let b = slot.backend.and_then(|b| self.pool.get_mut(b))?;
+                (b.io.recv.as_mut()?, pos, end)
+            }
+            RelayIo::DownRead => return None,
+        };
+        let chunk = recv.current.as_mut()?;
+        Some(ring.send_sqe(chunk, fd, pos, end, user_data))
+    }
+
+    /// A relay write completed: clear the in-flight mark of the chunk it
+    /// sent. False when it was sent from the connection's own buffer.
+    pub(super) fn ring_write_done(&mut self, sid: SessionId, side: Side) -> bool {
+        let Some(recv) = self.recv_of(sid, side) else {
+            return false;
+        };
+        match recv.current.as_mut().filter(|c| c.in_flight()) {
+            Some(c) => {
+                c.complete_write();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The relay wrote `..end` of its chunk: give it back to the ring. Bytes
+    /// behind `end` (a COM_CHANGE_USER the relay stopped at) are kept in the
+    /// connection's own buffer for the session, as the other modes keep them.
+    pub(super) fn ring_forwarded(&mut self, sid: SessionId, side: Side, end: usize) {
+        let (Some(ring), Some(slot)) = (
+            self.buffers.buf_ring(),
+            self.sessions.get_mut(sid.index, sid.generation),
+        ) else {
+            return;
+        };
+        let io = match side {
+            Side::Client => &mut slot.io,
+            Side::Backend => match slot.backend.and_then(|b| self.pool.get_mut(b)) {
+                Some(b) => &mut b.io,
+                None => return,
+            },
+        };
+        let Some(chunk) = io.recv.as_mut().and_then(|r| r.current.take()) else {
+            return;
+        };
+        if chunk.len() > end {
+            if let Some(buf) = io.buf.as_mut() {
+                buf.append(&ring.bytes(&chunk)[end..]);
+            }
+        }
+        if let Err(c) = ring.put(chunk) {
+            debug_assert!(false, "forwarded chunk still in flight");
+            if let Some(r) = io.recv.as_mut() {
+                r.current = Some(c);
+            }
+        }
+    }
+
+    /// Keep the client's current chunk in its own buffer (a KILL is about
+    /// to be rewritten there) and give the chunk back.
+    pub(super) fn ring_stage_client(&mut self, sid: SessionId) {
+        let (Some(ring), Some(slot)) = (
+            self.buffers.buf_ring(),
+            self.sessions.get_mut(sid.index, sid.generation),
+        ) else {
+            return;
+        };
+        let Some(chunk) = slot.io.recv.as_mut().and_then(|r| r.current.take()) else {
+            return;
+        };
+        if let Some(buf) = slot.io.buf.as_mut() {
+            buf.append(ring.bytes(&chunk));
+        }
+        let _ = ring.put(chunk);
+    }
+
+    /// The client's chunk was consumed (ClearBuffer).
+    pub(super) fn ring_drop_client_chunk(&mut self, sid: SessionId) {
+        self.ring_forwarded(sid, Side::Client, usize::MAX);
+    }
+
+    fn recv_of(&mut self, sid: SessionId, side: Side) -> Option<&mut RingRecv> {
+        let slot = self.sessions.get_mut(sid.index, sid.generation)?;
+        match side {
+            Side::Client => slot.io.recv.as_mut(),
+            Side::Backend => {
+                let b = slot.backend.and_then(|b| self.pool.get_mut(b))?;
+                b.io.recv.as_mut()
+            }
+        }
+    }
+
+    /// The multishot receive on `sid`'s backend, if armed (its user_data,
+    /// for the clean end's cancel).
+    pub(super) fn ring_backend_armed(&mut self, sid: SessionId) -> Option<u64> {
+        self.recv_of(sid, Side::Backend)
+            .filter(|r| r.armed)
+            .map(|r| r.user_data)
+    }
+
+    /// The session releases its backend. In ring mode it is reusable only
+    /// if nothing is left of the relay's receive: no bytes queued, and no
+    /// receive armed. A clean end usually finds the receive still armed (it
+    /// stays armed while the answer is written): it is cancelled, and the
+    /// release happens at its last CQE (`None` here).
+    pub(super) fn ring_release_backend(&mut self, bid: BackendId, clean: bool) -> Option<bool> {
+        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) else {
+            return Some(clean);
+        };
+        let Some(recv) = b.io.recv.as_mut() else {
+            return Some(clean);
+        };
+        let leftover = !recv.queue.is_empty() || recv.end.is_some_and(|e| e != -libc::ECANCELED);
+        recv.owner = None;
+        recv.waiting = false;
+        recv.drain_into(ring);
+        if recv.armed && clean && !leftover {
+            recv.release_pending = true;
+            let token = Token::new(OpTag::BackendRecvCancel, bid.index, bid.generation);
+            let target = recv.user_data;
+            self.submit(ops::cancel_user_data(target, token));
+            return None;
+        }
+        if recv.quiescent() && recv.current.is_none() {
+            b.io.recv = None;
+        }
+        Some(clean && !leftover && !b.io.recv.as_ref().is_some_and(|r| r.armed))
+    }
+
+    /// COM_CHANGE_USER resets the session's backend in place (the pool's
+    /// own reads follow, so no receive of the relay may stay armed). True:
+    /// reset now. False: the armed receive is being cancelled, and the
+    /// reset happens at its last CQE.
+    pub(super) fn ring_relet_backend(&mut self, bid: BackendId) -> bool {
+        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) else {
+            return true;
+        };
+        let Some(recv) = b.io.recv.as_mut() else {
+            return true;
+        };
+        let leftover = !recv.queue.is_empty() || recv.end.is_some_and(|e| e != -libc::ECANCELED);
+        recv.owner = None;
+        recv.waiting = false;
+        recv.drain_into(ring);
+        if recv.armed && !leftover {
+            recv.relet_pending = true;
+            let token = Token::new(OpTag::BackendRecvCancel, bid.index, bid.generation);
+            let target = recv.user_data;
+            self.submit(ops::cancel_user_data(target, token));
+            return false;
+        }
+        let dirty = leftover || recv.armed;
+        if recv.quiescent() && recv.current.is_none() {
+            b.io.recv = None;
+        }
+        if dirty {
+            // The server spoke between commands: the reset fails on a shut
+            // socket, and the pool's failure path answers the session.
+            b.io.shutdown();
+        }
+        true
+    }
+
+    /// The cancel of a released backend's receive completed. Anything but
+    /// success (or "already done") leaves the receive armed: shut the
+    /// backend down so it ends, and the release becomes a discard.
+    pub(super) fn on_backend_recv_cancel(&mut self, bid: BackendId, res: i32) {
+        if res == 0 || res == -libc::ENOENT {
+            return;
+        }
+        if let Some(b) = self.pool.get_mut(bid) {
+            if b.io.recv.as_ref().is_some_and(|r| r.armed) {
+                b.io.shutdown();
+            }
+        }
+    }
+
+    /// The last CQE of a receive cancelled at a clean release: hand the
+    /// backend to the pool, reusable only if the cancel ended it (no bytes
+    /// and no EOF beat the cancel).
+    fn ring_finish_release(&mut self, bid: BackendId) {
+        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) else {
+            return;
+        };
+        let Some(recv) = b.io.recv.as_mut() else {
+            return;
+        };
+        let clean = recv.queue.is_empty() && recv.end == Some(-libc::ECANCELED);
+        let relet = recv.relet_pending;
+        recv.drain_into(ring);
+        if recv.current.is_none() {
+            b.io.recv = None;
+        }
+        let mut events = Vec::new();
+        if relet {
+            if !clean {
+                // The reset fails on a shut socket; the pool tells the session.
+                b.io.shutdown();
+            }
+            self.pool.relet(bid, self.now, &mut events);
+        } else {
+            self.pool.release(bid, clean, self.now, &mut events);
+        }
+        self.pool_q.extend(events);
+    }
+}
