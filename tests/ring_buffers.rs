@@ -1,0 +1,186 @@
+//! `--read-buffers ring` beyond the shared suites (which run every scenario in ring mode too):
+//! an exhausted ring (-ENOBUFS) under load loses no byte and stalls no connection, and each
+//! missing kernel feature falls back with one clear log line. The probes are forced to fail
+//! with the debug knob `RINGGATE_DEBUG_PROBE_FAIL` (src/ring/fault.rs).
+
+#[allow(unused_macros)] // both_modes!: these scenarios are ring mode's own
+#[macro_use]
+mod common;
+mod relsupport;
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use common::{tail, Mode, Proxy, ProxyOpts};
+use mysql::prelude::Queryable;
+use mysql::Conn;
+use relsupport::*;
+
+const MIB: usize = 1024 * 1024;
+
+/// One worker, a ring of 4 buffers of 16 KiB, and 8 clients at once, each pulling several MiB
+/// of results and pushing 1 MiB statements: the ring runs dry all the time (every receive
+/// that finds it empty ends with -ENOBUFS). Every byte of every result and statement must
+/// still arrive, in order, within the clients' 60 s read timeout (no stall), the ENOBUFS
+/// metric must show it happened, and afterwards every ring buffer is back.
+#[test]
+fn a_tiny_ring_under_load_loses_no_byte_and_never_stalls() {
+    const CLIENTS: usize = 8;
+    let mut o = ProxyOpts::new(Mode::Ring);
+    o.workers = 1;
+    o.read_buffer_count = 4;
+    let mut proxy = Proxy::start_with(o);
+    let base = baseline(&mut proxy);
+    let m = proxy.metrics();
+    assert_eq!(m.get("ringgate_read_buffer_ring_buffers"), 4.0);
+    let enobufs0 = m.get("ringgate_read_buffer_ring_enobufs_total");
+    let opts = proxy
+        .app_opts()
+        .db_name(Some(common::TEST_DB))
+        .read_timeout(Some(Duration::from_secs(60)))
+        .write_timeout(Some(Duration::from_secs(60)));
+    let start = Arc::new(Barrier::new(CLIENTS));
+    let started = Instant::now();
+    let handles: Vec<_> = (0..CLIENTS)
+        .map(|n| {
+            let (opts, start) = (opts.clone(), start.clone());
+            std::thread::spawn(move || -> Result<(), String> {
+                let mut c = Conn::new(opts).map_err(|e| format!("client {n}: connect: {e}"))?;
+                start.wait();
+                let ch = b'A' + n as u8;
+                for round in 0..3 {
+                    // Server -> client: 3 MiB of one letter per client, checked byte by byte.
+                    let row: Option<Vec<u8>> = c
+                        .query_first(format!("SELECT REPEAT(CHAR({ch}), {})", 3 * MIB))
+                        .map_err(|e| format!("client {n} round {round}: {e}"))?;
+                    let row = row.ok_or_else(|| format!("client {n}: no row"))?;
+                    if row.len() != 3 * MIB || row.iter().any(|&b| b != ch) {
+                        return Err(format!(
+                            "client {n} round {round}: {} bytes, corrupted or short",
+                            row.len()
+                        ));
+                    }
+                    // Client -> server: a 1 MiB statement; the server counts what arrived.
+                    let s = format!(
+                        "SELECT LENGTH('{}'), {round}",
+                        (ch as char).to_string().repeat(MIB)
+                    );
+                    let got: Option<(u64, u32)> =
+                        c.query_first(s).map_err(|e| format!("client {n}: {e}"))?;
+                    if got != Some((MIB as u64, round)) {
+                        return Err(format!(
+                            "client {n} round {round}: statement came back {got:?}"
+                        ));
+                    }
+                    // Many small packets: 2000 rows.
+                    let rows: Vec<u64> = c
+                        .query("SELECT seq FROM seq_1_to_2000")
+                        .map_err(|e| format!("client {n}: {e}"))?;
+                    if rows.len() != 2000
+                        || rows.iter().enumerate().any(|(i, &v)| v != i as u64 + 1)
+                    {
+                        return Err(format!("client {n}: 2000-row result wrong"));
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    let errors: Vec<String> = handles
+        .into_iter()
+        .filter_map(|h| h.join().expect("client thread").err())
+        .collect();
+    let m = proxy.metrics();
+    let enobufs = m.get("ringgate_read_buffer_ring_enobufs_total") - enobufs0;
+    eprintln!(
+        "{CLIENTS} clients on a 4-buffer ring: {:?}, {enobufs} ENOBUFS, {} plain reads while the ring was empty",
+        started.elapsed(),
+        m.get("ringgate_read_buffer_heap_fallbacks_total")
+    );
+    assert!(
+        errors.is_empty(),
+        "clients failed on a tiny ring: {errors:?}\n--- stderr ---\n{}",
+        tail(&proxy.stderr(), 30)
+    );
+    assert!(
+        enobufs > 0.0,
+        "a 4-buffer ring under 8 clients never ran dry: the test did not test ENOBUFS\n{}",
+        m.dump()
+    );
+    assert_no_leaks(&mut proxy, &base, CLIENTS as u64);
+}
+
+fn probe_fail(fail: &str) -> Proxy {
+    let mut o = ProxyOpts::new(Mode::Ring);
+    o.wrapper = vec!["env".into(), format!("RINGGATE_DEBUG_PROBE_FAIL={fail}")];
+    Proxy::start_with(o)
+}
+
+/// The proxy answers, and its leak check passes in the mode it fell back to.
+fn works(proxy: &mut Proxy, fell_back_to: Mode) {
+    let base = proxy.connections_total();
+    {
+        let mut c = proxy.connect_app();
+        let row: Option<Vec<u8>> = c.query_first(format!("SELECT REPEAT('r', {MIB})")).unwrap();
+        assert_eq!(row.map(|r| r.len()), Some(MIB));
+    }
+    proxy.opts.mode = fell_back_to;
+    proxy.assert_settled(base, 1);
+}
+
+/// Without provided-buffer rings (5.19) or multishot receive (6.0), ring mode falls back to
+/// `fixed` with one warning naming the missing feature.
+#[test]
+fn no_buffer_rings_or_no_multishot_receive_falls_back_to_fixed() {
+    for (fail, names) in [
+        ("buf_ring", "provided-buffer rings"),
+        ("recv_multishot", "multishot receive"),
+    ] {
+        let mut proxy = probe_fail(fail);
+        let stderr = proxy.stderr();
+        let lines: Vec<&str> = stderr
+            .lines()
+            .filter(|l| {
+                l.contains("read-buffer ring unavailable, running with --read-buffers fixed")
+            })
+            .collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "want one fallback line for {fail}:\n{stderr}"
+        );
+        assert!(
+            lines[0].contains(names),
+            "the line names {names}: {}",
+            lines[0]
+        );
+        let m = proxy.metrics();
+        assert!(
+            m.get(r#"ringgate_read_buffers_total{mode="fixed"}"#) > 0.0,
+            "{}",
+            m.dump()
+        );
+        assert_eq!(m.get("ringgate_read_buffer_ring_buffers"), 0.0);
+        works(&mut proxy, Mode::Fixed);
+    }
+}
+
+/// Without incremental consumption (6.12) the ring still works, one whole buffer per receive,
+/// and one line says so.
+#[test]
+fn no_incremental_consumption_keeps_the_ring_with_one_log_line() {
+    let mut proxy = probe_fail("pbuf_inc");
+    let stderr = proxy.stderr();
+    let n = stderr
+        .lines()
+        .filter(|l| l.contains("without incremental consumption"))
+        .count();
+    assert_eq!(n, 1, "want one line about IOU_PBUF_RING_INC:\n{stderr}");
+    let m = proxy.metrics();
+    assert!(
+        m.get("ringgate_read_buffer_ring_buffers") > 0.0,
+        "{}",
+        m.dump()
+    );
+    works(&mut proxy, Mode::Ring);
+}
