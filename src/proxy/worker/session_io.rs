@@ -486,12 +486,19 @@ impl Worker {
     }
 
     pub(super) fn client_read(&mut self, sid: SessionId, clear: bool) {
-        if self.leg_client_read(sid, clear) {
-            return;
-        }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(mut slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
+        if slot.leg.is_some() {
+            // Input the leg holds back is read before the socket.
+            if self.leg_client_read(sid, clear) {
+                return;
+            }
+            let Some(again) = self.sessions.get_mut(sid.index, sid.generation) else {
+                return;
+            };
+            slot = again;
+        }
         let fd = slot.io.fd();
         let Some(buf) = slot.io.buf.as_mut() else {
             return;
