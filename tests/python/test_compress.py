@@ -208,3 +208,44 @@ def test_node_mysql2_compress(proxy):
     assert "ok" in r.stdout
     assert compressed(proxy)["sessions"] - before["sessions"] == 1
     proxy.assert_settled(base, 1)
+
+
+def test_kill_query_through_compressed_sessions(proxy):
+    """KILL <proxy id> is rewritten in the plain stream of a compressed session (the session
+    buffer is the leg's plain buffer then): the victim's query is interrupted."""
+    import threading
+    import time
+
+    base = proxy.connections_total()
+    victim = connector(proxy)
+    killer = connector(proxy)
+    result = {}
+
+    def run():
+        cur = victim.cursor()
+        t = time.monotonic()
+        try:
+            cur.execute("SELECT SLEEP(30)")
+            result["row"] = cur.fetchone()
+        except mysql.connector.Error as e:
+            result["err"] = e.errno
+        result["took"] = time.monotonic() - t
+
+    th = threading.Thread(target=run)
+    th.start()
+    time.sleep(1.0)
+    kc = killer.cursor()
+    kc.execute(f"KILL QUERY {victim.connection_id}")
+    kc.close()
+    th.join(20)
+    assert not th.is_alive()
+    # MariaDB ends an interrupted SLEEP() with 1 (or ERR 1317).
+    assert result.get("row") == (1,) or result.get("err") == 1317, result
+    assert result["took"] < 15
+    cur = victim.cursor()
+    cur.execute("SELECT 7")
+    assert cur.fetchone() == (7,)
+    cur.close()
+    victim.close()
+    killer.close()
+    proxy.assert_settled(base, 2)
