@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every cargo-fuzz target for a bounded time and prints how many executions ran.
 #
-#   scripts/fuzz.sh [TARGET...]        (default: framing_handshake tracker compress)
+#   scripts/fuzz.sh [TARGET...]        (default: framing_handshake tracker compress lexer ok_packet)
 #
 # FUZZ_SECONDS (default 60) per target; FUZZ_JOBS (default 1) parallel libFuzzer jobs.
 # Only a stable toolchain is assumed: cargo-fuzz needs nightly-only flags
@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../fuzz"
 SECONDS_EACH="${FUZZ_SECONDS:-60}"
 TARGETS=("$@")
-[ "${#TARGETS[@]}" -gt 0 ] || TARGETS=(framing_handshake tracker compress)
+[ "${#TARGETS[@]}" -gt 0 ] || TARGETS=(framing_handshake tracker compress lexer ok_packet)
 export RUSTC_BOOTSTRAP=1
 export PATH="$HOME/.cargo/bin:$PATH"
 
