@@ -39,6 +39,19 @@ pub enum BackendIdentity {
     Shared,
 }
 
+/// When a client holds a backend connection (`--pooling`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Pooling {
+    /// From login to close (then COM_RESET_CONNECTION): every session
+    /// feature works, and clients need as many backend connections.
+    Session,
+    /// Only while a statement or a transaction runs; session state the
+    /// proxy cannot carry over pins the session to its connection
+    /// (docs/operations.md, "Transaction pooling").
+    Transaction,
+}
+
 /// The kernel caps a registered buffer table at 16384 entries
 /// (IORING_MAX_REG_BUFFERS, Linux 5.13+).
 pub const MAX_READ_BUFFER_COUNT: u32 = 16384;
@@ -122,6 +135,15 @@ pub struct Config {
     /// see and KILL the others' queries.
     #[arg(long, value_enum, default_value_t = BackendIdentity::Passthrough)]
     pub backend_identity: BackendIdentity,
+
+    /// When a client holds a backend connection. `session` (the default):
+    /// from login to close. `transaction`: only while a statement or a
+    /// transaction runs, so many idle clients share few backend
+    /// connections; a session whose state cannot move between connections
+    /// (user variables, temporary tables, locks, prepared statements...)
+    /// is pinned to its connection. See docs/operations.md, "Transaction pooling".
+    #[arg(long, value_enum, default_value_t = Pooling::Session)]
+    pub pooling: Pooling,
 
     /// With --backend-identity shared: the account every client runs as
     /// (mysql_native_password). Refused with passthrough identity.
@@ -333,7 +355,7 @@ macro_rules! value_enum_serde {
         }
     )*};
 }
-value_enum_serde!(ReadBufferMode, LogFormat, BackendIdentity);
+value_enum_serde!(ReadBufferMode, LogFormat, BackendIdentity, Pooling);
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -348,6 +370,7 @@ impl std::fmt::Debug for Config {
             .field("workers", &self.workers)
             .field("backend", &self.backend)
             .field("backend_identity", &self.backend_identity)
+            .field("pooling", &self.pooling)
             .field("backend_user", &self.backend_user)
             .field("backend_password", &password)
             .field("users_file", &self.users_file)
@@ -430,6 +453,25 @@ mod tests {
         assert_eq!(c.tcp_user_timeout, Duration::from_secs(60));
         assert_eq!(c.backend_read_timeout, Duration::ZERO);
         assert_eq!(c.backend_identity, BackendIdentity::Passthrough);
+    }
+
+    #[test]
+    fn pooling_takes_two_modes_and_defaults_to_session() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["ringgate", "--users-file", "u"];
+            all.extend_from_slice(args);
+            Config::try_parse_from(all)
+        };
+        assert_eq!(parse(&[]).unwrap().pooling, Pooling::Session);
+        assert_eq!(
+            parse(&["--pooling", "transaction"]).unwrap().pooling,
+            Pooling::Transaction
+        );
+        assert_eq!(
+            parse(&["--pooling", "session"]).unwrap().pooling,
+            Pooling::Session
+        );
+        assert!(parse(&["--pooling", "statement"]).is_err());
     }
 
     #[test]

@@ -28,7 +28,7 @@ use clap::{Arg, ArgAction, Command, CommandFactory, FromArgMatches};
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use crate::config::{self, BackendIdentity, Config, LogFormat, ReadBufferMode};
+use crate::config::{self, BackendIdentity, Config, LogFormat, Pooling, ReadBufferMode};
 
 /// What `--print-config` prints instead of a secret.
 pub const MASK: &str = "********";
@@ -175,6 +175,7 @@ file_config! {
     optional workers: usize,
     plain backend: SocketAddr,
     plain backend_identity: BackendIdentity,
+    plain pooling: Pooling,
     plain backend_user: String,
     plain backend_password: String,
     plain users_file: PathBuf,

@@ -212,6 +212,26 @@ fn new_hdr() -> Histogram<u64> {
         .expect("constant histogram bounds are valid")
 }
 
+/// The `reason` labels of `ringgate_sessions_pinned_total`, in the order
+/// of `proxy::multiplex::PinReason::ALL` (a unit test there checks it).
+pub const PIN_REASONS: [&str; 15] = [
+    "user_variable",
+    "temporary_table",
+    "lock_function",
+    "lock_tables",
+    "flush_read_lock",
+    "found_rows",
+    "text_prepare",
+    "prepared_statement",
+    "multi_statement",
+    "state_change",
+    "set_option",
+    "session_command",
+    "unclassified",
+    "too_many_settings",
+    "compressed_client",
+];
+
 /// Counters and gauges owned by one worker thread.
 ///
 /// Only the owning worker writes (with `Relaxed` ordering: the values are
@@ -255,6 +275,17 @@ pub struct WorkerMetrics {
     pub backend_discarded_total: AtomicU64,
     /// Client commands forwarded to a backend.
     pub commands_total: AtomicU64,
+    /// Backend connections reset (COM_RESET_CONNECTION) to be reused.
+    pub backend_resets_total: AtomicU64,
+    /// Transaction pooling: backend connections leased for a command
+    /// mid-session (not at login).
+    pub tx_leases_total: AtomicU64,
+    /// Transaction pooling: backend connections given back between
+    /// transactions without a reset.
+    pub tx_releases_total: AtomicU64,
+    /// Transaction pooling: sessions pinned to their backend connection,
+    /// indexed like [`PIN_REASONS`].
+    pub sessions_pinned_total: [AtomicU64; PIN_REASONS.len()],
     /// Bytes forwarded client → backend.
     pub bytes_client_to_backend_total: AtomicU64,
     /// Bytes forwarded backend → client.
@@ -319,6 +350,10 @@ impl WorkerMetrics {
             backend_connect_failures_total: AtomicU64::new(0),
             backend_discarded_total: AtomicU64::new(0),
             commands_total: AtomicU64::new(0),
+            backend_resets_total: AtomicU64::new(0),
+            tx_leases_total: AtomicU64::new(0),
+            tx_releases_total: AtomicU64::new(0),
+            sessions_pinned_total: Default::default(),
             bytes_client_to_backend_total: AtomicU64::new(0),
             bytes_backend_to_client_total: AtomicU64::new(0),
             client_compressed_sessions_total: AtomicU64::new(0),
@@ -411,6 +446,11 @@ pub struct Snapshot {
     pub backend_connect_failures_total: u64,
     pub backend_discarded_total: u64,
     pub commands_total: u64,
+    pub backend_resets_total: u64,
+    pub tx_leases_total: u64,
+    pub tx_releases_total: u64,
+    /// Indexed like [`PIN_REASONS`].
+    pub sessions_pinned_total: [u64; PIN_REASONS.len()],
     pub bytes_client_to_backend_total: u64,
     pub bytes_backend_to_client_total: u64,
     pub client_compressed_sessions_total: u64,
@@ -557,6 +597,12 @@ impl Metrics {
                 *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
             }
         }
+        let mut pinned = [0u64; PIN_REASONS.len()];
+        for w in self.workers.iter() {
+            for (sum, c) in pinned.iter_mut().zip(&w.sessions_pinned_total) {
+                *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
+            }
+        }
         Snapshot {
             mode: self.mode(),
             workers: self.workers.len(),
@@ -577,6 +623,10 @@ impl Metrics {
             backend_connect_failures_total: u(|w| &w.backend_connect_failures_total),
             backend_discarded_total: u(|w| &w.backend_discarded_total),
             commands_total: u(|w| &w.commands_total),
+            backend_resets_total: u(|w| &w.backend_resets_total),
+            tx_leases_total: u(|w| &w.tx_leases_total),
+            tx_releases_total: u(|w| &w.tx_releases_total),
+            sessions_pinned_total: pinned,
             bytes_client_to_backend_total: u(|w| &w.bytes_client_to_backend_total),
             bytes_backend_to_client_total: u(|w| &w.bytes_backend_to_client_total),
             client_compressed_sessions_total: u(|w| &w.client_compressed_sessions_total),

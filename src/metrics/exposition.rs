@@ -22,7 +22,7 @@ use prometheus_client::encoding::{
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::{connect_bucket_bounds, RejectReason, Snapshot};
+use super::{connect_bucket_bounds, RejectReason, Snapshot, PIN_REASONS};
 
 /// Writes `snapshot` as Prometheus text.
 pub(super) fn render(snapshot: Snapshot) -> String {
@@ -164,6 +164,36 @@ impl Collector for Exposition {
             "ringgate_commands_total",
             "Client commands forwarded to a backend.",
             s.commands_total,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_backend_resets_total",
+            "Backend connections reset (COM_RESET_CONNECTION) before reuse.",
+            s.backend_resets_total,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_tx_leases_total",
+            "Transaction pooling: backend connections leased for a command mid-session.",
+            s.tx_leases_total,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_tx_releases_total",
+            "Transaction pooling: backend connections given back between transactions without \
+             a reset.",
+            s.tx_releases_total,
+        )?;
+        let pinned: Vec<(Label, u64)> = PIN_REASONS
+            .iter()
+            .zip(s.sessions_pinned_total)
+            .map(|(&r, n)| ([("reason", r)], n))
+            .collect();
+        counters(
+            &mut enc,
+            "ringgate_sessions_pinned_total",
+            "Transaction pooling: sessions pinned to their backend connection, by reason.",
+            &pinned,
         )?;
         counters(
             &mut enc,

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-const ALL_NAMES: [(&str, &str); 25] = [
+const ALL_NAMES: [(&str, &str); 29] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
@@ -24,6 +24,10 @@ const ALL_NAMES: [(&str, &str); 25] = [
     ("ringgate_backend_connect_failures_total", "counter"),
     ("ringgate_backend_discarded_total", "counter"),
     ("ringgate_commands_total", "counter"),
+    ("ringgate_backend_resets_total", "counter"),
+    ("ringgate_tx_leases_total", "counter"),
+    ("ringgate_tx_releases_total", "counter"),
+    ("ringgate_sessions_pinned_total", "counter"),
     ("ringgate_bytes_total", "counter"),
     ("ringgate_client_compressed_sessions_total", "counter"),
     ("ringgate_client_compressed_bytes_total", "counter"),

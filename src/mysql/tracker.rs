@@ -129,6 +129,46 @@ pub enum Unsolicited {
     Err { len: usize },
 }
 
+/// A finished command, as transaction pooling needs it: what the client
+/// asked and how the server's answer ended. Recorded only after
+/// [`Tracker::capture_commands`]; taken with [`Tracker::take_completed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completed {
+    pub command: u8,
+    /// The command's payload after the command byte (the SQL of a
+    /// COM_QUERY, the schema of a COM_INIT_DB), or `None` when it was
+    /// longer than the capture limit.
+    pub text: Option<Vec<u8>>,
+    /// The answer ended with an ERR packet.
+    pub err: bool,
+    /// The answer was an OK packet (not a result set): its counts.
+    pub ok: Option<OkCounts>,
+    /// Warning count of the final OK or EOF (0 after an ERR).
+    pub warnings: u16,
+    /// The status flags of the last OK/EOF seen, after this answer.
+    pub status: u16,
+}
+
+/// The counters of an OK packet that LAST_INSERT_ID() and ROW_COUNT() report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OkCounts {
+    pub affected_rows: u64,
+    pub last_insert_id: u64,
+}
+
+/// Copies of client commands kept for [`Completed`].
+#[derive(Debug)]
+struct Capture {
+    /// Longest command payload kept.
+    limit: usize,
+    /// The current client command's bytes so far (command byte included).
+    current: Vec<u8>,
+    over: bool,
+    /// The text of each command in `pending`, in the same order.
+    texts: VecDeque<Option<Vec<u8>>>,
+    done: VecDeque<Completed>,
+}
+
 /// Largest unsolicited ERR payload accepted: a server error message is at most 512 bytes
 /// (MYSQL_ERRMSG_SIZE), and 4092 + 4 fits in every read buffer (a multiple of 4096).
 const MAX_UNSOLICITED_ERR: usize = 4092;
@@ -373,6 +413,35 @@ impl Packet<'_> {
     fn is_progress(&self) -> bool {
         self.prefix.len() >= 3 && self.prefix[..3] == [0xFF, 0xFF, 0xFF]
     }
+    /// Affected rows and last insert id of an OK packet (0x00 header).
+    fn ok_counts(&self) -> Option<OkCounts> {
+        let p = self.prefix;
+        if *p.first()? != 0x00 {
+            return None;
+        }
+        let (affected_rows, a) = lenenc(p.get(1..)?)?;
+        let (last_insert_id, _) = lenenc(p.get(1 + a..)?)?;
+        Some(OkCounts {
+            affected_rows,
+            last_insert_id,
+        })
+    }
+
+    /// Warning count of an OK packet or a legacy EOF.
+    fn warnings(&self) -> Option<u16> {
+        let p = self.prefix;
+        match *p.first()? {
+            0xFE if self.first_len < 7 => Some(u16::from_le_bytes([*p.get(1)?, *p.get(2)?])),
+            0x00 | 0xFE => {
+                let (_, a) = lenenc(p.get(1..)?)?;
+                let (_, b) = lenenc(p.get(1 + a..)?)?;
+                let i = 1 + a + b + 2;
+                Some(u16::from_le_bytes([*p.get(i)?, *p.get(i + 1)?]))
+            }
+            _ => None,
+        }
+    }
+
     /// Status flags of an OK packet (0x00 or 0xFE header) or of a 5-byte legacy EOF.
     fn status(&self) -> Option<u16> {
         let p = self.prefix;
@@ -438,6 +507,8 @@ pub struct Tracker {
     poisoned: bool,
     /// Largest client logical packet allowed (`--max-packet-size`).
     max_client_packet: u64,
+    /// Transaction pooling: commands and how their answers ended.
+    capture: Option<Box<Capture>>,
 }
 
 impl Tracker {
@@ -457,7 +528,27 @@ impl Tracker {
             poisoned: false,
             set_option_seen: false,
             max_client_packet: u64::MAX,
+            capture: None,
         }
+    }
+
+    /// Record every command (its first `limit` payload bytes) with the end
+    /// of its answer, for [`Tracker::take_completed`]. Costs a copy of each
+    /// command; transaction pooling reads statements to see what they leave
+    /// on the connection.
+    pub fn capture_commands(&mut self, limit: usize) {
+        self.capture = Some(Box::new(Capture {
+            limit,
+            current: Vec::new(),
+            over: false,
+            texts: VecDeque::new(),
+            done: VecDeque::new(),
+        }));
+    }
+
+    /// The oldest finished command not taken yet (with capture on).
+    pub fn take_completed(&mut self) -> Option<Completed> {
+        self.capture.as_mut()?.done.pop_front()
     }
 
     /// `MARIADB_CLIENT_CACHE_METADATA` was negotiated between client and server.
@@ -484,6 +575,12 @@ impl Tracker {
         self.stop_header = None;
         self.poisoned = false;
         self.set_option_seen = false;
+        if let Some(c) = self.capture.as_mut() {
+            c.current.clear();
+            c.over = false;
+            c.texts.clear();
+            c.done.clear();
+        }
     }
 
     /// Seeds the status flags, e.g. from the OK that ended authentication.
@@ -538,7 +635,19 @@ impl Tracker {
             }
             let before = self.client.prefix_len;
             let step_start = pos;
+            let in_payload = self.client.hdr_len == 4;
+            let start = pos;
             let step = self.client.step(chunk, &mut pos);
+            if let Some(c) = self.capture.as_mut() {
+                if in_payload && self.client_kind == ClientPacket::Command {
+                    let bytes = &chunk[start..pos];
+                    if c.current.len() + bytes.len() > c.limit + 1 {
+                        c.over = true;
+                    } else if !c.over {
+                        c.current.extend_from_slice(bytes);
+                    }
+                }
+            }
             if self.client.logical_len > self.max_client_packet {
                 return Err(TrackError::PacketTooLarge {
                     len: self.client.logical_len,
@@ -614,13 +723,33 @@ impl Tracker {
                 if command == COM_SET_OPTION {
                     self.set_option_seen = true;
                 }
+                let text = self.capture.as_mut().map(|c| {
+                    let over = std::mem::take(&mut c.over);
+                    let mut bytes = std::mem::take(&mut c.current);
+                    (!over && !bytes.is_empty()).then(|| {
+                        bytes.remove(0);
+                        bytes
+                    })
+                });
                 let state = match classify(command) {
                     CommandClass::Result => RespState::ResultStart,
                     CommandClass::Fetch => RespState::FetchRows,
                     CommandClass::Prepare => RespState::PrepareStart,
                     CommandClass::FieldList => RespState::FieldList,
                     CommandClass::Single => RespState::Single,
-                    CommandClass::NoResponse => return Ok(()),
+                    CommandClass::NoResponse => {
+                        if let Some(c) = self.capture.as_mut() {
+                            c.done.push_back(Completed {
+                                command,
+                                text: text.flatten(),
+                                err: false,
+                                ok: None,
+                                warnings: 0,
+                                status: self.last_status,
+                            });
+                        }
+                        return Ok(());
+                    }
                     // Stopped at the first byte; never completes.
                     CommandClass::Quit | CommandClass::Unsupported | CommandClass::ChangeUser => {
                         return Ok(())
@@ -636,6 +765,9 @@ impl Tracker {
                     cursor,
                     state,
                 });
+                if let Some(c) = self.capture.as_mut() {
+                    c.texts.push_back(text.flatten());
+                }
                 Ok(())
             }
         }
@@ -856,6 +988,16 @@ impl Tracker {
         }
         if done {
             self.pending.pop_front();
+            if let Some(c) = self.capture.as_mut() {
+                c.done.push_back(Completed {
+                    command,
+                    text: c.texts.pop_front().flatten(),
+                    err: pkt.is_err(),
+                    ok: pkt.ok_counts(),
+                    warnings: pkt.warnings().unwrap_or(0),
+                    status: self.last_status,
+                });
+            }
         }
         Ok(())
     }

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::ids::PoolKey;
+use super::ids::{LeaseSetup, PoolKey, ANY_SETTINGS};
 use crate::mysql::auth::Credential;
 use crate::mysql::client_login::{ClientLogin, LoginError, LoginParams, LoginStep};
 use crate::mysql::constants::*;
@@ -103,8 +103,22 @@ enum State {
         writing: bool,
         answered: bool,
     },
-    /// COM_INIT_DB for the schema a lease asked for.
-    SelectingSchema { schema: String, writing: bool },
+    /// COM_INIT_DB for the schema a lease asked for; `then`: the setup
+    /// statements to run next (transaction pooling).
+    SelectingSchema {
+        schema: String,
+        writing: bool,
+        then: Vec<Vec<u8>>,
+        settings: u64,
+    },
+    /// Transaction pooling: the session's setup statements, pipelined;
+    /// `left` answers (OK each) are still owed; `settings` is the
+    /// fingerprint the connection carries once they are in.
+    Replaying {
+        left: usize,
+        writing: bool,
+        settings: u64,
+    },
     /// In the pool's idle list, nothing in flight.
     Idle,
     /// Leased: the relay drives the socket.
@@ -133,6 +147,9 @@ pub struct BackendConn {
     /// The server is MariaDB (its greeting cleared CLIENT_MYSQL): the reset
     /// also asks for CURRENT_ROLE().
     mariadb: bool,
+    /// Transaction pooling: the fingerprint of the session settings the
+    /// connection carries (0: none, as after login or a reset).
+    settings: u64,
 }
 
 /// Who the proxy logs in as.
@@ -153,7 +170,13 @@ impl BackendConn {
             thread_id: 0,
             connect_attrs: Vec::new(),
             mariadb: false,
+            settings: 0,
         }
+    }
+
+    /// The fingerprint of the session settings it carries (0: none).
+    pub fn settings(&self) -> u64 {
+        self.settings
     }
 
     /// The connection attributes to log in with (see
@@ -298,6 +321,7 @@ impl BackendConn {
         let writing = match &mut self.state {
             State::LoggingIn { writing, .. }
             | State::SelectingSchema { writing, .. }
+            | State::Replaying { writing, .. }
             | State::Resetting { writing } => writing,
             _ => return,
         };
@@ -329,6 +353,9 @@ impl BackendConn {
         }
         if let State::Resetting { .. } = self.state {
             return self.on_reset_replies(data, capacity, now, out);
+        }
+        if let State::Replaying { .. } = self.state {
+            return self.on_setup_replies(data, capacity, out);
         }
         let Some((pkt, _)) = split_packet(data) else {
             if data.len() >= capacity {
@@ -388,14 +415,19 @@ impl BackendConn {
                 }
                 Err(e) => self.fail(format!("login: {e}"), out),
             },
-            State::SelectingSchema { schema, .. } => {
+            State::SelectingSchema {
+                schema,
+                then,
+                settings,
+                ..
+            } => {
                 let deprecate_eof = self.key.caps & CLIENT_DEPRECATE_EOF != 0;
                 match parse_reply(payload, deprecate_eof) {
                     Ok(ServerReply::Ok { .. }) => {
                         self.schema = Some(std::mem::take(schema));
-                        self.state = State::Leased;
+                        let (then, settings) = (std::mem::take(then), *settings);
                         out.push(BackendOut::Op(BackendOp::Clear));
-                        out.push(BackendOut::Event(BackendEvent::SchemaSelected));
+                        self.run_setup(then, settings, now, out);
                     }
                     Ok(ServerReply::Err {
                         code,
@@ -438,6 +470,7 @@ impl BackendConn {
             ),
             Ok(Some(ResetOutcome::Reset { schema, role: None })) => {
                 self.schema = schema;
+                self.settings = 0;
                 self.state = State::Idle;
                 self.since = now;
                 out.push(BackendOut::Op(BackendOp::Clear));
@@ -447,10 +480,76 @@ impl BackendConn {
         }
     }
 
+    /// Answers to the setup statements (`Replaying`): every one must be OK.
+    fn on_setup_replies(&mut self, data: &[u8], capacity: usize, out: &mut Vec<BackendOut>) {
+        let State::Replaying { left, settings, .. } = self.state else {
+            return;
+        };
+        let deprecate_eof = self.key.caps & CLIENT_DEPRECATE_EOF != 0;
+        let mut rest = data;
+        let mut answered = 0;
+        while let Some((pkt, used)) = split_packet(rest) {
+            match parse_reply(pkt.payload, deprecate_eof) {
+                Ok(ServerReply::Ok { .. }) => answered += 1,
+                Ok(ServerReply::Err {
+                    code,
+                    sqlstate,
+                    message,
+                }) => {
+                    let cause = format!(
+                        "replaying the session's settings failed: {code} ({sqlstate}) {message}"
+                    );
+                    return self.fail(cause, out);
+                }
+                _ => return self.fail("unexpected reply to a setup statement".into(), out),
+            }
+            rest = &rest[used..];
+        }
+        if answered >= left {
+            self.settings = settings;
+            self.state = State::Leased;
+            out.push(BackendOut::Op(BackendOp::Clear));
+            out.push(BackendOut::Event(BackendEvent::SchemaSelected));
+        } else if data.len() >= capacity {
+            self.fail("setup replies larger than the read buffer".into(), out);
+        } else {
+            out.push(BackendOut::Op(BackendOp::Read));
+        }
+    }
+
     /// Hand the connection to a session; with `schema`, select it first
-    /// unless it is already current.
-    pub fn lease(&mut self, schema: Option<&str>, now: Instant, out: &mut Vec<BackendOut>) {
+    /// unless it is already current. With `setup` (transaction pooling),
+    /// then run the session's settings (unless the connection carries
+    /// them already) and its per-command statements.
+    pub fn lease(
+        &mut self,
+        schema: Option<&str>,
+        setup: Option<&LeaseSetup>,
+        now: Instant,
+        out: &mut Vec<BackendOut>,
+    ) {
         debug_assert!(matches!(self.state, State::Idle | State::Leased));
+        let mut then = Vec::new();
+        let mut settings = self.settings;
+        if let Some(setup) = setup {
+            let as_is = setup.settings == self.settings
+                || setup.settings == ANY_SETTINGS
+                || (setup.alt != 0 && setup.alt == self.settings);
+            if !as_is {
+                if self.settings != 0 {
+                    // The pool resets such a connection before it leases
+                    // it: replaying over another session's settings would
+                    // leave a mix of both.
+                    return self.fail(
+                        "leased with another session's settings (not reset)".into(),
+                        out,
+                    );
+                }
+                then.extend(setup.replay.iter().cloned());
+                settings = setup.settings;
+            }
+            then.extend(setup.always.iter().cloned());
+        }
         match schema {
             Some(db) if self.schema.as_deref() != Some(db) => {
                 let mut bytes = Vec::with_capacity(db.len() + 5);
@@ -458,15 +557,69 @@ impl BackendConn {
                 self.state = State::SelectingSchema {
                     schema: db.to_string(),
                     writing: true,
+                    then,
+                    settings,
                 };
                 self.since = now;
                 out.push(BackendOut::Op(BackendOp::Send(bytes)));
             }
-            _ => {
-                self.state = State::Leased;
-                out.push(BackendOut::Event(BackendEvent::SchemaSelected));
-            }
+            _ => self.run_setup(then, settings, now, out),
         }
+    }
+
+    /// Send the setup statements (pipelined), or finish the lease now.
+    fn run_setup(
+        &mut self,
+        then: Vec<Vec<u8>>,
+        settings: u64,
+        now: Instant,
+        out: &mut Vec<BackendOut>,
+    ) {
+        if then.is_empty() {
+            self.settings = settings;
+            self.state = State::Leased;
+            out.push(BackendOut::Event(BackendEvent::SchemaSelected));
+            return;
+        }
+        let mut bytes = Vec::new();
+        for sql in &then {
+            write_packet(&mut bytes, 0, &com_payload(COM_QUERY, sql));
+        }
+        self.state = State::Replaying {
+            left: then.len(),
+            writing: true,
+            settings,
+        };
+        self.since = now;
+        out.push(BackendOut::Op(BackendOp::Send(bytes)));
+    }
+
+    /// Transaction pooling: reset an idle connection that carries another
+    /// session's settings, so that a session with other settings can have
+    /// it (it is idle again, settings 0, after `ResetDone`).
+    pub fn reset_idle(&mut self, now: Instant, out: &mut Vec<BackendOut>) {
+        if matches!(self.state, State::Idle) {
+            self.state = State::Leased;
+        }
+        self.release(true, now, out)
+    }
+
+    /// Transaction pooling: the session let the connection go between
+    /// transactions, without a reset. It keeps the session's schema and
+    /// settings (`settings` fingerprints them), which the next lease
+    /// compares with its own (`kept`; None: as they are). False if it was
+    /// not leased.
+    pub fn keep(&mut self, kept: Option<(Option<String>, u64)>, now: Instant) -> bool {
+        if !matches!(self.state, State::Leased) {
+            return false;
+        }
+        if let Some((schema, settings)) = kept {
+            self.schema = schema;
+            self.settings = settings;
+        }
+        self.state = State::Idle;
+        self.since = now;
+        true
     }
 
     /// Newly logged in and not wanted by anyone: idle.
@@ -513,6 +666,7 @@ impl BackendConn {
                 | State::Probing
                 | State::LoggingIn { .. }
                 | State::SelectingSchema { .. }
+                | State::Replaying { .. }
                 | State::Resetting { .. }
         );
         if exchanging && now.duration_since(self.since) >= timeout {

@@ -66,7 +66,7 @@ fn login_then_idle_then_lease_without_schema() {
     c.make_idle(now);
     assert!(c.is_idle());
     let mut out = Vec::new();
-    c.lease(None, now, &mut out);
+    c.lease(None, None, now, &mut out);
     assert!(has_event(&out, |e| *e == BackendEvent::SchemaSelected));
     assert!(c.is_leased());
 }
@@ -77,7 +77,7 @@ fn lease_with_a_schema_selects_it_and_skips_it_next_time() {
     let mut c = logged_in(now);
     c.make_idle(now);
     let mut out = Vec::new();
-    c.lease(Some("app"), now, &mut out);
+    c.lease(Some("app"), None, now, &mut out);
     let sent = sends(&out);
     assert_eq!(sent.len(), 1);
     assert_eq!(&sent[0][4..], b"\x02app", "COM_INIT_DB app");
@@ -112,7 +112,7 @@ fn lease_with_a_schema_selects_it_and_skips_it_next_time() {
     );
     assert_eq!(c.schema(), Some("app"));
     out.clear();
-    c.lease(Some("app"), now, &mut out);
+    c.lease(Some("app"), None, now, &mut out);
     assert!(sends(&out).is_empty());
     assert!(has_event(&out, |e| *e == BackendEvent::SchemaSelected));
 }
@@ -123,7 +123,7 @@ fn a_refused_schema_reaches_the_client_and_the_connection_stays_usable() {
     let mut c = logged_in(now);
     c.make_idle(now);
     let mut out = Vec::new();
-    c.lease(Some("nope"), now, &mut out);
+    c.lease(Some("nope"), None, now, &mut out);
     c.on_write(9, &mut out);
     let err = framed(1, &err_payload(1049, "Unknown database 'nope'"));
     out.clear();

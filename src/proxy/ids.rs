@@ -73,6 +73,33 @@ pub struct LeaseRequest {
     /// schema can be switched (COM_INIT_DB); one with a schema cannot be
     /// given to a client that asked for none, since nothing unselects it.
     pub schema: Option<String>,
+    /// Transaction pooling, a lease for a command mid-session: what the
+    /// connection must run first. None at login and in session pooling.
+    pub setup: Option<Box<LeaseSetup>>,
+}
+
+/// [`LeaseSetup::settings`] of a transaction-pooled login: any connection
+/// of the key will do, whatever settings it carries, since the session
+/// gives it back unchanged before any command runs on it.
+pub const ANY_SETTINGS: u64 = u64::MAX;
+
+/// What a connection leased for a command must run before it (transaction
+/// pooling; see `multiplex.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaseSetup {
+    /// Fingerprint of the session's settings (0: none). A connection
+    /// released by a session carries that session's fingerprint.
+    pub settings: u64,
+    /// The `SET` statements that give a connection with no settings the
+    /// session's (replayed only when its fingerprint is not `settings`).
+    pub replay: Vec<Vec<u8>>,
+    /// Statements run before the command on whatever connection it gets.
+    pub always: Vec<Vec<u8>>,
+    /// Another fingerprint a connection may carry and be used as it is
+    /// (0: none): when the command is itself a `SET` of constants, a
+    /// connection that already carries the settings it leads to gives the
+    /// same state after running it again.
+    pub alt: u64,
 }
 
 /// A lease request that found no connection and waits for one.

@@ -28,6 +28,7 @@ mod connect_attrs;
 mod identity;
 mod ids;
 mod listen;
+mod multiplex;
 mod pool;
 mod presentation;
 pub mod registry;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use super::backend::{BackendConn, BackendCredentials, BackendEvent, BackendOp, BackendOut};
 use super::conn_io::ConnIo;
 use super::identity::{BackendLogin, Identities, IdentityMode};
-use super::ids::{BackendId, IdentityId, LeaseRequest, PoolKey, SessionId, Waiter};
+use super::ids::{BackendId, IdentityId, LeaseRequest, PoolKey, SessionId, Waiter, ANY_SETTINGS};
 use super::slab::Slab;
 use super::{try_reserve, unreserve};
 use crate::metrics::{Metrics, RejectReason, WorkerMetrics};
@@ -268,6 +268,9 @@ impl Pool {
             );
             self.close(id, out);
         }
+        if self.reset_for(req, now, out) {
+            return false;
+        }
         // A connection of this key that is being reset will be free within
         // one round trip to the server; waiting for it is far cheaper than a
         // new connection (TCP + login + a server thread), and it keeps a
@@ -299,20 +302,63 @@ impl Pool {
     /// The idle connection to lease: LIFO, preferring one whose schema is
     /// already the wanted one. A client that gave no schema needs a
     /// connection with none selected, since nothing unselects a schema.
+    /// Transaction pooling: only a connection that carries the session's
+    /// settings or none (a replay gives it them), preferring the former.
     fn pick_idle(&self, req: &LeaseRequest) -> Option<usize> {
+        let wanted = req.setup.as_ref().map_or(0, |s| s.settings);
+        let alt = req.setup.as_ref().map_or(0, |s| s.alt);
         let usable = |p: &Pooled| {
-            p.conn.key() == req.key && (req.schema.is_some() || p.conn.schema().is_none())
+            let carries = p.conn.settings();
+            p.conn.key() == req.key
+                && (req.schema.is_some() || p.conn.schema().is_none())
+                && (wanted == ANY_SETTINGS
+                    || carries == 0
+                    || carries == wanted
+                    || (alt != 0 && carries == alt))
         };
-        let exact = self.idle.iter().rposition(|&i| {
-            self.slots
-                .get(i)
-                .is_some_and(|p| usable(p) && p.conn.schema() == req.schema.as_deref())
-        });
-        exact.or_else(|| {
+        let find = |also: &dyn Fn(&Pooled) -> bool| {
             self.idle
                 .iter()
-                .rposition(|&i| self.slots.get(i).is_some_and(usable))
-        })
+                .rposition(|&i| self.slots.get(i).is_some_and(|p| usable(p) && also(p)))
+        };
+        let same_schema = |p: &Pooled| p.conn.schema() == req.schema.as_deref();
+        let same_settings =
+            |p: &Pooled| p.conn.settings() == wanted || (alt != 0 && p.conn.settings() == alt);
+        find(&|p| same_schema(p) && same_settings(p))
+            .or_else(|| find(&same_settings))
+            .or_else(|| find(&same_schema))
+            .or_else(|| find(&|_| true))
+    }
+
+    /// Transaction pooling: an idle connection of the key that carries
+    /// another session's settings is reset (COM_RESET_CONNECTION) so that
+    /// this request can have it; true if one was found.
+    fn reset_for(&mut self, req: &LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) -> bool {
+        let Some(setup) = req.setup.as_ref().filter(|s| s.settings != ANY_SETTINGS) else {
+            return false;
+        };
+        let pos = self.idle.iter().rposition(|&i| {
+            self.slots.get(i).is_some_and(|p| {
+                p.conn.key() == req.key
+                    && (req.schema.is_some() || p.conn.schema().is_none())
+                    && p.conn.settings() != 0
+                    && p.conn.settings() != setup.settings
+                    && (setup.alt == 0 || p.conn.settings() != setup.alt)
+            })
+        });
+        let Some(pos) = pos else {
+            return false;
+        };
+        let index = self.idle.remove(pos);
+        self.m().backend_idle.fetch_sub(1, Relaxed);
+        let id = self.id_of(index);
+        let mut bo = Vec::new();
+        if let Some(p) = self.slots.get_index_mut(index) {
+            p.conn.reset_idle(now, &mut bo);
+        }
+        self.m().backend_resets_total.fetch_add(1, Relaxed);
+        self.apply(id, bo, now, out);
+        true
     }
 
     /// Requests of `key` queued ahead of `session` (all, if it is not queued).
@@ -332,7 +378,8 @@ impl Pool {
         p.leased_to = Some(req.session);
         p.set_busy(true, metrics.worker(self.worker));
         let mut bo = Vec::new();
-        p.conn.lease(req.schema.as_deref(), now, &mut bo);
+        p.conn
+            .lease(req.schema.as_deref(), req.setup.as_deref(), now, &mut bo);
         self.apply(id, bo, now, out);
     }
 
@@ -452,6 +499,9 @@ impl Pool {
         p.set_busy(false, metrics.worker(self.worker));
         let mut bo = Vec::new();
         p.conn.release(clean && !draining, now, &mut bo);
+        if p.conn.is_resetting() {
+            self.m().backend_resets_total.fetch_add(1, Relaxed);
+        }
         self.apply(id, bo, now, out);
     }
 
@@ -482,6 +532,36 @@ impl Pool {
         let mut bo = Vec::new();
         p.conn.release(true, now, &mut bo);
         self.apply(id, bo, now, out);
+    }
+
+    /// Transaction pooling: the session let the connection go between
+    /// transactions. It goes back to the idle list as it is, no reset,
+    /// with the session's schema and settings fingerprint (`kept`; None:
+    /// unchanged, after a login that ran nothing on it).
+    pub fn release_kept(
+        &mut self,
+        id: BackendId,
+        kept: Option<(Option<String>, u64)>,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        if self.draining {
+            return self.release(id, false, now, out);
+        }
+        let metrics = Arc::clone(&self.metrics);
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        p.leased_to = None;
+        p.set_busy(false, metrics.worker(self.worker));
+        if p.conn.keep(kept, now) {
+            self.m().tx_releases_total.fetch_add(1, Relaxed);
+            self.push_idle(id, now);
+        } else {
+            let mut bo = Vec::new();
+            p.conn.close(&mut bo);
+            self.apply(id, bo, now, out);
+        }
     }
 
     /// Close a connection for good.
@@ -683,7 +763,7 @@ impl Pool {
                         // the only output is SchemaSelected, which the
                         // Relet event replaces.
                         let mut bo = Vec::new();
-                        p.conn.lease(None, now, &mut bo);
+                        p.conn.lease(None, None, now, &mut bo);
                         debug_assert!(bo
                             .iter()
                             .all(|o| matches!(o, BackendOut::Event(BackendEvent::SchemaSelected))));

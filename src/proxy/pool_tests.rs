@@ -34,6 +34,7 @@ fn req(i: u32, key: PoolKey) -> LeaseRequest {
         session: sid(i),
         key,
         schema: None,
+        setup: None,
     }
 }
 

@@ -83,6 +83,11 @@ pub enum RelayEnd {
     IdleTimeout,
     /// Graceful shutdown reached this session between commands.
     Drained,
+    /// Transaction pooling: the session lets the backend go between
+    /// transactions and goes on without one. `client_read`: the result of
+    /// the client read that completed while the relay was ending (its
+    /// bytes are in the session buffer); `None` while it is still in flight.
+    Parked { client_read: Option<i32> },
 }
 
 /// What the relay tells its session.
@@ -194,6 +199,30 @@ impl Relay {
         matches!(self.up, Up::Writing { .. }) || self.down != Down::Idle
     }
 
+    /// Transaction pooling: the relay may end now to give the backend back
+    /// (between commands, nothing owed, not already ending).
+    pub fn can_park(&self) -> bool {
+        self.idle_at_boundary() && !self.finishing() && self.end_after_write.is_none()
+    }
+
+    /// End to give the backend back (see [`RelayEnd::Parked`]); only when
+    /// [`Relay::can_park`]. The client read stays in flight: it belongs to
+    /// the session from now on.
+    pub fn park(&mut self, out: &mut Vec<RelayEvent>) {
+        debug_assert!(self.can_park());
+        self.end(RelayEnd::Parked { client_read: None }, out);
+    }
+
+    /// The tracker, for commands that finished (transaction pooling).
+    pub fn tracker_mut(&mut self) -> &mut Tracker {
+        &mut self.tracker
+    }
+
+    /// The tracker back, once the relay has ended.
+    pub fn into_tracker(self) -> Tracker {
+        self.tracker
+    }
+
     /// Waiting for the client's next command with nothing outstanding.
     pub fn idle_at_boundary(&self) -> bool {
         self.up == Up::Reading && self.down_free() && self.tracker.at_command_boundary()
@@ -216,6 +245,10 @@ impl Relay {
         debug_assert_eq!(self.up, Up::Reading);
         self.up = Up::Idle;
         if self.finishing() {
+            if let Some((RelayEnd::Parked { client_read }, _)) = self.ending.as_mut() {
+                // The session handles these bytes once the relay has ended.
+                *client_read = Some(res);
+            }
             return self.maybe_end(out);
         }
         if self.end_after_write.is_some() {

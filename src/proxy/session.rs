@@ -7,7 +7,8 @@
 use std::time::{Duration, Instant};
 
 use super::client_leg::LegKind;
-use super::ids::{IdentityId, PoolKey};
+use super::ids::{IdentityId, LeaseSetup, PoolKey};
+use super::multiplex::{self, PinReason, TxState};
 use super::registry::{intercept, Registry};
 use super::relay::{Relay, RelayEnd, RelayEvent, RelayOp, RelayTimeouts};
 use crate::metrics::RejectReason;
@@ -75,6 +76,16 @@ pub enum SessionAction {
     Lease {
         key: PoolKey,
         schema: Option<String>,
+        /// Transaction pooling: any connection of the key, whatever
+        /// settings it carries (the login gives it back unchanged).
+        any_settings: bool,
+    },
+    /// Transaction pooling: ask the pool for a backend connection for the
+    /// command the session buffer holds, set up as `setup` says.
+    LeaseForCommand {
+        key: PoolKey,
+        schema: Option<String>,
+        setup: Box<LeaseSetup>,
     },
     /// The session stopped waiting for a lease.
     CancelLease,
@@ -91,6 +102,17 @@ pub enum SessionAction {
     AbortClient,
     /// Hand the backend connection back to the pool; `clean`: reusable.
     Release { clean: bool },
+    /// Transaction pooling: hand the backend connection back between
+    /// transactions. `clean`: as it is, without a reset, carrying the
+    /// session's schema and settings fingerprint (`kept`; None: what it
+    /// carried when leased, after a login); otherwise it is closed.
+    Park {
+        clean: bool,
+        kept: Option<(Option<String>, u64)>,
+    },
+    /// Transaction pooling: the session is pinned to its backend
+    /// connection from now on (counted and logged once).
+    Pinned(PinReason),
     /// Shut the client socket down for writing (after an ERR, to linger).
     HalfClose,
     /// Shut the client socket down and free the session once every
@@ -105,6 +127,10 @@ pub enum SessionAction {
     Connected { elapsed: Duration },
     /// A command began (`commands_total`).
     CommandStarted,
+    /// Transaction pooling: a client read completed while the relay was
+    /// giving the backend back; hand its result (`res`) and the session
+    /// buffer to [`Session::on_client_read`] again.
+    Redeliver(i32),
     /// A refused connection, by reason.
     Reject(RejectReason),
     /// One line for the log; the driver rate-limits it and adds the peer.
@@ -162,6 +188,19 @@ enum State {
     Lingering { until: Instant },
     /// COM_CHANGE_USER: logging in again (`session_change_user.rs`).
     ChangeUser(Box<change_user::Flow>),
+    /// Transaction pooling: between transactions, holding no backend
+    /// connection; `reading` while a client read is in flight.
+    Parked {
+        tracker: Box<Tracker>,
+        reading: bool,
+        since: Instant,
+    },
+    /// Transaction pooling: the client sent a command; the pool owes a
+    /// connection for it.
+    Resuming { tracker: Box<Tracker> },
+    /// Transaction pooling: writing an answer the proxy made to a command
+    /// (an ERR), then parked again.
+    ParkedReply { tracker: Box<Tracker> },
     /// Closed; the driver frees the slot once its operations complete.
     Closed,
 }
@@ -181,6 +220,8 @@ pub struct NewSession {
     pub now: Instant,
     /// `--max-connections` was reached: greet with ERR 1040 and close.
     pub over_limit: bool,
+    /// `--pooling transaction`.
+    pub transaction_pooling: bool,
 }
 
 pub struct Session {
@@ -212,6 +253,11 @@ pub struct Session {
     /// The capabilities negotiated with the client (fixed at login; a
     /// COM_CHANGE_USER is read with them).
     client_caps: u32,
+    /// `--pooling transaction`.
+    transaction_pooling: bool,
+    /// Transaction pooling: what the session carries between backend
+    /// connections (from login on).
+    tx: Option<Box<TxState>>,
 }
 
 fn packet(seq: u8, payload: &[u8]) -> (Vec<u8>, u8) {
@@ -240,6 +286,8 @@ impl Session {
             kill_victim: None,
             client_leg: None,
             client_caps: 0,
+            transaction_pooling: n.transaction_pooling,
+            tx: None,
         };
         if n.over_limit {
             out.push(SessionAction::Reject(RejectReason::MaxConnections));
@@ -275,7 +323,19 @@ impl Session {
     }
 
     pub fn is_relaying(&self) -> bool {
-        matches!(self.state, State::Relay(_))
+        matches!(
+            self.state,
+            State::Relay(_)
+                | State::Parked { .. }
+                | State::Resuming { .. }
+                | State::ParkedReply { .. }
+        )
+    }
+
+    /// Transaction pooling: why the session is pinned, if it is.
+    #[cfg(test)]
+    pub fn pinned(&self) -> Option<PinReason> {
+        self.tx.as_ref().and_then(|t| t.pinned())
     }
 
     /// The proxy user, once the client has logged in.
@@ -316,6 +376,51 @@ impl Session {
         tracker
     }
 
+    /// Transaction pooling: the login OK is written. The login's connection
+    /// goes back as it came (it may carry another session's settings;
+    /// nothing ran on it) and the session waits for its first command
+    /// holding none. A compressed client leg is pinned instead: the parked
+    /// session reads the client itself, without the leg's decoder.
+    fn start_transaction_pooling(
+        &mut self,
+        buffered: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        let schema = self.login.as_ref().and_then(|l| l.database.clone());
+        let mut tx = Box::new(TxState::new(schema));
+        let mut tracker = match self.tracker.take() {
+            Some(t) => t,
+            None => self.new_tracker(ctx),
+        };
+        tracker.capture_commands(multiplex::CAPTURE_LIMIT);
+        if self.client_leg.is_some() {
+            if let Some(reason) = tx.pin(PinReason::CompressedClient) {
+                out.push(SessionAction::Pinned(reason));
+            }
+            self.tx = Some(tx);
+            self.tracker = Some(tracker);
+            return self.start_relay(buffered, ctx, out);
+        }
+        self.tx = Some(tx);
+        self.has_backend = false;
+        out.push(SessionAction::Park {
+            clean: true,
+            kept: None,
+        });
+        self.state = State::Parked {
+            tracker: Box::new(tracker),
+            reading: buffered.is_empty(),
+            since: ctx.now,
+        };
+        if buffered.is_empty() {
+            out.push(SessionAction::ReadClient);
+        } else {
+            // A command pipelined behind the login.
+            self.resume(buffered, ctx, out);
+        }
+    }
+
     /// Relay from now on: the login (or a COM_CHANGE_USER) is answered;
     /// `buffered` is what the client already sent behind it.
     fn start_relay(&mut self, buffered: &[u8], ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
@@ -354,6 +459,7 @@ impl Session {
         out.push(SessionAction::Lease {
             key: self.key,
             schema,
+            any_settings: false,
         });
     }
 
@@ -435,9 +541,21 @@ impl Session {
                 out.push(SessionAction::Connected {
                     elapsed: ctx.now.duration_since(self.accepted_at),
                 });
+                if self.transaction_pooling {
+                    return self.start_transaction_pooling(buffered, ctx, out);
+                }
                 self.start_relay(buffered, ctx, out);
             }
             State::ChangeUser(flow) => self.change_user_written(flow, buffered, ctx, out),
+            State::ParkedReply { tracker } => {
+                self.state = State::Parked {
+                    tracker,
+                    reading: true,
+                    since: ctx.now,
+                };
+                out.push(SessionAction::ClearBuffer);
+                out.push(SessionAction::ReadClient);
+            }
             other => {
                 self.state = other;
                 out.push(SessionAction::Log(
@@ -492,6 +610,13 @@ impl Session {
         }
         if self.is_closed() {
             return;
+        }
+        if let State::Parked { reading, .. } = &mut self.state {
+            *reading = false;
+            if res <= 0 {
+                return self.close(out);
+            }
+            return self.resume(data, ctx, out);
         }
         if res <= 0 {
             return self.close(out);
@@ -661,11 +786,17 @@ impl Session {
         out.push(SessionAction::Lease {
             key: self.key,
             schema: login.database.clone(),
+            any_settings: self.transaction_pooling,
         });
     }
 
     /// The pool leased a connection (with the client's schema selected).
-    pub fn on_leased(&mut self, out: &mut Vec<SessionAction>) {
+    /// `buffered`: what the session buffer holds (transaction pooling: the
+    /// command the connection was leased for).
+    pub fn on_leased(&mut self, buffered: &[u8], ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
+        if matches!(self.state, State::Resuming { .. }) && self.leasing {
+            return self.resume_relay(buffered, ctx, out);
+        }
         if matches!(self.state, State::ChangeUser(_)) && self.leasing {
             return self.change_user_leased(out);
         }
@@ -694,7 +825,11 @@ impl Session {
         if matches!(self.state, State::ChangeUser(_)) {
             return self.change_user_lease_failed(payload, reject, out);
         }
-        if !matches!(self.state, State::WaitBackend) {
+        if matches!(self.state, State::Resuming { .. }) {
+            // The ERR answers the command: sequence id 1. The session then
+            // ends, as a login that found no connection does.
+            self.seq = 1;
+        } else if !matches!(self.state, State::WaitBackend) {
             return;
         }
         self.leasing = false;
@@ -780,6 +915,17 @@ impl Session {
         }
         match &mut self.state {
             State::Lingering { until } if ctx.now >= *until => self.close(out),
+            State::Parked { since, .. } => {
+                let idle = ctx.timeouts.idle;
+                if ctx.draining {
+                    self.close(out)
+                } else if idle > Duration::ZERO && ctx.now.duration_since(*since) >= idle {
+                    out.push(SessionAction::Log(
+                        "session idle for --idle-timeout; closed".into(),
+                    ));
+                    self.close(out)
+                }
+            }
             State::Relay(relay) => {
                 let mut events = std::mem::take(&mut self.relay_scratch);
                 relay.on_tick(ctx.now, &ctx.timeouts, ctx.draining, &mut events);
@@ -801,9 +947,34 @@ impl Session {
         self.close(out)
     }
 
+    /// Act on the relay's events; in transaction pooling, then learn from
+    /// the commands that finished and give the backend back when the
+    /// session may go on without it.
+    fn apply_relay(
+        &mut self,
+        events: &mut Vec<RelayEvent>,
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        self.apply_relay_events(events, ctx, out);
+        let (State::Relay(relay), Some(tx)) = (&mut self.state, self.tx.as_mut()) else {
+            return;
+        };
+        while let Some(done) = relay.tracker_mut().take_completed() {
+            if let Some(reason) = tx.on_completed(&done) {
+                out.push(SessionAction::Pinned(reason));
+            }
+        }
+        if relay.can_park() && tx.releasable() {
+            let mut events = std::mem::take(&mut self.relay_scratch);
+            relay.park(&mut events);
+            self.apply_relay_events(&mut events, ctx, out);
+        }
+    }
+
     /// Act on the relay's events, then keep the emptied vector as the
     /// scratch for the next completion, so the relay path does not allocate.
-    fn apply_relay(
+    fn apply_relay_events(
         &mut self,
         events: &mut Vec<RelayEvent>,
         ctx: &SessionCtx,
@@ -830,6 +1001,20 @@ impl Session {
         ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,
     ) {
+        if let RelayEnd::Parked { client_read } = reason {
+            return self.on_parked(client_read, clean, ctx, out);
+        }
+        if matches!(reason, RelayEnd::ChangeUser { .. }) {
+            // A change of user resets the connection and the session: from
+            // here on the session keeps its connection, as in session pooling.
+            if let Some(reason) = self
+                .tx
+                .as_mut()
+                .and_then(|t| t.pin(PinReason::SessionCommand))
+            {
+                out.push(SessionAction::Pinned(reason));
+            }
+        }
         if let RelayEnd::ChangeUser {
             header,
             header_buffered,
@@ -914,7 +1099,127 @@ impl Session {
                 ));
                 self.close(out)
             }
+            RelayEnd::Parked { .. } => {}
         }
+    }
+
+    /// Transaction pooling: the relay ended to give the backend back. A
+    /// clean connection goes back as it is; one that was not (the server
+    /// closed it between commands) is closed, and the session, which had
+    /// nothing on it, goes on. `client_read`: a client read that completed
+    /// meanwhile, handed back to [`Session::on_client_read`].
+    fn on_parked(
+        &mut self,
+        client_read: Option<i32>,
+        clean: bool,
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        self.has_backend = false;
+        if !matches!(self.state, State::Relay(_)) {
+            return self.close(out);
+        }
+        let State::Relay(relay) = std::mem::replace(&mut self.state, State::Closed) else {
+            return;
+        };
+        let tracker = Box::new(relay.into_tracker());
+        let kept = self
+            .tx
+            .as_ref()
+            .map(|t| (t.schema().map(String::from), t.settings_fingerprint()));
+        out.push(SessionAction::Park { clean, kept });
+        self.state = State::Parked {
+            tracker,
+            reading: true,
+            since: ctx.now,
+        };
+        if let Some(res) = client_read {
+            out.push(SessionAction::Redeliver(res));
+        }
+    }
+
+    /// Transaction pooling: the client sent a command while the session
+    /// held no connection. `data`: the session buffer.
+    fn resume(&mut self, data: &[u8], ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
+        if !matches!(self.state, State::Parked { .. }) {
+            return;
+        }
+        let Some(tx) = self.tx.as_ref() else {
+            return self.close(out);
+        };
+        let whole = split_packet(data)
+            .filter(|(p, used)| *used == data.len() && p.seq == 0 && !p.has_continuation());
+        let mut refuse = false;
+        if let Some((pkt, _)) = &whole {
+            if pkt.payload.first() == Some(&COM_QUIT) {
+                // Nothing to tell a server the session holds nothing on.
+                return self.close(out);
+            }
+            // The statement whose count these report ran on a connection
+            // the session has given back.
+            refuse = pkt
+                .payload
+                .strip_prefix(&[COM_QUERY])
+                .is_some_and(multiplex::reads_previous_statement);
+        }
+        let setup = Box::new(tx.lease_setup(data));
+        let schema = tx.schema().map(String::from);
+        let State::Parked { tracker, .. } = std::mem::replace(&mut self.state, State::Closed)
+        else {
+            return;
+        };
+        if refuse {
+            self.seq = 1;
+            return self.send_err(
+                multiplex::ER_NOT_SUPPORTED_YET,
+                "ringgate --pooling transaction: ROW_COUNT() and FOUND_ROWS() are only supported inside a transaction (or after SQL_CALC_FOUND_ROWS, which pins the session)",
+                State::ParkedReply { tracker },
+                out,
+            );
+        }
+        let _ = ctx;
+        self.leasing = true;
+        self.state = State::Resuming { tracker };
+        out.push(SessionAction::LeaseForCommand {
+            key: self.key,
+            schema,
+            setup,
+        });
+    }
+
+    /// Transaction pooling: the connection for the client's command is
+    /// here; relay from the command on (a KILL or SHOW PROCESSLIST is
+    /// mapped first, as between commands of a held connection).
+    fn resume_relay(&mut self, buffered: &[u8], ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
+        let State::Resuming { tracker } = std::mem::replace(&mut self.state, State::Closed) else {
+            return;
+        };
+        self.leasing = false;
+        self.has_backend = true;
+        let mut relay = Box::new(Relay::new(*tracker, ctx.now));
+        let mut events = std::mem::take(&mut self.relay_scratch);
+        let user = self.login.as_ref().map_or("", |l| l.user.as_str());
+        match intercept(
+            buffered,
+            user,
+            self.connection_id,
+            ctx.registry,
+            ctx.read_buffer_size,
+        ) {
+            Some(r) => {
+                self.kill_victim = r.close_after_ok;
+                let mut bytes = r.packet.clone();
+                bytes.extend_from_slice(&buffered[r.replaces..]);
+                out.push(SessionAction::ReplaceBuffered {
+                    len: r.replaces,
+                    with: r.packet,
+                });
+                relay.start(&bytes, ctx.now, &mut events);
+            }
+            None => relay.start(buffered, ctx.now, &mut events),
+        }
+        self.state = State::Relay(relay);
+        self.apply_relay(&mut events, ctx, out);
     }
 }
 

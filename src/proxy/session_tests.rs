@@ -40,6 +40,7 @@ fn new_session(now: Instant, over_limit: bool) -> (Session, Vec<SessionAction>) 
             peer_host: "127.0.0.1".into(),
             now,
             over_limit,
+            transaction_pooling: false,
         },
         &mut out,
     );
@@ -129,7 +130,7 @@ fn greeting_login_lease_ok_then_relay() {
     assert!(out.contains(&SessionAction::LoggedIn { key: s.key() }));
     assert_eq!(s.user(), Some("app"));
     let mut out = Vec::new();
-    s.on_leased(&mut out);
+    s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     let ok = sent(&out);
     assert_eq!(ok[0][4], 0x00, "login OK");
     assert_eq!(ok[0][3], 2, "sequence id after the hello");
@@ -153,7 +154,7 @@ fn a_command_pipelined_behind_the_hello_is_relayed() {
     let out = login(&mut s, &bytes, &u, now);
     assert!(out.contains(&SessionAction::Consume(hello_len)));
     let mut out = Vec::new();
-    s.on_leased(&mut out);
+    s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     out.clear();
     // What the buffer holds after Consume: the query.
     s.on_client_write(11, &query, &ctx(&u, now), &mut out);
@@ -235,7 +236,7 @@ fn a_failed_lease_sends_the_error_then_closes_and_a_late_lease_goes_back() {
     assert!(out.contains(&SessionAction::Reject(RejectReason::BackendUnavailable)));
     assert_eq!(err_code(&sent(&out)[0]), 1105);
     out.clear();
-    s.on_leased(&mut out);
+    s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     assert_eq!(out, vec![SessionAction::Release { clean: true }]);
 }
 
@@ -257,7 +258,7 @@ fn an_unsupported_command_releases_cleanly_and_gets_1047() {
     let (mut s, _) = new_session(now, false);
     login(&mut s, &hello("pw", "mysql_native_password"), &u, now);
     let mut out = Vec::new();
-    s.on_leased(&mut out);
+    s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     s.on_client_write(11, &[], &ctx(&u, now), &mut out);
     out.clear();
     let shutdown = [2, 0, 0, 0, 0x08, 0];
@@ -279,7 +280,7 @@ fn an_oversized_packet_gets_1153_then_lingers() {
     let (mut s, _) = new_session(now, false);
     login(&mut s, &hello("pw", "mysql_native_password"), &u, now);
     let mut out = Vec::new();
-    s.on_leased(&mut out);
+    s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     let small = SessionCtx {
         max_packet_size: 100,
         ..ctx(&u, now)
@@ -292,7 +293,7 @@ fn an_oversized_packet_gets_1153_then_lingers() {
     let h = hello("pw", "mysql_native_password");
     s.on_client_read(h.len() as i32, &h, &small, &mut o);
     identify(&mut s, &mut o);
-    s.on_leased(&mut o);
+    s.on_leased(&[], &ctx(&users(), Instant::now()), &mut o);
     s.on_client_write(11, &[], &small, &mut o);
     o.clear();
     let big = [0xe8, 0x03, 0, 0, 0x03, b'x'];
@@ -329,7 +330,7 @@ fn relaying(u: &Users, now: Instant) -> Session {
     let (mut s, _) = new_session(now, false);
     login(&mut s, &hello("pw", "mysql_native_password"), u, now);
     let mut out = Vec::new();
-    s.on_leased(&mut out);
+    s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     let ok = sent(&out);
     s.on_client_write(ok[0].len() as i32, &[], &ctx(u, now), &mut out);
     assert!(s.is_relaying());
@@ -455,6 +456,7 @@ fn new_mariadb_session(now: Instant) -> (Session, Vec<SessionAction>) {
             peer_host: "127.0.0.1".into(),
             now,
             over_limit: false,
+            transaction_pooling: false,
         },
         &mut out,
     );
@@ -580,6 +582,7 @@ fn a_compressing_client_gets_its_leg_after_the_plain_login_ok() {
             peer_host: "127.0.0.1".into(),
             now,
             over_limit: false,
+            transaction_pooling: false,
         },
         &mut out,
     );
@@ -598,7 +601,7 @@ fn a_compressing_client_gets_its_leg_after_the_plain_login_ok() {
     login(&mut s, &h, &u, now);
     assert_eq!(s.key().caps & CLIENT_COMPRESS, 0, "not in the pool key");
     let mut out = Vec::new();
-    s.on_leased(&mut out);
+    s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     let ok = sent(&out);
     assert_eq!(&ok[0][..5], &[7, 0, 0, 2, 0], "the login OK goes out plain");
     out.clear();
@@ -626,7 +629,7 @@ fn a_client_without_compression_gets_no_leg() {
     let h = hello("pw", "mysql_native_password");
     login(&mut s, &h, &u, now);
     let mut out = Vec::new();
-    s.on_leased(&mut out);
+    s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     let ok = sent(&out);
     out.clear();
     s.on_client_write(ok[0].len() as i32, &[], &ctx(&u, now), &mut out);
@@ -719,13 +722,14 @@ fn change_user_resets_then_leases_the_new_users_key_and_answers_ok() {
             SessionAction::LoggedIn { key: new_key },
             SessionAction::Lease {
                 key: new_key,
-                schema: Some("shop".into())
+                schema: Some("shop".into()),
+                any_settings: false
             },
         ]
     );
     assert_eq!(s.user(), Some("bob"), "KILL ownership follows at once");
     out.clear();
-    s.on_leased(&mut out);
+    s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     let ok = sent(&out);
     assert_eq!(ok.len(), 1);
     assert_eq!(ok[0][4], 0x00, "OK");
@@ -790,13 +794,14 @@ fn change_user_whose_new_lease_fails_goes_back_to_the_old_user_and_schema() {
             SessionAction::LoggedIn { key: old_key },
             SessionAction::Lease {
                 key: old_key,
-                schema: Some("old_db".into())
+                schema: Some("old_db".into()),
+                any_settings: false
             },
         ]
     );
     assert_eq!(s.user(), Some("app"));
     out.clear();
-    s.on_leased(&mut out);
+    s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     let err = &sent(&out)[0];
     assert_eq!(err_code(err), 1049);
     out.clear();
@@ -827,7 +832,7 @@ fn change_user_for_another_plugin_is_switched_to_native_password() {
     bob_identity(&mut s, &mut out);
     s.on_relet(None, &mut out);
     out.clear();
-    s.on_leased(&mut out);
+    s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     let ok = &sent(&out)[0];
     assert_eq!((ok[3], ok[4]), (3, 0x00), "OK after the switch exchange");
     assert_eq!(s.user(), Some("bob"));
@@ -873,7 +878,7 @@ fn a_change_user_packet_in_pieces_is_read_whole_and_what_follows_is_kept() {
     assert!(out.contains(&SessionAction::Consume(cu.len())));
     bob_identity(&mut s, &mut out);
     s.on_relet(None, &mut out);
-    s.on_leased(&mut out);
+    s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     let ok = sent(&out).pop().unwrap();
     out.clear();
     // The ping is relayed as soon as the relay restarts.
@@ -951,6 +956,7 @@ fn change_user_behind_a_compressed_leg_gets_1047_and_closes() {
             peer_host: "127.0.0.1".into(),
             now,
             over_limit: false,
+            transaction_pooling: false,
         },
         &mut out,
     );
@@ -968,7 +974,7 @@ fn change_user_behind_a_compressed_leg_gets_1047_and_closes() {
     write_packet(&mut h, 1, &payload);
     login(&mut s, &h, &u, now);
     let mut out = Vec::new();
-    s.on_leased(&mut out);
+    s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     s.on_client_write(11, &[], &ctx(&u, now), &mut out);
     out.clear();
     let cu = change_user_packet("bob", "bob-pw", "", 45, "mysql_native_password");
@@ -977,4 +983,142 @@ fn change_user_behind_a_compressed_leg_gets_1047_and_closes() {
     s.on_backend_read(-libc::ECANCELED, &[], &ctx(&u, now), &mut out);
     assert_eq!(out[0], SessionAction::Release { clean: true });
     assert_eq!(err_code(&sent(&out)[0]), 1047);
+}
+
+// ---- transaction pooling ----
+
+fn tx_session(u: &Users, now: Instant) -> Session {
+    let mut out = Vec::new();
+    let mut s = Session::new(
+        NewSession {
+            scramble: SCRAMBLE,
+            connection_id: 1,
+            capabilities: PROXY_CAPS | PASSTHROUGH_CAPS,
+            ext_capabilities: 0,
+            server_version: "10.11.0-MariaDB".into(),
+            peer_host: "127.0.0.1".into(),
+            now,
+            over_limit: false,
+            transaction_pooling: true,
+        },
+        &mut out,
+    );
+    let out = login(&mut s, &hello("pw", "mysql_native_password"), u, now);
+    assert!(out.iter().any(|a| matches!(
+        a,
+        SessionAction::Lease {
+            any_settings: true,
+            ..
+        }
+    )));
+    let mut out = Vec::new();
+    s.on_leased(&[], &ctx(u, now), &mut out);
+    let ok = sent(&out);
+    out.clear();
+    s.on_client_write(ok[0].len() as i32, &[], &ctx(u, now), &mut out);
+    // The login's connection goes straight back, as it came.
+    assert!(out.contains(&SessionAction::Park {
+        clean: true,
+        kept: None
+    }));
+    assert!(out.contains(&SessionAction::ReadClient));
+    s
+}
+
+/// The client sends `sql` to a parked session; the lease comes; the
+/// server answers `answer` (one packet payload) and the answer is written.
+fn tx_statement(
+    s: &mut Session,
+    u: &Users,
+    now: Instant,
+    sql: &str,
+    answer: &[u8],
+) -> Vec<SessionAction> {
+    let c = ctx(u, now);
+    let q = query(sql);
+    let mut out = Vec::new();
+    s.on_client_read(q.len() as i32, &q, &c, &mut out);
+    assert!(
+        out.iter()
+            .any(|a| matches!(a, SessionAction::LeaseForCommand { .. })),
+        "{out:?}"
+    );
+    out.clear();
+    s.on_leased(&q, &c, &mut out);
+    assert!(out.contains(&SessionAction::Relay(RelayOp::WriteBackend {
+        end: q.len()
+    })));
+    out.clear();
+    s.on_backend_write(q.len() as i32, &c, &mut out);
+    let reply = crate::proxy::test_packets::framed(1, answer);
+    s.on_backend_read(reply.len() as i32, &reply, &c, &mut out);
+    out.clear();
+    s.on_relay_client_write(reply.len() as i32, &c, &mut out);
+    out
+}
+
+#[test]
+fn transaction_pooling_gives_the_backend_back_between_transactions() {
+    let now = Instant::now();
+    let u = users();
+    let mut s = tx_session(&u, now);
+    let c = ctx(&u, now);
+    // Autocommit statement: the connection goes back (after the idle read
+    // is cancelled), without a reset.
+    let out = tx_statement(
+        &mut s,
+        &u,
+        now,
+        "SELECT 1",
+        &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0),
+    );
+    assert!(
+        out.contains(&SessionAction::Relay(RelayOp::CancelReadBackend)),
+        "{out:?}"
+    );
+    let mut out = Vec::new();
+    s.on_backend_read(-libc::ECANCELED, &[], &c, &mut out);
+    assert!(out.contains(&SessionAction::Park {
+        clean: true,
+        kept: Some((None, 0))
+    }));
+    assert!(!out
+        .iter()
+        .any(|a| matches!(a, SessionAction::Release { .. })));
+    // Inside a transaction it is kept.
+    let out = tx_statement(
+        &mut s,
+        &u,
+        now,
+        "BEGIN",
+        &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT | SERVER_STATUS_IN_TRANS, 0),
+    );
+    assert!(!out.contains(&SessionAction::Relay(RelayOp::CancelReadBackend)));
+    assert_eq!(s.pinned(), None);
+}
+
+#[test]
+fn transaction_pooling_pins_on_a_user_variable_and_quits_without_a_backend() {
+    let now = Instant::now();
+    let u = users();
+    let mut s = tx_session(&u, now);
+    let out = tx_statement(
+        &mut s,
+        &u,
+        now,
+        "SET @x = 1",
+        &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0),
+    );
+    assert_eq!(s.pinned(), Some(PinReason::UserVariable));
+    assert!(!out.contains(&SessionAction::Relay(RelayOp::CancelReadBackend)));
+
+    // A parked session's COM_QUIT needs no backend.
+    let mut s = tx_session(&u, now);
+    let quit = crate::proxy::test_packets::framed(0, &[COM_QUIT]);
+    let mut out = Vec::new();
+    s.on_client_read(quit.len() as i32, &quit, &ctx(&u, now), &mut out);
+    assert!(out.contains(&SessionAction::Close));
+    assert!(!out
+        .iter()
+        .any(|a| matches!(a, SessionAction::LeaseForCommand { .. })));
 }

@@ -163,9 +163,19 @@ def http_get(port, path="/metrics", timeout=5.0):
 
 class Proxy:
     def __init__(
-        self, mode, allow_local_infile=False, workers=2, extra_args=(), users_file=USERS_FILE, passthrough=False
+        self,
+        mode,
+        allow_local_infile=False,
+        workers=2,
+        extra_args=(),
+        users_file=USERS_FILE,
+        passthrough=False,
+        pooling=None,
     ):
         self.mode = mode
+        # --pooling: the test's own choice, else RINGGATE_TEST_POOLING (which runs the whole
+        # suite in transaction mode), else ringgate's default.
+        self.pooling = pooling or os.environ.get("RINGGATE_TEST_POOLING") or None
         self.workers = workers
         self.backend = backend_env()
         self.bin = ringgate_bin()
@@ -193,6 +203,8 @@ class Proxy:
             ]
             if allow_local_infile:
                 args.append("--allow-local-infile")
+            if self.pooling:
+                args += ["--pooling", self.pooling]
             # The suites' users (tests/users.json) deliberately do not exist on the backend: they
             # run as the sandbox's `ringgate` account. Passthrough tests bring their own users.
             if passthrough:

@@ -1136,3 +1136,48 @@ fn anything_but_an_err_at_a_command_boundary_is_refused() {
     client(&mut t, &query("select 1"));
     assert!(t.unsolicited_server_bytes(&frame(1, &err())).is_err());
 }
+
+#[test]
+fn capture_records_each_command_with_the_end_of_its_answer() {
+    let mut t = Tracker::new(false);
+    t.capture_commands(16);
+    let mut q = vec![COM_QUERY];
+    q.extend_from_slice(b"INSERT x");
+    let bytes = frame(0, &q);
+    // The command arrives cut in two.
+    t.on_client_bytes(&bytes[..6]).unwrap();
+    t.on_client_bytes(&bytes[6..]).unwrap();
+    // OK: affected 1, insert id 300 (0xFC 2-byte lenenc), autocommit, 2 warnings.
+    let ok = frame(1, &[0x00, 1, 0xFC, 0x2C, 0x01, 0x02, 0x00, 0x02, 0x00]);
+    assert_eq!(t.take_completed(), None);
+    t.on_server_bytes(&ok).unwrap();
+    let done = t.take_completed().unwrap();
+    assert_eq!(done.command, COM_QUERY);
+    assert_eq!(done.text.as_deref(), Some(&b"INSERT x"[..]));
+    assert_eq!(
+        done.ok,
+        Some(OkCounts {
+            affected_rows: 1,
+            last_insert_id: 300
+        })
+    );
+    assert_eq!(done.warnings, 2);
+    assert_eq!(done.status, SERVER_STATUS_AUTOCOMMIT);
+    assert!(!done.err);
+    // Longer than the limit: no text. An ERR answer is marked.
+    let mut long = vec![COM_QUERY];
+    long.extend_from_slice(&[b'x'; 40]);
+    t.on_client_bytes(&frame(0, &long)).unwrap();
+    t.on_server_bytes(&frame(
+        1,
+        &[0xFF, 0x48, 0x04, b'#', b'4', b'2', b'0', b'0', b'0', b'e'],
+    ))
+    .unwrap();
+    let done = t.take_completed().unwrap();
+    assert_eq!(done.text, None);
+    assert!(done.err);
+    // A command without an answer is recorded at once.
+    t.on_client_bytes(&frame(0, &[COM_STMT_CLOSE, 1, 0, 0, 0]))
+        .unwrap();
+    assert_eq!(t.take_completed().unwrap().command, COM_STMT_CLOSE);
+}

@@ -163,6 +163,7 @@ impl Worker {
                 peer_host,
                 now: self.now,
                 over_limit: !counted,
+                transaction_pooling: self.shared.config.pooling == Pooling::Transaction,
             },
             &mut out,
         );

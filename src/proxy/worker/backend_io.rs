@@ -94,7 +94,14 @@ impl Worker {
                 if let (Some(user), Some(b)) = (slot.session.user(), self.pool.get_mut(backend)) {
                     slot.conn.entry().set_leased(user, b.conn.thread_id());
                 }
-                self.with_session(session, |s, _, _, out| s.on_leased(out));
+                self.with_session(session, |s, io, ctx, out| {
+                    let buffered = io
+                        .buf
+                        .as_ref()
+                        .filter(|b| !b.in_flight())
+                        .map_or(&[][..], |b| b.filled());
+                    s.on_leased(buffered, ctx, out)
+                });
             }
             PoolEvent::Relet {
                 session,

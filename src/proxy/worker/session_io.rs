@@ -332,13 +332,39 @@ impl Worker {
                 // The session checked that the rewrite fits.
                 debug_assert!(done, "rewritten command does not fit the buffer");
             }
-            SessionAction::Lease { key, schema } => {
+            SessionAction::Lease {
+                key,
+                schema,
+                any_settings,
+            } => {
+                let mut events = Vec::new();
+                let setup = any_settings.then(|| {
+                    Box::new(LeaseSetup {
+                        settings: ANY_SETTINGS,
+                        ..LeaseSetup::default()
+                    })
+                });
+                self.pool.lease(
+                    LeaseRequest {
+                        session: sid,
+                        key,
+                        schema,
+                        setup,
+                    },
+                    now,
+                    &mut events,
+                );
+                self.pool_q.extend(events);
+            }
+            SessionAction::LeaseForCommand { key, schema, setup } => {
+                self.metrics().tx_leases_total.fetch_add(1, Relaxed);
                 let mut events = Vec::new();
                 self.pool.lease(
                     LeaseRequest {
                         session: sid,
                         key,
                         schema,
+                        setup: Some(setup),
                     },
                     now,
                     &mut events,
@@ -446,6 +472,38 @@ impl Worker {
                     self.pool.release(b, clean, now, &mut events);
                     self.pool_q.extend(events);
                 }
+            }
+            SessionAction::Park { clean, kept } => {
+                slot.conn.entry().clear_backend();
+                let clean = clean && !slot.conn.entry().is_killed() && slot.relay_ops == 0;
+                debug_assert_eq!(slot.relay_ops, 0, "parked with relay ops in flight");
+                if let Some(b) = slot.backend.take() {
+                    let mut events = Vec::new();
+                    if clean {
+                        self.pool.release_kept(b, kept, now, &mut events);
+                    } else {
+                        self.pool.release(b, false, now, &mut events);
+                    }
+                    self.pool_q.extend(events);
+                }
+            }
+            SessionAction::Pinned(reason) => {
+                self.shared.metrics.worker(self.id).sessions_pinned_total[reason.index()]
+                    .fetch_add(1, Relaxed);
+                let user = slot.session.user().unwrap_or("");
+                tracing::debug!(
+                    worker = self.id,
+                    peer = %slot.peer,
+                    user,
+                    blocked_by = reason.as_str(),
+                    "session pinned to its backend connection (transaction pooling)"
+                );
+            }
+            SessionAction::Redeliver(res) => {
+                self.with_session(sid, |s, io, ctx, out| {
+                    let data = io.buf.as_ref().map_or(&[][..], |b| b.filled());
+                    s.on_client_read(res, data, ctx, out)
+                });
             }
             SessionAction::HalfClose => slot.io.shutdown_write(),
             SessionAction::StartClientLeg(kind) => self.start_client_leg(sid, kind),

@@ -1,0 +1,570 @@
+//! Transaction pooling (`--pooling transaction`): what a session carries
+//! between backend connections, and when it may let its connection go.
+//!
+//! A session in transaction mode holds a backend connection only while a
+//! statement or a transaction runs. After each answer the session asks
+//! [`TxState::releasable`]: the connection goes back to the pool, without a
+//! reset, when no transaction is open (SERVER_STATUS_IN_TRANS clear in the
+//! last OK/EOF), nothing pins the session, and the last statement left no
+//! warnings (SHOW WARNINGS must reach the connection that made them).
+//!
+//! State the proxy can carry to the next connection is *replayed* on lease:
+//! - the schema (COM_INIT_DB, `USE`), applied by the pool when it differs;
+//! - session system variables set with a plain `SET` (and `SET NAMES`):
+//!   each statement is kept and replayed in order on a connection that has
+//!   none; connections released by a session carry the fingerprint of its
+//!   settings, so a session with the same settings (all PyMySQL clients
+//!   after their `SET AUTOCOMMIT = 0`) gets one without a replay;
+//! - LAST_INSERT_ID(): from the session's own OK packets, set on the
+//!   connection (`DO LAST_INSERT_ID(n)`) before a statement that reads it.
+//!
+//! State it cannot carry *pins* the session to its connection until the
+//! session ends (then the connection is reset, as in session pooling): see
+//! [`PinReason`]. Statements are classified by [`classify_query`], a
+//! conservative first pass that pins whatever it does not recognise; the
+//! statement lexer of issue 12 replaces it behind the same [`Effect`].
+
+use std::hash::{Hash, Hasher};
+
+pub use super::ids::LeaseSetup;
+use crate::mysql::constants::*;
+use crate::mysql::tracker::Completed;
+
+/// Longest statement the session reads to classify; a longer one pins
+/// (the tracker keeps this many bytes of each command).
+pub const CAPTURE_LIMIT: usize = 64 * 1024;
+
+/// ER_NOT_SUPPORTED_YET (SQLSTATE 42000).
+pub const ER_NOT_SUPPORTED_YET: u16 = 1235;
+
+/// Most `SET` statements a session keeps for replay; more pin it.
+const MAX_SETTINGS: usize = 64;
+
+/// Why a session keeps its backend connection until it ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PinReason {
+    /// `SET @x`, `@x :=`, `SELECT ... INTO @x`.
+    UserVariable,
+    /// CREATE/DROP TEMPORARY TABLE.
+    TemporaryTable,
+    /// GET_LOCK and the other named-lock functions.
+    LockFunction,
+    /// LOCK TABLES (until the session ends in this version).
+    LockTables,
+    /// FLUSH TABLES WITH READ LOCK.
+    FlushReadLock,
+    /// SQL_CALC_FOUND_ROWS / FOUND_ROWS().
+    FoundRows,
+    /// Text PREPARE / EXECUTE / DEALLOCATE.
+    TextPrepare,
+    /// COM_STMT_PREPARE (binary prepared statements, cursors and long data).
+    PreparedStatement,
+    /// Several statements in one COM_QUERY.
+    MultiStatement,
+    /// The server raised SESSION_STATE_CHANGED for a statement the
+    /// classifier took as stateless.
+    StateChange,
+    /// COM_SET_OPTION (multi-statements switched on the connection).
+    SetOption,
+    /// `SET TRANSACTION` (next transaction only), `SET ROLE`, XA, HANDLER,
+    /// CALL, `SET GLOBAL` mixed with session settings: state the proxy
+    /// does not follow.
+    SessionCommand,
+    /// A statement the classifier does not know, or one too long to read.
+    Unclassified,
+    /// More `SET` statements than the proxy keeps for replay.
+    TooManySettings,
+    /// The client leg is compressed (CLIENT_COMPRESS): such a session
+    /// keeps its connection in this version.
+    CompressedClient,
+}
+
+impl PinReason {
+    pub const ALL: [PinReason; 15] = [
+        PinReason::UserVariable,
+        PinReason::TemporaryTable,
+        PinReason::LockFunction,
+        PinReason::LockTables,
+        PinReason::FlushReadLock,
+        PinReason::FoundRows,
+        PinReason::TextPrepare,
+        PinReason::PreparedStatement,
+        PinReason::MultiStatement,
+        PinReason::StateChange,
+        PinReason::SetOption,
+        PinReason::SessionCommand,
+        PinReason::Unclassified,
+        PinReason::TooManySettings,
+        PinReason::CompressedClient,
+    ];
+
+    /// The `reason` label of `ringgate_sessions_pinned_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PinReason::UserVariable => "user_variable",
+            PinReason::TemporaryTable => "temporary_table",
+            PinReason::LockFunction => "lock_function",
+            PinReason::LockTables => "lock_tables",
+            PinReason::FlushReadLock => "flush_read_lock",
+            PinReason::FoundRows => "found_rows",
+            PinReason::TextPrepare => "text_prepare",
+            PinReason::PreparedStatement => "prepared_statement",
+            PinReason::MultiStatement => "multi_statement",
+            PinReason::StateChange => "state_change",
+            PinReason::SetOption => "set_option",
+            PinReason::SessionCommand => "session_command",
+            PinReason::Unclassified => "unclassified",
+            PinReason::TooManySettings => "too_many_settings",
+            PinReason::CompressedClient => "compressed_client",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        PinReason::ALL
+            .iter()
+            .position(|r| *r == self)
+            .unwrap_or(PinReason::ALL.len() - 1)
+    }
+}
+
+/// What one COM_QUERY leaves on its connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Nothing that outlives the statement (or its transaction, which the
+    /// status flags show).
+    Plain,
+    /// Session state that cannot move between connections.
+    Pin(PinReason),
+    /// Session system variables (`SET x = ...`, `SET NAMES ...`): replayed.
+    SetVariables,
+    /// `USE db`: the session's schema.
+    Use(String),
+}
+
+/// Skip whitespace and comments; `None` at an executable comment
+/// (`/*! ... */`, `/*M! ... */`), whose text runs as SQL.
+fn skip_space(sql: &[u8], mut i: usize) -> Option<usize> {
+    loop {
+        while i < sql.len() && sql[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if sql[i..].starts_with(b"/*") {
+            if sql[i..].starts_with(b"/*!") || sql[i..].starts_with(b"/*M!") {
+                return None;
+            }
+            let end = sql[i + 2..].windows(2).position(|w| w == b"*/")?;
+            i += 2 + end + 2;
+        } else if sql[i..].starts_with(b"#")
+            || (sql[i..].starts_with(b"--")
+                && sql.get(i + 2).is_none_or(|c| c.is_ascii_whitespace()))
+        {
+            while i < sql.len() && sql[i] != b'\n' {
+                i += 1;
+            }
+        } else {
+            return Some(i);
+        }
+    }
+}
+
+/// What the scanner found outside string literals and quoted identifiers.
+#[derive(Default)]
+struct Scan {
+    /// Upper-cased text with literals and quoted identifiers blanked.
+    code: Vec<u8>,
+    /// A `;` followed by more than whitespace.
+    multi: bool,
+    /// `@name` (not `@@name`).
+    user_var: bool,
+}
+
+fn scan(sql: &[u8]) -> Scan {
+    let mut s = Scan {
+        code: Vec::with_capacity(sql.len()),
+        ..Scan::default()
+    };
+    let mut i = 0;
+    while i < sql.len() {
+        let c = sql[i];
+        match c {
+            b'\'' | b'"' | b'`' => {
+                // Blank the literal; a backslash escapes in '' and "".
+                s.code.push(b' ');
+                i += 1;
+                while i < sql.len() {
+                    if sql[i] == b'\\' && c != b'`' {
+                        i += 2;
+                        continue;
+                    }
+                    if sql[i] == c {
+                        if sql.get(i + 1) == Some(&c) {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            b';' => {
+                let rest = &sql[i + 1..];
+                if skip_space(rest, 0).is_none_or(|j| j < rest.len()) {
+                    s.multi = true;
+                }
+                s.code.push(b';');
+                i += 1;
+            }
+            b'@' => {
+                if sql.get(i + 1) == Some(&b'@') {
+                    s.code.extend_from_slice(b"@@");
+                    i += 2;
+                } else {
+                    s.user_var = true;
+                    s.code.push(b'@');
+                    i += 1;
+                }
+            }
+            _ => {
+                s.code.push(c.to_ascii_uppercase());
+                i += 1;
+            }
+        }
+    }
+    s
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// `needle` as a whole word (not part of a longer identifier).
+fn contains_word(hay: &[u8], needle: &[u8]) -> bool {
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'$';
+    hay.windows(needle.len()).enumerate().any(|(i, w)| {
+        w == needle
+            && (i == 0 || !ident(hay[i - 1]))
+            && hay.get(i + needle.len()).is_none_or(|&c| !ident(c))
+    })
+}
+
+/// The first word (upper-cased) and the rest after it.
+fn first_word(code: &[u8]) -> (&[u8], &[u8]) {
+    let start = code
+        .iter()
+        .position(|c| !c.is_ascii_whitespace() && *c != b'(')
+        .unwrap_or(code.len());
+    let end = code[start..]
+        .iter()
+        .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
+        .map_or(code.len(), |n| start + n);
+    (&code[start..end], &code[end..])
+}
+
+/// Classify one COM_QUERY text. Conservative: anything it does not
+/// recognise pins. It never pins on reads of `@@var`.
+pub fn classify_query(sql: &[u8]) -> Effect {
+    let Some(start) = skip_space(sql, 0) else {
+        return Effect::Pin(PinReason::Unclassified);
+    };
+    let sql = &sql[start..];
+    let s = scan(sql);
+    if s.multi {
+        return Effect::Pin(PinReason::MultiStatement);
+    }
+    let code = &s.code;
+    let (word, rest) = first_word(code);
+    let has = |w: &[u8]| contains_word(code, w);
+    // Named locks, wherever they are called.
+    for f in [
+        &b"GET_LOCK"[..],
+        b"RELEASE_LOCK",
+        b"RELEASE_ALL_LOCKS",
+        b"IS_FREE_LOCK",
+        b"IS_USED_LOCK",
+    ] {
+        if has(f) {
+            return Effect::Pin(PinReason::LockFunction);
+        }
+    }
+    if has(b"SQL_CALC_FOUND_ROWS") || has(b"FOUND_ROWS") || has(b"ROW_COUNT") {
+        return Effect::Pin(PinReason::FoundRows);
+    }
+    if has(b"TEMPORARY") {
+        return Effect::Pin(PinReason::TemporaryTable);
+    }
+    if s.user_var && (word == b"SET" || contains(code, b":=") || has(b"INTO")) {
+        return Effect::Pin(PinReason::UserVariable);
+    }
+    match word {
+        b"SET" => classify_set(rest, &s),
+        b"USE" => use_schema(sql).map_or(Effect::Pin(PinReason::Unclassified), Effect::Use),
+        b"LOCK" => Effect::Pin(PinReason::LockTables),
+        b"FLUSH" if has(b"LOCK") => Effect::Pin(PinReason::FlushReadLock),
+        b"PREPARE" | b"EXECUTE" | b"DEALLOCATE" => Effect::Pin(PinReason::TextPrepare),
+        b"HANDLER" | b"XA" | b"CALL" => Effect::Pin(PinReason::SessionCommand),
+        b"SELECT" | b"INSERT" | b"UPDATE" | b"DELETE" | b"REPLACE" | b"BEGIN" | b"START"
+        | b"COMMIT" | b"ROLLBACK" | b"SAVEPOINT" | b"RELEASE" | b"SHOW" | b"DESCRIBE" | b"DESC"
+        | b"EXPLAIN" | b"WITH" | b"VALUES" | b"TABLE" | b"CREATE" | b"ALTER" | b"DROP"
+        | b"TRUNCATE" | b"RENAME" | b"ANALYZE" | b"OPTIMIZE" | b"CHECK" | b"CHECKSUM"
+        | b"REPAIR" | b"GRANT" | b"REVOKE" | b"DO" | b"LOAD" | b"KILL" | b"HELP" | b"UNLOCK"
+        | b"FLUSH" => Effect::Plain,
+        _ => Effect::Pin(PinReason::Unclassified),
+    }
+}
+
+fn classify_set(rest: &[u8], s: &Scan) -> Effect {
+    let (next, _) = first_word(rest);
+    match next {
+        // Applies to the next transaction only, wherever it runs.
+        b"TRANSACTION" | b"ROLE" => Effect::Pin(PinReason::SessionCommand),
+        // One statement only, on the connection that runs it.
+        b"STATEMENT" | b"PASSWORD" | b"DEFAULT" => Effect::Plain,
+        b"GLOBAL" if !contains_word(&s.code, b"SESSION") && !s.code.contains(&b',') => {
+            Effect::Plain
+        }
+        b"GLOBAL" => Effect::Pin(PinReason::SessionCommand),
+        _ if contains(&s.code, b"@@GLOBAL.") => Effect::Pin(PinReason::SessionCommand),
+        _ => Effect::SetVariables,
+    }
+}
+
+/// The schema of `USE name` / USE `name`; None for anything else.
+fn use_schema(sql: &[u8]) -> Option<String> {
+    let rest = sql.get(3..)?;
+    let i = skip_space(rest, 0)?;
+    let rest = &rest[i..];
+    let trimmed = {
+        let mut r = rest;
+        while let Some((last, head)) = r.split_last() {
+            if last.is_ascii_whitespace() || *last == b';' {
+                r = head;
+            } else {
+                break;
+            }
+        }
+        r
+    };
+    let name = if let Some(inner) = trimmed.strip_prefix(b"`") {
+        let inner = inner.strip_suffix(b"`")?;
+        if inner.contains(&b'`') {
+            return None;
+        }
+        inner
+    } else {
+        if trimmed.is_empty()
+            || !trimmed
+                .iter()
+                .all(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'$')
+        {
+            return None;
+        }
+        trimmed
+    };
+    String::from_utf8(name.to_vec()).ok()
+}
+
+/// A transaction-pooled session's own state.
+#[derive(Debug, Default)]
+pub struct TxState {
+    pinned: Option<PinReason>,
+    /// The `SET` statements to replay, oldest first, without duplicates.
+    settings: Vec<Vec<u8>>,
+    fingerprint: u64,
+    /// The schema as the session last selected it.
+    schema: Option<String>,
+    /// What LAST_INSERT_ID() returns in this session.
+    last_insert_id: u64,
+    /// Warnings of the last statement: SHOW WARNINGS needs its connection.
+    warnings: u16,
+    /// Status flags after the last answer.
+    status: u16,
+    /// The last answer was an ERR: with autocommit off the server may have
+    /// opened a transaction that no status flag reported.
+    after_err: bool,
+}
+
+impl TxState {
+    pub fn new(schema: Option<String>) -> TxState {
+        TxState {
+            schema,
+            status: SERVER_STATUS_AUTOCOMMIT,
+            ..TxState::default()
+        }
+    }
+
+    #[cfg(test)]
+    pub fn pinned(&self) -> Option<PinReason> {
+        self.pinned
+    }
+
+    pub fn schema(&self) -> Option<&str> {
+        self.schema.as_deref()
+    }
+
+    pub fn settings_fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    /// Pin the session for `reason` (the proxy's own decision, not a
+    /// statement's); returns it if the session was not pinned yet.
+    pub fn pin(&mut self, reason: PinReason) -> Option<PinReason> {
+        if self.pinned.is_some() {
+            return None;
+        }
+        self.pinned = Some(reason);
+        Some(reason)
+    }
+
+    /// Learn from one finished command. Returns the reason when this
+    /// command pinned the session (once: a pinned session stays pinned).
+    pub fn on_completed(&mut self, c: &Completed) -> Option<PinReason> {
+        self.status = c.status;
+        self.warnings = c.warnings;
+        self.after_err = c.err;
+        if let Some(ok) = c.ok {
+            if ok.last_insert_id != 0 {
+                self.last_insert_id = ok.last_insert_id;
+            }
+        }
+        let pin = match c.command {
+            COM_QUERY => match c.text.as_deref().map(classify_query) {
+                None => Some(PinReason::Unclassified),
+                Some(Effect::Pin(reason)) => Some(reason),
+                Some(Effect::SetVariables) if !c.err => self.add_setting(c.text.as_deref()),
+                Some(Effect::Use(schema)) if !c.err => {
+                    self.schema = Some(schema);
+                    None
+                }
+                Some(Effect::Plain) if !c.err && c.status & SERVER_SESSION_STATE_CHANGED != 0 => {
+                    Some(PinReason::StateChange)
+                }
+                Some(_) => None,
+            },
+            COM_INIT_DB if !c.err => {
+                self.schema = c
+                    .text
+                    .as_deref()
+                    .and_then(|t| String::from_utf8(t.to_vec()).ok());
+                self.schema.is_none().then_some(PinReason::Unclassified)
+            }
+            COM_INIT_DB | COM_PING | COM_STATISTICS | COM_FIELD_LIST | COM_PROCESS_INFO
+            | COM_PROCESS_KILL | COM_REFRESH | COM_DEBUG | COM_CREATE_DB | COM_DROP_DB => None,
+            COM_RESET_CONNECTION if !c.err => {
+                // The server dropped the session's variables; the schema
+                // stays (MariaDB keeps it across the reset).
+                self.settings.clear();
+                self.fingerprint = 0;
+                self.last_insert_id = 0;
+                None
+            }
+            COM_SET_OPTION => Some(PinReason::SetOption),
+            COM_STMT_PREPARE
+            | COM_STMT_EXECUTE
+            | COM_STMT_FETCH
+            | COM_STMT_SEND_LONG_DATA
+            | COM_STMT_CLOSE
+            | COM_STMT_RESET
+            | COM_STMT_BULK_EXECUTE => Some(PinReason::PreparedStatement),
+            _ => Some(PinReason::Unclassified),
+        };
+        match (self.pinned, pin) {
+            (None, Some(reason)) => {
+                self.pinned = Some(reason);
+                Some(reason)
+            }
+            _ => None,
+        }
+    }
+
+    fn add_setting(&mut self, text: Option<&[u8]>) -> Option<PinReason> {
+        self.settings = with_setting(&self.settings, text?);
+        if self.settings.len() > MAX_SETTINGS {
+            return Some(PinReason::TooManySettings);
+        }
+        self.fingerprint = fingerprint(&self.settings);
+        None
+    }
+
+    /// May the connection go back to the pool now (the session is between
+    /// commands with nothing owed)?
+    pub fn releasable(&self) -> bool {
+        let autocommit_off = self.status & SERVER_STATUS_AUTOCOMMIT == 0;
+        self.pinned.is_none()
+            && self.status & SERVER_STATUS_IN_TRANS == 0
+            && self.warnings == 0
+            && !(self.after_err && autocommit_off)
+    }
+
+    /// What a connection needs before it runs `first` (the start of the
+    /// command that made the session lease one).
+    pub fn lease_setup(&self, first: &[u8]) -> LeaseSetup {
+        // The command is one whole `SET` of constants: a connection that
+        // carries the settings it leads to will do as well.
+        let alt = crate::mysql::packet::split_packet(first)
+            .filter(|(p, used)| *used == first.len() && p.seq == 0 && !p.has_continuation())
+            .and_then(|(p, _)| p.payload.strip_prefix(&[COM_QUERY]).map(<[u8]>::to_vec))
+            .filter(|sql| constant_set(sql))
+            .map_or(0, |sql| fingerprint(&with_setting(&self.settings, &sql)));
+        let mut always = Vec::new();
+        if mentions_last_insert_id(first) {
+            // The value lives in the connection that ran the INSERT; this
+            // one gets the session's own (from its OK packets).
+            always.push(format!("DO LAST_INSERT_ID({})", self.last_insert_id).into_bytes());
+        }
+        LeaseSetup {
+            settings: self.fingerprint,
+            replay: self.settings.clone(),
+            always,
+            alt,
+        }
+    }
+}
+
+/// `settings` after `sql`: each statement once, in the order of its last run.
+fn with_setting(settings: &[Vec<u8>], sql: &[u8]) -> Vec<Vec<u8>> {
+    let mut next: Vec<Vec<u8>> = settings.iter().filter(|s| *s != sql).cloned().collect();
+    next.push(sql.to_vec());
+    next
+}
+
+/// The fingerprint of a settings list; 0 is "no settings".
+fn fingerprint(settings: &[Vec<u8>]) -> u64 {
+    if settings.is_empty() {
+        return 0;
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    settings.hash(&mut h);
+    h.finish().max(1)
+}
+
+/// A `SET` whose values are constants (no `@@` reads, no function calls):
+/// running it twice leaves what running it once does.
+fn constant_set(sql: &[u8]) -> bool {
+    if classify_query(sql) != Effect::SetVariables {
+        return false;
+    }
+    let code = scan(sql).code;
+    !contains(&code, b"@@") && !code.contains(&b'(')
+}
+
+/// A statement that reads a count the previous statement left on its
+/// connection: ROW_COUNT() or FOUND_ROWS() (SQL_CALC_FOUND_ROWS itself
+/// pins, so a FOUND_ROWS() after it runs on the same connection).
+pub fn reads_previous_statement(sql: &[u8]) -> bool {
+    let s = scan(sql);
+    contains_word(&s.code, b"ROW_COUNT") || contains_word(&s.code, b"FOUND_ROWS")
+}
+
+/// The client bytes (one or more packets, possibly cut) mention
+/// LAST_INSERT_ID in a COM_QUERY, case-insensitively.
+fn mentions_last_insert_id(bytes: &[u8]) -> bool {
+    const NEEDLE: &[u8] = b"LAST_INSERT_ID";
+    bytes
+        .windows(NEEDLE.len())
+        .any(|w| w.eq_ignore_ascii_case(NEEDLE))
+}
+
+#[cfg(test)]
+#[path = "multiplex_tests.rs"]
+mod tests;

@@ -1,0 +1,364 @@
+"""`--pooling transaction` (issue 12): clients hold a backend connection only while a statement
+or a transaction runs, with real clients against the real MariaDB sandbox.
+
+Most tests run on few backend connections (`--backend-max-connections`, `--workers 1`) with
+other clients busy meanwhile, so that a session that kept state on a connection it gave back
+would be caught: its state would show up in another client, or be missing in its own.
+"""
+
+import threading
+import time
+
+import pymysql
+import pytest
+
+from conftest import TEST_DB, backend_env
+
+TABLE = f"{TEST_DB}.txpool"
+AUTO = f"{TEST_DB}.txpool_auto"
+
+
+def direct(**kw):
+    b = backend_env()
+    return pymysql.connect(
+        host=b["host"], port=b["port"], user=b["user"], password=b["password"], autocommit=True,
+        connect_timeout=10, read_timeout=60, **kw
+    )
+
+
+def value(conn, sql, args=None):
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        row = cur.fetchone()
+    return None if row is None else row[0]
+
+
+def rows(conn, sql, args=None):
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return cur.fetchall()
+
+
+@pytest.fixture
+def mode():
+    """One buffer mode is enough here: the relay's buffers are the rest of the suite's."""
+    return "fixed"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def schema():
+    with direct() as c:
+        with c.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {TEST_DB}")
+            cur.execute(f"DROP TABLE IF EXISTS {TABLE}, {AUTO}")
+            cur.execute(f"CREATE TABLE {TABLE} (owner INT NOT NULL, n INT NOT NULL) ENGINE=InnoDB")
+            cur.execute(
+                f"CREATE TABLE {AUTO} (id BIGINT AUTO_INCREMENT PRIMARY KEY, owner INT) ENGINE=InnoDB"
+            )
+    yield
+
+
+def tx_proxy(make_proxy, backends, workers=1, extra=()):
+    return make_proxy(
+        pooling="transaction",
+        workers=workers,
+        extra_args=[
+            "--backend-max-connections", str(backends),
+            "--backend-pool-size", str(min(backends, 4)),
+            "--max-connections", "2000",
+            *extra,
+        ],
+    )
+
+
+def run_threads(n, fn):
+    errors = []
+
+    def wrap(i):
+        try:
+            fn(i)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"client {i}: {e!r}")
+
+    threads = [threading.Thread(target=wrap, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, f"{len(errors)} clients failed, first: {errors[:5]}"
+
+
+def wait_idle(proxy, timeout=10):
+    deadline = time.monotonic() + timeout
+    while True:
+        m = proxy.metrics()
+        if m('ringgate_backend_connections{state="busy"}') == 0:
+            return m
+        assert time.monotonic() < deadline, "backend connections still busy"
+        time.sleep(0.05)
+
+
+def test_300_idle_clients_on_32_backends_all_answer(make_proxy):
+    """The issue's opening problem: with session pooling the 33rd idle client waits for
+    --backend-wait-timeout and gets ERR 1040."""
+    proxy = tx_proxy(make_proxy, 32)
+    clients = [proxy.connect() for _ in range(300)]
+    try:
+        for i, c in enumerate(clients):
+            assert value(c, "SELECT %s", (i,)) == i
+        m = wait_idle(proxy)
+        assert m("ringgate_backend_connects_total") <= 32
+        assert m("ringgate_client_connections") == 300
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_400_clients_x_10_transactions_see_only_their_own_rows(make_proxy):
+    proxy = tx_proxy(make_proxy, 32, workers=2)
+    start = time.monotonic()
+
+    def client(i):
+        with proxy.connect(autocommit=True) as c:
+            for t in range(10):
+                with c.cursor() as cur:
+                    cur.execute("BEGIN")
+                    cur.execute(f"INSERT INTO {TABLE} VALUES (%s, %s), (%s, %s)", (i, t, i, t))
+                    cur.execute(f"SELECT owner, COUNT(*) FROM {TABLE} GROUP BY owner")
+                    seen = cur.fetchall()
+                    cur.execute("ROLLBACK")
+                assert seen == ((i, 2),), f"transaction {t} saw {seen}"
+
+    run_threads(400, client)
+    elapsed = time.monotonic() - start
+    m = wait_idle(proxy)
+    # --backend-max-connections holds (connects_total also counts the warm-up connections of
+    # the default key that were closed to make room).
+    assert m('ringgate_backend_connections{state="idle"}') <= 32
+    assert m("ringgate_tx_leases_total") >= 4000
+    print(f"400 clients x 10 transactions on 32 backends: {elapsed:.1f}s")
+    with direct() as c:
+        assert value(c, f"SELECT COUNT(*) FROM {TABLE}") == 0
+
+
+def test_user_variable_never_leaks_and_survives_in_its_session(make_proxy):
+    proxy = tx_proxy(make_proxy, 2)
+    a = proxy.connect(autocommit=True)
+    a_thread = value(a, "SELECT CONNECTION_ID()")
+    value(a, "SET @secret = 'a-only'")
+    stop = threading.Event()
+    leaks = []
+
+    def other():
+        with proxy.connect(autocommit=True) as b:
+            while not stop.is_set():
+                v = value(b, "SELECT @secret")
+                if v is not None:
+                    leaks.append(v)
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        for _ in range(50):
+            assert value(a, "SELECT @secret") == "a-only"
+            assert value(a, "SELECT CONNECTION_ID()") == a_thread, "pinned session moved"
+    finally:
+        stop.set()
+        t.join()
+        a.close()
+    assert not leaks
+    assert proxy.metrics()('ringgate_sessions_pinned_total{reason="user_variable"}') == 1
+    assert "blocked_by" not in proxy.stderr() or "user_variable" in proxy.stderr()
+
+
+def test_temporary_table_stays_visible_to_its_session(make_proxy):
+    proxy = tx_proxy(make_proxy, 2)
+    with proxy.connect(autocommit=True) as a, proxy.connect(autocommit=True) as b:
+        value(a, f"CREATE TEMPORARY TABLE {TEST_DB}.scratch (x INT)")
+        for i in range(20):
+            value(a, f"INSERT INTO {TEST_DB}.scratch VALUES (%s)", (i,))
+            assert value(b, "SELECT 1") == 1
+        assert value(a, f"SELECT COUNT(*) FROM {TEST_DB}.scratch") == 20
+        with pytest.raises(pymysql.err.ProgrammingError):
+            value(b, f"SELECT COUNT(*) FROM {TEST_DB}.scratch")
+    assert proxy.metrics()('ringgate_sessions_pinned_total{reason="temporary_table"}') == 1
+
+
+def test_get_lock_holds_across_statements(make_proxy):
+    proxy = tx_proxy(make_proxy, 2)
+    with proxy.connect(autocommit=True) as a, direct() as watcher:
+        assert value(a, "SELECT GET_LOCK('txpool_lock', 5)") == 1
+        for _ in range(10):
+            value(a, "SELECT 1")
+            assert value(watcher, "SELECT IS_FREE_LOCK('txpool_lock')") == 0
+        assert value(a, "SELECT RELEASE_LOCK('txpool_lock')") == 1
+    assert proxy.metrics()('ringgate_sessions_pinned_total{reason="lock_function"}') == 1
+
+
+def test_last_insert_id_is_the_sessions_own_with_50_clients_inserting(make_proxy):
+    proxy = tx_proxy(make_proxy, 4)
+    stop = threading.Event()
+
+    def inserter(i):
+        with proxy.connect(autocommit=True) as c:
+            while not stop.is_set():
+                value(c, f"INSERT INTO {AUTO} (owner) VALUES (%s)", (1000 + i,))
+
+    threads = [threading.Thread(target=inserter, args=(i,)) for i in range(50)]
+    for t in threads:
+        t.start()
+    try:
+        with proxy.connect(autocommit=True) as a:
+            for _ in range(30):
+                with a.cursor() as cur:
+                    cur.execute(f"INSERT INTO {AUTO} (owner) VALUES (1)")
+                    mine = cur.lastrowid
+                assert value(a, "SELECT LAST_INSERT_ID()") == mine
+                assert value(a, "select last_insert_id() + 0") == mine
+                # A statement that generates no id leaves it.
+                value(a, "SELECT 1")
+                assert value(a, "SELECT LAST_INSERT_ID()") == mine
+                assert value(a, f"SELECT owner FROM {AUTO} WHERE id = LAST_INSERT_ID()") == 1
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    m = wait_idle(proxy)
+    assert sum(v for k, v in m.items() if k.startswith("ringgate_sessions_pinned_total")) == 0
+
+
+@pytest.mark.parametrize("autocommit", [True, False], ids=["autocommit", "pymysql-default"])
+def test_stateless_connects_cause_no_resets(make_proxy, autocommit):
+    proxy = tx_proxy(make_proxy, 8)
+    # Warm up: the pool's first connections.
+    for _ in range(5):
+        with proxy.connect(autocommit=autocommit) as c:
+            value(c, "SELECT 1")
+    # MariaDB has no Com_reset_connection status: ringgate counts the resets it sends.
+    before = wait_idle(proxy)("ringgate_backend_resets_total")
+    for i in range(300):
+        with proxy.connect(autocommit=autocommit) as c:
+            assert value(c, "SELECT %s", (i,)) == i
+    m = wait_idle(proxy)
+    resets = m("ringgate_backend_resets_total") - before
+    print(f"autocommit={autocommit}: {resets:.0f} resets for 300 connects")
+    if autocommit:
+        assert resets <= 30, f"{resets} COM_RESET_CONNECTION for 300 stateless connects"
+    else:
+        # PyMySQL's default sends SET NAMES, then SET AUTOCOMMIT = 0: session settings. The
+        # pool's connections carry both, the session's first SET needs one with neither, so
+        # each connect resets one (docs/operations.md: settings are matched as a whole list).
+        assert resets <= 300, f"{resets} COM_RESET_CONNECTION for 300 connects"
+    assert m("ringgate_backend_connects_total") <= 8
+
+
+def test_no_leak_after_churn(make_proxy):
+    proxy = tx_proxy(make_proxy, 16, workers=2)
+
+    def churn(i):
+        for j in range(25):
+            with proxy.connect(autocommit=(j % 2 == 0)) as c:
+                value(c, "SELECT 1")
+                if j % 5 == 0:
+                    value(c, "SET @x = 1")  # pinned: reset at the end
+                if j % 7 == 0:
+                    value(c, "BEGIN")  # left open: rolled back by the reset
+
+    run_threads(40, churn)
+    m = wait_idle(proxy)
+    assert m("ringgate_client_connections") == 0
+    with direct() as c:
+        threads = value(c, "SELECT COUNT(*) FROM information_schema.PROCESSLIST")
+    assert threads <= 16 + 5, f"{threads} server threads"
+
+
+def test_warnings_stay_until_the_next_statement(make_proxy):
+    proxy = tx_proxy(make_proxy, 2, extra=["--backend-pool-size", "2"])
+    with proxy.connect(autocommit=True) as a, proxy.connect(autocommit=True) as b:
+        value(a, "SELECT 1")
+        value(b, "SELECT 1")
+        value(a, "SELECT CAST('abc' AS SIGNED)")
+        assert a.warning_count() if hasattr(a, "warning_count") else True
+        # Another client runs a statement in between; without the hold it would get a's
+        # connection (the most recently idle one) and clear its warnings.
+        value(b, "SELECT 2")
+        warnings = rows(a, "SHOW WARNINGS")
+        assert len(warnings) == 1 and warnings[0][1] == 1292, warnings
+        assert value(a, "SHOW COUNT(*) WARNINGS") == 1
+        # The next statement without warnings lets the connection go again.
+        value(a, "SELECT 1")
+        assert wait_idle(proxy)
+
+
+def test_set_variables_and_schema_are_replayed_not_leaked(make_proxy):
+    proxy = tx_proxy(make_proxy, 2)
+    with proxy.connect(autocommit=True) as a, proxy.connect(autocommit=True) as b:
+        value(a, "SET time_zone = '+05:00'")
+        value(a, "SET NAMES latin1")
+        value(a, f"USE {TEST_DB}")
+        for _ in range(20):
+            assert value(b, "SELECT @@session.time_zone") == "SYSTEM"
+            assert value(b, "SELECT DATABASE()") is None
+            assert value(b, "SELECT @@character_set_client") != "latin1"
+            assert value(a, "SELECT @@session.time_zone") == "+05:00"
+            assert value(a, "SELECT @@character_set_client") == "latin1"
+            assert value(a, "SELECT DATABASE()") == TEST_DB
+        m = proxy.metrics()
+    assert sum(v for k, v in m.items() if k.startswith("ringgate_sessions_pinned_total")) == 0
+
+
+def test_row_count_outside_a_transaction_is_refused_inside_it_works(make_proxy):
+    proxy = tx_proxy(make_proxy, 2)
+    with proxy.connect(autocommit=True) as a:
+        value(a, f"INSERT INTO {AUTO} (owner) VALUES (7)")
+        with pytest.raises(pymysql.err.MySQLError) as e:
+            value(a, "SELECT ROW_COUNT()")
+        assert e.value.args[0] == 1235
+        assert value(a, "SELECT 1") == 1  # the session goes on
+        value(a, "BEGIN")
+        value(a, f"UPDATE {AUTO} SET owner = 8 WHERE owner = 7")
+        assert value(a, "SELECT ROW_COUNT()") >= 1
+        value(a, "ROLLBACK")
+
+
+def test_kill_query_reaches_the_running_statement_and_kill_ends_the_session(make_proxy):
+    proxy = tx_proxy(make_proxy, 4)
+    with proxy.connect(autocommit=True) as victim, proxy.connect(autocommit=True) as killer:
+        vid = victim.thread_id()
+        result = {}
+
+        def sleep():
+            t0 = time.monotonic()
+            try:
+                value(victim, "SELECT SLEEP(10)")
+            except pymysql.err.OperationalError as e:
+                result["error"] = e.args[0]
+            result["took"] = time.monotonic() - t0
+
+        t = threading.Thread(target=sleep)
+        t.start()
+        time.sleep(0.5)
+        value(killer, f"KILL QUERY {vid}")
+        t.join(timeout=15)
+        assert result.get("took", 99) < 5, result
+        assert result.get("error") == 1317, result  # Query execution was interrupted
+        # The victim is parked now (no backend); KILL ends its session.
+        assert value(victim, "SELECT 2") == 2
+        value(killer, f"KILL {vid}")
+        with pytest.raises(pymysql.err.OperationalError):
+            value(victim, "SELECT 3")
+
+
+def test_open_transaction_holds_its_connection(make_proxy):
+    """A session inside a transaction keeps its backend: another client cannot get it, and
+    with one backend it waits until COMMIT."""
+    proxy = tx_proxy(make_proxy, 1, extra=["--backend-wait-timeout", "1s"])
+    with proxy.connect(autocommit=True) as a, proxy.connect(autocommit=True) as b:
+        value(a, "BEGIN")
+        value(a, f"INSERT INTO {TABLE} VALUES (-1, -1)")
+        with pytest.raises(pymysql.err.OperationalError) as e:
+            value(b, "SELECT 1")
+        assert e.value.args[0] == 1040
+        value(a, "ROLLBACK")
+    with proxy.connect(autocommit=True) as c:
+        assert value(c, "SELECT 1") == 1
