@@ -169,7 +169,8 @@ pub enum SetItem {
     /// A system variable. `name` is lower-cased and unquoted; `value` is the
     /// expression's source text (e.g. `'STRICT_ALL_TABLES'`, `0`, `DEFAULT`,
     /// `CONCAT(@@sql_mode, ',X')`). Prefer the value the system-variables
-    /// tracker reports after the statement: it is the evaluated one.
+    /// tracker reports after the statement: it is the evaluated one (and in
+    /// the SQL of a binary COM_STMT_PREPARE the value may be a `?`).
     Variable {
         scope: Scope,
         name: String,
@@ -616,7 +617,7 @@ pub fn classify(sql: &[u8], opts: &LexOptions) -> Vec<Statement> {
 
 enum Compound {
     None,
-    /// CREATE … PROCEDURE / FUNCTION / TRIGGER / EVENT / PACKAGE.
+    /// CREATE … PROCEDURE / FUNCTION / TRIGGER / EVENT / PACKAGE, ALTER EVENT.
     Routine,
     /// A compound statement run directly: BEGIN NOT ATOMIC, IF, loops, …
     Anonymous,
@@ -636,6 +637,10 @@ fn compound_kind(c: &Cx<'_>) -> Compound {
     }
     if c.kind(0) == Some(TokenKind::Word) && c.punct(1, b':') {
         return Compound::Anonymous;
+    }
+    // ALTER EVENT … DO <body> carries a body like CREATE EVENT.
+    if c.kw(0, "ALTER") && (1..c.toks.len().min(8)).any(|i| c.kw(i, "EVENT")) {
+        return Compound::Routine;
     }
     if c.kw(0, "CREATE") {
         for i in 1..c.toks.len().min(16) {

@@ -506,6 +506,10 @@ fn routine_definitions() {
         pin("CREATE PROCEDURE p() BEGIN SET @x = 1; END"),
         Some(Pin::UserVariableWrite)
     );
+    assert_eq!(
+        classes("ALTER DEFINER = u@h EVENT e DO BEGIN SELECT 1; SELECT 2; END"),
+        vec![Class::Plain]
+    );
     // A single-statement routine followed by a real statement splits.
     assert_eq!(
         classes("CREATE TRIGGER t BEFORE INSERT ON x FOR EACH ROW SET NEW.a = 1;"),
