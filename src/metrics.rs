@@ -214,7 +214,7 @@ fn new_hdr() -> Histogram<u64> {
 
 /// The `reason` labels of `ringgate_sessions_pinned_total`, in the order
 /// of `proxy::multiplex::PinReason::ALL` (a unit test there checks it).
-pub const PIN_REASONS: [&str; 15] = [
+pub const PIN_REASONS: [&str; 16] = [
     "user_variable",
     "temporary_table",
     "lock_function",
@@ -230,6 +230,7 @@ pub const PIN_REASONS: [&str; 15] = [
     "unclassified",
     "too_many_settings",
     "compressed_client",
+    "previous_statement_state",
 ];
 
 /// Counters and gauges owned by one worker thread.

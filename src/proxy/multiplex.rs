@@ -28,6 +28,7 @@ use std::hash::{Hash, Hasher};
 
 pub use super::ids::LeaseSetup;
 use crate::mysql::constants::*;
+use crate::mysql::lexer::{self, Class, LexOptions, Pin, Scope, SetItem};
 use crate::mysql::tracker::Completed;
 
 /// Longest statement the session reads to classify; a longer one pins
@@ -53,8 +54,13 @@ pub enum PinReason {
     LockTables,
     /// FLUSH TABLES WITH READ LOCK.
     FlushReadLock,
-    /// SQL_CALC_FOUND_ROWS / FOUND_ROWS().
+    /// SQL_CALC_FOUND_ROWS.
     FoundRows,
+    /// A statement that reads what an earlier one left on the connection
+    /// (LAST_INSERT_ID(expr) in a SELECT, `@@identity`, GET DIAGNOSTICS,
+    /// LASTVAL(), FOUND_ROWS()/ROW_COUNT() in an expression): it ran on the
+    /// right connection, and the next one must too.
+    PreviousStatement,
     /// Text PREPARE / EXECUTE / DEALLOCATE.
     TextPrepare,
     /// COM_STMT_PREPARE (binary prepared statements, cursors and long data).
@@ -80,7 +86,7 @@ pub enum PinReason {
 }
 
 impl PinReason {
-    pub const ALL: [PinReason; 15] = [
+    pub const ALL: [PinReason; 16] = [
         PinReason::UserVariable,
         PinReason::TemporaryTable,
         PinReason::LockFunction,
@@ -96,6 +102,7 @@ impl PinReason {
         PinReason::Unclassified,
         PinReason::TooManySettings,
         PinReason::CompressedClient,
+        PinReason::PreviousStatement,
     ];
 
     /// The `reason` label of `ringgate_sessions_pinned_total`.
@@ -116,6 +123,7 @@ impl PinReason {
             PinReason::Unclassified => "unclassified",
             PinReason::TooManySettings => "too_many_settings",
             PinReason::CompressedClient => "compressed_client",
+            PinReason::PreviousStatement => "previous_statement_state",
         }
     }
 
@@ -141,47 +149,16 @@ pub enum Effect {
     Use(String),
 }
 
-/// Skip whitespace and comments; `None` at an executable comment
-/// (`/*! ... */`, `/*M! ... */`), whose text runs as SQL.
-fn skip_space(sql: &[u8], mut i: usize) -> Option<usize> {
-    loop {
-        while i < sql.len() && sql[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        if sql[i..].starts_with(b"/*") {
-            if sql[i..].starts_with(b"/*!") || sql[i..].starts_with(b"/*M!") {
-                return None;
-            }
-            let end = sql[i + 2..].windows(2).position(|w| w == b"*/")?;
-            i += 2 + end + 2;
-        } else if sql[i..].starts_with(b"#")
-            || (sql[i..].starts_with(b"--")
-                && sql.get(i + 2).is_none_or(|c| c.is_ascii_whitespace()))
-        {
-            while i < sql.len() && sql[i] != b'\n' {
-                i += 1;
-            }
-        } else {
-            return Some(i);
-        }
-    }
-}
-
 /// What the scanner found outside string literals and quoted identifiers.
 #[derive(Default)]
 struct Scan {
     /// Upper-cased text with literals and quoted identifiers blanked.
     code: Vec<u8>,
-    /// A `;` followed by more than whitespace.
-    multi: bool,
-    /// `@name` (not `@@name`).
-    user_var: bool,
 }
 
 fn scan(sql: &[u8]) -> Scan {
     let mut s = Scan {
         code: Vec::with_capacity(sql.len()),
-        ..Scan::default()
     };
     let mut i = 0;
     while i < sql.len() {
@@ -206,24 +183,6 @@ fn scan(sql: &[u8]) -> Scan {
                     i += 1;
                 }
                 i += 1;
-            }
-            b';' => {
-                let rest = &sql[i + 1..];
-                if skip_space(rest, 0).is_none_or(|j| j < rest.len()) {
-                    s.multi = true;
-                }
-                s.code.push(b';');
-                i += 1;
-            }
-            b'@' => {
-                if sql.get(i + 1) == Some(&b'@') {
-                    s.code.extend_from_slice(b"@@");
-                    i += 2;
-                } else {
-                    s.user_var = true;
-                    s.code.push(b'@');
-                    i += 1;
-                }
             }
             _ => {
                 s.code.push(c.to_ascii_uppercase());
@@ -261,107 +220,94 @@ fn first_word(code: &[u8]) -> (&[u8], &[u8]) {
     (&code[start..end], &code[end..])
 }
 
-/// Classify one COM_QUERY text. Conservative: anything it does not
-/// recognise pins. It never pins on reads of `@@var`.
-pub fn classify_query(sql: &[u8]) -> Effect {
-    let Some(start) = skip_space(sql, 0) else {
-        return Effect::Pin(PinReason::Unclassified);
+/// Classify one COM_QUERY text with the statement lexer (`mysql::lexer`),
+/// plus the proxy's own rule for CALL (a procedure can set user variables,
+/// create temporary tables or take locks inside, where the lexer does not
+/// look). `no_backslash_escapes`: the session's sql_mode has it (the status
+/// flags say so). It never pins on reads of `@@var` or `@x`.
+pub fn classify_query(sql: &[u8], no_backslash_escapes: bool) -> Effect {
+    let opts = LexOptions {
+        no_backslash_escapes,
+        ..LexOptions::default()
     };
-    let sql = &sql[start..];
-    let s = scan(sql);
-    if s.multi {
-        return Effect::Pin(PinReason::MultiStatement);
+    let statements = lexer::classify(sql, &opts);
+    let mut effects = statements
+        .iter()
+        .filter(|st| st.class != Class::Empty)
+        .map(|st| statement_effect(&sql[st.range.clone()], &st.class));
+    let Some(first) = effects.next() else {
+        return Effect::Plain;
+    };
+    let mut rest: Vec<Effect> = effects.collect();
+    if rest.is_empty() {
+        return first;
     }
-    let code = &s.code;
-    let (word, rest) = first_word(code);
-    let has = |w: &[u8]| contains_word(code, w);
-    // Named locks, wherever they are called.
-    for f in [
-        &b"GET_LOCK"[..],
-        b"RELEASE_LOCK",
-        b"RELEASE_ALL_LOCKS",
-        b"IS_FREE_LOCK",
-        b"IS_USED_LOCK",
-    ] {
-        if has(f) {
-            return Effect::Pin(PinReason::LockFunction);
-        }
+    rest.insert(0, first);
+    if let Some(pin) = rest.iter().find_map(|e| match e {
+        Effect::Pin(r) => Some(*r),
+        _ => None,
+    }) {
+        return Effect::Pin(pin);
     }
-    if has(b"SQL_CALC_FOUND_ROWS") || has(b"FOUND_ROWS") || has(b"ROW_COUNT") {
-        return Effect::Pin(PinReason::FoundRows);
-    }
-    if has(b"TEMPORARY") {
-        return Effect::Pin(PinReason::TemporaryTable);
-    }
-    if s.user_var && (word == b"SET" || contains(code, b":=") || has(b"INTO")) {
-        return Effect::Pin(PinReason::UserVariable);
-    }
-    match word {
-        b"SET" => classify_set(rest, &s),
-        b"USE" => use_schema(sql).map_or(Effect::Pin(PinReason::Unclassified), Effect::Use),
-        b"LOCK" => Effect::Pin(PinReason::LockTables),
-        b"FLUSH" if has(b"LOCK") => Effect::Pin(PinReason::FlushReadLock),
-        b"PREPARE" | b"EXECUTE" | b"DEALLOCATE" => Effect::Pin(PinReason::TextPrepare),
-        b"HANDLER" | b"XA" | b"CALL" => Effect::Pin(PinReason::SessionCommand),
-        b"SELECT" | b"INSERT" | b"UPDATE" | b"DELETE" | b"REPLACE" | b"BEGIN" | b"START"
-        | b"COMMIT" | b"ROLLBACK" | b"SAVEPOINT" | b"RELEASE" | b"SHOW" | b"DESCRIBE" | b"DESC"
-        | b"EXPLAIN" | b"WITH" | b"VALUES" | b"TABLE" | b"CREATE" | b"ALTER" | b"DROP"
-        | b"TRUNCATE" | b"RENAME" | b"ANALYZE" | b"OPTIMIZE" | b"CHECK" | b"CHECKSUM"
-        | b"REPAIR" | b"GRANT" | b"REVOKE" | b"DO" | b"LOAD" | b"KILL" | b"HELP" | b"UNLOCK"
-        | b"FLUSH" => Effect::Plain,
-        _ => Effect::Pin(PinReason::Unclassified),
+    // Several statements: fine while none of them changes what the
+    // session carries (a SET or USE among them would have to be replayed
+    // on its own).
+    if rest.iter().all(|e| *e == Effect::Plain) {
+        Effect::Plain
+    } else {
+        Effect::Pin(PinReason::MultiStatement)
     }
 }
 
-fn classify_set(rest: &[u8], s: &Scan) -> Effect {
-    let (next, _) = first_word(rest);
-    match next {
-        // Applies to the next transaction only, wherever it runs.
-        b"TRANSACTION" | b"ROLE" => Effect::Pin(PinReason::SessionCommand),
-        // One statement only, on the connection that runs it.
-        b"STATEMENT" | b"PASSWORD" | b"DEFAULT" => Effect::Plain,
-        b"GLOBAL" if !contains_word(&s.code, b"SESSION") && !s.code.contains(&b',') => {
-            Effect::Plain
-        }
-        b"GLOBAL" => Effect::Pin(PinReason::SessionCommand),
-        _ if contains(&s.code, b"@@GLOBAL.") => Effect::Pin(PinReason::SessionCommand),
-        _ => Effect::SetVariables,
-    }
-}
-
-/// The schema of `USE name` / USE `name`; None for anything else.
-fn use_schema(sql: &[u8]) -> Option<String> {
-    let rest = sql.get(3..)?;
-    let i = skip_space(rest, 0)?;
-    let rest = &rest[i..];
-    let trimmed = {
-        let mut r = rest;
-        while let Some((last, head)) = r.split_last() {
-            if last.is_ascii_whitespace() || *last == b';' {
-                r = head;
+fn statement_effect(text: &[u8], class: &Class) -> Effect {
+    match class {
+        Class::Pin(pin) => Effect::Pin(pin_reason(*pin)),
+        Class::Set(items) => {
+            let global = |i: &SetItem| {
+                matches!(
+                    i,
+                    SetItem::Variable {
+                        scope: Scope::Global,
+                        ..
+                    }
+                )
+            };
+            if items.iter().all(global) {
+                Effect::Plain
+            } else if items.iter().any(global) {
+                // Replaying it would set the global value on every lease.
+                Effect::Pin(PinReason::SessionCommand)
             } else {
-                break;
+                Effect::SetVariables
             }
         }
-        r
-    };
-    let name = if let Some(inner) = trimmed.strip_prefix(b"`") {
-        let inner = inner.strip_suffix(b"`")?;
-        if inner.contains(&b'`') {
-            return None;
-        }
-        inner
-    } else {
-        if trimmed.is_empty()
-            || !trimmed
-                .iter()
-                .all(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'$')
-        {
-            return None;
-        }
-        trimmed
-    };
-    String::from_utf8(name.to_vec()).ok()
+        // The next transaction only, wherever it runs.
+        Class::SetTransaction { scope: None, .. } => Effect::Pin(PinReason::SessionCommand),
+        Class::SetTransaction {
+            scope: Some(Scope::Session),
+            ..
+        } => Effect::SetVariables,
+        Class::Use(schema) => Effect::Use(schema.clone()),
+        _ if first_word(&scan(text).code).0 == b"CALL" => Effect::Pin(PinReason::SessionCommand),
+        _ => Effect::Plain,
+    }
+}
+
+/// The lexer's reason as the metric's.
+fn pin_reason(pin: Pin) -> PinReason {
+    match pin {
+        Pin::UserVariableWrite => PinReason::UserVariable,
+        Pin::TemporaryTable => PinReason::TemporaryTable,
+        Pin::LockFunction => PinReason::LockFunction,
+        Pin::LockTables => PinReason::LockTables,
+        Pin::FlushTablesWithReadLock | Pin::BackupLock => PinReason::FlushReadLock,
+        Pin::SqlCalcFoundRows => PinReason::FoundRows,
+        Pin::TextPrepare => PinReason::TextPrepare,
+        Pin::Handler | Pin::Xa | Pin::SetRole => PinReason::SessionCommand,
+        Pin::PreviousStatementState => PinReason::PreviousStatement,
+        Pin::UnrecognizedSet => PinReason::Unclassified,
+        Pin::Unsplittable => PinReason::MultiStatement,
+    }
 }
 
 /// A transaction-pooled session's own state.
@@ -428,7 +374,11 @@ impl TxState {
             }
         }
         let pin = match c.command {
-            COM_QUERY => match c.text.as_deref().map(classify_query) {
+            COM_QUERY => match c
+                .text
+                .as_deref()
+                .map(|t| classify_query(t, c.status & SERVER_STATUS_NO_BACKSLASH_ESCAPES != 0))
+            {
                 None => Some(PinReason::Unclassified),
                 Some(Effect::Pin(reason)) => Some(reason),
                 Some(Effect::SetVariables) if !c.err => self.add_setting(c.text.as_deref()),
@@ -541,7 +491,7 @@ fn fingerprint(settings: &[Vec<u8>]) -> u64 {
 /// A `SET` whose values are constants (no `@@` reads, no function calls):
 /// running it twice leaves what running it once does.
 fn constant_set(sql: &[u8]) -> bool {
-    if classify_query(sql) != Effect::SetVariables {
+    if classify_query(sql, false) != Effect::SetVariables {
         return false;
     }
     let code = scan(sql).code;
