@@ -147,6 +147,9 @@ pub enum Effect {
     SetVariables,
     /// `USE db`: the session's schema.
     Use(String),
+    /// SHOW WARNINGS / SHOW ERRORS / SHOW COUNT(*) WARNINGS|ERRORS: reads
+    /// the diagnostics area of the statement before, without clearing it.
+    Diagnostics,
 }
 
 /// What the scanner found outside string literals and quoted identifiers.
@@ -252,7 +255,10 @@ pub fn classify_query(sql: &[u8], no_backslash_escapes: bool) -> Effect {
     // Several statements: fine while none of them changes what the
     // session carries (a SET or USE among them would have to be replayed
     // on its own).
-    if rest.iter().all(|e| *e == Effect::Plain) {
+    if rest
+        .iter()
+        .all(|e| matches!(e, Effect::Plain | Effect::Diagnostics))
+    {
         Effect::Plain
     } else {
         Effect::Pin(PinReason::MultiStatement)
@@ -288,6 +294,10 @@ fn statement_effect(text: &[u8], class: &Class) -> Effect {
             ..
         } => Effect::SetVariables,
         Class::Use(schema) => Effect::Use(schema.clone()),
+        Class::ShowWarnings
+        | Class::ShowErrors
+        | Class::ShowCountWarnings
+        | Class::ShowCountErrors => Effect::Diagnostics,
         _ if first_word(&scan(text).code).0 == b"CALL" => Effect::Pin(PinReason::SessionCommand),
         _ => Effect::Plain,
     }
@@ -328,6 +338,11 @@ pub struct TxState {
     /// The last answer was an ERR: with autocommit off the server may have
     /// opened a transaction that no status flag reported.
     after_err: bool,
+    /// A statement left warnings or an error on the connection since it
+    /// was leased: its diagnostics area may still hold them (a statement
+    /// that uses no table does not clear it, and its own count says 0), so
+    /// it is reset before another session gets it.
+    diagnostics_dirty: bool,
 }
 
 impl TxState {
@@ -366,19 +381,27 @@ impl TxState {
     /// command pinned the session (once: a pinned session stays pinned).
     pub fn on_completed(&mut self, c: &Completed) -> Option<PinReason> {
         self.status = c.status;
-        self.warnings = c.warnings;
+        let effect = (c.command == COM_QUERY).then(|| {
+            c.text
+                .as_deref()
+                .map(|t| classify_query(t, c.status & SERVER_STATUS_NO_BACKSLASH_ESCAPES != 0))
+        });
+        // SHOW WARNINGS and friends read the diagnostics area without
+        // clearing it: the hold for the statement before goes on.
+        if effect != Some(Some(Effect::Diagnostics)) || c.err {
+            // An error is a condition too (SHOW ERRORS): hold the
+            // connection for the next statement as for warnings.
+            self.warnings = if c.err { c.warnings.max(1) } else { c.warnings };
+        }
         self.after_err = c.err;
+        self.diagnostics_dirty |= self.warnings > 0;
         if let Some(ok) = c.ok {
             if ok.last_insert_id != 0 {
                 self.last_insert_id = ok.last_insert_id;
             }
         }
         let pin = match c.command {
-            COM_QUERY => match c
-                .text
-                .as_deref()
-                .map(|t| classify_query(t, c.status & SERVER_STATUS_NO_BACKSLASH_ESCAPES != 0))
-            {
+            COM_QUERY => match effect.flatten() {
                 None => Some(PinReason::Unclassified),
                 Some(Effect::Pin(reason)) => Some(reason),
                 Some(Effect::SetVariables) if !c.err => self.add_setting(c.text.as_deref()),
@@ -434,6 +457,12 @@ impl TxState {
         }
         self.fingerprint = fingerprint(&self.settings);
         None
+    }
+
+    /// The connection is given back now: must it be reset first (see
+    /// `diagnostics_dirty`)? Clears the mark for the next connection.
+    pub fn take_reset_needed(&mut self) -> bool {
+        std::mem::take(&mut self.diagnostics_dirty)
     }
 
     /// May the connection go back to the pool now (the session is between

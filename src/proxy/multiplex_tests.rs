@@ -21,7 +21,6 @@ fn plain_statements_do_not_pin() {
         "START TRANSACTION READ ONLY",
         "COMMIT",
         "rollback",
-        "SHOW WARNINGS",
         "SELECT 1;",
         "SELECT 1 ;  \n",
         "-- comment\nSELECT 1",
@@ -105,6 +104,8 @@ fn sets_and_use_are_followed() {
     );
     assert_eq!(class("USE test"), Effect::Use("test".into()));
     assert_eq!(class("/*!40101 SET NAMES utf8 */"), Effect::SetVariables);
+    assert_eq!(class("SHOW WARNINGS"), Effect::Diagnostics);
+    assert_eq!(class("show count(*) errors"), Effect::Diagnostics);
 }
 
 fn done(command: u8, text: &str, status: u16) -> Completed {
@@ -224,8 +225,19 @@ fn warnings_hold_the_connection_for_the_next_statement() {
     warned.warnings = 1;
     tx.on_completed(&warned);
     assert!(!tx.releasable());
+    // SHOW WARNINGS does not clear them: still held.
     tx.on_completed(&done(COM_QUERY, "SHOW WARNINGS", AC));
+    assert!(!tx.releasable());
+    tx.on_completed(&done(COM_QUERY, "SHOW COUNT(*) WARNINGS", AC));
+    assert!(!tx.releasable());
+    tx.on_completed(&done(COM_QUERY, "SELECT 1", AC));
     assert!(tx.releasable());
+    // The warnings may still be in the connection's diagnostics area: it
+    // is reset before another session gets it, once.
+    assert!(tx.take_reset_needed());
+    assert!(!tx.take_reset_needed());
+    tx.on_completed(&done(COM_QUERY, "SELECT 1", AC));
+    assert!(!tx.take_reset_needed());
 }
 
 #[test]
@@ -238,11 +250,17 @@ fn an_error_with_autocommit_off_holds_until_an_ok() {
     assert!(!tx.releasable());
     tx.on_completed(&done(COM_QUERY, "ROLLBACK", 0));
     assert!(tx.releasable());
-    // With autocommit on an error leaves no transaction.
+    // With autocommit on an error leaves no transaction, but SHOW ERRORS
+    // must reach its connection: held for the next statement, then reset.
     let mut err_ac = err.clone();
     err_ac.status = AC;
     tx.on_completed(&err_ac);
+    assert!(!tx.releasable());
+    tx.on_completed(&done(COM_QUERY, "SHOW ERRORS", AC));
+    assert!(!tx.releasable());
+    tx.on_completed(&done(COM_QUERY, "SELECT 1", AC));
     assert!(tx.releasable());
+    assert!(tx.take_reset_needed());
 }
 
 #[test]

@@ -109,6 +109,9 @@ pub enum SessionAction {
     Park {
         clean: bool,
         kept: Option<(Option<String>, u64)>,
+        /// Reset it first (COM_RESET_CONNECTION): the session's statements
+        /// left warnings or errors on it.
+        reset: bool,
     },
     /// Transaction pooling: the session is pinned to its backend
     /// connection from now on (counted and logged once).
@@ -407,6 +410,7 @@ impl Session {
         out.push(SessionAction::Park {
             clean: true,
             kept: None,
+            reset: false,
         });
         self.state = State::Parked {
             tracker: Box::new(tracker),
@@ -1127,7 +1131,8 @@ impl Session {
             .tx
             .as_ref()
             .map(|t| (t.schema().map(String::from), t.settings_fingerprint()));
-        out.push(SessionAction::Park { clean, kept });
+        let reset = self.tx.as_mut().is_some_and(|t| t.take_reset_needed());
+        out.push(SessionAction::Park { clean, kept, reset });
         self.state = State::Parked {
             tracker,
             reading: true,

@@ -1019,7 +1019,8 @@ fn tx_session(u: &Users, now: Instant) -> Session {
     // The login's connection goes straight back, as it came.
     assert!(out.contains(&SessionAction::Park {
         clean: true,
-        kept: None
+        kept: None,
+        reset: false
     }));
     assert!(out.contains(&SessionAction::ReadClient));
     s
@@ -1080,7 +1081,8 @@ fn transaction_pooling_gives_the_backend_back_between_transactions() {
     s.on_backend_read(-libc::ECANCELED, &[], &c, &mut out);
     assert!(out.contains(&SessionAction::Park {
         clean: true,
-        kept: Some((None, 0))
+        kept: Some((None, 0)),
+        reset: false
     }));
     assert!(!out
         .iter()

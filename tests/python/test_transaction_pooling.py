@@ -362,3 +362,19 @@ def test_open_transaction_holds_its_connection(make_proxy):
         value(a, "ROLLBACK")
     with proxy.connect(autocommit=True) as c:
         assert value(c, "SELECT 1") == 1
+
+
+def test_warnings_never_reach_another_client(make_proxy):
+    """A statement after the warned one that uses no table leaves the warnings in the
+    connection's diagnostics area (and reports 0 itself): the connection is reset before
+    another client gets it."""
+    proxy = tx_proxy(make_proxy, 1)
+    with proxy.connect(autocommit=True) as a:
+        a_thread = value(a, "SELECT CONNECTION_ID()")
+        value(a, "SELECT CAST('x' AS INT)")
+        value(a, "SELECT 1")
+        wait_idle(proxy)
+        with proxy.connect(autocommit=True) as b:
+            assert value(b, "SELECT CONNECTION_ID()") == a_thread, "one backend connection"
+            assert rows(b, "SHOW WARNINGS") == ()
+        assert value(a, "SELECT 2") == 2

@@ -473,13 +473,17 @@ impl Worker {
                     self.pool_q.extend(events);
                 }
             }
-            SessionAction::Park { clean, kept } => {
+            SessionAction::Park { clean, kept, reset } => {
                 slot.conn.entry().clear_backend();
                 let clean = clean && !slot.conn.entry().is_killed() && slot.relay_ops == 0;
                 debug_assert_eq!(slot.relay_ops, 0, "parked with relay ops in flight");
                 if let Some(b) = slot.backend.take() {
                     let mut events = Vec::new();
-                    if clean {
+                    if clean && reset {
+                        // Reset, then idle with no settings (a session
+                        // with its own gets them replayed).
+                        self.pool.release(b, true, now, &mut events);
+                    } else if clean {
                         self.pool.release_kept(b, kept, now, &mut events);
                     } else {
                         self.pool.release(b, false, now, &mut events);
