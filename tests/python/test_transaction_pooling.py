@@ -224,6 +224,23 @@ def test_last_insert_id_is_the_sessions_own_with_50_clients_inserting(make_proxy
         for t in threads:
             t.join()
     m = wait_idle(proxy)
+    # The plain form and the inserts pin nothing; LAST_INSERT_ID() inside an expression is a
+    # previous-statement read for the lexer and pins a's session (after the first one ran
+    # correctly on a connection set up with DO LAST_INSERT_ID(n)).
+    pinned = {k: v for k, v in m.items() if k.startswith("ringgate_sessions_pinned_total") and v}
+    assert pinned == {'ringgate_sessions_pinned_total{reason="previous_statement_state"}': 1.0}
+
+
+def test_plain_last_insert_id_does_not_pin(make_proxy):
+    proxy = tx_proxy(make_proxy, 2)
+    with proxy.connect(autocommit=True) as a, proxy.connect(autocommit=True) as b:
+        for i in range(10):
+            with a.cursor() as cur:
+                cur.execute(f"INSERT INTO {AUTO} (owner) VALUES (2)")
+                mine = cur.lastrowid
+            value(b, f"INSERT INTO {AUTO} (owner) VALUES (3)")
+            assert value(a, "SELECT LAST_INSERT_ID()") == mine
+    m = wait_idle(proxy)
     assert sum(v for k, v in m.items() if k.startswith("ringgate_sessions_pinned_total")) == 0
 
 
