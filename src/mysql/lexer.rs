@@ -12,6 +12,9 @@
 //!   as a single statement of class `Pin(Pin::Unsplittable)`.
 //! - [`first_pin`]`(&[Statement]) -> Option<Pin>`: the pin of the first
 //!   pinning statement, if any.
+//! - [`Statement::reads_last_insert_id`]: the statement reads the
+//!   connection's LAST_INSERT_ID (`LAST_INSERT_ID()`, `@@last_insert_id`,
+//!   `@@identity`), in code only.
 //! - [`LexOptions`]: `no_backslash_escapes` (from the backend's status flag
 //!   SERVER_STATUS_NO_BACKSLASH_ESCAPES), `ansi_quotes` (from `sql_mode`),
 //!   `ascii_safe_charset` (false for big5, cp932, gbk, sjis, gb18030, whose
@@ -279,6 +282,15 @@ pub struct Statement {
     /// Its bytes in the text, without the terminating `;`.
     pub range: Range<usize>,
     pub class: Class,
+    /// It reads the connection's LAST_INSERT_ID: `LAST_INSERT_ID()`,
+    /// `@@last_insert_id` or `@@identity` anywhere (e.g. `INSERT INTO child
+    /// VALUES (LAST_INSERT_ID(), …)`), the plain `SELECT LAST_INSERT_ID()`
+    /// included. A proxy that sets the session's own value on the connection
+    /// first (`DO LAST_INSERT_ID(n)`) should key that on this flag: a plain
+    /// text search for LAST_INSERT_ID misses `@@identity` and matches
+    /// strings and comments. (Outside the plain form these reads are still
+    /// classified `Pin(PreviousStatementState)`.)
+    pub reads_last_insert_id: bool,
 }
 
 /// The first pin among `statements`, in text order.
@@ -544,6 +556,7 @@ pub fn classify(sql: &[u8], opts: &LexOptions) -> Vec<Statement> {
         vec![Statement {
             range: 0..sql.len(),
             class: Class::Pin(Pin::Unsplittable),
+            reads_last_insert_id: false,
         }]
     };
     let Ok(toks) = tokenize(sql, opts) else {
@@ -571,11 +584,13 @@ pub fn classify(sql: &[u8], opts: &LexOptions) -> Vec<Statement> {
             Compound::None => out.push(Statement {
                 range: range.clone(),
                 class: c.classify(),
+                reads_last_insert_id: c.reads_last_insert_id(),
             }),
             // A single statement: the server reads all of it as one.
             Compound::Routine if !rest_has_code => out.push(Statement {
                 range: range.clone(),
                 class: Class::Plain,
+                reads_last_insert_id: false,
             }),
             Compound::Routine => {
                 // A routine body with `;` inside: the server's parser knows
@@ -597,9 +612,13 @@ pub fn classify(sql: &[u8], opts: &LexOptions) -> Vec<Statement> {
                     (true, Some(p)) => Class::Pin(p),
                     (true, None) => Class::Plain,
                 };
+                let reads_last_insert_id = parts[k..]
+                    .iter()
+                    .any(|(_, t)| Cx { sql, toks: t }.reads_last_insert_id());
                 out.push(Statement {
                     range: range.start..sql.len(),
                     class,
+                    reads_last_insert_id,
                 });
                 return out;
             }
@@ -607,6 +626,7 @@ pub fn classify(sql: &[u8], opts: &LexOptions) -> Vec<Statement> {
                 out.push(Statement {
                     range: range.start..sql.len(),
                     class: Class::Pin(Pin::Unsplittable),
+                    reads_last_insert_id: false,
                 });
                 return out;
             }
@@ -726,6 +746,19 @@ impl<'a> Cx<'a> {
             _ => return None,
         };
         Some(s.to_lowercase())
+    }
+
+    /// `LAST_INSERT_ID()` (no argument), `@@last_insert_id` or `@@identity`
+    /// anywhere in the statement.
+    fn reads_last_insert_id(&self) -> bool {
+        (0..self.toks.len()).any(|i| match self.kind(i) {
+            Some(TokenKind::Word) => {
+                self.kw(i, "LAST_INSERT_ID") && self.punct(i + 1, b'(') && self.punct(i + 2, b')')
+            }
+            Some(TokenKind::SysVar) => sysvar_parts(self.bytes(i))
+                .is_some_and(|(_, n)| n == "last_insert_id" || n == "identity"),
+            _ => false,
+        })
     }
 
     fn classify(&self) -> Class {

@@ -466,7 +466,8 @@ fn unsplittable() {
             classify(sql.as_bytes(), &LexOptions::default()),
             vec![Statement {
                 range: 0..sql.len(),
-                class: Class::Pin(Pin::Unsplittable)
+                class: Class::Pin(Pin::Unsplittable),
+                reads_last_insert_id: false,
             }],
             "{sql}"
         );
@@ -490,7 +491,8 @@ fn routine_definitions() {
         classify(body.as_bytes(), &LexOptions::default()),
         vec![Statement {
             range: 0..body.len(),
-            class: Class::Plain
+            class: Class::Plain,
+            reads_last_insert_id: false,
         }]
     );
     assert_eq!(
@@ -630,4 +632,24 @@ fn driver_init_queries_do_not_pin() {
         let c = one(sql);
         assert!(c.pin().is_none(), "{sql}: {c:?}");
     }
+}
+
+#[test]
+fn last_insert_id_reads_are_flagged() {
+    let reads = |sql: &str| {
+        classify(sql.as_bytes(), &LexOptions::default())
+            .iter()
+            .any(|s| s.reads_last_insert_id)
+    };
+    assert!(reads("INSERT INTO c VALUES (LAST_INSERT_ID(), 1)"));
+    assert!(reads("SELECT @@last_insert_id, @@IDENTITY"));
+    assert!(reads("SELECT LAST_INSERT_ID()"));
+    assert!(reads("select id from t where id = last_insert_id ( )"));
+    assert!(!reads("UPDATE seq SET id = LAST_INSERT_ID(id + 1)"));
+    assert!(!reads("SELECT 'LAST_INSERT_ID()' /* LAST_INSERT_ID() */"));
+    assert!(!reads("SELECT 1"));
+    let st = classify(b"SELECT 1; SELECT @@identity", &LexOptions::default());
+    assert!(!st[0].reads_last_insert_id && st[1].reads_last_insert_id);
+    // The pins are unchanged.
+    assert_eq!(pin("SELECT @@identity"), Some(Pin::PreviousStatementState));
 }
