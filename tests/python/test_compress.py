@@ -150,7 +150,7 @@ def test_cli_compress_3mb_result_large_insert_and_local_infile(make_proxy, tmp_p
         "--local-infile=1",
         "-N",
         "-e",
-        f"CREATE TABLE {TEST_DB}.compress_nums (v INT); "
+        f"DROP TABLE IF EXISTS {TEST_DB}.compress_nums; CREATE TABLE {TEST_DB}.compress_nums (v INT); "
         f"LOAD DATA LOCAL INFILE '{nums}' INTO TABLE {TEST_DB}.compress_nums; "
         f"SELECT COUNT(*), SUM(v) FROM {TEST_DB}.compress_nums; DROP TABLE {TEST_DB}.compress_nums",
     )

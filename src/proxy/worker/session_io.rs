@@ -431,16 +431,27 @@ impl Worker {
                 }
             }
             SessionAction::Relay(RelayOp::WriteClient { end }) => {
-                let end = match self.leg_frame_down(sid, end) {
-                    Some(0) => return self.leg_down_write_skipped(sid),
-                    Some(framed) => framed,
-                    None => end,
-                };
-                let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
-                    return;
-                };
-                slot.down_write = (0, end);
-                self.relay_submit(sid, RelayIo::DownWrite { pos: 0, end })
+                if slot.leg.is_none() {
+                    slot.down_write = (0, end);
+                    return self.relay_submit(sid, RelayIo::DownWrite { pos: 0, end });
+                }
+                // Behind a leg the write sends the framing of those bytes.
+                match self.leg_frame_down(sid, end) {
+                    Some(0) => self.leg_down_write_skipped(sid),
+                    Some(framed) => {
+                        if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+                            slot.down_write = (0, framed);
+                        }
+                        self.relay_submit(
+                            sid,
+                            RelayIo::DownWrite {
+                                pos: 0,
+                                end: framed,
+                            },
+                        )
+                    }
+                    None => {}
+                }
             }
             SessionAction::Relay(RelayOp::CancelReadBackend) => {
                 // The cancel names the read's user_data, not a socket or a
