@@ -1024,18 +1024,10 @@ impl Session {
             header_buffered,
         } = reason
         {
-            if self.client_leg.is_none() {
-                return self.change_user_begin(header, header_buffered, clean, ctx, out);
-            }
-            // Behind a compressed client leg the relay forwards only whole
-            // decoded chunks, so the packet is not kept for the session:
-            // refused as before (mysql-connector-python refuses
-            // change-user with compression itself).
-            self.has_backend = false;
-            out.push(SessionAction::Release { clean });
-            self.seq = 1;
-            let msg = "ringgate does not support COM_CHANGE_USER on a compressed connection";
-            return self.send_err(ER_UNKNOWN_COM_ERROR, msg, State::SendErrThenClose, out);
+            // Behind a compressed client leg the session buffer is the
+            // leg's plain one, which keeps the bytes behind the relay's last
+            // write as the slot does (worker/leg.rs).
+            return self.change_user_begin(header, header_buffered, clean, ctx, out);
         }
         self.has_backend = false;
         out.push(SessionAction::Release { clean });

@@ -942,7 +942,7 @@ fn change_user_must_finish_within_the_handshake_timeout() {
 }
 
 #[test]
-fn change_user_behind_a_compressed_leg_gets_1047_and_closes() {
+fn change_user_behind_a_compressed_leg_is_read_like_any_other() {
     let now = Instant::now();
     let u = two_users();
     let mut out = Vec::new();
@@ -981,8 +981,10 @@ fn change_user_behind_a_compressed_leg_gets_1047_and_closes() {
     s.on_client_read(cu.len() as i32, &cu, &ctx(&u, now), &mut out);
     out.clear();
     s.on_backend_read(-libc::ECANCELED, &[], &ctx(&u, now), &mut out);
-    assert_eq!(out[0], SessionAction::Release { clean: true });
-    assert_eq!(err_code(&sent(&out)[0]), 1047);
+    // The session buffer behind a leg is the leg's plain one (worker/leg.rs
+    // keeps the bytes behind the relay's last write), so the flow starts.
+    assert!(out.contains(&SessionAction::ExamineBuffer), "{out:?}");
+    assert!(sent(&out).is_empty(), "no 1047: {out:?}");
 }
 
 // ---- transaction pooling ----

@@ -29,7 +29,27 @@ function q(sql, args) {
   const back = await q('SELECT b FROM compress_node');
   if (!Buffer.from(back[0].b).equals(data)) throw new Error('17 MiB blob differs');
   await q('DROP TABLE compress_node');
-  conn.end();
+  // COM_CHANGE_USER behind the compressed leg: the proxy's AuthSwitch and OK are framed too.
+  await q('SET @x = 5');
+  await new Promise((res, rej) =>
+    conn.changeUser({ user: process.env.APP_USER, password: process.env.APP_PASSWORD, database: 'mysql' }, (e) =>
+      e ? rej(e) : res()
+    )
+  );
+  const after = await q("SELECT @x AS x, DATABASE() AS db, LENGTH(REPEAT('r', 100000)) AS n");
+  if (after[0].x !== null || after[0].db !== 'mysql' || after[0].n !== 100000) {
+    throw new Error('after change user: ' + JSON.stringify(after));
+  }
+  let refused = null;
+  try {
+    await new Promise((res, rej) =>
+      conn.changeUser({ user: process.env.APP_USER, password: 'wrong' }, (e) => (e ? rej(e) : res()))
+    );
+  } catch (e) {
+    refused = e.errno;
+  }
+  if (refused !== 1045) throw new Error('a wrong password: ' + refused);
+  conn.destroy();
   console.log('ok');
 })().catch((e) => {
   console.error(e);

@@ -26,9 +26,29 @@ pub(super) struct LegIo {
     pub up: WriteBuf,
     /// Framed bytes for the client.
     pub down: WriteBuf,
+    /// Plain bytes behind the relay's write to the backend (a command the
+    /// relay stopped at); they go back to `up` once the write is done.
+    rest: Vec<u8>,
 }
 
 impl LegIo {
+    /// The relay writes `up[..end]` to the backend: set what lies behind
+    /// aside, so the write sends exactly that.
+    pub fn hold_rest(&mut self, end: usize) {
+        let up = self.up.bytes_mut();
+        if up.len() > end {
+            self.rest.extend_from_slice(&up[end..]);
+            up.truncate(end);
+        }
+    }
+
+    /// The write to the backend is done: `up` holds what was set aside.
+    pub fn written(&mut self) {
+        let up = self.up.bytes_mut();
+        up.clear();
+        up.append(&mut self.rest);
+    }
+
     /// Neither buffer is named by an operation in the kernel.
     pub fn quiescent(&self) -> bool {
         !self.up.in_flight() && !self.down.in_flight()
@@ -42,10 +62,16 @@ impl Worker {
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
+        if slot.leg.is_some() {
+            // A COM_CHANGE_USER ends with the login OK again: the leg (its
+            // counters, its held input) carries on.
+            return;
+        }
         let mut leg = Box::new(LegIo {
             leg: ClientLeg::new(kind, limit),
             up: WriteBuf::default(),
             down: WriteBuf::default(),
+            rest: Vec::new(),
         });
         if let Some(buf) = slot.io.buf.as_mut().filter(|b| !b.in_flight()) {
             // Pipelined behind the login: already the transform's input.
@@ -110,7 +136,7 @@ impl Worker {
 
     /// Give the session a client read's result with the leg's plain bytes
     /// (queued like any completion's actions: nothing recurses).
-    fn deliver_plain_read(&mut self, sid: SessionId, res: i32) {
+    pub(super) fn deliver_plain_read(&mut self, sid: SessionId, res: i32) {
         let mut out = std::mem::take(&mut self.action_scratch);
         let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
         if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {

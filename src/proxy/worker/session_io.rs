@@ -127,7 +127,7 @@ impl Worker {
                 return self.relay_submit(sid, RelayIo::UpWrite { pos, end });
             }
             match slot.leg.as_mut() {
-                Some(leg) => leg.up.bytes_mut().clear(),
+                Some(leg) => leg.written(),
                 None => {
                     if let Some(buf) = slot.io.buf.as_mut() {
                         // Bytes behind the write (a COM_CHANGE_USER the
@@ -419,8 +419,9 @@ impl Worker {
             }
             SessionAction::Relay(RelayOp::WriteBackend { end }) => {
                 if let Some(leg) = slot.leg.as_mut() {
-                    // Bytes past `end` are dropped, as the slot's would be.
-                    leg.up.bytes_mut().truncate(end);
+                    // The write sends all of `up`: bytes behind `end` (a
+                    // command the relay stopped at) wait beside it.
+                    leg.hold_rest(end);
                 }
                 slot.up_write = (0, end);
                 self.relay_submit(sid, RelayIo::UpWrite { pos: 0, end })
@@ -515,6 +516,10 @@ impl Worker {
                 );
             }
             SessionAction::Redeliver(res) => {
+                if slot.leg.is_some() {
+                    // Behind a leg the session buffer is the leg's plain one.
+                    return self.deliver_plain_read(sid, res);
+                }
                 self.with_session(sid, |s, io, ctx, out| {
                     let data = io.buf.as_ref().map_or(&[][..], |b| b.filled());
                     s.on_client_read(res, data, ctx, out)
