@@ -267,6 +267,10 @@ pub fn classify_query(sql: &[u8], no_backslash_escapes: bool) -> Effect {
 
 fn statement_effect(text: &[u8], class: &Class) -> Effect {
     match class {
+        // LAST_INSERT_ID() read in an expression: the connection got the
+        // session's value before the command (`lease_setup`), so it needs
+        // no pin, unlike the other reads of the previous statement.
+        Class::Pin(Pin::PreviousStatementState) if only_last_insert_id_reads(text) => Effect::Plain,
         Class::Pin(pin) => Effect::Pin(pin_reason(*pin)),
         Class::Set(items) => {
             let global = |i: &SetItem| {
@@ -480,15 +484,27 @@ impl TxState {
     pub fn lease_setup(&self, first: &[u8]) -> LeaseSetup {
         // The command is one whole `SET` of constants: a connection that
         // carries the settings it leads to will do as well.
-        let alt = crate::mysql::packet::split_packet(first)
+        let whole = crate::mysql::packet::split_packet(first)
             .filter(|(p, used)| *used == first.len() && p.seq == 0 && !p.has_continuation())
-            .and_then(|(p, _)| p.payload.strip_prefix(&[COM_QUERY]).map(<[u8]>::to_vec))
+            .and_then(|(p, _)| p.payload.strip_prefix(&[COM_QUERY]).map(<[u8]>::to_vec));
+        let alt = whole
+            .as_deref()
             .filter(|sql| constant_set(sql))
-            .map_or(0, |sql| fingerprint(&with_setting(&self.settings, &sql)));
+            .map_or(0, |sql| fingerprint(&with_setting(&self.settings, sql)));
+        // The connection will be held past this command (a transaction
+        // begins, or autocommit is off): a later statement of the
+        // transaction may read LAST_INSERT_ID() on it.
+        let holds = self.status & SERVER_STATUS_AUTOCOMMIT == 0
+            || whole.as_deref().is_some_and(|sql| {
+                lexer::classify(sql, &LexOptions::default())
+                    .iter()
+                    .any(|st| st.class == Class::Begin)
+            });
         let mut always = Vec::new();
-        if mentions_last_insert_id(first) {
+        if holds || mentions_last_insert_id(first) {
             // The value lives in the connection that ran the INSERT; this
-            // one gets the session's own (from its OK packets).
+            // one gets the session's own (from its OK packets), also when
+            // that is 0 (the connection may hold another session's).
             always.push(format!("DO LAST_INSERT_ID({})", self.last_insert_id).into_bytes());
         }
         LeaseSetup {
@@ -505,6 +521,43 @@ fn with_setting(settings: &[Vec<u8>], sql: &[u8]) -> Vec<Vec<u8>> {
     let mut next: Vec<Vec<u8>> = settings.iter().filter(|s| *s != sql).cloned().collect();
     next.push(sql.to_vec());
     next
+}
+
+/// The statement's previous-statement reads are all `LAST_INSERT_ID()`
+/// without an argument (with one it sets the value, which a SELECT's
+/// result does not report).
+fn only_last_insert_id_reads(text: &[u8]) -> bool {
+    let code = scan(text).code;
+    for other in [
+        &b"ROW_COUNT"[..],
+        b"FOUND_ROWS",
+        b"@@",
+        b"DIAGNOSTICS",
+        b"LASTVAL",
+        b"PREVIOUS",
+    ] {
+        if contains(&code, other) {
+            return false;
+        }
+    }
+    const F: &[u8] = b"LAST_INSERT_ID";
+    let mut found = false;
+    for (i, w) in code.windows(F.len()).enumerate() {
+        if w != F {
+            continue;
+        }
+        let rest: Vec<u8> = code[i + F.len()..]
+            .iter()
+            .copied()
+            .filter(|c| !c.is_ascii_whitespace())
+            .take(2)
+            .collect();
+        if rest != b"()" {
+            return false;
+        }
+        found = true;
+    }
+    found
 }
 
 /// The fingerprint of a settings list; 0 is "no settings".

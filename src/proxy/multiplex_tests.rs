@@ -278,7 +278,27 @@ fn last_insert_id_comes_from_the_sessions_own_ok_packets() {
         tx.lease_setup(b"\x03select last_insert_id()").always,
         vec![b"DO LAST_INSERT_ID(42)".to_vec()]
     );
-    assert!(tx.lease_setup(b"\x03SELECT 1").always.is_empty());
+    assert!(tx.lease_setup(&query_packet("SELECT 1")).always.is_empty());
+    // A transaction begins: a statement inside it may read the id.
+    assert_eq!(
+        tx.lease_setup(&query_packet("BEGIN")).always,
+        vec![b"DO LAST_INSERT_ID(42)".to_vec()]
+    );
+    // LAST_INSERT_ID() in an expression does not pin; with an argument in a
+    // SELECT, or next to other previous-statement reads, it does.
+    assert_eq!(class("SELECT last_insert_id() + 0"), Effect::Plain);
+    assert_eq!(
+        class("SELECT * FROM t WHERE id = LAST_INSERT_ID( )"),
+        Effect::Plain
+    );
+    assert_eq!(
+        class("SELECT LAST_INSERT_ID(7)"),
+        pin(PinReason::PreviousStatement)
+    );
+    assert_eq!(
+        class("SELECT LAST_INSERT_ID() + @@identity"),
+        pin(PinReason::PreviousStatement)
+    );
 }
 
 #[test]
