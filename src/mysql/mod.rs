@@ -5,6 +5,7 @@
 //! instead of panicking, because every byte here comes from the network.
 
 pub mod auth;
+pub mod caching_sha2;
 pub mod change_user;
 pub mod client_login;
 pub mod compress;
