@@ -176,6 +176,30 @@ impl RejectReason {
     }
 }
 
+/// How a login was authenticated (`ringgate_client_auth_total{path}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthPath {
+    Native,
+    Sha2Fast,
+    Sha2Full,
+}
+
+impl AuthPath {
+    pub const ALL: [AuthPath; 3] = [AuthPath::Native, AuthPath::Sha2Fast, AuthPath::Sha2Full];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthPath::Native => "native",
+            AuthPath::Sha2Fast => "caching_sha2_fast",
+            AuthPath::Sha2Full => "caching_sha2_full",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
 impl fmt::Display for RejectReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -264,6 +288,8 @@ pub struct WorkerMetrics {
     /// Rejected clients, indexed by [`RejectReason::index`]; prefer
     /// [`WorkerMetrics::reject`].
     pub client_rejected_total: [AtomicU64; 5],
+    /// Authenticated logins, indexed by [`AuthPath::index`].
+    pub client_auth_total: [AtomicU64; 3],
     /// Pooled backend connections idle now.
     pub backend_idle: AtomicI64,
     /// Backend connections currently bound to a client.
@@ -345,6 +371,7 @@ impl WorkerMetrics {
             client_connections: AtomicI64::new(0),
             client_connections_total: AtomicU64::new(0),
             client_rejected_total: Default::default(),
+            client_auth_total: Default::default(),
             backend_idle: AtomicI64::new(0),
             backend_busy: AtomicI64::new(0),
             backend_connects_total: AtomicU64::new(0),
@@ -441,6 +468,8 @@ pub struct Snapshot {
     pub client_connections_total: u64,
     /// Indexed by [`RejectReason::index`]; see [`Snapshot::rejected`].
     pub client_rejected_total: [u64; 5],
+    /// Indexed by [`AuthPath::index`].
+    pub client_auth_total: [u64; 3],
     pub backend_idle: i64,
     pub backend_busy: i64,
     pub backend_connects_total: u64,
@@ -598,6 +627,12 @@ impl Metrics {
                 *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
             }
         }
+        let mut auth = [0u64; 3];
+        for w in self.workers.iter() {
+            for (sum, c) in auth.iter_mut().zip(&w.client_auth_total) {
+                *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
+            }
+        }
         let mut pinned = [0u64; PIN_REASONS.len()];
         for w in self.workers.iter() {
             for (sum, c) in pinned.iter_mut().zip(&w.sessions_pinned_total) {
@@ -618,6 +653,7 @@ impl Metrics {
             client_connections: i(|w| &w.client_connections),
             client_connections_total: u(|w| &w.client_connections_total),
             client_rejected_total: rejected,
+            client_auth_total: auth,
             backend_idle: i(|w| &w.backend_idle),
             backend_busy: i(|w| &w.backend_busy),
             backend_connects_total: u(|w| &w.backend_connects_total),

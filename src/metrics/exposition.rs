@@ -22,7 +22,7 @@ use prometheus_client::encoding::{
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::{connect_bucket_bounds, RejectReason, Snapshot, PIN_REASONS};
+use super::{connect_bucket_bounds, AuthPath, RejectReason, Snapshot, PIN_REASONS};
 
 /// Writes `snapshot` as Prometheus text.
 pub(super) fn render(snapshot: Snapshot) -> String {
@@ -123,6 +123,16 @@ impl Collector for Exposition {
             "ringgate_client_rejected_total",
             "Client connections rejected, by reason.",
             &rejected,
+        )?;
+        let auth: Vec<(Label, u64)> = AuthPath::ALL
+            .iter()
+            .map(|&p| ([("path", p.as_str())], s.client_auth_total[p.index()]))
+            .collect();
+        counters(
+            &mut enc,
+            "ringgate_client_auth_total",
+            "Client logins authenticated, by plugin and path (native, caching_sha2 fast or full).",
+            &auth,
         )?;
 
         gauges(

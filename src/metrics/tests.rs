@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-const ALL_NAMES: [(&str, &str); 29] = [
+const ALL_NAMES: [(&str, &str); 30] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
@@ -19,6 +19,7 @@ const ALL_NAMES: [(&str, &str); 29] = [
     ("ringgate_client_connections", "gauge"),
     ("ringgate_client_connections_total", "counter"),
     ("ringgate_client_rejected_total", "counter"),
+    ("ringgate_client_auth_total", "counter"),
     ("ringgate_backend_connections", "gauge"),
     ("ringgate_backend_connects_total", "counter"),
     ("ringgate_backend_connect_failures_total", "counter"),

@@ -23,14 +23,31 @@
 //! `BackendUser` alone keeps the client's own password (recovered from its
 //! login); `BackendPassword` alone keeps the client's user name. Only
 //! `SHA1(BackendPassword)` is kept, which is all a backend login needs.
+//!
+//! caching_sha2_password: vtgate checks its fast-auth scramble against the
+//! plaintext `Password` only (it has no hash field for it). ringgate does
+//! that too and also takes MySQL's own verifier, as
+//! `SELECT authentication_string FROM mysql.user` prints it for a
+//! caching_sha2 account, in a ringgate field:
+//!
+//! ```json
+//! {"erin": [{"MysqlCachingSha2Password": "0x24412430303524..."}]}
+//! ```
+//!
+//! (the 70 bytes as `$A$005$…` with JSON escapes for the salt's control
+//! characters, or their hex as `SELECT HEX(authentication_string)` prints
+//! it). Such an entry can only be checked with the cleartext password (full
+//! authentication); a successful one is cached (see [`Users::sha2_fast`]).
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use serde::Deserialize;
 
 use crate::mysql::auth::{native_recover, native_stage2, parse_mysql_hash, Credential, Stage1};
+use crate::mysql::caching_sha2::{Sha2Stage2, Verifier};
 
 /// Errors loading the users file. Each names the file (or `<inline>` for
 /// [`Users::parse`]) so an operator can find the problem.
@@ -63,16 +80,35 @@ struct RawEntry {
     password: Option<String>,
     #[serde(rename = "MysqlNativePassword", default)]
     mysql_native_password: Option<String>,
+    #[serde(rename = "MysqlCachingSha2Password", default)]
+    mysql_caching_sha2_password: Option<String>,
     #[serde(rename = "BackendUser", default)]
     backend_user: Option<String>,
     #[serde(rename = "BackendPassword", default)]
     backend_password: Option<String>,
 }
 
+/// What an entry keeps of its password.
+#[derive(Clone)]
+enum Secret {
+    /// `Password`: the native stage2, the sha2 stage2 (fast auth needs no
+    /// cache) and SHA1(password) (the backend credential after a fast
+    /// auth, which proves only the sha2 stage1). None for the empty password.
+    Plain {
+        native: [u8; 20],
+        sha2: Sha2Stage2,
+        stage1: Option<Stage1>,
+    },
+    /// `MysqlNativePassword`: SHA1(SHA1(password)).
+    Native([u8; 20]),
+    /// `MysqlCachingSha2Password`: MySQL's sha256-crypt verifier.
+    CachingSha2(Box<Verifier>),
+}
+
 /// One accepted password of a user and where it leads on the backend.
 #[derive(Clone)]
 struct Entry {
-    stage2: [u8; 20],
+    secret: Secret,
     /// `BackendUser`: log in to the backend as this account instead.
     backend_user: Option<String>,
     /// `BackendPassword`, as what a login needs.
@@ -90,11 +126,42 @@ pub struct Authenticated {
     pub credential: Credential,
 }
 
+/// The answer to a caching_sha2_password fast-auth scramble.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sha2Fast {
+    /// It matches (AuthMoreData 0x03, then OK).
+    Accepted(Authenticated),
+    /// Not in the cache, or does not match: ask for the cleartext password
+    /// (AuthMoreData 0x04), as MySQL does on a cache miss.
+    FullAuth,
+}
+
+/// How many distinct successful passwords the cache keeps per user (a
+/// rotation has two live at once).
+const CACHE_PER_USER: usize = 4;
+
 /// The credential set loaded from a users file.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct Users {
     /// user name → every accepted password.
     users: HashMap<String, Vec<Entry>>,
+    /// caching_sha2_password's cache: user → SHA256(SHA256(pw)) of each
+    /// password that passed a full authentication, with what that login
+    /// mapped to. Lives and dies with this set: a reload (SIGHUP) makes a
+    /// new `Users`, so the cache is emptied, as MySQL empties it on
+    /// FLUSH PRIVILEGES. Process-wide (every worker sees every full auth);
+    /// the lock is held for a lookup or an insert only.
+    sha2_cache: Mutex<HashMap<String, Vec<(Sha2Stage2, Authenticated)>>>,
+}
+
+/// A copy starts with an empty cache.
+impl Clone for Users {
+    fn clone(&self) -> Users {
+        Users {
+            users: self.users.clone(),
+            sha2_cache: Mutex::default(),
+        }
+    }
 }
 
 // Hashes are secrets-equivalent for native auth (a stage2 hash plus a
@@ -151,12 +218,12 @@ impl Users {
             }
             let mut parsed = Vec::with_capacity(entries.len());
             for (i, entry) in entries.iter().enumerate() {
-                let stage2 = entry_stage2(entry).map_err(|r| bad(format!("entry {i}: {r}")))?;
+                let secret = entry_secret(entry).map_err(|r| bad(format!("entry {i}: {r}")))?;
                 if entry.backend_user.as_deref() == Some("") {
                     return Err(bad(format!("entry {i}: BackendUser must not be empty")));
                 }
                 parsed.push(Entry {
-                    stage2,
+                    secret,
                     backend_user: entry.backend_user.clone(),
                     backend_credential: entry.backend_password.as_ref().map(|p| {
                         if p.is_empty() {
@@ -169,7 +236,10 @@ impl Users {
             }
             users.insert(user, parsed);
         }
-        Ok(Users { users })
+        Ok(Users {
+            users,
+            sha2_cache: Mutex::default(),
+        })
     }
 
     /// Checks a mysql_native_password token for `user` against every entry.
@@ -187,19 +257,112 @@ impl Users {
         let entries = self.users.get(user)?;
         let mut found: Option<(&Entry, Credential)> = None;
         for e in entries {
-            let recovered = native_recover(&e.stage2, scramble, token);
+            let recovered = match &e.secret {
+                Secret::Plain { native, .. } | Secret::Native(native) => {
+                    native_recover(native, scramble, token)
+                }
+                // A sha256-crypt verifier cannot check a native token.
+                Secret::CachingSha2(_) => None,
+            };
             if found.is_none() {
                 found = recovered.map(|c| (e, c));
             }
         }
         let (entry, recovered) = found?;
-        Some(Authenticated {
-            backend_user: entry
-                .backend_user
-                .clone()
-                .unwrap_or_else(|| user.to_owned()),
-            credential: entry.backend_credential.clone().unwrap_or(recovered),
+        Some(entry.authenticated(user, recovered))
+    }
+
+    /// Whether `user` has an entry that caching_sha2_password can check
+    /// (`Password` or `MysqlCachingSha2Password`). A client that proposes
+    /// that plugin for a user with only native hashes is switched to
+    /// mysql_native_password, as before.
+    pub fn sha2_capable(&self, user: &str) -> bool {
+        self.users
+            .get(user)
+            .is_some_and(|es| es.iter().any(|e| !matches!(e.secret, Secret::Native(_))))
+    }
+
+    /// Whether every entry of `user` is a caching_sha2 verifier: a client
+    /// that answered with a native token is switched to
+    /// caching_sha2_password, as MySQL switches to the account's plugin.
+    pub fn sha2_only(&self, user: &str) -> bool {
+        self.users.get(user).is_some_and(|es| {
+            es.iter()
+                .all(|e| matches!(e.secret, Secret::CachingSha2(_)))
         })
+    }
+
+    /// Checks a caching_sha2_password fast-auth scramble for `nonce`:
+    /// against the cache of earlier full authentications, then against
+    /// `Password` entries. An empty token is the empty password, checked
+    /// at once (MySQL does the same).
+    pub fn sha2_fast(&self, user: &str, nonce: &[u8], token: &[u8]) -> Sha2Fast {
+        if token.is_empty() {
+            return match self.authenticate_cleartext(user, b"") {
+                Some(a) => Sha2Fast::Accepted(a),
+                None => Sha2Fast::FullAuth,
+            };
+        }
+        let cached = self.sha2_cache.lock().ok().and_then(|c| {
+            c.get(user).and_then(|list| {
+                list.iter()
+                    .find(|(s, _)| s.verify_fast(nonce, token))
+                    .map(|(_, a)| a.clone())
+            })
+        });
+        if let Some(a) = cached {
+            return Sha2Fast::Accepted(a);
+        }
+        let Some(entries) = self.users.get(user) else {
+            return Sha2Fast::FullAuth;
+        };
+        let mut found = None;
+        for e in entries {
+            if let Secret::Plain { sha2, stage1, .. } = &e.secret {
+                if sha2.verify_fast(nonce, token) && found.is_none() {
+                    let cred = stage1.map_or(Credential::Plaintext(Vec::new()), Credential::Stage1);
+                    found = Some(e.authenticated(user, cred));
+                }
+            }
+        }
+        found.map_or(Sha2Fast::FullAuth, Sha2Fast::Accepted)
+    }
+
+    /// Full authentication with the cleartext password (caching_sha2 over
+    /// a secure transport): checked against every kind of entry. A success
+    /// is cached for later fast auths of the same password.
+    pub fn authenticate_cleartext(&self, user: &str, password: &[u8]) -> Option<Authenticated> {
+        let entries = self.users.get(user)?;
+        let mut found = None;
+        for e in entries {
+            let ok = match &e.secret {
+                Secret::Plain { native, .. } | Secret::Native(native) => {
+                    ct_eq20(&native_stage2(password), native)
+                }
+                Secret::CachingSha2(v) => v.verify_cleartext(password),
+            };
+            if ok && found.is_none() {
+                let cred = if password.is_empty() {
+                    Credential::Plaintext(Vec::new())
+                } else {
+                    Credential::Stage1(Stage1::of_password(password))
+                };
+                found = Some(e.authenticated(user, cred));
+            }
+        }
+        let auth = found?;
+        if !password.is_empty() {
+            if let Ok(mut cache) = self.sha2_cache.lock() {
+                let list = cache.entry(user.to_owned()).or_default();
+                let stage2 = Sha2Stage2::of_password(password);
+                list.retain(|(s, _)| *s != stage2);
+                if list.len() >= CACHE_PER_USER {
+                    list.remove(0);
+                }
+                list.push((stage2, auth.clone()));
+            }
+        }
+        Some(auth)
     }
 
     /// Whether any entry names a backend account (`BackendUser` or
@@ -225,21 +388,54 @@ impl Users {
     }
 }
 
-/// Derives the stage2 hash of one entry. A non-empty `MysqlNativePassword`
-/// wins over `Password`, as in Vitess; an empty `MysqlNativePassword` alone
-/// means an empty password, as an empty `authentication_string` does in
-/// MySQL.
-fn entry_stage2(e: &RawEntry) -> Result<[u8; 20], String> {
-    match (&e.mysql_native_password, &e.password) {
-        (Some(h), _) if !h.is_empty() => {
-            parse_mysql_hash(h).map_err(|err| format!("MysqlNativePassword: {err}"))
-        }
-        (_, Some(p)) => Ok(native_stage2(p.as_bytes())),
-        (Some(_), None) => Ok(native_stage2(b"")),
-        (None, None) => {
-            Err("entry has neither \"Password\" nor \"MysqlNativePassword\"".to_owned())
+impl Entry {
+    /// The login this entry maps to, `recovered` being the credential the
+    /// client's own login proved.
+    fn authenticated(&self, user: &str, recovered: Credential) -> Authenticated {
+        Authenticated {
+            backend_user: self.backend_user.clone().unwrap_or_else(|| user.to_owned()),
+            credential: self.backend_credential.clone().unwrap_or(recovered),
         }
     }
+}
+
+/// Derives what one entry keeps. A non-empty `MysqlCachingSha2Password`
+/// or `MysqlNativePassword` wins over `Password` (the hash is what the
+/// operator meant to deploy), as `MysqlNativePassword` does in Vitess; an
+/// empty `MysqlNativePassword` alone means an empty password, as an empty
+/// `authentication_string` does in MySQL.
+fn entry_secret(e: &RawEntry) -> Result<Secret, String> {
+    if let Some(v) = e.mysql_caching_sha2_password.as_deref() {
+        if !v.is_empty() {
+            return Verifier::parse(v)
+                .map(|v| Secret::CachingSha2(Box::new(v)))
+                .map_err(|err| format!("MysqlCachingSha2Password: {err}"));
+        }
+    }
+    match (&e.mysql_native_password, &e.password) {
+        (Some(h), _) if !h.is_empty() => parse_mysql_hash(h)
+            .map(Secret::Native)
+            .map_err(|err| format!("MysqlNativePassword: {err}")),
+        (_, Some(p)) => Ok(Secret::Plain {
+            native: native_stage2(p.as_bytes()),
+            sha2: Sha2Stage2::of_password(p.as_bytes()),
+            stage1: (!p.is_empty()).then(|| Stage1::of_password(p.as_bytes())),
+        }),
+        (Some(_), None) => Ok(Secret::Native(native_stage2(b""))),
+        (None, None) => Err(
+            "entry has none of \"Password\", \"MysqlNativePassword\" and \"MysqlCachingSha2Password\""
+                .to_owned(),
+        ),
+    }
+}
+
+/// Constant-time equality of two 20-byte digests.
+fn ct_eq20(a: &[u8; 20], b: &[u8; 20]) -> bool {
+    let diff = a
+        .iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
 }
 
 #[cfg(test)]
@@ -340,6 +536,79 @@ mod tests {
         assert!(!format!("{u:?}").contains("rpt"));
         let err = Users::parse(r#"{"e": [{"Password": "p", "BackendUser": ""}]}"#).unwrap_err();
         assert!(err.to_string().contains("BackendUser"), "{err}");
+    }
+
+    /// MySQL 8's verifier for `foobar` (see caching_sha2.rs), in hex.
+    const FOOBAR_SHA2: &str = "24412430303524031A69251C34295C4B35167C7F1E5A7B63091349503974624D34504B5A424679354856336868686F52485A736E4A733368786E427575516C73446469496537";
+
+    #[test]
+    fn caching_sha2_entries_fast_and_full() {
+        use crate::mysql::caching_sha2::scramble;
+        let u = Users::parse(&format!(
+            r#"{{"erin": [{{"MysqlCachingSha2Password": "{FOOBAR_SHA2}"}}],
+                "fay": [{{"Password": "pw"}}],
+                "gus": [{{"MysqlNativePassword": "*6BB4837EB74329105EE4568DDA7DC67ED2CA2AD9"}}],
+                "anon": [{{"Password": ""}}]}}"#
+        ))
+        .unwrap();
+        assert!(u.sha2_capable("erin") && u.sha2_only("erin"));
+        assert!(u.sha2_capable("fay") && !u.sha2_only("fay"));
+        assert!(!u.sha2_capable("gus") && !u.sha2_only("gus"));
+        assert!(!u.sha2_capable("nobody") && !u.sha2_only("nobody"));
+        // A verifier entry: a native token can never match it.
+        assert!(!u.verify_native("erin", SCRAMBLE, &native_token(b"foobar", SCRAMBLE)));
+        // Fast auth before any full auth: a cache miss.
+        let tok = scramble(b"foobar", SCRAMBLE);
+        assert_eq!(u.sha2_fast("erin", SCRAMBLE, &tok), Sha2Fast::FullAuth);
+        assert_eq!(u.authenticate_cleartext("erin", b"foobaR"), None);
+        assert_eq!(u.sha2_fast("erin", SCRAMBLE, &tok), Sha2Fast::FullAuth);
+        let a = u.authenticate_cleartext("erin", b"foobar").unwrap();
+        assert_eq!(a.backend_user, "erin");
+        assert_eq!(a.credential.stage1(), Some(Stage1::of_password(b"foobar")));
+        // Now cached: fast auth for another nonce, with the same backend credential.
+        let other = b"ZYXWVUTSRQponmlkjihg";
+        assert_eq!(
+            u.sha2_fast("erin", other, &scramble(b"foobar", other)),
+            Sha2Fast::Accepted(a.clone())
+        );
+        assert_eq!(
+            u.sha2_fast("erin", other, &scramble(b"foobaR", other)),
+            Sha2Fast::FullAuth
+        );
+        // A reload (a new set) starts with an empty cache; so does a clone.
+        assert_eq!(
+            u.clone()
+                .sha2_fast("erin", other, &scramble(b"foobar", other)),
+            Sha2Fast::FullAuth
+        );
+        // Password entries need no cache; native-hash entries take full auth.
+        let f = u.sha2_fast("fay", SCRAMBLE, &scramble(b"pw", SCRAMBLE));
+        let Sha2Fast::Accepted(f) = f else {
+            panic!("{f:?}")
+        };
+        assert_eq!(f.credential.stage1(), Some(Stage1::of_password(b"pw")));
+        assert_eq!(
+            u.sha2_fast("fay", SCRAMBLE, &scramble(b"px", SCRAMBLE)),
+            Sha2Fast::FullAuth
+        );
+        assert!(u.authenticate_cleartext("gus", b"123456").is_some());
+        assert!(u.authenticate_cleartext("fay", b"pw").is_some());
+        assert!(u.authenticate_cleartext("nobody", b"pw").is_none());
+        // The empty password: an empty token, answered at once.
+        assert!(matches!(
+            u.sha2_fast("anon", SCRAMBLE, &[]),
+            Sha2Fast::Accepted(_)
+        ));
+        assert_eq!(u.sha2_fast("fay", SCRAMBLE, &[]), Sha2Fast::FullAuth);
+        assert_eq!(u.sha2_fast("nobody", SCRAMBLE, &tok), Sha2Fast::FullAuth);
+        let text = format!("{u:?} {a:?}");
+        assert!(!text.contains("foobar") && !text.contains("2441"), "{text}");
+        let err =
+            Users::parse(r#"{"h": [{"MysqlCachingSha2Password": "$A$005$short"}]}"#).unwrap_err();
+        assert!(
+            err.to_string().contains("MysqlCachingSha2Password"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::ids::{IdentityId, LeaseSetup, PoolKey};
 use super::multiplex::{self, PinReason, TxState};
 use super::registry::{intercept, Registry};
 use super::relay::{Relay, RelayEnd, RelayEvent, RelayOp, RelayTimeouts};
-use crate::metrics::RejectReason;
+use crate::metrics::{AuthPath, RejectReason};
 use crate::mysql::auth::NATIVE_PASSWORD;
 use crate::mysql::constants::*;
 use crate::mysql::handshake::{self, ClientHello, Greeting, HandshakeResponse};
@@ -134,6 +134,8 @@ pub enum SessionAction {
     /// giving the backend back; hand its result (`res`) and the session
     /// buffer to [`Session::on_client_read`] again.
     Redeliver(i32),
+    /// A login was authenticated, by plugin and path.
+    Auth(AuthPath),
     /// A refused connection, by reason.
     Reject(RejectReason),
     /// One line for the log; the driver rate-limits it and adds the peer.
@@ -258,6 +260,8 @@ pub struct Session {
     client_caps: u32,
     /// `--pooling transaction`.
     transaction_pooling: bool,
+    /// A caching_sha2_password login's step (session_sha2.rs).
+    sha2: Sha2Phase,
     /// Transaction pooling: what the session carries between backend
     /// connections (from login on).
     tx: Option<Box<TxState>>,
@@ -290,6 +294,7 @@ impl Session {
             client_leg: None,
             client_caps: 0,
             transaction_pooling: n.transaction_pooling,
+            sha2: Sha2Phase::Off,
             tx: None,
         };
         if n.over_limit {
@@ -674,6 +679,9 @@ impl Session {
         // pipelined: it stays in the buffer for the relay.
         out.push(SessionAction::Consume(consumed));
         if matches!(self.state, State::ReadSwitchResponse) {
+            if self.sha2 != Sha2Phase::Off {
+                return self.sha2_on_packet(&payload, ctx, out);
+            }
             return self.verify(&payload, ctx, out);
         }
         match handshake::parse_handshake_response(&payload) {
@@ -732,6 +740,15 @@ impl Session {
             used_password: !hello.auth_response.is_empty(),
             connect_attrs: hello.connect_attrs,
         });
+        if self.sha2_on_hello(
+            caps,
+            hello.auth_plugin.as_deref(),
+            &hello.auth_response,
+            ctx,
+            out,
+        ) {
+            return;
+        }
         let plugin_ok = caps & CLIENT_PLUGIN_AUTH == 0
             || hello
                 .auth_plugin
@@ -758,18 +775,11 @@ impl Session {
         }
         if let Some(auth) = ctx.users.authenticate(&login.user, &self.scramble, token) {
             self.state = State::WaitBackend;
+            out.push(SessionAction::Auth(AuthPath::Native));
             out.push(SessionAction::Authenticated(Box::new(auth)));
             return;
         }
-        // Same message for an unknown user and a wrong password, so the
-        // answer does not reveal which users exist.
-        let msg = format!(
-            "Access denied for user '{}'@'{}' (using password: {})",
-            login.user,
-            self.peer_host,
-            if login.used_password { "YES" } else { "NO" }
-        );
-        self.login_failed(RejectReason::Auth, ER_ACCESS_DENIED_ERROR, &msg, out);
+        self.access_denied(ctx, out);
     }
 
     /// The backend identity of this login is known: ask for a connection
@@ -811,7 +821,10 @@ impl Session {
         }
         self.leasing = false;
         self.has_backend = true;
-        let (bytes, next) = packet(self.seq, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
+        // After a caching_sha2 fast auth, its 0x01 0x03 goes first.
+        let mut bytes = self.sha2_ok_prefix();
+        let (ok, next) = packet(self.seq, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
+        bytes.extend_from_slice(&ok);
         self.seq = next;
         self.state = State::SendAuthOk;
         out.push(SessionAction::SendClient(bytes));
@@ -1222,6 +1235,10 @@ impl Session {
 
 #[path = "session_change_user.rs"]
 mod change_user;
+
+#[path = "session_sha2.rs"]
+mod sha2;
+use sha2::Sha2Phase;
 
 #[cfg(test)]
 #[path = "session_tests.rs"]

@@ -185,7 +185,12 @@ fn wrong_password_gets_1045_with_mysqls_text() {
 #[test]
 fn caching_sha2_client_is_switched_and_a_wrong_answer_gets_1045() {
     let now = Instant::now();
-    let u = users();
+    // A user with only a native hash: caching_sha2 cannot check it, so
+    // the client is switched to mysql_native_password (session_sha2.rs).
+    let u = Users::parse(
+        r#"{"app": [{"MysqlNativePassword": "*D821809F681A40A6E379B50D0463EFAE20BDD122"}]}"#,
+    )
+    .unwrap();
     let (mut s, _) = new_session(now, false);
     let out = login(&mut s, &hello("pw", "caching_sha2_password"), &u, now);
     let switch = &sent(&out)[0];

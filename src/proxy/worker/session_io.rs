@@ -554,6 +554,9 @@ impl Worker {
                 self.metrics().commands_total.fetch_add(1, Relaxed);
             }
             SessionAction::Reject(reason) => self.metrics().reject(reason),
+            SessionAction::Auth(path) => {
+                self.metrics().client_auth_total[path.index()].fetch_add(1, Relaxed);
+            }
             SessionAction::Log(msg) => {
                 if self.log_limiter.allow(now) {
                     let user = slot.session.user().unwrap_or("");

@@ -1,0 +1,445 @@
+//! caching_sha2_password on the client side of the proxy (the front end).
+//!
+//! ```text
+//! client                                  ringgate
+//! HandshakeResponse (plugin caching_sha2,
+//!   32-byte scramble of the greeting's nonce) ->
+//!                                         <- 0x01 0x03 (fast auth: cache hit
+//!                                            or a `Password` entry), then OK
+//!                                         <- 0x01 0x04 (perform full auth)
+//! cleartext password NUL               ->    unix socket only, for now
+//!                                         <- OK | ERR 1045
+//! ```
+//!
+//! A client that answers with a native token for a user whose entries are
+//! all caching_sha2 verifiers gets an AuthSwitchRequest to
+//! caching_sha2_password with the same nonce, as MySQL switches a client
+//! to the account's plugin. Over TCP without TLS the cleartext is refused:
+//! MySQL without RSA keys answers whatever comes (a public-key request
+//! 0x02, or anything else) with ERR 1045, and so does ringgate until
+//! `--rsa-key` and TLS exist. Follows MySQL 8.0/8.4's sql/auth/sha2_password.cc.
+
+use super::*;
+use crate::metrics::AuthPath;
+use crate::mysql::caching_sha2::{
+    CACHING_SHA2_PASSWORD, FAST_AUTH_SUCCESS, PERFORM_FULL_AUTHENTICATION,
+};
+use crate::mysql::users::Sha2Fast;
+
+/// AuthMoreData's header byte.
+const AUTH_MORE_DATA: u8 = 0x01;
+
+/// Where a caching_sha2_password login is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Sha2Phase {
+    /// Not a caching_sha2 login.
+    #[default]
+    Off,
+    /// An AuthSwitchRequest to caching_sha2_password is out: the answer is
+    /// a fast-auth scramble.
+    Switched,
+    /// 0x01 0x04 is out: the answer is the cleartext password.
+    FullAuth,
+    /// Fast auth succeeded: 0x01 0x03 goes out just before the login OK.
+    FastOk,
+}
+
+impl Session {
+    /// The HandshakeResponse is read (the login recorded): take the login
+    /// over if it is a caching_sha2 one. `plugin`: the client's plugin,
+    /// `None` without CLIENT_PLUGIN_AUTH.
+    pub(super) fn sha2_on_hello(
+        &mut self,
+        caps: u32,
+        plugin: Option<&str>,
+        token: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) -> bool {
+        let Some(user) = self.login.as_ref().map(|l| l.user.clone()) else {
+            return false;
+        };
+        let plugin = if caps & CLIENT_PLUGIN_AUTH != 0 {
+            plugin
+        } else {
+            None
+        };
+        if plugin == Some(CACHING_SHA2_PASSWORD) && ctx.users.sha2_capable(&user) {
+            self.sha2_fast(token, ctx, out);
+            return true;
+        }
+        if caps & CLIENT_PLUGIN_AUTH != 0 && ctx.users.sha2_only(&user) {
+            let switch =
+                handshake::build_auth_switch_request(CACHING_SHA2_PASSWORD, &self.scramble);
+            self.sha2 = Sha2Phase::Switched;
+            self.send_login_packet(&switch, out);
+            return true;
+        }
+        false
+    }
+
+    /// The client's answer to the AuthSwitchRequest or to 0x01 0x04.
+    pub(super) fn sha2_on_packet(
+        &mut self,
+        payload: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        match self.sha2 {
+            Sha2Phase::Switched => self.sha2_fast(payload, ctx, out),
+            Sha2Phase::FullAuth => self.sha2_full(payload, ctx, out),
+            Sha2Phase::Off | Sha2Phase::FastOk => self.close(out),
+        }
+    }
+
+    fn sha2_fast(&mut self, token: &[u8], ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
+        let Some(login) = self.login.as_mut() else {
+            return self.close(out);
+        };
+        login.used_password = !token.is_empty();
+        match ctx.users.sha2_fast(&login.user, &self.scramble, token) {
+            Sha2Fast::Accepted(auth) => {
+                self.sha2 = Sha2Phase::FastOk;
+                out.push(SessionAction::Auth(AuthPath::Sha2Fast));
+                self.state = State::WaitBackend;
+                out.push(SessionAction::Authenticated(Box::new(auth)));
+            }
+            Sha2Fast::FullAuth => {
+                self.sha2 = Sha2Phase::FullAuth;
+                self.send_login_packet(&[AUTH_MORE_DATA, PERFORM_FULL_AUTHENTICATION], out);
+            }
+        }
+    }
+
+    fn sha2_full(&mut self, payload: &[u8], ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
+        let Some(login) = self.login.as_mut() else {
+            return self.close(out);
+        };
+        login.used_password = true;
+        let user = login.user.clone();
+        if !self.over_unix_socket() {
+            // Cleartext over plain TCP would expose the password, and there
+            // is no RSA key to encrypt it with: MySQL without RSA keys and
+            // TLS answers 1045 (and logs this) whatever the client sends,
+            // the public-key request 0x02 included.
+            out.push(SessionAction::Log(
+                "caching_sha2_password full authentication over TCP needs TLS or RSA keys, \
+                 which ringgate does not offer yet (use the unix socket, or a cached fast auth)"
+                    .into(),
+            ));
+            return self.access_denied(ctx, out);
+        }
+        // The client sends the password NUL-terminated.
+        let password = payload.strip_suffix(&[0]).unwrap_or(payload);
+        match ctx.users.authenticate_cleartext(&user, password) {
+            Some(auth) => {
+                self.sha2 = Sha2Phase::Off;
+                out.push(SessionAction::Auth(AuthPath::Sha2Full));
+                self.state = State::WaitBackend;
+                out.push(SessionAction::Authenticated(Box::new(auth)));
+            }
+            None => self.access_denied(ctx, out),
+        }
+    }
+
+    /// A login-phase packet that the client answers: written in
+    /// `State::AuthSwitch`, its answer read in `State::ReadSwitchResponse`.
+    fn send_login_packet(&mut self, payload: &[u8], out: &mut Vec<SessionAction>) {
+        let (bytes, next) = packet(self.seq, payload);
+        self.seq = next;
+        self.state = State::AuthSwitch;
+        out.push(SessionAction::SendClient(bytes));
+    }
+
+    /// After a fast auth, the 0x01 0x03 that precedes the login OK (empty
+    /// otherwise); advances the sequence id.
+    pub(super) fn sha2_ok_prefix(&mut self) -> Vec<u8> {
+        if self.sha2 != Sha2Phase::FastOk {
+            return Vec::new();
+        }
+        self.sha2 = Sha2Phase::Off;
+        let (bytes, next) = packet(self.seq, &[AUTH_MORE_DATA, FAST_AUTH_SUCCESS]);
+        self.seq = next;
+        bytes
+    }
+
+    /// A unix-socket client: the worker names its peer host `localhost`
+    /// (a TCP peer is always an IP address).
+    fn over_unix_socket(&self) -> bool {
+        self.peer_host == "localhost"
+    }
+
+    /// The refusal the server gives for a bad password or unknown user.
+    pub(super) fn access_denied(&mut self, _ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
+        let Some(login) = self.login.as_ref() else {
+            return self.close(out);
+        };
+        // Same message for an unknown user and a wrong password, so the
+        // answer does not reveal which users exist.
+        let msg = format!(
+            "Access denied for user '{}'@'{}' (using password: {})",
+            login.user,
+            self.peer_host,
+            if login.used_password { "YES" } else { "NO" }
+        );
+        self.login_failed(RejectReason::Auth, ER_ACCESS_DENIED_ERROR, &msg, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mysql::auth::native_token;
+    use crate::mysql::caching_sha2::scramble;
+    use crate::mysql::handshake::build_handshake_response;
+    use crate::mysql::packet::split_packet;
+
+    const NONCE: [u8; 20] = *b"0123456789abcdefghij";
+    /// MySQL 8's verifier for `foobar` (caching_sha2.rs's vector).
+    const FOOBAR: &str = "24412430303524031A69251C34295C4B35167C7F1E5A7B63091349503974624D34504B5A424679354856336868686F52485A736E4A733368786E427575516C73446469496537";
+
+    fn users() -> Users {
+        Users::parse(&format!(
+            r#"{{"erin": [{{"MysqlCachingSha2Password": "{FOOBAR}"}}],
+                "fay": [{{"Password": "pw"}}]}}"#
+        ))
+        .unwrap()
+    }
+
+    fn ctx(users: &Users) -> SessionCtx<'_> {
+        static REGISTRY: std::sync::LazyLock<Registry> =
+            std::sync::LazyLock::new(Registry::default);
+        SessionCtx {
+            users,
+            now: Instant::now(),
+            max_packet_size: 64 << 20,
+            handshake_timeout: Duration::from_secs(10),
+            timeouts: RelayTimeouts {
+                idle: Duration::ZERO,
+                client_write: Duration::from_secs(30),
+                backend_read: Duration::ZERO,
+            },
+            draining: false,
+            read_buffer_size: 16 * 1024,
+            registry: &REGISTRY,
+        }
+    }
+
+    /// A session past its greeting, from `peer_host` ("localhost": the
+    /// unix socket).
+    fn session(u: &Users, peer_host: &str) -> Session {
+        let mut out = Vec::new();
+        let mut s = Session::new(
+            NewSession {
+                scramble: NONCE,
+                connection_id: 1,
+                capabilities: PROXY_CAPS,
+                ext_capabilities: 0,
+                server_version: "8.4.0-ringgate".into(),
+                peer_host: peer_host.into(),
+                now: Instant::now(),
+                over_limit: false,
+                transaction_pooling: false,
+            },
+            &mut out,
+        );
+        out.clear();
+        s.on_client_write(100, &[], &ctx(u), &mut out);
+        s
+    }
+
+    fn hello(user: &str, plugin: &str, token: Vec<u8>) -> Vec<u8> {
+        let payload = build_handshake_response(&HandshakeResponse {
+            capabilities: PROXY_CAPS,
+            max_packet_size: 1 << 24,
+            charset: UTF8MB4_GENERAL_CI,
+            username: user.into(),
+            auth_response: token,
+            database: None,
+            auth_plugin: Some(plugin.into()),
+            connect_attrs: Vec::new(),
+        });
+        let mut v = Vec::new();
+        write_packet(&mut v, 1, &payload);
+        v
+    }
+
+    /// Feeds client bytes; returns the actions and the one packet sent
+    /// (seq, payload), written at once.
+    fn feed(
+        s: &mut Session,
+        u: &Users,
+        bytes: &[u8],
+    ) -> (Vec<SessionAction>, Option<(u8, Vec<u8>)>) {
+        let mut out = Vec::new();
+        s.on_client_read(bytes.len() as i32, bytes, &ctx(u), &mut out);
+        let sent = out.iter().find_map(|a| match a {
+            SessionAction::SendClient(b) => {
+                let p = split_packet(b).unwrap().0;
+                Some((p.seq, p.payload.to_vec()))
+            }
+            _ => None,
+        });
+        if let Some((_, ref p)) = sent {
+            let mut more = Vec::new();
+            s.on_client_write(p.len() as i32 + 4, &[], &ctx(u), &mut more);
+            out.extend(more);
+        }
+        (out, sent)
+    }
+
+    fn packet_of(seq: u8, payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        write_packet(&mut v, seq, payload);
+        v
+    }
+
+    fn authenticated(out: &[SessionAction]) -> Option<Authenticated> {
+        out.iter().find_map(|a| match a {
+            SessionAction::Authenticated(a) => Some((**a).clone()),
+            _ => None,
+        })
+    }
+
+    /// The lease: the bytes before the OK.
+    fn ok_bytes(s: &mut Session) -> Vec<u8> {
+        s.on_identity(IdentityId(7), &mut Vec::new());
+        let mut out = Vec::new();
+        let u = users();
+        s.on_leased(&[], &ctx(&u), &mut out);
+        match &out[..] {
+            [SessionAction::SendClient(b)] => b.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn full_auth_over_the_unix_socket_then_fast_auth() {
+        let u = users();
+        let mut s = session(&u, "localhost");
+        let (_, sent) = feed(
+            &mut s,
+            &u,
+            &hello("erin", CACHING_SHA2_PASSWORD, scramble(b"foobar", &NONCE)),
+        );
+        assert_eq!(sent, Some((2, vec![0x01, 0x04])), "cache miss: full auth");
+        let (out, _) = feed(&mut s, &u, &packet_of(3, b"foobar\0"));
+        assert!(out.contains(&SessionAction::Auth(AuthPath::Sha2Full)));
+        let auth = authenticated(&out).expect("accepted");
+        assert_eq!(auth.backend_user, "erin");
+        let ok = ok_bytes(&mut s);
+        assert_eq!((ok[3], ok[4]), (4, 0x00), "OK with sequence id 4");
+
+        // A second connection (another nonce would do as well): fast auth.
+        let mut s = session(&u, "127.0.0.1");
+        let (out, sent) = feed(
+            &mut s,
+            &u,
+            &hello("erin", CACHING_SHA2_PASSWORD, scramble(b"foobar", &NONCE)),
+        );
+        assert_eq!(sent, None);
+        assert!(out.contains(&SessionAction::Auth(AuthPath::Sha2Fast)));
+        assert_eq!(authenticated(&out), Some(auth));
+        let ok = ok_bytes(&mut s);
+        assert_eq!(
+            &ok[..6],
+            &[2, 0, 0, 2, 0x01, 0x03],
+            "0x01 0x03 first, seq 2"
+        );
+        assert_eq!((ok[9], ok[10]), (3, 0x00), "then the OK, seq 3");
+    }
+
+    #[test]
+    fn full_auth_over_tcp_is_refused_with_1045() {
+        let u = users();
+        let mut s = session(&u, "127.0.0.1");
+        let (_, sent) = feed(
+            &mut s,
+            &u,
+            &hello("erin", CACHING_SHA2_PASSWORD, scramble(b"foobar", &NONCE)),
+        );
+        assert_eq!(sent, Some((2, vec![0x01, 0x04])));
+        // PyMySQL asks for the public key.
+        let (out, sent) = feed(&mut s, &u, &packet_of(3, &[0x02]));
+        let (seq, err) = sent.unwrap();
+        assert_eq!(
+            (seq, err[0], u16::from_le_bytes([err[1], err[2]])),
+            (4, 0xff, 1045)
+        );
+        let text = String::from_utf8_lossy(&err);
+        assert!(
+            text.ends_with("Access denied for user 'erin'@'127.0.0.1' (using password: YES)"),
+            "{text}"
+        );
+        assert!(out.contains(&SessionAction::Reject(RejectReason::Auth)));
+        assert!(authenticated(&out).is_none());
+    }
+
+    #[test]
+    fn a_wrong_cleartext_password_gets_1045_and_is_not_cached() {
+        let u = users();
+        let mut s = session(&u, "localhost");
+        feed(
+            &mut s,
+            &u,
+            &hello("erin", CACHING_SHA2_PASSWORD, scramble(b"nope", &NONCE)),
+        );
+        let (out, sent) = feed(&mut s, &u, &packet_of(3, b"nope\0"));
+        assert_eq!(
+            u16::from_le_bytes([sent.as_ref().unwrap().1[1], sent.unwrap().1[2]]),
+            1045
+        );
+        assert!(authenticated(&out).is_none());
+        let text = format!("{out:?}");
+        assert!(!text.contains("nope"), "{text}");
+        let mut s = session(&u, "localhost");
+        let (_, sent) = feed(
+            &mut s,
+            &u,
+            &hello("erin", CACHING_SHA2_PASSWORD, scramble(b"nope", &NONCE)),
+        );
+        assert_eq!(sent, Some((2, vec![0x01, 0x04])));
+    }
+
+    #[test]
+    fn a_native_answer_for_a_sha2_only_user_is_switched() {
+        let u = users();
+        let mut s = session(&u, "localhost");
+        let (_, sent) = feed(
+            &mut s,
+            &u,
+            &hello("erin", NATIVE_PASSWORD, native_token(b"foobar", &NONCE)),
+        );
+        let (seq, switch) = sent.unwrap();
+        assert_eq!(seq, 2);
+        let mut want = vec![0xfe];
+        want.extend_from_slice(b"caching_sha2_password\0");
+        want.extend_from_slice(&NONCE);
+        want.push(0);
+        assert_eq!(switch, want);
+        let (_, sent) = feed(&mut s, &u, &packet_of(3, &scramble(b"foobar", &NONCE)));
+        assert_eq!(sent, Some((4, vec![0x01, 0x04])));
+        let (out, _) = feed(&mut s, &u, &packet_of(5, b"foobar\0"));
+        assert!(authenticated(&out).is_some());
+    }
+
+    #[test]
+    fn a_password_entry_takes_fast_auth_at_once_and_native_still_works() {
+        let u = users();
+        let mut s = session(&u, "127.0.0.1");
+        let (out, sent) = feed(
+            &mut s,
+            &u,
+            &hello("fay", CACHING_SHA2_PASSWORD, scramble(b"pw", &NONCE)),
+        );
+        assert_eq!(sent, None);
+        assert!(out.contains(&SessionAction::Auth(AuthPath::Sha2Fast)));
+        let mut s = session(&u, "127.0.0.1");
+        let (out, _) = feed(
+            &mut s,
+            &u,
+            &hello("fay", NATIVE_PASSWORD, native_token(b"pw", &NONCE)),
+        );
+        assert!(out.contains(&SessionAction::Auth(AuthPath::Native)));
+    }
+}
