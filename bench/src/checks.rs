@@ -25,13 +25,20 @@ pub fn mode_problem(m: &HashMap<String, f64>, want: &str) -> Option<String> {
         Some(&slots) if want == "fixed" && slots <= 0.0 => Some(format!(
             "buffer mode is fixed but {key} = {slots}: no registered slots"
         )),
+        Some(_)
+            if want == "ring"
+                && m.get("ringgate_read_buffer_ring_buffers")
+                    .is_none_or(|&n| n <= 0.0) =>
+        {
+            Some("buffer mode is ring but ringgate_read_buffer_ring_buffers is not > 0".into())
+        }
         Some(_) => None,
     }
 }
 
 /// What is not back to rest once every bench client is gone: a client connection or its
 /// buffer, a busy backend, backend buffers that do not match the backend connections, and
-/// (fixed mode) slots that are neither free nor held.
+/// (fixed mode) slots that are neither free nor held, (ring mode) ring buffers still held.
 pub fn leak_problems(m: &HashMap<String, f64>) -> Vec<String> {
     let mut p = Vec::new();
     let mut get = |k: &str| match m.get(k) {
@@ -75,6 +82,12 @@ pub fn leak_problems(m: &HashMap<String, f64>) -> Vec<String> {
                  0..={fallbacks} (heap fallbacks)",
                 in_use_client + in_use_backend
             ));
+        }
+    }
+    // Ring mode: every provided-ring buffer is back once nothing is relayed.
+    if let Some(&held) = m.get("ringgate_read_buffer_ring_in_use") {
+        if held != 0.0 {
+            p.push(format!("{held} provided-ring buffers still hold bytes"));
         }
     }
     p

@@ -1,7 +1,7 @@
 //! ringgate-bench: `make bench`.
 //!
 //!   ringgate-bench run   [options]   the whole benchmark: MariaDB sandbox, HAProxy, ringgate
-//!                                    fixed + heap, direct; scenarios in interleaved rounds;
+//!                                    fixed + ring + heap, direct; scenarios in interleaved rounds;
 //!                                    sysbench; results under bench/results/<timestamp>/
 //!   ringgate-bench smoke [options]   the same with the smoke profile (a few seconds per
 //!                                    scenario, fixed + direct), reusing a running sandbox
@@ -10,7 +10,7 @@
 //!
 //! Options (each also as an environment variable):
 //!   --profile quick|full|smoke       BENCH_PROFILE      (default quick)
-//!   --targets fixed,heap,direct,haproxy   BENCH_TARGETS
+//!   --targets fixed,ring,heap,direct,haproxy   BENCH_TARGETS
 //!   --scenarios connect,point-select,large-result   BENCH_SCENARIOS
 //!   --rate N        open loop, N operations/s per cell, coordinated-omission corrected  BENCH_RATE
 //!   --rounds N      BENCH_ROUNDS        --duration SECS  BENCH_DURATION (per round)
@@ -18,7 +18,8 @@
 //!   --out DIR       BENCH_OUT           (default bench/results/<timestamp>)
 //!   --ringgate-bin PATH  RINGGATE_BIN   (default target/release/ringgate)
 //!   --mysql-port N  BENCH_MYSQL_PORT    (default 3408; sandbox in target/bench-mariadb)
-//!   --base-port N   BENCH_BASE_PORT     (default 16400: haproxy +0, fixed +1, heap +2, metrics +11/+12)
+//!   --base-port N   BENCH_BASE_PORT     (default 16400: haproxy +0, fixed +1, heap +2, ring +3,
+//!                                       metrics +11/+12/+13)
 //! load: --host H --port P --user U --password PW --db D --scenario S --concurrency N
 //!       [--row-bytes N] [--table-size N] [--duration S] [--warmup S] [--rate N]
 
@@ -75,7 +76,7 @@ struct Profile {
 
 fn profile(name: &str) -> Res<Profile> {
     let all = || {
-        ["fixed", "heap", "direct", "haproxy"]
+        ["fixed", "ring", "heap", "direct", "haproxy"]
             .iter()
             .map(|s| s.to_string())
             .collect()
@@ -479,8 +480,10 @@ struct Ports {
     haproxy: u16,
     fixed: u16,
     heap: u16,
+    ring: u16,
     fixed_metrics: u16,
     heap_metrics: u16,
+    ring_metrics: u16,
 }
 
 fn addr(port: u16) -> SocketAddr {
@@ -1129,9 +1132,9 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
             .filter(|s| !s.is_empty())
             .collect();
         for t in &prof.targets {
-            if !["fixed", "heap", "direct", "haproxy"].contains(&t.as_str()) {
+            if !["fixed", "ring", "heap", "direct", "haproxy"].contains(&t.as_str()) {
                 return Err(format!(
-                    "unknown target {t:?} (fixed, heap, direct, haproxy)"
+                    "unknown target {t:?} (fixed, ring, heap, direct, haproxy)"
                 ));
             }
         }
@@ -1187,7 +1190,12 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
         .get("ringgate-bin", "RINGGATE_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target/release/ringgate"));
-    if prof.targets.iter().any(|t| t == "fixed" || t == "heap") && !bin.is_file() {
+    if prof
+        .targets
+        .iter()
+        .any(|t| t == "fixed" || t == "heap" || t == "ring")
+        && !bin.is_file()
+    {
         return Err(format!(
             "{} not found: build it first (cargo build --release)",
             bin.display()
@@ -1210,8 +1218,10 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
         haproxy: base,
         fixed: base + 1,
         heap: base + 2,
+        ring: base + 3,
         fixed_metrics: base + 11,
         heap_metrics: base + 12,
+        ring_metrics: base + 13,
     };
     let mut targets = Vec::new();
     let mut warnings = Vec::new();
@@ -1232,6 +1242,16 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
                 &bin,
                 ports.heap,
                 ports.heap_metrics,
+                &backend,
+                &users,
+                &run_dir,
+                &prof,
+            )?,
+            "ring" => start_ringgate(
+                "ring",
+                &bin,
+                ports.ring,
+                ports.ring_metrics,
                 &backend,
                 &users,
                 &run_dir,

@@ -329,6 +329,24 @@ pub fn table(s: &Summary, markdown: bool) -> String {
             ),
             _ => String::new(),
         };
+        let ring = recs.iter().find(|r| r.target == "ring");
+        let fh = match (ring, heap) {
+            (Some(r), Some(h)) => {
+                let rh = format!(
+                    "ring/heap: p50 {} p99 {} p99.9 {} ops/s {}",
+                    ratio(r.latency.p50_us as f64, h.latency.p50_us as f64),
+                    ratio(r.latency.p99_us as f64, h.latency.p99_us as f64),
+                    ratio(r.latency.p999_us as f64, h.latency.p999_us as f64),
+                    ratio(r.rate, h.rate),
+                );
+                if fh.is_empty() {
+                    rh
+                } else {
+                    format!("{fh}; {rh}")
+                }
+            }
+            _ => fh,
+        };
         if markdown {
             let _ = writeln!(o, "#### {label}\n");
             let _ = writeln!(o, "| {} |", cols.join(" | "));
@@ -603,6 +621,7 @@ pub fn target_color(t: &str) -> &'static str {
     match t {
         "fixed" => "#d62728",
         "heap" => "#1f77b4",
+        "ring" => "#ff7f0e",
         "direct" => "#2ca02c",
         "haproxy" => "#9467bd",
         _ => "#7f7f7f",
