@@ -495,3 +495,125 @@ impl Drop for BufRing {
         wm.ring_buffers_total.store(0, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::BufferMode;
+    use crate::ring::{DebugKnobs, OpTag, Token};
+    use std::os::fd::AsRawFd;
+
+    /// Receive `want` CQEs of the multishot `recv`.
+    fn cqes(ring: &mut Ring, recv: u64, want: usize) -> Vec<(i32, u32)> {
+        let mut got = Vec::new();
+        let mut batch = Vec::new();
+        while got.len() < want {
+            ring.submit_and_wait().expect("io_uring_enter");
+            batch.clear();
+            ring.reap(&mut batch);
+            got.extend(
+                batch
+                    .iter()
+                    .filter(|c| c.user_data == recv)
+                    .map(|c| (c.result, c.flags)),
+            );
+        }
+        got
+    }
+
+    /// Real kernel: a multishot receive fills the ring; with incremental
+    /// consumption two small receives share one buffer, back to back; each
+    /// chunk reads exactly what was sent; the buffer is in use until every
+    /// chunk is put, and a chunk whose send is in flight is refused.
+    #[test]
+    fn chunks_carry_the_bytes_and_every_buffer_comes_back() {
+        let mut ring = Ring::with_knobs(8, 16, DebugKnobs::default()).expect("ring");
+        let metrics = Metrics::new(1, BufferMode::Ring);
+        let mut br = BufRing::register(&ring, 4, 4096, metrics.clone(), 0).expect("buffer ring");
+        let (a, b) = socket2::Socket::pair(socket2::Domain::UNIX, socket2::Type::STREAM, None)
+            .expect("socketpair");
+        let recv = u64::from(Token::new(OpTag::Ignore, 7, 1));
+        ring.push(br.recv_multi_sqe(a.as_raw_fd(), recv));
+        b.send(b"hello").unwrap();
+        let first = cqes(&mut ring, recv, 1);
+        b.send(b"world!").unwrap();
+        let second = cqes(&mut ring, recv, 1);
+        let (r1, f1) = first[0];
+        let (r2, f2) = second[0];
+        assert!(
+            cqueue::more(f1) && cqueue::more(f2),
+            "the receive stays armed"
+        );
+        let mut c1 = br.take(r1, f1).expect("a buffer");
+        let c2 = br.take(r2, f2).expect("a buffer");
+        assert_eq!(br.bytes(&c1), b"hello");
+        assert_eq!(br.bytes(&c2), b"world!");
+        if br.incremental() {
+            assert_eq!((c1.bid, c1.off), (c2.bid, 0), "first piece of its buffer");
+            assert_eq!(c2.off, 5, "the second receive lands right behind the first");
+            assert_eq!(br.in_use(), 1);
+        } else {
+            assert_ne!(c1.bid, c2.bid);
+            assert_eq!(br.in_use(), 2);
+        }
+        assert_eq!(metrics.snapshot().ring_buffers_in_use, br.in_use() as i64);
+        // A chunk named by a send in flight cannot go back.
+        let _send = br.send_sqe(&mut c1, b.as_raw_fd(), 0, 5, 0);
+        let mut c1 = br.put(c1).expect_err("in flight");
+        c1.complete_write();
+        br.put(c1).unwrap();
+        br.put(c2).unwrap();
+        assert_eq!(br.in_use(), 0);
+        assert_eq!(metrics.snapshot().ring_buffers_in_use, 0);
+        assert_eq!(br.available(), 4, "a partly used buffer stays the kernel's");
+        // End the receive: EOF, without F_MORE.
+        drop(b);
+        let end = cqes(&mut ring, recv, 1);
+        assert_eq!(end[0].0, 0);
+        assert!(!cqueue::more(end[0].1));
+    }
+
+    /// A ring of 1 buffer without incremental consumption: the second
+    /// receive finds it empty and ends with -ENOBUFS; once the buffer is
+    /// back a new receive gets the bytes that waited in the socket.
+    #[test]
+    fn an_empty_ring_ends_the_receive_with_enobufs_and_loses_nothing() {
+        let mut ring = Ring::with_knobs(
+            8,
+            16,
+            DebugKnobs {
+                probe_fail: crate::ring::ProbeFail {
+                    pbuf_inc: true,
+                    ..Default::default()
+                },
+                ..DebugKnobs::default()
+            },
+        )
+        .expect("ring");
+        let mut br =
+            BufRing::register(&ring, 1, 4096, Metrics::new(1, BufferMode::Ring), 0).expect("ring");
+        assert!(!br.incremental());
+        let (a, b) = socket2::Socket::pair(socket2::Domain::UNIX, socket2::Type::STREAM, None)
+            .expect("socketpair");
+        let recv = u64::from(Token::new(OpTag::Ignore, 8, 1));
+        ring.push(br.recv_multi_sqe(a.as_raw_fd(), recv));
+        b.send(b"one").unwrap();
+        let (r, f) = cqes(&mut ring, recv, 1)[0];
+        let c = br.take(r, f).expect("chunk");
+        assert_eq!(br.available(), 0);
+        b.send(b"two").unwrap();
+        let (r2, f2) = cqes(&mut ring, recv, 1)[0];
+        assert_eq!(r2, -libc::ENOBUFS);
+        assert!(!cqueue::more(f2), "ENOBUFS ends the multishot");
+        br.put(c).unwrap();
+        assert_eq!(br.available(), 1);
+        let recv2 = u64::from(Token::new(OpTag::Ignore, 9, 1));
+        ring.push(br.recv_multi_sqe(a.as_raw_fd(), recv2));
+        let (r3, f3) = cqes(&mut ring, recv2, 1)[0];
+        let c3 = br.take(r3, f3).expect("chunk");
+        assert_eq!(br.bytes(&c3), b"two", "the bytes waited in the socket");
+        br.put(c3).unwrap();
+        drop(b);
+        cqes(&mut ring, recv2, 1);
+    }
+}
