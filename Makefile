@@ -46,9 +46,9 @@ clean:
 	rm -rf .sandbox
 	find tests/python -name __pycache__ -type d -prune -exec rm -rf {} +
 
-# Benchmark (issue 3): MariaDB sandbox + HAProxy + ringgate fixed/heap + direct, interleaved
+# Benchmark (issue 3): MariaDB sandbox + HAProxy + ringgate fixed/ring/heap + direct, interleaved
 # rounds, sysbench; prints a table and writes bench/results/<timestamp>/ (see docs/benchmarks.md).
-# BENCH_PROFILE=quick|full, BENCH_TARGETS=fixed,heap,direct,haproxy,
+# BENCH_PROFILE=quick|full, BENCH_TARGETS=fixed,ring,heap,direct,haproxy,
 # BENCH_SCENARIOS=connect,point-select,large-result, BENCH_RATE=N (open loop), BENCH_SYSBENCH=off.
 .PHONY: bench bench-smoke
 bench:
