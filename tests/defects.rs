@@ -297,17 +297,26 @@ fn pipelined_burst(
     table: &str,
     id: u32,
 ) -> Result<Duration, String> {
+    pipelined_burst_of(addr, user, password, table, id, PIPELINE_BYTES)
+}
+
+/// [`pipelined_burst`] with results and INSERTs of `bytes` (below 16 MiB: one packet each).
+fn pipelined_burst_of(
+    addr: &str,
+    user: &str,
+    password: &str,
+    table: &str,
+    id: u32,
+    bytes: usize,
+) -> Result<Duration, String> {
     let mut s = login_with_caps(addr, user, password, RAW_CAPS);
     // Bounds the whole exchange: a correct peer needs well under a second.
     s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-    let mut burst = frame(
-        0,
-        &com_query(&format!("SELECT REPEAT('r', {PIPELINE_BYTES})")),
-    );
+    let mut burst = frame(0, &com_query(&format!("SELECT REPEAT('r', {bytes})")));
     let insert = format!(
         "INSERT INTO {}.{table} VALUES ({id}, '{}')",
         common::TEST_DB,
-        "i".repeat(PIPELINE_BYTES)
+        "i".repeat(bytes)
     );
     burst.extend(frame(0, &com_query(&insert)));
     let mut w = s.try_clone().unwrap();
@@ -324,7 +333,7 @@ fn pipelined_burst(
         match select {
             Reply::Rows(rows) if rows.len() == 1 => {
                 let v = rows[0][0].as_deref().unwrap_or_default();
-                if v.len() != PIPELINE_BYTES || v.iter().any(|&b| b != b'r') {
+                if v.len() != bytes || v.iter().any(|&b| b != b'r') {
                     return Err(format!("SELECT returned {} wrong bytes", v.len()));
                 }
             }
@@ -388,6 +397,57 @@ fn d08_large_command_pipelined_behind_large_result_does_not_deadlock() {
         "both pipelined INSERTs are stored"
     );
     eprintln!("both pipelined responses read in {took:?} (directly: {direct_took:?})");
+}
+
+const RING_BYTES: usize = 12 << 20;
+
+/// Defect 8 again with `--read-buffers ring` and a ring of 4 buffers: the result's bytes fill
+/// every ring buffer while the client, still writing its INSERT, reads nothing, so the
+/// client's receive finds the ring empty. Re-arming the receive alone would spin on ENOBUFS
+/// forever (the buffers go back only when the client reads, and it reads only once its write
+/// is done); the relay's read must be served from the connection's own buffer meanwhile.
+#[test]
+fn d08_on_a_tiny_ring_does_not_deadlock_either() {
+    let table = format!("d08_ring_{}", std::process::id());
+    let mut direct = direct_conn();
+    direct
+        .query_drop(format!(
+            "CREATE TABLE {table} (id INT PRIMARY KEY, v LONGTEXT) ENGINE=InnoDB"
+        ))
+        .unwrap();
+    let mut o = ProxyOpts::new(Mode::Ring);
+    o.workers = 1;
+    o.read_buffer_count = 4;
+    let proxy = Proxy::start_with(o);
+    // 12 MiB each way: more than the loopback socket buffers hold (a 4 MiB INSERT fits in
+    // them, and the client's write would finish without the proxy reading at all).
+    let got = pipelined_burst_of(
+        &proxy_addr(&proxy),
+        APP_USER,
+        APP_PASSWORD,
+        &table,
+        1,
+        RING_BYTES,
+    );
+    let stored: Vec<(u32, u64)> = direct
+        .query(format!("SELECT id, LENGTH(v) FROM {table} ORDER BY id"))
+        .unwrap();
+    let _ = direct.query_drop(format!("DROP TABLE {table}"));
+    let m = proxy.metrics();
+    let took = got.unwrap_or_else(|e| {
+        panic!(
+            "on a 4-buffer ring, a pipelined INSERT behind a large result: {e}; the proxy \
+             deadlocked\n--- metrics ---\n{}",
+            m.dump()
+        )
+    });
+    assert_eq!(stored, [(1, RING_BYTES as u64)], "the INSERT is stored");
+    eprintln!(
+        "ring: both pipelined responses read in {took:?}; {} ENOBUFS, {} reads from the \
+         connection's own buffer",
+        m.get("ringgate_read_buffer_ring_enobufs_total"),
+        m.get("ringgate_read_buffer_heap_fallbacks_total")
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
