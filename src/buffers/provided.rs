@@ -91,6 +91,10 @@ pub struct Chunk {
     len: u32,
     /// A send names these bytes: the chunk may not be put back yet.
     in_flight: bool,
+    /// Incremental ring: the kernel filled its buffer to the end here while
+    /// the socket still held bytes (IORING_CQE_F_SOCK_NONEMPTY), so what
+    /// follows is in the next chunk: a packet header may be cut in two.
+    tail: bool,
 }
 
 impl Chunk {
@@ -104,6 +108,18 @@ impl Chunk {
 
     pub fn in_flight(&self) -> bool {
         self.in_flight
+    }
+
+    /// Ends its buffer with more bytes right behind it in the next chunk.
+    pub fn is_tail(&self) -> bool {
+        self.tail
+    }
+
+    /// Drop the first `n` bytes (they were copied out); the loan is kept.
+    pub fn advance(&mut self, n: usize) {
+        assert!(!self.in_flight && n <= self.len());
+        self.off += n as u32;
+        self.len -= n as u32;
     }
 
     /// The send of this chunk completed (or failed): clear the mark.
@@ -289,11 +305,13 @@ impl BufRing {
         }
         st.loans += 1;
         self.export();
+        let tail = incremental && done && cqueue::sock_nonempty(flags);
         Some(Chunk {
             bid,
             off,
             len,
             in_flight: false,
+            tail,
         })
     }
 
@@ -456,12 +474,10 @@ pub struct RingRecv {
     /// Who reads from this socket now: a backend's session, as (slab
     /// index, generation).
     pub owner: Option<(u32, u32)>,
-    /// A backend's session ended cleanly while the receive was still armed:
-    /// it is being cancelled, and the connection goes back to the pool at
-    /// its last CQE.
+    /// A backend's session gave it back cleanly while the receive was
+    /// still armed: it is being cancelled, and the driver hands the
+    /// connection on at its last CQE.
     pub release_pending: bool,
-    /// The same for a backend reset in place (COM_CHANGE_USER).
-    pub relet_pending: bool,
 }
 
 impl RingRecv {

@@ -185,6 +185,9 @@ pub struct Worker {
     /// Reused for what a session handler returns (no allocation per
     /// completion on the relay path).
     action_scratch: Vec<SessionAction>,
+    /// Ring mode: backends given back while their receive was armed, by
+    /// (index, generation), and what to do once it has ended.
+    ring_pending: std::collections::HashMap<(u32, u32), ring_io::PendingRelease>,
 }
 
 /// Register the worker's provided-buffer ring and check that multishot
@@ -351,6 +354,7 @@ impl Worker {
             pool_q: VecDeque::new(),
             now: Instant::now(),
             action_scratch: Vec::new(),
+            ring_pending: std::collections::HashMap::new(),
             shared,
         };
         Ok((worker, startup))

@@ -29,6 +29,21 @@ use super::session_io::RelayIo;
 use super::*;
 use crate::buffers::provided::{BufRing, RingRecv};
 
+/// What the driver does with a backend once its cancelled receive has
+/// ended (the session gave it back while the receive was armed).
+pub(super) enum PendingRelease {
+    /// `Pool::release` (the relay ended).
+    Release,
+    /// `Pool::relet` (COM_CHANGE_USER resets it in place).
+    Relet,
+    /// Transaction pooling parks the session: `Pool::release_kept` with
+    /// what the connection carries, or `Pool::release` with a reset.
+    Park {
+        kept: Option<(Option<String>, u64)>,
+        reset: bool,
+    },
+}
+
 /// Which socket of a session the relay reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Side {
@@ -168,18 +183,59 @@ impl Worker {
             },
         };
         let Some(recv) = io.recv.as_mut() else { return };
+        // A chunk that ends its ring buffer with more bytes behind it may
+        // end inside a packet header (a 5-byte COM_QUIT cut 3 + 2 would
+        // have its first bytes forwarded alone, and the connection could
+        // not be reused): join it with what follows in the connection's own
+        // buffer (a copy once per ring buffer's worth of traffic).
+        let mut joined = false;
+        if recv.queue.front().is_some_and(|c| c.is_tail()) {
+            if recv.queue.len() < 2 && recv.armed {
+                // The continuation's CQE is on its way.
+                recv.waiting = true;
+                return;
+            }
+            if let Some(buf) = io.buf.as_mut().filter(|b| !b.in_flight()) {
+                // The tail, then as much of the next chunk as fits.
+                for _ in 0..2 {
+                    let Some(mut c) = recv.queue.pop_front() else {
+                        break;
+                    };
+                    let n = c.len().min(buf.capacity() - buf.filled_len());
+                    buf.append(&ring.bytes(&c)[..n]);
+                    joined = true;
+                    if n == c.len() {
+                        let _ = ring.put(c);
+                    } else {
+                        c.advance(n);
+                        recv.queue.push_front(c);
+                        break;
+                    }
+                }
+            }
+        }
         recv.waiting = false;
         let buf = io.buf.as_mut();
         let res;
-        let data: &[u8] = if let Some(chunk) = recv.queue.pop_front() {
+        let data: &[u8] = if joined {
+            let Some(buf) = buf else { return };
+            res = buf.filled_len() as i32;
+            buf.filled()
+        } else if let Some(chunk) = recv.queue.pop_front() {
             res = chunk.len() as i32;
             match buf.filter(|b| b.filled_len() > 0) {
                 Some(buf) => {
-                    // Bytes kept from earlier reads come first.
-                    if !buf.append(ring.bytes(&chunk)) {
-                        recv.end.get_or_insert(-libc::ENOBUFS);
+                    // Bytes kept from earlier reads come first; what does
+                    // not fit stays queued for the next read.
+                    let mut chunk = chunk;
+                    let n = chunk.len().min(buf.capacity() - buf.filled_len());
+                    buf.append(&ring.bytes(&chunk)[..n]);
+                    if n == chunk.len() {
+                        let _ = ring.put(chunk);
+                    } else {
+                        chunk.advance(n);
+                        recv.queue.push_front(chunk);
                     }
-                    let _ = ring.put(chunk);
                     buf.filled()
                 }
                 None => ring.bytes(recv.current.insert(chunk)),
@@ -239,12 +295,12 @@ impl Worker {
         let owner = recv
             .owner
             .map(|(index, generation)| SessionId { index, generation });
-        if (recv.release_pending || recv.relet_pending) && !recv.queue.is_empty() {
+        if recv.release_pending && !recv.queue.is_empty() {
             // Bytes beat the cancel: the server is talking between
             // commands, so the connection is not reusable.
             recv.end = Some(-libc::EPROTO);
         }
-        let release = !recv.armed && (recv.release_pending || recv.relet_pending);
+        let release = !recv.armed && recv.release_pending;
         if !recv.armed {
             b.io.op_done();
         }
@@ -385,6 +441,28 @@ impl Worker {
         let _ = ring.put(chunk);
     }
 
+    /// Transaction pooling hands a client read to the session again once
+    /// it has a connection: in ring mode its bytes are the current chunk
+    /// (false: none, they are in the connection's own buffer).
+    pub(super) fn ring_redeliver(&mut self, sid: SessionId, res: i32) -> bool {
+        let (Some(ring), Some(slot)) = (
+            self.buffers.buf_ring(),
+            self.sessions.get_mut(sid.index, sid.generation),
+        ) else {
+            return false;
+        };
+        let Some(chunk) = slot.io.recv.as_ref().and_then(|r| r.current.as_ref()) else {
+            return false;
+        };
+        let mut out = std::mem::take(&mut self.action_scratch);
+        let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
+        slot.session
+            .on_client_read(res, ring.bytes(chunk), &ctx, &mut out);
+        self.session_q.extend(out.drain(..).map(|a| (sid, a)));
+        self.action_scratch = out;
+        true
+    }
+
     /// The client's chunk was consumed (ClearBuffer).
     pub(super) fn ring_drop_client_chunk(&mut self, sid: SessionId) {
         self.ring_forwarded(sid, Side::Client, usize::MAX);
@@ -409,12 +487,18 @@ impl Worker {
             .map(|r| r.user_data)
     }
 
-    /// The session releases its backend. In ring mode it is reusable only
-    /// if nothing is left of the relay's receive: no bytes queued, and no
-    /// receive armed. A clean end usually finds the receive still armed (it
-    /// stays armed while the answer is written): it is cancelled, and the
-    /// release happens at its last CQE (`None` here).
-    pub(super) fn ring_release_backend(&mut self, bid: BackendId, clean: bool) -> Option<bool> {
+    /// The session gives its backend back (`kind`). In ring mode it is
+    /// reusable only if nothing is left of the relay's receive: no bytes
+    /// queued, and no receive armed. A clean end usually finds the receive
+    /// still armed (it stays armed while the answer is written): it is
+    /// cancelled, and `kind` is carried out at its last CQE (`None` here).
+    /// Otherwise: whether the connection is still clean.
+    pub(super) fn ring_give_back(
+        &mut self,
+        bid: BackendId,
+        clean: bool,
+        kind: PendingRelease,
+    ) -> Option<bool> {
         let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) else {
             return Some(clean);
         };
@@ -427,15 +511,17 @@ impl Worker {
         recv.drain_into(ring);
         if recv.armed && clean && !leftover {
             recv.release_pending = true;
+            self.ring_pending.insert((bid.index, bid.generation), kind);
             let token = Token::new(OpTag::BackendRecvCancel, bid.index, bid.generation);
             let target = recv.user_data;
             self.submit(ops::cancel_user_data(target, token));
             return None;
         }
+        let armed = recv.armed;
         if recv.quiescent() && recv.current.is_none() {
             b.io.recv = None;
         }
-        Some(clean && !leftover && !b.io.recv.as_ref().is_some_and(|r| r.armed))
+        Some(clean && !leftover && !armed)
     }
 
     /// COM_CHANGE_USER resets the session's backend in place (the pool's
@@ -443,33 +529,20 @@ impl Worker {
     /// reset now. False: the armed receive is being cancelled, and the
     /// reset happens at its last CQE.
     pub(super) fn ring_relet_backend(&mut self, bid: BackendId) -> bool {
-        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) else {
-            return true;
-        };
-        let Some(recv) = b.io.recv.as_mut() else {
-            return true;
-        };
-        let leftover = !recv.queue.is_empty() || recv.end.is_some_and(|e| e != -libc::ECANCELED);
-        recv.owner = None;
-        recv.waiting = false;
-        recv.drain_into(ring);
-        if recv.armed && !leftover {
-            recv.relet_pending = true;
-            let token = Token::new(OpTag::BackendRecvCancel, bid.index, bid.generation);
-            let target = recv.user_data;
-            self.submit(ops::cancel_user_data(target, token));
-            return false;
+        match self.ring_give_back(bid, true, PendingRelease::Relet) {
+            None => false,
+            Some(clean) => {
+                if !clean {
+                    // The server spoke between commands: the reset fails on
+                    // a shut socket, and the pool's failure path answers
+                    // the session.
+                    if let Some(b) = self.pool.get_mut(bid) {
+                        b.io.shutdown();
+                    }
+                }
+                true
+            }
         }
-        let dirty = leftover || recv.armed;
-        if recv.quiescent() && recv.current.is_none() {
-            b.io.recv = None;
-        }
-        if dirty {
-            // The server spoke between commands: the reset fails on a shut
-            // socket, and the pool's failure path answers the session.
-            b.io.shutdown();
-        }
-        true
     }
 
     /// The cancel of a released backend's receive completed. Anything but
@@ -497,20 +570,32 @@ impl Worker {
             return;
         };
         let clean = recv.queue.is_empty() && recv.end == Some(-libc::ECANCELED);
-        let relet = recv.relet_pending;
+        recv.release_pending = false;
         recv.drain_into(ring);
         if recv.current.is_none() {
             b.io.recv = None;
         }
+        let kind = self
+            .ring_pending
+            .remove(&(bid.index, bid.generation))
+            .unwrap_or(PendingRelease::Release);
         let mut events = Vec::new();
-        if relet {
-            if !clean {
-                // The reset fails on a shut socket; the pool tells the session.
-                b.io.shutdown();
+        match kind {
+            PendingRelease::Release => self.pool.release(bid, clean, self.now, &mut events),
+            PendingRelease::Relet => {
+                if !clean {
+                    // The reset fails on a shut socket; the pool tells the session.
+                    b.io.shutdown();
+                }
+                self.pool.relet(bid, self.now, &mut events);
             }
-            self.pool.relet(bid, self.now, &mut events);
-        } else {
-            self.pool.release(bid, clean, self.now, &mut events);
+            PendingRelease::Park { reset: true, .. } if clean => {
+                self.pool.release(bid, true, self.now, &mut events)
+            }
+            PendingRelease::Park { kept, .. } if clean => {
+                self.pool.release_kept(bid, kept, self.now, &mut events)
+            }
+            PendingRelease::Park { .. } => self.pool.release(bid, false, self.now, &mut events),
         }
         self.pool_q.extend(events);
     }

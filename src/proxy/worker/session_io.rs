@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::ring_io::Side;
+use super::ring_io::{PendingRelease, Side};
 use super::*;
 
 /// A relay operation with the byte range a write covers (a write that
@@ -357,6 +357,10 @@ impl Worker {
                 self.pool_q.extend(events);
             }
             SessionAction::LeaseForCommand { key, schema, setup } => {
+                // Ring mode: the command that asked for a connection is
+                // relayed from the session's own buffer once leased (a copy
+                // per transaction's first read; the rest stays zero-copy).
+                self.ring_stage_client(sid);
                 self.metrics().tx_leases_total.fetch_add(1, Relaxed);
                 let mut events = Vec::new();
                 self.pool.lease(
@@ -476,7 +480,7 @@ impl Worker {
                 if let Some(b) = slot.backend.take() {
                     debug_assert_eq!(slot.relay_ops, 0, "released with relay ops in flight");
                     let clean = clean && slot.relay_ops == 0;
-                    let Some(clean) = self.ring_release_backend(b, clean) else {
+                    let Some(clean) = self.ring_give_back(b, clean, PendingRelease::Release) else {
                         // Released when the cancelled receive has ended.
                         return;
                     };
@@ -490,6 +494,14 @@ impl Worker {
                 let clean = clean && !slot.conn.entry().is_killed() && slot.relay_ops == 0;
                 debug_assert_eq!(slot.relay_ops, 0, "parked with relay ops in flight");
                 if let Some(b) = slot.backend.take() {
+                    let park = PendingRelease::Park {
+                        kept: kept.clone(),
+                        reset,
+                    };
+                    let Some(clean) = self.ring_give_back(b, clean, park) else {
+                        // Parked when the cancelled receive has ended.
+                        return;
+                    };
                     let mut events = Vec::new();
                     if clean && reset {
                         // Reset, then idle with no settings (a session
@@ -519,6 +531,10 @@ impl Worker {
                 if slot.leg.is_some() {
                     // Behind a leg the session buffer is the leg's plain one.
                     return self.deliver_plain_read(sid, res);
+                }
+                // Ring mode: the bytes are still the client's current chunk.
+                if self.ring_redeliver(sid, res) {
+                    return;
                 }
                 self.with_session(sid, |s, io, ctx, out| {
                     let data = io.buf.as_ref().map_or(&[][..], |b| b.filled());
