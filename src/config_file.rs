@@ -403,7 +403,6 @@ where
     // so in a comment): it is how one finds out where a value came from.
     if action != Action::PrintConfig {
         inv.check_identity().map_err(CliError::Conflict)?;
-        inv.check_pooling().map_err(CliError::Conflict)?;
     }
     Ok(inv)
 }
@@ -415,22 +414,6 @@ impl Invocation {
             .iter()
             .find(|(k, _)| *k == id)
             .map_or(Origin::Default, |(_, o)| *o)
-    }
-
-    /// `--pooling transaction` reads a parked session's client into its own
-    /// buffer; the provided-buffer ring's multishot receive does not, yet.
-    fn check_pooling(&self) -> Result<(), String> {
-        if self.config.pooling == Pooling::Transaction
-            && self.config.read_buffers == ReadBufferMode::Ring
-        {
-            return Err(
-                "--pooling transaction does not support --read-buffers ring yet; use \
-                 --read-buffers fixed (the default) or heap (see \"Transaction pooling\" in \
-                 docs/operations.md)"
-                    .into(),
-            );
-        }
-        Ok(())
     }
 
     /// `--backend-user` and `--backend-password` name the one account of
@@ -679,7 +662,7 @@ impl Invocation {
             out,
             "# each value's origin: flag > env > file > default; secrets are masked\n"
         );
-        if let Err(conflict) = self.check_identity().and_then(|()| self.check_pooling()) {
+        if let Err(conflict) = self.check_identity() {
             let _ = writeln!(out, "# error: ringgate would refuse to start: {conflict}\n");
         }
         // serde writes the values, so they read back as they were given.
@@ -1125,23 +1108,19 @@ mod tests {
     }
 
     #[test]
-    fn transaction_pooling_refuses_ring_buffers() {
-        let err = parse([
-            "ringgate",
-            "--users-file",
-            "u",
-            "--pooling",
-            "transaction",
-            "--read-buffers",
-            "ring",
-        ])
-        .err()
-        .unwrap();
-        assert!(
-            format!("{err:?}").contains("--read-buffers ring"),
-            "{err:?}"
-        );
-        assert!(parse(["ringgate", "--users-file", "u", "--pooling", "transaction"]).is_ok());
+    fn transaction_pooling_runs_on_every_buffer_mode() {
+        for mode in ["fixed", "heap", "ring"] {
+            let args = [
+                "ringgate",
+                "--users-file",
+                "u",
+                "--pooling",
+                "transaction",
+                "--read-buffers",
+                mode,
+            ];
+            assert!(parse(args).is_ok(), "{mode}");
+        }
     }
 
     #[test]

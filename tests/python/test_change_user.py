@@ -108,11 +108,6 @@ POOLING = ["session", "transaction"]
 
 
 def _pooling_args(mode, pooling):
-    if mode == "ring" and pooling == "transaction":
-        # Not a change-user matter: with --read-buffers ring, --pooling transaction loses the
-        # session's second command (PyMySQL's plain SELECTs time out too); test_transaction_pooling
-        # runs in fixed mode only.
-        pytest.skip("--read-buffers ring with --pooling transaction hangs on a session's second command")
     return ("--pooling", pooling)
 
 
