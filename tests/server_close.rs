@@ -173,16 +173,29 @@ fn clean_sessions_still_reuse_the_backend_connection() {
     let disc0 = discarded(&proxy);
     let mut threads = Vec::new();
     for _ in 0..5 {
+        // Connect only once no connection is being reset (after the baseline's client too):
+        // a client that arrives during a reset gets a second connection, and a fixed sleep lost
+        // that race under load.
+        wait_until(
+            &proxy,
+            Duration::from_secs(10),
+            "every backend connection idle (none busy or being reset)",
+            || {
+                let m = proxy.metrics();
+                m.get(r#"ringgate_backend_connections{state="busy"}"#) == 0.0
+                    && m.get(r#"ringgate_backend_connections{state="idle"}"#)
+                        == m.get(r#"ringgate_read_buffers_in_use{owner="backend"}"#)
+            },
+        );
         let mut c = mysql::Conn::new(quick_opts(&proxy)).expect("client");
         threads.push(
             c.query_first::<u64, _>("SELECT CONNECTION_ID()")
                 .unwrap()
                 .unwrap(),
         );
-        // Idle a little with the read armed, then quit; give the pool time to reset it.
+        // Idle a little with the read armed, then quit.
         std::thread::sleep(Duration::from_millis(50));
         drop(c);
-        std::thread::sleep(Duration::from_millis(200));
     }
     threads.sort_unstable();
     threads.dedup();
