@@ -16,7 +16,10 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{backend_env, direct_conn, Mode, Proxy, ProxyOpts, APP_PASSWORD, APP_USER};
+use common::{
+    backend_env, direct_conn, Mode, Proxy, ProxyOpts, APP_PASSWORD, APP_USER, HASHED_PASSWORD,
+    HASHED_USER,
+};
 use mysql::prelude::Queryable;
 use relsupport::*;
 use ringgate::mysql::auth::native_token;
@@ -275,7 +278,9 @@ fn d07_pipelined_command_after_login_is_answered() {
     pipelined_logins(&b.addr(), &b.user, &b.password, "MariaDB directly");
     let proxy = Proxy::start(Mode::Fixed);
     let who = format!("ringgate on port {}", proxy.port);
-    pipelined_logins(&proxy_addr(&proxy), APP_USER, APP_PASSWORD, &who);
+    // A native-hash user: a caching_sha2 proposal is switched to mysql_native_password
+    // (a `Password` user would get caching_sha2's fast auth instead).
+    pipelined_logins(&proxy_addr(&proxy), HASHED_USER, HASHED_PASSWORD, &who);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -606,7 +606,8 @@ fn client_faults(mode: Mode) {
                 capabilities: RAW_CAPS,
                 max_packet_size: 1 << 24,
                 charset: 45,
-                username: "app".into(),
+                // A native-hash user: switched to mysql_native_password.
+                username: "hashed".into(),
                 auth_response: scramble.clone(),
                 database: None,
                 auth_plugin: Some("caching_sha2_password".into()),

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     backend_env, direct_conn, tail, Metrics, Mode, Proxy, ProxyOpts, APP_PASSWORD, APP_USER,
+    HASHED_PASSWORD, HASHED_USER,
 };
 use mysql::consts::CapabilityFlags;
 use mysql::prelude::Queryable;
@@ -879,7 +880,8 @@ fn parse_err(p: &[u8]) -> (u16, String, String) {
     )
 }
 
-/// A MySQL 8 client switched to mysql_native_password that then sends a wrong password gets
+/// A MySQL 8 client switched to mysql_native_password (a user with only a native hash, which
+/// caching_sha2 cannot check) that then sends a wrong password gets
 /// ERR 1045 / 28000 with MySQL's wording, and the same sequence id, as from the server itself
 /// (checked against the sandbox with its own account); the right password after a switch
 /// logs in.
@@ -889,10 +891,10 @@ fn wrong_password_after_auth_switch_gets_err_1045() {
     let (server_seq, server_err) = login_through_switch(&b.addr(), &b.user, "wrong-password");
     let (code, state, msg) = parse_err(&server_err);
     assert_eq!((code, state.as_str()), (1045, "28000"), "the server: {msg}");
-    let expected = msg.replace(&format!("'{}'@", b.user), &format!("'{APP_USER}'@"));
+    let expected = msg.replace(&format!("'{}'@", b.user), &format!("'{HASHED_USER}'@"));
     assert_eq!(
         expected,
-        format!("Access denied for user '{APP_USER}'@'127.0.0.1' (using password: YES)")
+        format!("Access denied for user '{HASHED_USER}'@'127.0.0.1' (using password: YES)")
     );
 
     let mut proxy = Proxy::start(Mode::Fixed);
@@ -901,14 +903,14 @@ fn wrong_password_after_auth_switch_gets_err_1045() {
         .metrics()
         .get(r#"ringgate_client_rejected_total{reason="auth"}"#);
     let addr = format!("127.0.0.1:{}", proxy.port);
-    let (seq, err) = login_through_switch(&addr, APP_USER, "wrong-password");
+    let (seq, err) = login_through_switch(&addr, HASHED_USER, "wrong-password");
     assert_eq!(
         parse_err(&err),
         (1045, "28000".to_string(), expected),
         "ringgate's answer to a wrong password after an auth switch"
     );
     assert_eq!(seq, server_seq, "the ERR's sequence id, as the server's");
-    let (_, ok) = login_through_switch(&addr, APP_USER, APP_PASSWORD);
+    let (_, ok) = login_through_switch(&addr, HASHED_USER, HASHED_PASSWORD);
     assert_eq!(ok.first(), Some(&0x00), "the right password after a switch");
     assert_eq!(
         proxy

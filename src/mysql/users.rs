@@ -131,9 +131,16 @@ pub struct Authenticated {
 pub enum Sha2Fast {
     /// It matches (AuthMoreData 0x03, then OK).
     Accepted(Authenticated),
-    /// Not in the cache, or does not match: ask for the cleartext password
-    /// (AuthMoreData 0x04), as MySQL does on a cache miss.
+    /// Not in the cache, or does not match, and the user has an entry that
+    /// only the cleartext can check (a verifier or a native hash): ask for
+    /// it (AuthMoreData 0x04), as MySQL does on a cache miss.
     FullAuth,
+    /// Does not match, and no entry needs the cleartext (only `Password`
+    /// entries, checked completely here; or no such user): ERR 1045 at once.
+    /// MySQL would ask for the cleartext first; ringgate knows it cannot
+    /// help, and a client that sends it over plain TCP (mysql-connector-python
+    /// does) would expose a mistyped password for nothing.
+    Refused,
 }
 
 /// How many distinct successful passwords the cache keeps per user (a
@@ -300,7 +307,7 @@ impl Users {
         if token.is_empty() {
             return match self.authenticate_cleartext(user, b"") {
                 Some(a) => Sha2Fast::Accepted(a),
-                None => Sha2Fast::FullAuth,
+                None => Sha2Fast::Refused,
             };
         }
         let cached = self.sha2_cache.lock().ok().and_then(|c| {
@@ -314,7 +321,7 @@ impl Users {
             return Sha2Fast::Accepted(a);
         }
         let Some(entries) = self.users.get(user) else {
-            return Sha2Fast::FullAuth;
+            return Sha2Fast::Refused;
         };
         let mut found = None;
         for e in entries {
@@ -325,7 +332,17 @@ impl Users {
                 }
             }
         }
-        found.map_or(Sha2Fast::FullAuth, Sha2Fast::Accepted)
+        if let Some(a) = found {
+            return Sha2Fast::Accepted(a);
+        }
+        if entries
+            .iter()
+            .all(|e| matches!(e.secret, Secret::Plain { .. }))
+        {
+            Sha2Fast::Refused
+        } else {
+            Sha2Fast::FullAuth
+        }
     }
 
     /// Full authentication with the cleartext password (caching_sha2 over
@@ -589,7 +606,7 @@ mod tests {
         assert_eq!(f.credential.stage1(), Some(Stage1::of_password(b"pw")));
         assert_eq!(
             u.sha2_fast("fay", SCRAMBLE, &scramble(b"px", SCRAMBLE)),
-            Sha2Fast::FullAuth
+            Sha2Fast::Refused
         );
         assert!(u.authenticate_cleartext("gus", b"123456").is_some());
         assert!(u.authenticate_cleartext("fay", b"pw").is_some());
@@ -599,8 +616,17 @@ mod tests {
             u.sha2_fast("anon", SCRAMBLE, &[]),
             Sha2Fast::Accepted(_)
         ));
-        assert_eq!(u.sha2_fast("fay", SCRAMBLE, &[]), Sha2Fast::FullAuth);
-        assert_eq!(u.sha2_fast("nobody", SCRAMBLE, &tok), Sha2Fast::FullAuth);
+        assert_eq!(u.sha2_fast("fay", SCRAMBLE, &[]), Sha2Fast::Refused);
+        assert_eq!(u.sha2_fast("nobody", SCRAMBLE, &tok), Sha2Fast::Refused);
+        // A native hash can only be checked with the cleartext (after the full
+        // authentication above the right password is cached).
+        let g = scramble(b"654321", SCRAMBLE);
+        assert_eq!(u.sha2_fast("gus", SCRAMBLE, &g), Sha2Fast::FullAuth);
+        let g = scramble(b"123456", SCRAMBLE);
+        assert!(matches!(
+            u.sha2_fast("gus", SCRAMBLE, &g),
+            Sha2Fast::Accepted(_)
+        ));
         let text = format!("{u:?} {a:?}");
         assert!(!text.contains("foobar") && !text.contains("2441"), "{text}");
         let err =

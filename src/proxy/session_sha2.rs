@@ -6,6 +6,8 @@
 //!   32-byte scramble of the greeting's nonce) ->
 //!                                         <- 0x01 0x03 (fast auth: cache hit
 //!                                            or a `Password` entry), then OK
+//!                                         <- ERR 1045 (no match, and only
+//!                                            `Password` entries: nothing to gain)
 //!                                         <- 0x01 0x04 (perform full auth)
 //! cleartext password NUL               ->    unix socket only, for now
 //!                                         <- OK | ERR 1045
@@ -108,6 +110,7 @@ impl Session {
                 self.sha2 = Sha2Phase::FullAuth;
                 self.send_login_packet(&[AUTH_MORE_DATA, PERFORM_FULL_AUTHENTICATION], out);
             }
+            Sha2Fast::Refused => self.access_denied(ctx, out),
         }
     }
 
