@@ -83,7 +83,7 @@ PYTEST_RC=0
 step "pytest tests/python"
 set +e
 # shellcheck disable=SC2086
-python3 -m pytest tests/python -q ${PYTEST_ARGS:-} 2>&1 | tee "$LOGS/pytest.log"
+python3 -m pytest tests/python -q -rs ${PYTEST_ARGS:-} 2>&1 | tee "$LOGS/pytest.log"
 PYTEST_RC=${PIPESTATUS[0]}
 set -e
 # pytest's closing line, e.g. "42 passed, 2 skipped in 31.20s" (counts only, no timing).
@@ -93,6 +93,11 @@ if [ "$PYTEST_RC" = 5 ]; then
 elif [ "$PYTEST_RC" = 0 ] && ! grep -Eq '(^| )[1-9][0-9]* passed' <<<"$PYTEST_COUNTS"; then
     echo "pytest exited 0 but passed no test: $PYTEST_COUNTS" >&2
     PYTEST_RC=no-tests
+elif [ "$PYTEST_RC" = 0 ] && grep -Eq '(^| )[1-9][0-9]* skipped' <<<"$PYTEST_COUNTS"; then
+    # make test installs everything the suite uses, so a skipped test checked nothing on a
+    # machine where it should have: it fails the step (pytest -rs names the skips above).
+    echo "pytest skipped tests: $PYTEST_COUNTS" >&2
+    PYTEST_RC=skipped
 fi
 
 BENCH_RC=0
@@ -110,6 +115,7 @@ status() {
     case "$1" in
     0) echo "ok${2:+ ($2)}" ;;
     no-tests) echo "FAILED (ran no test${2:+: $2})" ;;
+    skipped) echo "FAILED (tests skipped${2:+: $2})" ;;
     *) echo "FAILED (exit $1${2:+; $2})" ;;
     esac
 }

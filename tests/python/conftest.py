@@ -69,6 +69,20 @@ def mariadb_cli():
     return path
 
 
+NODE_DIR = REPO_ROOT / "tests" / "node"
+
+
+def node_with_mysql2():
+    """The `node` binary, with node mysql2 installed in tests/node. scripts/ensure-deps.sh
+    installs both, so a missing one is a failed install step, not a reason to skip."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node is not installed: run scripts/ensure-deps.sh", pytrace=False)
+    if not (NODE_DIR / "node_modules" / "mysql2").is_dir():
+        pytest.fail("mysql2 is not installed in tests/node: run scripts/ensure-deps.sh (npm ci)", pytrace=False)
+    return node
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -19,17 +19,15 @@ accounts for.
 
 import json
 import os
-import shutil
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import mysql.connector
 import pymysql
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER, TEST_DB, backend_env
+from conftest import APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER, NODE_DIR, TEST_DB, backend_env, node_with_mysql2
 
 LATIN1_SWEDISH_CI = 8
 UTF8MB4_GENERAL_CI = 45
@@ -293,7 +291,6 @@ def test_kill_ownership_follows_the_new_user(make_proxy, accounts, pooling, mode
     proxy.assert_settled(base, 3)
 
 
-NODE_DIR = Path(__file__).resolve().parent.parent / "node"
 
 
 def _run_node_change_user(node, port, accounts):
@@ -316,11 +313,7 @@ def test_node_mysql2_change_user_matches_mariadb(make_proxy, accounts):
     direct: users, schemas, charsets, the 1045 with the server's text, a reset session. The one
     documented difference: after the failed change MariaDB sets the character set to the
     server's default, ringgate keeps the session's."""
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed")
-    if not (NODE_DIR / "node_modules" / "mysql2").is_dir():
-        pytest.skip("mysql2 is not installed in tests/node (scripts/ensure-deps.sh installs it with npm)")
+    node = node_with_mysql2()
     direct = _run_node_change_user(node, backend_env()["port"], accounts)
     proxy = make_proxy(users_file=accounts["users"], passthrough=True)
     base = proxy.connections_total()

@@ -3,26 +3,23 @@ between the client and ringgate; the backend leg stays uncompressed, so pooled c
 serve compressed and plain clients alike.
 
 Real clients: the mariadb CLI (`--compress`, MariaDB Connector/C), mysql-connector-python
-(`compress=True`, its pure-Python protocol and its C extension) and node mysql2
+(`compress=True`, its pure-Python protocol) and node mysql2
 (`compress: true`). PyMySQL has no compression: it refuses `compress=True` (checked below), so
 it is the plain client of the mixed tests.
 """
 
 import hashlib
 import os
-import shutil
 import subprocess
-from pathlib import Path
 
 import mysql.connector
 import pymysql
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, TEST_DB
+from conftest import APP_PASSWORD, APP_USER, NODE_DIR, TEST_DB, node_with_mysql2
 
 CLIENT_COMPRESS = 1 << 5
 MIB = 1024 * 1024
-NODE_DIR = Path(__file__).resolve().parent.parent / "node"
 
 
 def connector(proxy, pure=True, compress=True, **kw):
@@ -85,10 +82,11 @@ def test_ringgate_offers_compression_and_not_with_the_flag(make_proxy):
     assert compressed(off)["sessions"] == 0
 
 
-@pytest.mark.parametrize("pure", [True, False], ids=["pure", "cext"])
-def test_connector_compress_3mb_results_and_a_20mib_insert(proxy, pure):
-    if not pure and not getattr(mysql.connector, "HAVE_CEXT", False):
-        pytest.skip("mysql-connector-python's C extension is not available here")
+# The pure-Python protocol only: the C extension in mysql-connector-python's wheel links
+# OpenSSL >= 3.2 and cannot load on Debian 12 (OpenSSL 3.0), and a test that can only skip
+# here would report nothing. Connector/C's framing is covered by the mariadb CLI tests.
+def test_connector_compress_3mb_results_and_a_20mib_insert(proxy):
+    pure = True
     base = proxy.connections_total()
     before = compressed(proxy)
     blob_table(proxy, f"compress_blob_{int(pure)}")
@@ -195,11 +193,7 @@ def test_compressed_and_plain_clients_share_one_pooled_connection(make_proxy):
 
 
 def test_node_mysql2_compress(proxy):
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed")
-    if not (NODE_DIR / "node_modules" / "mysql2").is_dir():
-        pytest.skip("mysql2 is not installed in tests/node (scripts/ensure-deps.sh installs it with npm)")
+    node = node_with_mysql2()
     base = proxy.connections_total()
     before = compressed(proxy)
     env = dict(os.environ, PROXY_PORT=str(proxy.port), APP_USER=APP_USER, APP_PASSWORD=APP_PASSWORD)

@@ -9,19 +9,17 @@ often on different workers), and ends with the leak checks of the `proxy` fixtur
 
 import json
 import os
-import shutil
 import signal
 import struct
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pymysql
 import pytest
 from pymysql.constants import CLIENT, COMMAND
 
-from conftest import APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER, backend_env, mariadb_cli
+from conftest import APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER, NODE_DIR, backend_env, mariadb_cli, node_with_mysql2
 
 PROXY_ID_BASE = 1 << 31
 
@@ -361,7 +359,6 @@ def test_mariadb_cli_ctrl_c_kills_the_running_query(proxy):
     proxy.assert_settled(base, 2)
 
 
-NODE_DIR = Path(__file__).resolve().parent.parent / "node"
 
 
 def test_node_mysql2_pool_disconnect(proxy):
@@ -369,11 +366,7 @@ def test_node_mysql2_pool_disconnect(proxy):
     connections are killed one after another by their threadId with `kill ?; select
     sleep(0.05)`; each kill must succeed and each killed idle connection must get its error
     event. scripts/ensure-deps.sh installs mysql2 into tests/node when node and npm are there."""
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed")
-    if not (NODE_DIR / "node_modules" / "mysql2").is_dir():
-        pytest.skip("mysql2 is not installed in tests/node (scripts/ensure-deps.sh installs it with npm)")
+    node = node_with_mysql2()
     base = proxy.connections_total()
     env = dict(os.environ, PROXY_PORT=str(proxy.port), APP_USER=APP_USER, APP_PASSWORD=APP_PASSWORD)
     r = subprocess.run(

@@ -8,17 +8,15 @@ fixture starts is checked for leaks after the test.
 
 import json
 import os
-import shutil
 import socket
 import struct
 import subprocess
 import time
-from pathlib import Path
 
 import pymysql
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, backend_env
+from conftest import APP_PASSWORD, APP_USER, NODE_DIR, backend_env, node_with_mysql2
 
 
 def direct():
@@ -104,18 +102,13 @@ def test_kill_connection_ends_an_idle_pymysql_connection(make_proxy):
         assert cur.fetchone() == (43,)
 
 
-NODE_DIR = Path(__file__).resolve().parent.parent / "node"
 
 
 def test_node_mysql2_server_close(make_proxy):
     """node mysql2's test-server-close logic (tests/node/server_close.js): the idle connection
     gets its fatal error event after wait_timeout and after KILL CONNECTION, instead of hanging.
     scripts/ensure-deps.sh installs mysql2 into tests/node when node and npm are present."""
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed")
-    if not (NODE_DIR / "node_modules" / "mysql2").is_dir():
-        pytest.skip("mysql2 is not installed in tests/node (scripts/ensure-deps.sh installs it with npm)")
+    node = node_with_mysql2()
     proxy = make_proxy(workers=1)
     b = backend_env()
     env = dict(
