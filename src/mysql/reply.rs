@@ -326,6 +326,58 @@ pub fn parse_reset_replies(
     Ok(Some(ResetOutcome::Reset { schema, role }))
 }
 
+/// Parse the reply to a proxy-internal query of one column and one row
+/// (`SELECT LAST_INSERT_ID()`) from the start of `buf`. `Ok(None)`: more
+/// bytes are needed. The value is the row's text (None for NULL); an ERR
+/// is `Err((code, message))` inside.
+#[allow(clippy::type_complexity)]
+pub fn parse_one_value(
+    buf: &[u8],
+    deprecate_eof: bool,
+) -> Result<Option<Result<Option<String>, (u16, String)>>, ProtocolError> {
+    use crate::mysql::packet::split_packet;
+    let mut rest = buf;
+    let mut next = || -> Option<Vec<u8>> {
+        let (p, used) = split_packet(rest)?;
+        let payload = p.payload.to_vec();
+        rest = &rest[used..];
+        Some(payload)
+    };
+    let Some(first) = next() else { return Ok(None) };
+    if first.first() == Some(&ERR_HEADER) {
+        let (code, _, message) = parse_err(&first)?;
+        return Ok(Some(Err((code, message))));
+    }
+    // One column; with MARIADB_CLIENT_CACHE_METADATA the count is followed
+    // by a "metadata follows" byte, always 1 for a text result.
+    if !matches!(first.as_slice(), [1] | [1, 1]) {
+        return Err(ProtocolError::Malformed {
+            what: "one-value result",
+            reason: "expected one column",
+        });
+    }
+    // The column definition, then an EOF unless DEPRECATE_EOF.
+    if next().is_none() || (!deprecate_eof && next().is_none()) {
+        return Ok(None);
+    }
+    let Some(row) = next() else { return Ok(None) };
+    let mut r = Reader::new(&row);
+    let value = if r.peek_u8() == Some(0xFB) {
+        None
+    } else {
+        let bytes = r.lenenc_bytes("value")?;
+        Some(
+            String::from_utf8(bytes.to_vec())
+                .map_err(|_| ProtocolError::InvalidUtf8 { what: "value" })?,
+        )
+    };
+    // The terminator (EOF, or OK with a 0xFE header).
+    if next().is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Ok(value)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

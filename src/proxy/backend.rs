@@ -14,8 +14,8 @@ use crate::mysql::client_login::{ClientLogin, LoginError, LoginParams, LoginStep
 use crate::mysql::constants::*;
 use crate::mysql::packet::{split_packet, write_packet};
 use crate::mysql::reply::{
-    com_payload, err_payload_with_state, parse_reply, parse_reset_replies, ResetOutcome,
-    ServerReply,
+    com_payload, err_payload_with_state, parse_one_value, parse_reply, parse_reset_replies,
+    ResetOutcome, ServerReply,
 };
 
 /// Largest packet we ask the backend to send us; the server's own
@@ -81,6 +81,9 @@ pub enum BackendEvent {
     SchemaRefused { err_payload: Vec<u8> },
     /// Reset after a lease: ready for the next one.
     ResetDone,
+    /// The answer to [`BackendConn::ask_last_insert_id`]; the connection is
+    /// leased again, for the pool to give back.
+    LastInsertId(u64),
     /// Broken: closed, and to be forgotten.
     Failed { cause: String },
 }
@@ -125,6 +128,9 @@ enum State {
     Leased,
     /// COM_RESET_CONNECTION + `SELECT DATABASE()` after a lease.
     Resetting { writing: bool },
+    /// Transaction pooling: `SELECT LAST_INSERT_ID()` for the session that
+    /// is giving the connection back.
+    AskingLastInsertId { writing: bool },
     /// Closed; the driver frees the slot once its operations complete.
     Closed,
 }
@@ -322,7 +328,8 @@ impl BackendConn {
             State::LoggingIn { writing, .. }
             | State::SelectingSchema { writing, .. }
             | State::Replaying { writing, .. }
-            | State::Resetting { writing } => writing,
+            | State::Resetting { writing }
+            | State::AskingLastInsertId { writing } => writing,
             _ => return,
         };
         *writing = false;
@@ -356,6 +363,9 @@ impl BackendConn {
         }
         if let State::Replaying { .. } = self.state {
             return self.on_setup_replies(data, capacity, out);
+        }
+        if let State::AskingLastInsertId { .. } = self.state {
+            return self.on_last_insert_id_reply(data, capacity, out);
         }
         let Some((pkt, _)) = split_packet(data) else {
             if data.len() >= capacity {
@@ -478,6 +488,45 @@ impl BackendConn {
             }
             outcome => self.fail(format!("COM_RESET_CONNECTION failed ({outcome:?})"), out),
         }
+    }
+
+    /// The answer to `SELECT LAST_INSERT_ID()`: leased again, with the value.
+    fn on_last_insert_id_reply(&mut self, data: &[u8], capacity: usize, out: &mut Vec<BackendOut>) {
+        let deprecate_eof = self.key.caps & CLIENT_DEPRECATE_EOF != 0;
+        match parse_one_value(data, deprecate_eof) {
+            Ok(None) if data.len() < capacity => out.push(BackendOut::Op(BackendOp::Read)),
+            Ok(Some(Ok(Some(text)))) => match text.parse::<u64>() {
+                Ok(value) => {
+                    self.state = State::Leased;
+                    out.push(BackendOut::Op(BackendOp::Clear));
+                    out.push(BackendOut::Event(BackendEvent::LastInsertId(value)));
+                }
+                Err(_) => self.fail(format!("LAST_INSERT_ID() answered {text:?}"), out),
+            },
+            outcome => self.fail(format!("SELECT LAST_INSERT_ID() failed ({outcome:?})"), out),
+        }
+    }
+
+    /// Transaction pooling: the session giving the connection back may have
+    /// changed LAST_INSERT_ID() in a way its OK packets do not show (an
+    /// explicit AUTO_INCREMENT value is reported there but does not set
+    /// it): read it on the connection, whose answer is
+    /// [`BackendEvent::LastInsertId`] (then leased again, to be given back)
+    /// or `Failed`.
+    pub fn ask_last_insert_id(&mut self, now: Instant, out: &mut Vec<BackendOut>) {
+        if !matches!(self.state, State::Leased) {
+            return self.fail("asked for LAST_INSERT_ID() while not leased".into(), out);
+        }
+        let mut bytes = Vec::with_capacity(32);
+        write_packet(
+            &mut bytes,
+            0,
+            &com_payload(COM_QUERY, b"SELECT LAST_INSERT_ID()"),
+        );
+        self.state = State::AskingLastInsertId { writing: true };
+        self.since = now;
+        out.push(BackendOut::Op(BackendOp::Clear));
+        out.push(BackendOut::Op(BackendOp::Send(bytes)));
     }
 
     /// Answers to the setup statements (`Replaying`): every one must be OK.
@@ -668,6 +717,7 @@ impl BackendConn {
                 | State::SelectingSchema { .. }
                 | State::Replaying { .. }
                 | State::Resetting { .. }
+                | State::AskingLastInsertId { .. }
         );
         if exchanging && now.duration_since(self.since) >= timeout {
             let cause =

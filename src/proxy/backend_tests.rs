@@ -344,3 +344,72 @@ fn in_front_of_mariadb_a_role_left_after_the_reset_closes_the_connection() {
     );
     assert_eq!(c.schema(), Some("app"));
 }
+
+/// `SELECT LAST_INSERT_ID()`'s result (classic EOF framing) with the given row.
+fn last_insert_id_reply(row: &[u8]) -> Vec<u8> {
+    let mut replies = framed(1, &[1]);
+    replies.extend(framed(
+        2,
+        b"\x03def\x00\x00\x00\x10LAST_INSERT_ID()\x00\x0c\x3f\x00\x15\x00\x00\x00\x08\xa1\x00\x00\x00\x00",
+    ));
+    replies.extend(framed(3, &[0xfe, 0, 0, 2, 0]));
+    replies.extend(framed(4, row));
+    replies.extend(framed(5, &[0xfe, 0, 0, 2, 0]));
+    replies
+}
+
+#[test]
+fn asking_for_last_insert_id_reads_the_servers_answer_and_leases_again() {
+    let now = Instant::now();
+    let mut c = logged_in(now);
+    let mut out = Vec::new();
+    c.ask_last_insert_id(now, &mut out);
+    let sent = sends(&out);
+    assert_eq!(sent.len(), 1);
+    assert!(
+        sent[0].ends_with(b"\x03SELECT LAST_INSERT_ID()"),
+        "{sent:?}"
+    );
+    out.clear();
+    c.on_write(sent[0].len() as i32, &mut out);
+    let replies = last_insert_id_reply(b"\x06900002");
+    // In pieces: the answer waits for the whole result.
+    out.clear();
+    c.on_read(10, &replies[..10], CAP, now, &mut out);
+    assert_eq!(out, vec![BackendOut::Op(BackendOp::Read)]);
+    out.clear();
+    c.on_read(replies.len() as i32, &replies, CAP, now, &mut out);
+    assert!(
+        has_event(&out, |e| *e == BackendEvent::LastInsertId(900002)),
+        "{out:?}"
+    );
+    assert!(c.is_leased(), "leased again, for the pool to give back");
+
+    // An ERR (or anything but a number) closes the connection.
+    let mut c = logged_in(now);
+    c.ask_last_insert_id(now, &mut out);
+    out.clear();
+    c.on_write(1, &mut out);
+    let err = framed(1, &err_payload(1064, "no"));
+    out.clear();
+    c.on_read(err.len() as i32, &err, CAP, now, &mut out);
+    assert!(
+        has_event(&out, |e| matches!(e, BackendEvent::Failed { .. })),
+        "{out:?}"
+    );
+    assert!(out.contains(&BackendOut::Op(BackendOp::Close)));
+
+    // A server that does not answer is cut by the tick.
+    let mut c = logged_in(now);
+    c.ask_last_insert_id(now, &mut out);
+    out.clear();
+    c.on_tick(
+        now + Duration::from_secs(5),
+        Duration::from_secs(1),
+        &mut out,
+    );
+    assert!(
+        has_event(&out, |e| matches!(e, BackendEvent::Failed { .. })),
+        "{out:?}"
+    );
+}

@@ -15,8 +15,12 @@
 //!   none; connections released by a session carry the fingerprint of its
 //!   settings, so a session with the same settings (all PyMySQL clients
 //!   after their `SET AUTOCOMMIT = 0`) gets one without a replay;
-//! - LAST_INSERT_ID(): from the session's own OK packets, set on the
-//!   connection (`DO LAST_INSERT_ID(n)`) before a statement that reads it.
+//! - LAST_INSERT_ID(): the server's answer to a proxy-internal
+//!   `SELECT LAST_INSERT_ID()` run on the connection before it goes back,
+//!   after a statement whose OK packet carried an insert id or that called
+//!   LAST_INSERT_ID(expr) (the OK packet reports an explicit AUTO_INCREMENT
+//!   value too, which does not set it); set on the next connection
+//!   (`DO LAST_INSERT_ID(n)`) before a statement that reads it.
 //!
 //! State it cannot carry *pins* the session to its connection until the
 //! session ends (then the connection is reset, as in session pooling): see
@@ -335,6 +339,10 @@ pub struct TxState {
     schema: Option<String>,
     /// What LAST_INSERT_ID() returns in this session.
     last_insert_id: u64,
+    /// A statement since the last answer may have changed LAST_INSERT_ID()
+    /// to something its OK packet does not show (see `on_completed`): the
+    /// connection is asked before it goes back.
+    last_insert_id_unsure: bool,
     /// Warnings of the last statement: SHOW WARNINGS needs its connection.
     warnings: u16,
     /// Status flags after the last answer.
@@ -401,8 +409,22 @@ impl TxState {
         self.diagnostics_dirty |= self.warnings > 0;
         if let Some(ok) = c.ok {
             if ok.last_insert_id != 0 {
+                // A generated id, or the argument of LAST_INSERT_ID(expr):
+                // both are what LAST_INSERT_ID() now returns. But an
+                // explicit AUTO_INCREMENT value is reported here too and
+                // leaves LAST_INSERT_ID() as it was: only the server knows
+                // which it was, so it is asked (`take_last_insert_id_ask`).
                 self.last_insert_id = ok.last_insert_id;
+                self.last_insert_id_unsure = true;
             }
+        }
+        // LAST_INSERT_ID(expr) with an expression of 0 (or in a statement
+        // that answers with a result set) sets it without an OK to show it.
+        if c.command == COM_QUERY
+            && !c.err
+            && c.text.as_deref().is_some_and(mentions_last_insert_id)
+        {
+            self.last_insert_id_unsure = true;
         }
         let pin = match c.command {
             COM_QUERY => match effect.flatten() {
@@ -433,6 +455,7 @@ impl TxState {
                 self.settings.clear();
                 self.fingerprint = 0;
                 self.last_insert_id = 0;
+                self.last_insert_id_unsure = false;
                 None
             }
             COM_SET_OPTION => Some(PinReason::SetOption),
@@ -461,6 +484,21 @@ impl TxState {
         }
         self.fingerprint = fingerprint(&self.settings);
         None
+    }
+
+    /// The connection is given back now: must LAST_INSERT_ID() be read on
+    /// it first (and given to [`TxState::set_last_insert_id`])? Clears the
+    /// mark.
+    pub fn take_last_insert_id_ask(&mut self) -> bool {
+        std::mem::take(&mut self.last_insert_id_unsure)
+    }
+
+    /// The server's LAST_INSERT_ID() on the connection the session gave
+    /// back (None: it could not be read; the OK packet's value stays).
+    pub fn set_last_insert_id(&mut self, value: Option<u64>) {
+        if let Some(v) = value {
+            self.last_insert_id = v;
+        }
     }
 
     /// The connection is given back now: must it be reset first (see
@@ -501,10 +539,12 @@ impl TxState {
                     .any(|st| st.class == Class::Begin)
             });
         let mut always = Vec::new();
-        if holds || mentions_last_insert_id(first) {
+        if holds || mentions_last_insert_id(first) || may_insert(first) {
             // The value lives in the connection that ran the INSERT; this
-            // one gets the session's own (from its OK packets), also when
-            // that is 0 (the connection may hold another session's).
+            // one gets the session's own, also when that is 0 (the
+            // connection may hold another session's). Before an INSERT too:
+            // one with an explicit AUTO_INCREMENT value leaves it as it
+            // was, and the session then reads it from this connection.
             always.push(format!("DO LAST_INSERT_ID({})", self.last_insert_id).into_bytes());
         }
         LeaseSetup {
@@ -586,6 +626,19 @@ fn constant_set(sql: &[u8]) -> bool {
 pub fn reads_previous_statement(sql: &[u8]) -> bool {
     let s = scan(sql);
     contains_word(&s.code, b"ROW_COUNT") || contains_word(&s.code, b"FOUND_ROWS")
+}
+
+/// The client bytes start a COM_QUERY that may be an INSERT, REPLACE or
+/// LOAD DATA (the words appear near its start; a false match only costs a
+/// `DO LAST_INSERT_ID(n)`).
+fn may_insert(bytes: &[u8]) -> bool {
+    let Some(text) = bytes.get(4..).and_then(|p| p.strip_prefix(&[COM_QUERY])) else {
+        return false;
+    };
+    let code = scan(&text[..text.len().min(512)]).code;
+    contains_word(&code, b"INSERT")
+        || contains_word(&code, b"REPLACE")
+        || contains_word(&code, b"LOAD")
 }
 
 /// The client bytes (one or more packets, possibly cut) mention

@@ -264,6 +264,59 @@ fn an_error_with_autocommit_off_holds_until_an_ok() {
 }
 
 #[test]
+fn an_ok_with_an_insert_id_or_a_last_insert_id_call_asks_the_server() {
+    let mut tx = TxState::new(None);
+    tx.on_completed(&done(COM_QUERY, "SELECT 1", AC));
+    assert!(!tx.take_last_insert_id_ask());
+    // An explicit AUTO_INCREMENT value is reported like a generated one.
+    let mut insert = done(COM_QUERY, "INSERT INTO t (id) VALUES (900001)", AC);
+    insert.ok = Some(OkCounts {
+        affected_rows: 1,
+        last_insert_id: 900001,
+    });
+    tx.on_completed(&insert);
+    assert!(tx.take_last_insert_id_ask());
+    assert!(!tx.take_last_insert_id_ask(), "asked once");
+    // The server's answer wins over the OK packet's.
+    tx.set_last_insert_id(Some(1));
+    assert_eq!(
+        tx.lease_setup(&query_packet("SELECT LAST_INSERT_ID()"))
+            .always,
+        vec![b"DO LAST_INSERT_ID(1)".to_vec()]
+    );
+    // An INSERT runs on a connection given the session's value first: one
+    // with an explicit id leaves it, and the answer is read there.
+    assert_eq!(
+        tx.lease_setup(&query_packet("/* x */ insert INTO t (id) VALUES (5)"))
+            .always,
+        vec![b"DO LAST_INSERT_ID(1)".to_vec()]
+    );
+    assert_eq!(
+        tx.lease_setup(&query_packet("REPLACE INTO t VALUES (5)"))
+            .always,
+        vec![b"DO LAST_INSERT_ID(1)".to_vec()]
+    );
+    assert!(tx
+        .lease_setup(&query_packet("SELECT 'insert'"))
+        .always
+        .is_empty());
+    // No answer: the OK packet's value stays.
+    tx.set_last_insert_id(None);
+    assert_eq!(
+        tx.lease_setup(&query_packet("SELECT LAST_INSERT_ID()"))
+            .always,
+        vec![b"DO LAST_INSERT_ID(1)".to_vec()]
+    );
+    // LAST_INSERT_ID(0) sets it, with 0 in the OK packet.
+    tx.on_completed(&done(
+        COM_QUERY,
+        "UPDATE t SET a = 1 WHERE id = LAST_INSERT_ID(0)",
+        AC,
+    ));
+    assert!(tx.take_last_insert_id_ask());
+}
+
+#[test]
 fn last_insert_id_comes_from_the_sessions_own_ok_packets() {
     let mut tx = TxState::new(None);
     let mut insert = done(COM_QUERY, "INSERT INTO t VALUES (NULL)", AC);

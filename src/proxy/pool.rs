@@ -56,6 +56,17 @@ pub struct Pooled {
     busy: bool,
     /// Being reset for the session it stays leased to ([`Pool::relet`]).
     relet: bool,
+    /// Reading LAST_INSERT_ID() for the session that gave it back
+    /// ([`Pool::park_asking`]).
+    asking: Option<Asking>,
+}
+
+/// A give-back that waits for `SELECT LAST_INSERT_ID()`.
+#[derive(Debug)]
+struct Asking {
+    session: SessionId,
+    kept: Option<(Option<String>, u64)>,
+    reset: bool,
 }
 
 impl Pooled {
@@ -98,6 +109,12 @@ pub enum PoolEvent {
         session: SessionId,
         err_payload: Vec<u8>,
         reject: Option<RejectReason>,
+    },
+    /// LAST_INSERT_ID() as the connection the session gave back answered
+    /// it ([`Pool::park_asking`]); None when it could not be read.
+    LastInsertId {
+        session: SessionId,
+        value: Option<u64>,
     },
     /// A backend greeting: the version and capabilities clients are offered.
     ServerInfo {
@@ -406,6 +423,7 @@ impl Pool {
             opened_for: request,
             busy: false,
             relet: false,
+            asking: None,
         });
         let id = BackendId { index, generation };
         self.apply(id, bo, now, out);
@@ -562,6 +580,48 @@ impl Pool {
             p.conn.close(&mut bo);
             self.apply(id, bo, now, out);
         }
+    }
+
+    /// Transaction pooling: the session gives its connection back, but
+    /// first LAST_INSERT_ID() is read on it (the session's OK packets do not
+    /// tell; see `multiplex.rs`); the session gets
+    /// [`PoolEvent::LastInsertId`], and the connection then goes back as
+    /// [`Pool::release_kept`] (or, with `reset`, [`Pool::release`]) would.
+    pub fn park_asking(
+        &mut self,
+        id: BackendId,
+        session: SessionId,
+        kept: Option<(Option<String>, u64)>,
+        reset: bool,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        let draining = self.draining;
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            out.push(PoolEvent::LastInsertId {
+                session,
+                value: None,
+            });
+            return;
+        };
+        if draining || !p.conn.is_leased() {
+            out.push(PoolEvent::LastInsertId {
+                session,
+                value: None,
+            });
+            return self.release(id, !draining, now, out);
+        }
+        // Not the session's any more: a failure must not reach it as a
+        // failed lease.
+        p.leased_to = None;
+        p.asking = Some(Asking {
+            session,
+            kept,
+            reset,
+        });
+        let mut bo = Vec::new();
+        p.conn.ask_last_insert_id(now, &mut bo);
+        self.apply(id, bo, now, out);
     }
 
     /// Close a connection for good.
@@ -776,11 +836,35 @@ impl Pool {
                     _ => self.push_idle(id, now),
                 }
             }
+            BackendEvent::LastInsertId(value) => {
+                let Some(asking) = self
+                    .slots
+                    .get_mut(id.index, id.generation)
+                    .and_then(|p| p.asking.take())
+                else {
+                    return;
+                };
+                out.push(PoolEvent::LastInsertId {
+                    session: asking.session,
+                    value: Some(value),
+                });
+                if asking.reset {
+                    self.release(id, true, now, out);
+                } else {
+                    self.release_kept(id, asking.kept, now, out);
+                }
+            }
             BackendEvent::Failed { cause } => {
                 tracing::debug!(worker = self.worker, "backend connection lost: {cause}");
                 let Some(p) = self.slots.get_mut(id.index, id.generation) else {
                     return;
                 };
+                if let Some(asking) = p.asking.take() {
+                    out.push(PoolEvent::LastInsertId {
+                        session: asking.session,
+                        value: None,
+                    });
+                }
                 // Failed while selecting a lease's schema: that session
                 // waits for nothing now.
                 if let Some(session) = p.leased_to.take() {

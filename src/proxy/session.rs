@@ -112,6 +112,10 @@ pub enum SessionAction {
         /// Reset it first (COM_RESET_CONNECTION): the session's statements
         /// left warnings or errors on it.
         reset: bool,
+        /// Read LAST_INSERT_ID() on it first (before any reset), for
+        /// [`Session::on_last_insert_id`]; only with `clean` (otherwise
+        /// the driver answers None at once).
+        ask_last_insert_id: bool,
     },
     /// Transaction pooling: the session is pinned to its backend
     /// connection from now on (counted and logged once).
@@ -243,6 +247,11 @@ pub struct Session {
     tracker: Option<Tracker>,
     /// A backend connection is leased to this session.
     has_backend: bool,
+    /// Transaction pooling: parked, waiting for the LAST_INSERT_ID() the
+    /// connection it gave back is asked for; `command_waiting`: the
+    /// client's next command arrived meanwhile (it stays in the buffer).
+    last_insert_id_pending: bool,
+    command_waiting: bool,
     /// Waiting in the pool's queue.
     leasing: bool,
     /// Reused for the relay's events (no allocation per completion).
@@ -287,6 +296,8 @@ impl Session {
             key: PoolKey::default_warm(),
             tracker: None,
             has_backend: false,
+            last_insert_id_pending: false,
+            command_waiting: false,
             leasing: false,
             relay_scratch: Vec::new(),
             connection_id: n.connection_id,
@@ -416,6 +427,7 @@ impl Session {
             clean: true,
             kept: None,
             reset: false,
+            ask_last_insert_id: false,
         });
         self.state = State::Parked {
             tracker: Box::new(tracker),
@@ -858,8 +870,30 @@ impl Session {
 
     /// The session buffer's bytes, on [`SessionAction::ExamineBuffer`].
     pub fn on_buffered(&mut self, data: &[u8], ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
-        if matches!(self.state, State::ChangeUser(_)) {
-            self.change_user_bytes(data, ctx, out)
+        match self.state {
+            State::ChangeUser(_) => self.change_user_bytes(data, ctx, out),
+            // The command that waited for LAST_INSERT_ID().
+            State::Parked { .. } if !data.is_empty() => self.resume(data, ctx, out),
+            _ => {}
+        }
+    }
+
+    /// Transaction pooling: LAST_INSERT_ID() as the connection the session
+    /// gave back answered it (None: it could not be read, and the value
+    /// from the session's OK packets stays). A command that waited for it
+    /// goes on now.
+    pub fn on_last_insert_id(&mut self, value: Option<u64>, out: &mut Vec<SessionAction>) {
+        if let Some(tx) = self.tx.as_mut() {
+            tx.set_last_insert_id(value);
+        }
+        if value.is_none() {
+            out.push(SessionAction::Log(
+                "LAST_INSERT_ID() could not be read on the connection given back; the OK packet's value is kept".into(),
+            ));
+        }
+        self.last_insert_id_pending = false;
+        if std::mem::take(&mut self.command_waiting) {
+            out.push(SessionAction::ExamineBuffer);
         }
     }
 
@@ -1137,7 +1171,18 @@ impl Session {
             .as_ref()
             .map(|t| (t.schema().map(String::from), t.settings_fingerprint()));
         let reset = self.tx.as_mut().is_some_and(|t| t.take_reset_needed());
-        out.push(SessionAction::Park { clean, kept, reset });
+        let ask_last_insert_id = self
+            .tx
+            .as_mut()
+            .is_some_and(|t| t.take_last_insert_id_ask());
+        // The next command's lease setup needs the answer: it waits for it.
+        self.last_insert_id_pending = ask_last_insert_id;
+        out.push(SessionAction::Park {
+            clean,
+            kept,
+            reset,
+            ask_last_insert_id,
+        });
         self.state = State::Parked {
             tracker,
             reading: true,
@@ -1152,6 +1197,12 @@ impl Session {
     /// held no connection. `data`: the session buffer.
     fn resume(&mut self, data: &[u8], ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
         if !matches!(self.state, State::Parked { .. }) {
+            return;
+        }
+        if self.last_insert_id_pending {
+            // Its lease setup needs LAST_INSERT_ID(): on_last_insert_id
+            // examines the buffer again.
+            self.command_waiting = true;
             return;
         }
         let Some(tx) = self.tx.as_ref() else {

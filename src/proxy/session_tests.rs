@@ -1027,7 +1027,8 @@ fn tx_session(u: &Users, now: Instant) -> Session {
     assert!(out.contains(&SessionAction::Park {
         clean: true,
         kept: None,
-        reset: false
+        reset: false,
+        ask_last_insert_id: false
     }));
     assert!(out.contains(&SessionAction::ReadClient));
     s
@@ -1089,7 +1090,8 @@ fn transaction_pooling_gives_the_backend_back_between_transactions() {
     assert!(out.contains(&SessionAction::Park {
         clean: true,
         kept: Some((None, 0)),
-        reset: false
+        reset: false,
+        ask_last_insert_id: false
     }));
     assert!(!out
         .iter()
@@ -1104,6 +1106,59 @@ fn transaction_pooling_gives_the_backend_back_between_transactions() {
     );
     assert!(!out.contains(&SessionAction::Relay(RelayOp::CancelReadBackend)));
     assert_eq!(s.pinned(), None);
+}
+
+#[test]
+fn transaction_pooling_asks_for_last_insert_id_and_the_next_command_waits_for_it() {
+    let now = Instant::now();
+    let u = users();
+    let mut s = tx_session(&u, now);
+    let c = ctx(&u, now);
+    // An INSERT whose OK reports an id: explicit or generated, only the
+    // server knows, so the connection is asked before it goes back.
+    let out = tx_statement(
+        &mut s,
+        &u,
+        now,
+        "INSERT INTO t (id) VALUES (900001)",
+        &ok_payload(1, 900001, SERVER_STATUS_AUTOCOMMIT, 0),
+    );
+    assert!(out.contains(&SessionAction::Relay(RelayOp::CancelReadBackend)));
+    let mut out = Vec::new();
+    s.on_backend_read(-libc::ECANCELED, &[], &c, &mut out);
+    assert!(
+        out.contains(&SessionAction::Park {
+            clean: true,
+            kept: Some((None, 0)),
+            reset: false,
+            ask_last_insert_id: true
+        }),
+        "{out:?}"
+    );
+    // The next command arrives before the answer: no lease yet.
+    let q = query("SELECT LAST_INSERT_ID()");
+    out.clear();
+    s.on_client_read(q.len() as i32, &q, &c, &mut out);
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, SessionAction::LeaseForCommand { .. })),
+        "{out:?}"
+    );
+    // The answer: the command is examined again and leases with it.
+    out.clear();
+    s.on_last_insert_id(Some(1), &mut out);
+    assert_eq!(out, vec![SessionAction::ExamineBuffer]);
+    out.clear();
+    s.on_buffered(&q, &c, &mut out);
+    let setup = out.iter().find_map(|a| match a {
+        SessionAction::LeaseForCommand { setup, .. } => Some(setup.always.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        setup,
+        Some(vec![b"DO LAST_INSERT_ID(1)".to_vec()]),
+        "{out:?}"
+    );
 }
 
 #[test]

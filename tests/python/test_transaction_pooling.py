@@ -237,6 +237,75 @@ def test_last_insert_id_is_the_sessions_own_with_50_clients_inserting(make_proxy
     assert pinned == {}
 
 
+LID = f"{TEST_DB}.txpool_lid"
+
+# Each step: a statement, then what SELECT LAST_INSERT_ID() answers after it. The OK packet's
+# last_insert_id cannot tell these apart: an explicit id puts its value there (cursor.lastrowid)
+# but leaves LAST_INSERT_ID() as it was; LAST_INSERT_ID(expr) sets both.
+LID_STEPS = [
+    f"INSERT INTO {LID} (v) VALUES ('a')",
+    f"INSERT INTO {LID} (id, v) VALUES (900001, 'explicit')",
+    f"INSERT INTO {LID} (v) VALUES ('b')",
+    f"INSERT INTO {LID} (id, v) VALUES (5, 'explicit, lower')",
+    f"UPDATE {LID} SET id = LAST_INSERT_ID(id + 1000) WHERE v = 'explicit'",
+    f"INSERT INTO {LID} (id, v) VALUES (5, 'dup') ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)",
+    f"INSERT INTO {LID} (id, v) VALUES (77, 'x') ON DUPLICATE KEY UPDATE v = 'y'",
+    f"UPDATE {LID} SET v = 'z' WHERE id = LAST_INSERT_ID(0) + 1",
+    f"INSERT INTO {LID} (v) VALUES ('c'), ('d')",
+    f"REPLACE INTO {LID} (id, v) VALUES (77, 'replaced')",
+]
+
+
+def lid_trace(conn):
+    """Run LID_STEPS on `conn` (the table emptied and its counter restarted first, with a client
+    of another table in between on a transaction-pooled proxy): each statement's lastrowid and
+    the LAST_INSERT_ID() after it."""
+    with direct() as d:
+        with d.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {LID}")
+            cur.execute(
+                f"CREATE TABLE {LID} (id BIGINT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(20)) "
+                "ENGINE=InnoDB"
+            )
+    trace = []
+    for sql in LID_STEPS:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            rowid = cur.lastrowid
+        trace.append((sql, rowid, value(conn, "SELECT LAST_INSERT_ID()")))
+    return trace
+
+
+def test_last_insert_id_after_explicit_ids_and_expr_forms_is_the_servers(make_proxy):
+    """An INSERT with an explicit AUTO_INCREMENT value reports it in its OK packet but leaves
+    LAST_INSERT_ID() at the previous generated id: the proxy must give the server's answer,
+    with another client using the pool's connections between the statements."""
+    with direct() as d:
+        want = lid_trace(d)
+    # The direct trace shows the case the OK packet alone gets wrong.
+    assert want[1][1] == 900001 and want[1][2] == want[0][2] == 1
+    proxy = tx_proxy(make_proxy, 2)
+    stop = threading.Event()
+
+    def other():
+        with proxy.connect(autocommit=True) as c:
+            while not stop.is_set():
+                value(c, f"INSERT INTO {AUTO} (owner) VALUES (4)")
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        with proxy.connect(autocommit=True) as a:
+            got = lid_trace(a)
+    finally:
+        stop.set()
+        t.join()
+    for w, g in zip(want, got):
+        assert g == w, f"after {w[0]!r}: proxy (lastrowid, LAST_INSERT_ID()) = {g[1:]}, direct {w[1:]}"
+    m = wait_idle(proxy)
+    assert sum(v for k, v in m.items() if k.startswith("ringgate_sessions_pinned_total")) == 0
+
+
 def test_plain_last_insert_id_does_not_pin(make_proxy):
     proxy = tx_proxy(make_proxy, 2)
     with proxy.connect(autocommit=True) as a, proxy.connect(autocommit=True) as b:

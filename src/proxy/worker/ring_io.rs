@@ -41,6 +41,8 @@ pub(super) enum PendingRelease {
     Park {
         kept: Option<(Option<String>, u64)>,
         reset: bool,
+        /// `Pool::park_asking` for this session first.
+        ask: Option<SessionId>,
     },
 }
 
@@ -589,13 +591,28 @@ impl Worker {
                 }
                 self.pool.relet(bid, self.now, &mut events);
             }
+            PendingRelease::Park {
+                kept,
+                reset,
+                ask: Some(session),
+            } if clean => self
+                .pool
+                .park_asking(bid, session, kept, reset, self.now, &mut events),
             PendingRelease::Park { reset: true, .. } if clean => {
                 self.pool.release(bid, true, self.now, &mut events)
             }
             PendingRelease::Park { kept, .. } if clean => {
                 self.pool.release_kept(bid, kept, self.now, &mut events)
             }
-            PendingRelease::Park { .. } => self.pool.release(bid, false, self.now, &mut events),
+            PendingRelease::Park { ask, .. } => {
+                if let Some(session) = ask {
+                    events.push(PoolEvent::LastInsertId {
+                        session,
+                        value: None,
+                    });
+                }
+                self.pool.release(bid, false, self.now, &mut events)
+            }
         }
         self.pool_q.extend(events);
     }

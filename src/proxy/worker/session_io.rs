@@ -489,31 +489,54 @@ impl Worker {
                     self.pool_q.extend(events);
                 }
             }
-            SessionAction::Park { clean, kept, reset } => {
+            SessionAction::Park {
+                clean,
+                kept,
+                reset,
+                ask_last_insert_id,
+            } => {
                 slot.conn.entry().clear_backend();
                 let clean = clean && !slot.conn.entry().is_killed() && slot.relay_ops == 0;
                 debug_assert_eq!(slot.relay_ops, 0, "parked with relay ops in flight");
-                if let Some(b) = slot.backend.take() {
-                    let park = PendingRelease::Park {
-                        kept: kept.clone(),
-                        reset,
-                    };
-                    let Some(clean) = self.ring_give_back(b, clean, park) else {
-                        // Parked when the cancelled receive has ended.
-                        return;
-                    };
-                    let mut events = Vec::new();
-                    if clean && reset {
-                        // Reset, then idle with no settings (a session
-                        // with its own gets them replayed).
-                        self.pool.release(b, true, now, &mut events);
-                    } else if clean {
-                        self.pool.release_kept(b, kept, now, &mut events);
-                    } else {
+                let ask = ask_last_insert_id.then_some(sid);
+                let Some(b) = slot.backend.take() else {
+                    if let Some(session) = ask {
+                        self.pool_q.push_back(PoolEvent::LastInsertId {
+                            session,
+                            value: None,
+                        });
+                    }
+                    return;
+                };
+                let park = PendingRelease::Park {
+                    kept: kept.clone(),
+                    reset,
+                    ask,
+                };
+                let Some(clean) = self.ring_give_back(b, clean, park) else {
+                    // Parked when the cancelled receive has ended.
+                    return;
+                };
+                let mut events = Vec::new();
+                match ask {
+                    Some(session) if clean => {
+                        self.pool
+                            .park_asking(b, session, kept, reset, now, &mut events)
+                    }
+                    Some(session) => {
+                        events.push(PoolEvent::LastInsertId {
+                            session,
+                            value: None,
+                        });
                         self.pool.release(b, false, now, &mut events);
                     }
-                    self.pool_q.extend(events);
+                    // Reset, then idle with no settings (a session with
+                    // its own gets them replayed).
+                    None if clean && reset => self.pool.release(b, true, now, &mut events),
+                    None if clean => self.pool.release_kept(b, kept, now, &mut events),
+                    None => self.pool.release(b, false, now, &mut events),
                 }
+                self.pool_q.extend(events);
             }
             SessionAction::Pinned(reason) => {
                 self.shared.metrics.worker(self.id).sessions_pinned_total[reason.index()]
