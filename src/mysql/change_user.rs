@@ -29,10 +29,6 @@ use super::constants::*;
 use super::packet::Reader;
 use super::ProtocolError;
 
-/// Connection attributes are bounded as at login (the backend receives
-/// them again only through a new login, so they are only checked here).
-const MAX_CONNECT_ATTRS_LEN: usize = 64 * 1024;
-
 /// A parsed COM_CHANGE_USER.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChangeUser {
@@ -99,23 +95,7 @@ pub fn parse_change_user(payload: &[u8], capabilities: u32) -> Result<ChangeUser
         }
     }
     if capabilities & CLIENT_CONNECT_ATTRS != 0 && !r.is_empty() {
-        let total = r.lenenc_int("connect attrs length")?;
-        let total = usize::try_from(total)
-            .ok()
-            .filter(|&t| t <= MAX_CONNECT_ATTRS_LEN)
-            .ok_or(ProtocolError::PacketTooLarge {
-                len: usize::try_from(total).unwrap_or(usize::MAX),
-                max: MAX_CONNECT_ATTRS_LEN,
-            })?;
-        let mut a = Reader::new(r.bytes(total, "connect attrs")?);
-        while !a.is_empty() {
-            let k = a.lenenc_bytes("connect attr key")?;
-            let v = a.lenenc_bytes("connect attr value")?;
-            out.connect_attrs.push((
-                String::from_utf8_lossy(k).into_owned(),
-                String::from_utf8_lossy(v).into_owned(),
-            ));
-        }
+        out.connect_attrs = super::handshake::read_connect_attrs(&mut r)?;
     }
     Ok(out)
 }

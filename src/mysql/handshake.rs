@@ -252,27 +252,11 @@ pub fn parse_handshake_response(payload: &[u8]) -> Result<ClientHello, ProtocolE
         }
     }
 
-    let mut connect_attrs = Vec::new();
-    if capabilities & CLIENT_CONNECT_ATTRS != 0 && !r.is_empty() {
-        let total = r.lenenc_int("connect attrs length")?;
-        let total = usize::try_from(total)
-            .ok()
-            .filter(|&t| t <= MAX_CONNECT_ATTRS_LEN)
-            .ok_or(ProtocolError::PacketTooLarge {
-                len: usize::try_from(total).unwrap_or(usize::MAX),
-                max: MAX_CONNECT_ATTRS_LEN,
-            })?;
-        let block = r.bytes(total, "connect attrs")?;
-        let mut a = Reader::new(block);
-        while !a.is_empty() {
-            let k = a.lenenc_bytes("connect attr key")?;
-            let v = a.lenenc_bytes("connect attr value")?;
-            connect_attrs.push((
-                String::from_utf8_lossy(k).into_owned(),
-                String::from_utf8_lossy(v).into_owned(),
-            ));
-        }
-    }
+    let connect_attrs = if capabilities & CLIENT_CONNECT_ATTRS != 0 && !r.is_empty() {
+        read_connect_attrs(&mut r)?
+    } else {
+        Vec::new()
+    };
     // Anything after this (zstd level with CLIENT_ZSTD_COMPRESSION_ALGORITHM)
     // is ignored: we never offer compression.
 
@@ -398,6 +382,31 @@ pub fn build_auth_switch_request(plugin: &str, scramble: &[u8]) -> Vec<u8> {
     out.extend_from_slice(scramble);
     out.push(0);
     out
+}
+
+/// The length-prefixed block of connection attributes (key, value pairs)
+/// that ends a handshake response or a COM_CHANGE_USER packet, bounded by
+/// [`MAX_CONNECT_ATTRS_LEN`].
+pub(crate) fn read_connect_attrs(r: &mut Reader) -> Result<Vec<(String, String)>, ProtocolError> {
+    let total = r.lenenc_int("connect attrs length")?;
+    let total = usize::try_from(total)
+        .ok()
+        .filter(|&t| t <= MAX_CONNECT_ATTRS_LEN)
+        .ok_or(ProtocolError::PacketTooLarge {
+            len: usize::try_from(total).unwrap_or(usize::MAX),
+            max: MAX_CONNECT_ATTRS_LEN,
+        })?;
+    let mut a = Reader::new(r.bytes(total, "connect attrs")?);
+    let mut attrs = Vec::new();
+    while !a.is_empty() {
+        let k = a.lenenc_bytes("connect attr key")?;
+        let v = a.lenenc_bytes("connect attr value")?;
+        attrs.push((
+            String::from_utf8_lossy(k).into_owned(),
+            String::from_utf8_lossy(v).into_owned(),
+        ));
+    }
+    Ok(attrs)
 }
 
 fn utf8<'a>(b: &'a [u8], what: &'static str) -> Result<&'a str, ProtocolError> {
