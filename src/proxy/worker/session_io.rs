@@ -65,16 +65,7 @@ impl Worker {
         let mut out = std::mem::take(&mut self.action_scratch);
         let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
         if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
-            // What the session reads: the plain bytes, behind a leg.
-            let buffered = match slot.leg.as_ref() {
-                Some(leg) => leg.up.as_slice(),
-                None => slot
-                    .io
-                    .buf
-                    .as_ref()
-                    .filter(|b| !b.in_flight())
-                    .map_or(&[][..], |b| b.filled()),
-            };
+            let buffered = plain_buffered(&slot.leg, &slot.io);
             slot.session.on_client_write(res, buffered, &ctx, &mut out);
         }
         self.session_q.extend(out.drain(..).map(|a| (sid, a)));
@@ -383,16 +374,7 @@ impl Worker {
                 let mut out = std::mem::take(&mut self.action_scratch);
                 let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
                 if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
-                    // What the session reads: the plain bytes, behind a leg.
-                    let data = match slot.leg.as_ref() {
-                        Some(leg) => leg.up.as_slice(),
-                        None => slot
-                            .io
-                            .buf
-                            .as_ref()
-                            .filter(|b| !b.in_flight())
-                            .map_or(&[][..], |b| b.filled()),
-                    };
+                    let data = plain_buffered(&slot.leg, &slot.io);
                     slot.session.on_buffered(data, &ctx, &mut out);
                 }
                 self.session_q.extend(out.drain(..).map(|a| (sid, a)));
@@ -749,5 +731,20 @@ impl Worker {
         }
         self.metrics().client_connections.fetch_sub(1, Relaxed);
         // The socket closes here, after its last CQE.
+    }
+}
+
+/// What the session reads of its client's bytes: the plain bytes behind a
+/// leg, else the read buffer's filled part (none while a read is in flight).
+/// Takes the two fields, not the slot, so the caller can borrow the session
+/// mutably beside it.
+fn plain_buffered<'a>(leg: &'a Option<Box<super::leg::LegIo>>, io: &'a ConnIo) -> &'a [u8] {
+    match leg.as_ref() {
+        Some(leg) => leg.up.as_slice(),
+        None => io
+            .buf
+            .as_ref()
+            .filter(|b| !b.in_flight())
+            .map_or(&[][..], |b| b.filled()),
     }
 }
