@@ -10,6 +10,7 @@ use std::io;
 
 use thiserror::Error;
 
+use super::mapping::Mapping;
 use crate::ring::Ring;
 
 /// Why the fixed pool could not be set up. Every variant's message names
@@ -37,8 +38,9 @@ pub enum RegisterError {
 }
 
 pub(super) struct FixedRegion {
-    base: *mut u8,
-    len: usize,
+    /// Unmapped on drop, after the worker's ring has released the
+    /// registration.
+    map: Mapping,
     slot_size: usize,
     count: usize,
 }
@@ -66,27 +68,9 @@ impl FixedRegion {
         count: usize,
     ) -> Result<FixedRegion, RegisterError> {
         let len = slot_size * count;
-        // SAFETY: an anonymous private mapping with no address hint; the
-        // result is checked against MAP_FAILED below.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(RegisterError::Map {
-                bytes: len,
-                source: io::Error::last_os_error(),
-            });
-        }
+        let map = Mapping::new(len).map_err(|source| RegisterError::Map { bytes: len, source })?;
         let region = FixedRegion {
-            base: base.cast(),
-            len,
+            map,
             slot_size,
             count,
         };
@@ -121,18 +105,6 @@ impl FixedRegion {
         let index = usize::from(index);
         assert!(index < self.count);
         // SAFETY: index < count, so the offset stays inside the mapping.
-        unsafe { self.base.add(index * self.slot_size) }
-    }
-}
-
-impl Drop for FixedRegion {
-    fn drop(&mut self) {
-        // SAFETY: `base`/`len` are exactly the mapping made in
-        // map_and_register. Pages still pinned by a live registration stay
-        // allocated by the kernel's own refcount, so this cannot free memory
-        // under an in-flight operation.
-        unsafe {
-            libc::munmap(self.base.cast(), self.len);
-        }
+        unsafe { self.map.base.add(index * self.slot_size) }
     }
 }

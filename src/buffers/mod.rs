@@ -47,6 +47,7 @@
 //!   the completion reported.
 
 mod fixed;
+mod mapping;
 pub mod provided;
 
 use std::os::fd::RawFd;

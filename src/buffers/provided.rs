@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use io_uring::{cqueue, opcode, types};
 
+use super::mapping::Mapping;
 use crate::metrics::Metrics;
 use crate::ring::{Ring, Sqe};
 
@@ -40,46 +41,6 @@ pub enum RingSetupError {
     NoBufRing(io::Error),
     #[error("this kernel has no multishot receive ({0}); it needs Linux 6.0+")]
     NoRecvMultishot(String),
-}
-
-/// A page-aligned anonymous mapping, unmapped on drop.
-struct Mapping {
-    base: *mut u8,
-    len: usize,
-}
-
-impl Mapping {
-    fn new(len: usize) -> io::Result<Mapping> {
-        // SAFETY: an anonymous private mapping with no address hint; the
-        // result is checked against MAP_FAILED.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Mapping {
-            base: base.cast(),
-            len,
-        })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: exactly the mapping made in `new`. The worker drops its
-        // io_uring (which unregisters the ring) before its buffer pool.
-        unsafe {
-            libc::munmap(self.base.cast(), self.len);
-        }
-    }
 }
 
 /// A piece of a ring buffer that a CQE filled. Not `Clone`: it is one
