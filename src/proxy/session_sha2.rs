@@ -210,22 +210,7 @@ mod tests {
     }
 
     fn ctx(users: &Users) -> SessionCtx<'_> {
-        static REGISTRY: std::sync::LazyLock<Registry> =
-            std::sync::LazyLock::new(Registry::default);
-        SessionCtx {
-            users,
-            now: Instant::now(),
-            max_packet_size: 64 << 20,
-            handshake_timeout: Duration::from_secs(10),
-            timeouts: RelayTimeouts {
-                idle: Duration::ZERO,
-                client_write: Duration::from_secs(30),
-                backend_read: Duration::ZERO,
-            },
-            draining: false,
-            read_buffer_size: 16 * 1024,
-            registry: &REGISTRY,
-        }
+        crate::proxy::session::tests::ctx(users, Instant::now())
     }
 
     /// A session past its greeting, from `peer_host` ("localhost": the

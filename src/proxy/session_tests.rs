@@ -10,7 +10,8 @@ fn users() -> Users {
     Users::parse(r#"{"app": [{"Password": "pw"}]}"#).unwrap()
 }
 
-fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
+/// Also the caching_sha2 login tests' context (session_sha2.rs).
+pub(super) fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
     static REGISTRY: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(Registry::default);
     SessionCtx {
         users,
