@@ -8,9 +8,10 @@
 //! - `RINGGATE_DEBUG_CQ_ENTRIES=N`: a completion ring of N entries, so that
 //!   real kernel CQ overflow happens under load.
 //!
-//! - `RINGGATE_DEBUG_PROBE_FAIL=buf_ring,recv_multishot,pbuf_inc`: the
-//!   start-up probes of `--read-buffers ring` report these kernel features
-//!   missing, so each fallback runs on a kernel that has them.
+//! - `RINGGATE_DEBUG_PROBE_FAIL=buf_ring,recv_multishot,pbuf_inc,ring_fd`:
+//!   the start-up probes of `--read-buffers ring` (and the ring-fd
+//!   registration) report these kernel features missing, so each fallback
+//!   runs on a kernel that has them.
 //!
 //! Release builds never read these variables (the hooks compile to
 //! `false`). A malformed value is a start-up error that names the variable.
@@ -30,9 +31,11 @@ pub struct ProbeFail {
     pub recv_multishot: bool,
     /// IOU_PBUF_RING_INC (incremental consumption, 6.12).
     pub pbuf_inc: bool,
+    /// IORING_REGISTER_RING_FDS (registered ring fd, 5.18).
+    pub ring_fd: bool,
 }
 
-/// Parse `name[,name]`: buf_ring, recv_multishot, pbuf_inc.
+/// Parse `name[,name]`: buf_ring, recv_multishot, pbuf_inc, ring_fd.
 pub fn parse_probe_fail(spec: &str) -> Result<ProbeFail, String> {
     let mut p = ProbeFail::default();
     for item in spec.split(',').filter(|s| !s.is_empty()) {
@@ -40,9 +43,10 @@ pub fn parse_probe_fail(spec: &str) -> Result<ProbeFail, String> {
             "buf_ring" => p.buf_ring = true,
             "recv_multishot" => p.recv_multishot = true,
             "pbuf_inc" => p.pbuf_inc = true,
+            "ring_fd" => p.ring_fd = true,
             _ => {
                 return Err(format!(
-                    "unknown probe `{item}` (known: buf_ring, recv_multishot, pbuf_inc)"
+                    "unknown probe `{item}` (known: buf_ring, recv_multishot, pbuf_inc, ring_fd)"
                 ))
             }
         }

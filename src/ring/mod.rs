@@ -28,6 +28,7 @@
 //! - The CQ may be at most IORING_MAX_CQ_ENTRIES = 65536 entries and must
 //!   hold at least as many as the SQ; the SQ at most 32768.
 
+mod enter;
 mod fault;
 mod queue;
 mod sqe;
@@ -123,6 +124,11 @@ pub struct Features {
     pub fast_poll: bool,
     /// IORING_FEAT_NODROP (5.5): a full CQ ring is not lost on overflow.
     pub nodrop: bool,
+    /// IORING_SETUP_TASKRUN_FLAG (5.19): the kernel flags pending task work
+    /// in the SQ ring, so a busy-poll can see it without a syscall.
+    pub taskrun_flag: bool,
+    /// IORING_REGISTER_RING_FDS (5.18): enters pass an index, not the fd.
+    pub registered_ring: bool,
 }
 
 impl std::fmt::Display for Features {
@@ -130,12 +136,15 @@ impl std::fmt::Display for Features {
         let yes = |b: bool| if b { "on" } else { "off" };
         write!(
             f,
-            "single_issuer={} defer_taskrun={} coop_taskrun={} fast_poll={} nodrop={}",
+            "single_issuer={} defer_taskrun={} coop_taskrun={} fast_poll={} nodrop={} \
+             taskrun_flag={} registered_ring={}",
             yes(self.single_issuer),
             yes(self.defer_taskrun),
             yes(self.coop_taskrun),
             yes(self.fast_poll),
-            yes(self.nodrop)
+            yes(self.nodrop),
+            yes(self.taskrun_flag),
+            yes(self.registered_ring)
         )
     }
 }
@@ -188,6 +197,16 @@ pub struct Ring {
     faults: fault::Injector,
     /// Start-up probes forced to fail (debug builds; see `fault`).
     probe_fail: ProbeFail,
+    /// The ring's index in this thread's registered ring fds, if any.
+    registered_index: Option<u32>,
+    /// Why the ring fd could not be registered, for one start-up line.
+    ring_fd_fallback: Option<String>,
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        self.unregister_ring_fd();
+    }
 }
 
 fn is_unavailable(e: &io::Error) -> bool {
@@ -231,6 +250,14 @@ impl Ring {
                 Err(RingError::Setup(e)) if e.raw_os_error() == Some(libc::ENOMEM) => {
                     return Err(RingError::Memlock(e))
                 }
+                Ok(mut ring) => {
+                    // Enters work without it, only with an fd lookup each.
+                    match ring.register_ring_fd() {
+                        Ok(()) => ring.features.registered_ring = true,
+                        Err(e) => ring.ring_fd_fallback = Some(e.to_string()),
+                    }
+                    return Ok(ring);
+                }
                 other => return other,
             }
         }
@@ -239,7 +266,8 @@ impl Ring {
     /// Try SINGLE_ISSUER + DEFER_TASKRUN + COOP_TASKRUN, then COOP_TASKRUN
     /// alone, then nothing: DEFER_TASKRUN needs SINGLE_ISSUER (6.1),
     /// COOP_TASKRUN needs 5.19; older kernels reject unknown setup flags
-    /// with EINVAL, which is what each fallback step catches.
+    /// with EINVAL, which is what each fallback step catches. TASKRUN_FLAG
+    /// (5.19, with either task-run mode) comes with the first two.
     fn with_sizes(sq: u32, cq: u32, knobs: DebugKnobs) -> Result<Ring, RingError> {
         let attempts: [(bool, bool, bool); 3] = [
             (true, true, true),
@@ -257,7 +285,7 @@ impl Ring {
                 builder.setup_defer_taskrun();
             }
             if coop_taskrun {
-                builder.setup_coop_taskrun();
+                builder.setup_coop_taskrun().setup_taskrun_flag();
             }
             match builder.build(sq) {
                 Ok(uring) => {
@@ -268,6 +296,8 @@ impl Ring {
                         coop_taskrun,
                         fast_poll: params.is_feature_fast_poll(),
                         nodrop: params.is_feature_nodrop(),
+                        taskrun_flag: coop_taskrun,
+                        registered_ring: false,
                     };
                     return Ok(Ring {
                         uring,
@@ -277,6 +307,8 @@ impl Ring {
                         stats: RingStats::default(),
                         faults: fault::Injector::new(knobs.faults),
                         probe_fail: knobs.probe_fail,
+                        registered_index: None,
+                        ring_fd_fallback: None,
                     });
                 }
                 Err(e) if is_unavailable(&e) => return Err(RingError::Unavailable(e)),
@@ -302,7 +334,12 @@ impl Ring {
         self.uring.params().cq_entries()
     }
 
-    /// Counters of the rare paths, for metrics.
+    /// Why enters pass the plain ring fd (the registration failed), if so.
+    pub fn ring_fd_fallback(&self) -> Option<&str> {
+        self.ring_fd_fallback.as_deref()
+    }
+
+    /// Counters of the rare paths and of every enter, for metrics.
     pub fn stats(&self) -> RingStats {
         self.stats
     }

@@ -4,15 +4,12 @@
 
 use io_uring::{cqueue, squeue};
 
+use super::enter::{EnterArgs, ENTER_GETEVENTS};
 use super::{Ring, RingError, Sqe};
 
 /// How many EBUSY answers in a row one flush absorbs (reaping between
 /// them) before it gives up and fails the operation it was making room for.
 const MAX_BUSY_RETRIES: u32 = 64;
-
-/// IORING_ENTER_GETEVENTS: run deferred completion work and move
-/// overflowed CQEs back into the CQ.
-const ENTER_GETEVENTS: u32 = 1;
 
 /// One completion: a kernel CQE, or a synthetic one for an SQE that could
 /// not be queued (`result` is then `-errno`, `flags` 0).
@@ -42,6 +39,16 @@ pub struct RingStats {
     pub overflow_flushes: u64,
     /// Operations failed without reaching the kernel.
     pub synthetic_failures: u64,
+    /// io_uring_enter calls, of every kind.
+    pub enters: u64,
+    /// Of those, the ones that asked to wait for a completion (may sleep).
+    pub waits: u64,
+    /// SQEs the kernel consumed (the enters' return values).
+    pub sqes: u64,
+    /// Busy-polls that found a completion before their budget ran out.
+    pub busy_poll_hits: u64,
+    /// Busy-polls that ran out and slept in the kernel.
+    pub busy_poll_sleeps: u64,
 }
 
 /// Why one attempt to make room failed: the errno the owner will see.
@@ -115,14 +122,27 @@ impl Ring {
         if let Some(errno) = self.latched {
             return Err(RingError::from_errno(errno));
         }
-        let want = usize::from(self.backlog.is_empty());
+        let want = u32::from(self.backlog.is_empty());
         let result = if self.faults.ebusy() {
             Err(libc::EBUSY)
         } else {
-            self.uring
-                .submit_and_wait(want)
-                .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+            let args = EnterArgs {
+                to_submit: self.sq_pending(),
+                min_complete: want,
+                flags: self.enter_flags(want),
+            };
+            self.enter(args)
         };
+        self.absorb_enter_result(result)
+    }
+
+    /// What an enter's answer means for the loop: EINTR, ETIME, EAGAIN and
+    /// ENOMEM are transient (the SQEs stay queued), EBUSY reaps into the
+    /// backlog, anything else is latched as a hard error.
+    pub(super) fn absorb_enter_result(
+        &mut self,
+        result: Result<u32, i32>,
+    ) -> Result<(), RingError> {
         match result {
             // EINTR: a signal; ETIME: a wait timeout. Loop again.
             Ok(_) | Err(libc::EINTR) | Err(libc::ETIME) => Ok(()),
@@ -158,14 +178,14 @@ impl Ring {
                 return;
             }
             self.stats.overflow_flushes += 1;
-            // SAFETY: nothing to submit and no argument pointer: this only
-            // asks the kernel to post pending completions.
-            let r = unsafe {
-                self.uring
-                    .submitter()
-                    .enter::<libc::sigset_t>(0, 0, ENTER_GETEVENTS, None)
-            };
-            match r.map_err(|e| e.raw_os_error().unwrap_or(libc::EIO)) {
+            // Nothing to submit: this only asks the kernel to post pending
+            // completions.
+            let r = self.enter(EnterArgs {
+                to_submit: 0,
+                min_complete: 0,
+                flags: ENTER_GETEVENTS,
+            });
+            match r {
                 Ok(_) | Err(libc::EINTR) | Err(libc::EAGAIN) | Err(libc::ETIME) => {}
                 Err(errno) => {
                     self.latched.get_or_insert(errno);
@@ -220,9 +240,12 @@ impl Ring {
             let result = if self.faults.ebusy() {
                 Err(libc::EBUSY)
             } else {
-                self.uring
-                    .submit()
-                    .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+                let args = EnterArgs {
+                    to_submit: self.sq_pending(),
+                    min_complete: 0,
+                    flags: self.enter_flags(0),
+                };
+                self.enter(args)
             };
             match result {
                 Ok(_) => return Ok(()),

@@ -2,6 +2,7 @@
 //! EBUSY), linked pairs at the SQ boundary, and injected failures.
 
 use std::collections::HashMap;
+use std::os::fd::RawFd;
 
 use super::*;
 
@@ -269,4 +270,115 @@ fn a_latched_error_fails_later_pushes_and_ends_the_loop() {
         ring.submit_and_wait(),
         Err(RingError::CompletionsLost)
     ));
+}
+
+#[test]
+fn the_ring_fd_is_registered_and_enters_use_it() {
+    let mut ring = tiny(DebugKnobs::default());
+    assert!(
+        ring.features().registered_ring,
+        "{:?}",
+        ring.ring_fd_fallback()
+    );
+    assert!(ring.ring_fd_registered());
+    ring.push(ops::nop(token(1)));
+    ring.push(ops::nop(token(2)));
+    ring.submit_and_wait()
+        .expect("enter through the registered index");
+    let seen = collect(&mut ring, 2);
+    assert_eq!(seen.len(), 2);
+    let stats = ring.stats();
+    assert_eq!(stats.sqes, 2, "{stats:?}");
+    assert!(stats.enters >= 1 && stats.waits >= 1, "{stats:?}");
+}
+
+#[test]
+fn a_thread_registers_more_rings_than_it_has_slots_when_each_is_dropped() {
+    // A thread has 16 registered-ring slots; a dropped ring gives its slot
+    // back, or the 17th worker ring built on a test thread would fall back.
+    for _ in 0..40 {
+        let ring = tiny(DebugKnobs::default());
+        assert!(ring.ring_fd_registered(), "{:?}", ring.ring_fd_fallback());
+    }
+}
+
+#[cfg(debug_assertions)]
+#[test]
+fn a_forced_ring_fd_probe_failure_falls_back_to_the_plain_fd() {
+    let mut ring = tiny(DebugKnobs {
+        probe_fail: ProbeFail {
+            ring_fd: true,
+            ..ProbeFail::default()
+        },
+        ..DebugKnobs::default()
+    });
+    assert!(!ring.features().registered_ring);
+    assert!(ring
+        .ring_fd_fallback()
+        .is_some_and(|why| why.contains("RINGGATE_DEBUG_PROBE_FAIL")));
+    ring.push(ops::nop(token(7)));
+    ring.submit_and_wait().expect("enter through the fd");
+    assert_eq!(collect(&mut ring, 1)[&token(7).into()], vec![0]);
+    assert_eq!(ring.stats().sqes, 1);
+}
+
+/// A one-shot RECV on one end of a socket pair, 16 bytes, 'static.
+fn recv_sqe(fd: RawFd, user_data: u64) -> Sqe {
+    static mut BUF: [u8; 16] = [0; 16];
+    // Only `busy_poll_sees_deferred_work_without_sleeping` uses BUF.
+    let ptr = std::ptr::addr_of_mut!(BUF).cast::<u8>();
+    let e = io_uring::opcode::Recv::new(io_uring::types::Fd(fd), ptr, 16)
+        .build()
+        .user_data(user_data);
+    // SAFETY: BUF is 'static and nothing else reads or writes it meanwhile.
+    unsafe { Sqe::new(e) }
+}
+
+#[test]
+fn busy_poll_sees_deferred_work_without_sleeping() {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    let mut ring = Ring::with_knobs(8, 16, DebugKnobs::default()).expect("set-up");
+    if !(ring.features().defer_taskrun && ring.features().taskrun_flag) {
+        eprintln!("skipped: no DEFER_TASKRUN + TASKRUN_FLAG here");
+        return;
+    }
+    let (a, mut b) = UnixStream::pair().unwrap();
+    use std::os::fd::AsRawFd;
+    ring.push(recv_sqe(a.as_raw_fd(), 77));
+    // Nothing to read yet: the poll runs out and sleeps, and the peer's
+    // write (from another thread, after the budget) wakes it.
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        b.write_all(b"hello").unwrap();
+        b
+    });
+    ring.submit_and_wait_polling(Some(std::time::Duration::from_micros(200)))
+        .unwrap();
+    let mut out = Vec::new();
+    ring.reap(&mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].user_data, out[0].result), (77, 5));
+    assert_eq!(ring.stats().busy_poll_sleeps, 1);
+    let mut b = writer.join().unwrap();
+    // Now data is already there when the poll starts: DEFER_TASKRUN keeps it
+    // as task work (no CQE until an enter with GETEVENTS), which the poll
+    // must notice through IORING_SQ_TASKRUN instead of spinning to its end.
+    ring.push(recv_sqe(a.as_raw_fd(), 78));
+    ring.flush_sq().expect("the receive is armed on the socket");
+    let waits_before = ring.stats().waits;
+    b.write_all(b"again!").unwrap();
+    assert!(ring.kernel_has_work(), "IORING_SQ_TASKRUN not raised");
+    assert!(ring.uring.completion().is_empty(), "no CQE before an enter");
+    let started = std::time::Instant::now();
+    out.clear();
+    while out.is_empty() {
+        ring.submit_and_wait_polling(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        ring.reap(&mut out);
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(4));
+    assert_eq!((out[0].user_data, out[0].result), (78, 6));
+    assert_eq!(ring.stats().waits, waits_before, "the poll slept");
+    assert!(ring.stats().busy_poll_hits >= 1, "{:?}", ring.stats());
 }
