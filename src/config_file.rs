@@ -198,6 +198,7 @@ file_config! {
     plain tcp_user_timeout: HumanDuration,
     plain backend_read_timeout: HumanDuration,
     plain max_packet_size: u64,
+    plain busy_poll_us: BusyPollUs,
     plain drain_timeout: HumanDuration,
     optional socket: PathBuf,
     plain allow_local_infile: bool,
@@ -274,6 +275,12 @@ validated!(
     /// Keepalive probes: 1..=127.
     KeepaliveCount(u32) from u64 = "u64",
     parse config::parse_keepalive_count, show show_u32
+);
+
+validated!(
+    /// Busy-poll budget in microseconds: 0..=10000.
+    BusyPollUs(u32) from u64 = "u64",
+    parse config::parse_busy_poll_us, show show_u32
 );
 
 // ---------------------------------------------------------------------------
@@ -1152,6 +1159,7 @@ mod tests {
             "backend-pool-size",
             "backend-max-connections",
             "max-packet-size",
+            "busy-poll-us",
         ] {
             assert_eq!(kinds[k], Kind::Integer, "{k}");
         }

@@ -131,6 +131,12 @@ fn run(config: Config) -> Result<(), RunError> {
     if let Some(cause) = started.iter().find_map(|(_, s)| s.ring_fallback.clone()) {
         tracing::warn!("read-buffer ring unavailable, running with --read-buffers fixed: {cause}");
     }
+    if let Some(cause) = started.iter().find_map(|(_, s)| s.ring_fd_fallback.clone()) {
+        tracing::warn!(
+            "io_uring ring fd not registered, every io_uring_enter looks the fd up: {cause} \
+             (IORING_REGISTER_RING_FDS needs Linux 5.18)"
+        );
+    }
     if let Some(cause) = started.iter().find_map(|(_, s)| s.fallback.clone()) {
         tracing::warn!("fixed read buffers unavailable, running with --read-buffers heap: {cause}");
     }

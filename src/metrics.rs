@@ -336,6 +336,17 @@ pub struct WorkerMetrics {
     /// synthetic error so their owner rolled back. Stored from the ring's
     /// running total.
     pub ring_synthetic_failures: AtomicU64,
+    /// io_uring_enter calls (the ring's running total; the bench divides
+    /// by commands for enters per query).
+    pub ring_enters: AtomicU64,
+    /// Of those, the ones that asked to wait for a completion.
+    pub ring_enter_waits: AtomicU64,
+    /// SQEs the kernel consumed (the ring's running total).
+    pub ring_sqes: AtomicU64,
+    /// `--busy-poll-us`: polls that found a completion / that ran out and
+    /// slept in the kernel.
+    pub ring_busy_poll_hits: AtomicU64,
+    pub ring_busy_poll_sleeps: AtomicU64,
     /// Accept → auth OK durations, in microseconds for the hdrhistogram.
     connect_duration: Mutex<ConnectHist>,
 }
@@ -390,6 +401,11 @@ impl WorkerMetrics {
             ring_ebusy_reaps: AtomicU64::new(0),
             ring_overflow_flushes: AtomicU64::new(0),
             ring_synthetic_failures: AtomicU64::new(0),
+            ring_enters: AtomicU64::new(0),
+            ring_enter_waits: AtomicU64::new(0),
+            ring_sqes: AtomicU64::new(0),
+            ring_busy_poll_hits: AtomicU64::new(0),
+            ring_busy_poll_sleeps: AtomicU64::new(0),
             connect_duration: Mutex::new(ConnectHist::new()),
         }
     }
@@ -490,6 +506,11 @@ pub struct Snapshot {
     pub ring_ebusy_reaps_total: u64,
     pub ring_cq_overflow_flushes_total: u64,
     pub ring_synthetic_failures_total: u64,
+    pub ring_enters_total: u64,
+    pub ring_enter_waits_total: u64,
+    pub ring_sqes_total: u64,
+    pub ring_busy_poll_hits_total: u64,
+    pub ring_busy_poll_sleeps_total: u64,
     pub connect_duration: ConnectDurationSnapshot,
 }
 
@@ -677,6 +698,11 @@ impl Metrics {
             ring_ebusy_reaps_total: u(|w| &w.ring_ebusy_reaps),
             ring_cq_overflow_flushes_total: u(|w| &w.ring_overflow_flushes),
             ring_synthetic_failures_total: u(|w| &w.ring_synthetic_failures),
+            ring_enters_total: u(|w| &w.ring_enters),
+            ring_enter_waits_total: u(|w| &w.ring_enter_waits),
+            ring_sqes_total: u(|w| &w.ring_sqes),
+            ring_busy_poll_hits_total: u(|w| &w.ring_busy_poll_hits),
+            ring_busy_poll_sleeps_total: u(|w| &w.ring_busy_poll_sleeps),
             connect_duration: self.connect_snapshot(),
         }
     }

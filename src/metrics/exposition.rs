@@ -260,6 +260,34 @@ impl Collector for Exposition {
              back.",
             s.ring_synthetic_failures_total,
         )?;
+        counter(
+            &mut enc,
+            "ringgate_ring_enters_total",
+            "io_uring_enter system calls made by the workers (submit, wait, flush).",
+            s.ring_enters_total,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_ring_enter_waits_total",
+            "io_uring_enter calls that asked to wait for a completion (the worker may sleep).",
+            s.ring_enter_waits_total,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_ring_sqes_total",
+            "Submission queue entries the kernel consumed.",
+            s.ring_sqes_total,
+        )?;
+        counters(
+            &mut enc,
+            "ringgate_ring_busy_polls_total",
+            "--busy-poll-us polls: found a completion without sleeping (hit) or ran out and \
+             slept in the kernel (sleep).",
+            &[
+                ([("outcome", "hit")], s.ring_busy_poll_hits_total),
+                ([("outcome", "sleep")], s.ring_busy_poll_sleeps_total),
+            ],
+        )?;
 
         connect_duration(&mut enc, s)
     }

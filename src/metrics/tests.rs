@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-const ALL_NAMES: [(&str, &str); 30] = [
+const ALL_NAMES: [(&str, &str); 34] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
@@ -36,6 +36,10 @@ const ALL_NAMES: [(&str, &str); 30] = [
     ("ringgate_ring_ebusy_reaps_total", "counter"),
     ("ringgate_ring_cq_overflow_flushes_total", "counter"),
     ("ringgate_ring_synthetic_failures_total", "counter"),
+    ("ringgate_ring_enters_total", "counter"),
+    ("ringgate_ring_enter_waits_total", "counter"),
+    ("ringgate_ring_sqes_total", "counter"),
+    ("ringgate_ring_busy_polls_total", "counter"),
     ("ringgate_connect_duration_seconds", "histogram"),
     ("ringgate_connect_duration_seconds_quantile", "gauge"),
 ];

@@ -104,6 +104,8 @@ pub struct WorkerStartup {
     pub fallback: Option<String>,
     /// Why the provided-buffer ring was not used, when it was asked for.
     pub ring_fallback: Option<String>,
+    /// Why the ring fd could not be registered (enters then pass the fd).
+    pub ring_fd_fallback: Option<String>,
     pub ring_fd: i32,
 }
 
@@ -297,6 +299,7 @@ impl Worker {
             mode: buffers.mode(),
             fallback,
             ring_fallback,
+            ring_fd_fallback: ring.ring_fd_fallback().map(str::to_owned),
             ring_fd: ring.fd(),
         };
         let pool = Pool::new(
@@ -381,8 +384,9 @@ impl Worker {
         self.pool_q.extend(refill);
         self.drive();
         let mut batch = Vec::with_capacity(1024);
+        let busy_poll = self.shared.config.busy_poll();
         loop {
-            self.ring.submit_and_wait()?;
+            self.ring.submit_and_wait_polling(busy_poll)?;
             batch.clear();
             self.ring.reap(&mut batch);
             self.now = Instant::now();
@@ -390,7 +394,7 @@ impl Worker {
                 self.dispatch(cqe.user_data, cqe.result, cqe.flags);
                 self.drive();
             }
-            // Three relaxed stores: cheap enough per batch, and a scrape
+            // A few relaxed stores: cheap enough per batch, and a scrape
             // right after a failure sees it (a per-tick export raced tests).
             self.export_ring_stats();
             let mut events = Vec::new();
@@ -501,6 +505,12 @@ impl Worker {
             .store(stats.overflow_flushes, Relaxed);
         m.ring_synthetic_failures
             .store(stats.synthetic_failures, Relaxed);
+        m.ring_enters.store(stats.enters, Relaxed);
+        m.ring_enter_waits.store(stats.waits, Relaxed);
+        m.ring_sqes.store(stats.sqes, Relaxed);
+        m.ring_busy_poll_hits.store(stats.busy_poll_hits, Relaxed);
+        m.ring_busy_poll_sleeps
+            .store(stats.busy_poll_sleeps, Relaxed);
     }
 
     /// SIGTERM/SIGINT: stop accepting at once; idle sessions are closed,
