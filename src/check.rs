@@ -10,15 +10,18 @@ use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::{BackendIdentity, Config, ReadBufferMode};
 use crate::listen_guard;
 use crate::mysql::auth::Credential;
 use crate::mysql::client_login::{ClientLogin, LoginError, LoginParams, LoginStep};
+use crate::mysql::client_sha2::FullAuthTransport;
 use crate::mysql::constants::{COM_QUIT, NATIVE_LOGIN_CAPS, UTF8MB4_GENERAL_CI};
 use crate::mysql::packet::{split_packet, write_packet};
 use crate::mysql::reply::com_payload;
+use crate::mysql::sha2_rsa::RsaPublic;
 use crate::mysql::Users;
 use crate::ring::{Ring, RingError};
 
@@ -802,6 +805,10 @@ pub fn backend_login(cfg: &Config, timeout: Duration) -> Result<String, BackendE
         capabilities: NATIVE_LOGIN_CAPS,
         collation: UTF8MB4_GENERAL_CI,
         max_packet_size: 1 << 24,
+    })
+    .with_full_auth_transport(FullAuthTransport {
+        secure: false,
+        server_key: backend_public_key(cfg)?,
     });
     let mut buf = Vec::new();
     let mut greeted = false;
@@ -812,6 +819,7 @@ pub fn backend_login(cfg: &Config, timeout: Duration) -> Result<String, BackendE
                 greeted = true;
                 s.write_all(&bytes)?;
             }
+            Ok(LoginStep::Wait) => {}
             Ok(LoginStep::Done { greeting, .. }) => {
                 // COM_QUIT, best effort: the check is over either way.
                 let mut quit = Vec::with_capacity(5);
@@ -823,6 +831,18 @@ pub fn backend_login(cfg: &Config, timeout: Duration) -> Result<String, BackendE
             Err(e) => return Err(BackendError::Login(e)),
         }
     }
+}
+
+/// `--backend-rsa-public-key`, read as the proxy reads it at start-up.
+fn backend_public_key(cfg: &Config) -> Result<Option<Arc<RsaPublic>>, BackendError> {
+    cfg.backend_rsa_public_key
+        .as_deref()
+        .map(|path| {
+            RsaPublic::load(path)
+                .map(Arc::new)
+                .map_err(|e| BackendError::Login(LoginError::Rsa(e.to_string())))
+        })
+        .transpose()
 }
 
 /// With passthrough identity ringgate has no account of its own to log in
@@ -884,9 +904,20 @@ fn check_backend(cfg: &Config) -> Item {
             what,
             format!("{}: {e}", cfg.backend),
             format!(
-                "ALTER USER '{user}'@'<ringgate host>' IDENTIFIED WITH mysql_native_password \
-                 BY '...'"
+                "ALTER USER '{user}'@'<ringgate host>' IDENTIFIED WITH caching_sha2_password \
+                 BY '...' (or mysql_native_password)"
             ),
+        ),
+        Err(BackendError::Login(
+            e @ (LoginError::Rsa(_)
+            | LoginError::Sha2WithoutSha2Hash
+            | LoginError::FullAuthWithoutPassword),
+        )) => Item::fail(
+            what,
+            format!("{}: {e}", cfg.backend),
+            "caching_sha2_password full authentication over plain TCP sends the password \
+             RSA-encrypted: check --backend-rsa-public-key (the server's public_key.pem), or \
+             leave it unset to ask the server for its key",
         ),
         Err(e @ BackendError::Login(LoginError::Protocol { .. })) => Item::fail(
             what,
@@ -1154,14 +1185,27 @@ mod tests {
 
     #[test]
     fn backend_wanting_another_plugin_names_it_and_the_fix() {
-        let switch = b"\xFEcaching_sha2_password\x00abcdefgh0123456789AB\x00";
+        let switch = b"\xFEclient_ed25519\x00abcdefgh0123456789ABabcdefgh0123\x00";
         let item = check_against(vec![greeting_packet(), framed(2, switch)]);
         assert_eq!(item.status, Status::Fail);
-        assert!(item.detail.contains("'caching_sha2_password'"), "{item:?}");
+        assert!(item.detail.contains("'client_ed25519'"), "{item:?}");
         assert!(item
             .fix
             .unwrap()
-            .contains("IDENTIFIED WITH mysql_native_password"));
+            .contains("IDENTIFIED WITH caching_sha2_password"));
+    }
+
+    #[test]
+    fn backend_login_follows_a_switch_to_caching_sha2_and_its_fast_auth() {
+        use crate::mysql::reply::ok_payload;
+        let switch = b"\xFEcaching_sha2_password\x00abcdefgh0123456789AB\x00";
+        let item = check_against(vec![
+            greeting_packet(),
+            framed(2, switch),
+            // 0x01 0x03 is answered by nothing: the OK follows at once.
+            [framed(4, &[0x01, 0x03]), framed(5, &ok_payload(0, 0, 2, 0))].concat(),
+        ]);
+        assert_eq!(item.status, Status::Ok, "{item:?}");
     }
 
     #[test]

@@ -169,10 +169,26 @@ pub struct Config {
     )]
     pub backend_password: String,
 
+    /// The backend's RSA public key (PEM, as MySQL's public_key.pem) for
+    /// caching_sha2_password full authentication over an unencrypted
+    /// backend connection: the password goes RSA-encrypted without first
+    /// asking the server for its key. Unset: ringgate asks for it (which
+    /// trusts the network path to the backend once per full auth).
+    #[arg(long, value_name = "FILE")]
+    pub backend_rsa_public_key: Option<PathBuf>,
+
     /// Users allowed to connect, in Vitess's static auth JSON format:
     /// {"user": [{"Password": "..."}]} or {"user": [{"MysqlNativePassword": "*HEX"}]}.
     #[arg(long, value_name = "PATH")]
     pub users_file: PathBuf,
+
+    /// RSA private key (PEM, PKCS#1 or PKCS#8, as MySQL's private_key.pem)
+    /// for caching_sha2_password full authentication over plain TCP: a
+    /// client may ask for the public half and send its password
+    /// RSA-encrypted. Unset: such a client gets 1045, as from MySQL without
+    /// RSA keys.
+    #[arg(long, value_name = "FILE")]
+    pub rsa_key: Option<PathBuf>,
 
     /// Where read buffers come from: `fixed` (kernel-registered, the default),
     /// `ring` (a provided-buffer ring per worker filled by multishot receives;
@@ -388,7 +404,9 @@ impl std::fmt::Debug for Config {
             .field("pooling", &self.pooling)
             .field("backend_user", &self.backend_user)
             .field("backend_password", &password)
+            .field("backend_rsa_public_key", &self.backend_rsa_public_key)
             .field("users_file", &self.users_file)
+            .field("rsa_key", &self.rsa_key)
             .field("read_buffers", &self.read_buffers)
             .field("read_buffer_size", &self.read_buffer_size)
             .field("read_buffer_count", &self.read_buffer_count)

@@ -10,6 +10,7 @@ use std::sync::{Arc, RwLock};
 use ringgate::config::{BackendIdentity, Config, ReadBufferMode};
 use ringgate::config_file::{self, Action, CliError};
 use ringgate::metrics::{self, BufferMode, Metrics};
+use ringgate::mysql::sha2_rsa::{RsaPrivate, RsaPublic};
 use ringgate::mysql::Users;
 use ringgate::proxy::{worker, Shared};
 use ringgate::{check, listen_guard, logging};
@@ -87,6 +88,20 @@ fn run(config: Config) -> Result<(), RunError> {
             config.users_file.display()
         );
     }
+    let rsa_key = match &config.rsa_key {
+        Some(path) => Some(Arc::new(
+            RsaPrivate::load(path).map_err(|e| format!("cannot start: --rsa-key: {e}"))?,
+        )),
+        None => None,
+    };
+    let backend_rsa_public_key = match &config.backend_rsa_public_key {
+        Some(path) => {
+            Some(Arc::new(RsaPublic::load(path).map_err(|e| {
+                format!("cannot start: --backend-rsa-public-key: {e}")
+            })?))
+        }
+        None => None,
+    };
     let workers = config.worker_count();
     let requested = match config.read_buffers {
         ReadBufferMode::Fixed => BufferMode::Fixed,
@@ -117,6 +132,8 @@ fn run(config: Config) -> Result<(), RunError> {
         backends: Arc::new(AtomicUsize::new(0)),
         shutdown: AtomicBool::new(false),
         registry: Default::default(),
+        rsa_key,
+        backend_rsa_public_key,
     });
     // Each user is itself on the backend: a KILL of another user's session
     // goes to the server, whose own privilege checks decide (CONNECTION

@@ -10,6 +10,8 @@ use std::fmt;
 
 use sha1::{Digest, Sha1};
 
+use crate::mysql::caching_sha2::{self, Sha2Stage1};
+
 /// The plugin the proxy authenticates clients with (and the backends with).
 pub const NATIVE_PASSWORD: &str = "mysql_native_password";
 
@@ -90,16 +92,24 @@ impl fmt::Debug for Stage1 {
     }
 }
 
-/// What a client side of mysql_native_password logs in with: the password
-/// itself (`--backend-password`, `ringgate check`), or its [`Stage1`]
-/// (recovered from a client's own login, or from a users-file
-/// `BackendPassword`). `Debug` never shows either.
+/// What the client side of a login (the proxy to its backend) proves the
+/// password with: the password itself (`--backend-password`, a users-file
+/// `BackendPassword`, a client's caching_sha2 full authentication,
+/// `ringgate check`), or only hashes of it recovered from a client's own
+/// login. mysql_native_password needs [`Stage1`]; caching_sha2_password's
+/// fast auth needs [`Sha2Stage1`], its full auth the cleartext. `Debug`
+/// never shows any of them.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub enum Credential {
     /// The password; empty means the empty password (an empty auth response).
     Plaintext(Vec<u8>),
-    /// `SHA1(password)` of a non-empty password.
+    /// `SHA1(password)` of a non-empty password (a native login against a
+    /// `MysqlNativePassword` hash): mysql_native_password only.
     Stage1(Stage1),
+    /// `SHA1(password)` and `SHA256(password)` of a non-empty password (a
+    /// login against a users-file `Password`): either plugin, caching_sha2
+    /// by fast auth only.
+    Hashes { native: Stage1, sha2: Sha2Stage1 },
 }
 
 impl Credential {
@@ -108,7 +118,26 @@ impl Credential {
     pub fn token(&self, scramble: &[u8]) -> Vec<u8> {
         match self {
             Credential::Plaintext(p) => native_token(p, scramble),
-            Credential::Stage1(s) => s.token(scramble),
+            Credential::Stage1(s) | Credential::Hashes { native: s, .. } => s.token(scramble),
+        }
+    }
+
+    /// The caching_sha2_password fast-auth response for `nonce` (empty for
+    /// the empty password), or None when only `SHA1(password)` is known.
+    pub fn sha2_scramble(&self, nonce: &[u8]) -> Option<Vec<u8>> {
+        match self {
+            Credential::Plaintext(p) => Some(caching_sha2::scramble(p, nonce)),
+            Credential::Hashes { sha2, .. } => Some(sha2.scramble(nonce)),
+            Credential::Stage1(_) => None,
+        }
+    }
+
+    /// The cleartext, which caching_sha2_password's full authentication
+    /// needs; None when only hashes are known.
+    pub fn cleartext(&self) -> Option<&[u8]> {
+        match self {
+            Credential::Plaintext(p) => Some(p),
+            _ => None,
         }
     }
 
@@ -118,7 +147,18 @@ impl Credential {
         match self {
             Credential::Plaintext(p) if p.is_empty() => None,
             Credential::Plaintext(p) => Some(Stage1::of_password(p)),
-            Credential::Stage1(s) => Some(*s),
+            Credential::Stage1(s) | Credential::Hashes { native: s, .. } => Some(*s),
+        }
+    }
+
+    /// How much of the password it holds (cleartext > both hashes > SHA1
+    /// only): of two credentials for the same password, the one that can
+    /// log in in more ways.
+    pub fn strength(&self) -> u8 {
+        match self {
+            Credential::Plaintext(_) => 2,
+            Credential::Hashes { .. } => 1,
+            Credential::Stage1(_) => 0,
         }
     }
 }
@@ -129,6 +169,7 @@ impl fmt::Debug for Credential {
             Credential::Plaintext(p) if p.is_empty() => f.write_str("Plaintext(<empty>)"),
             Credential::Plaintext(_) => f.write_str("Plaintext(<redacted>)"),
             Credential::Stage1(_) => f.write_str("Stage1(<redacted>)"),
+            Credential::Hashes { .. } => f.write_str("Hashes(<redacted>)"),
         }
     }
 }
@@ -390,6 +431,31 @@ mod tests {
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("<redacted>"), "{text}");
         assert_eq!(c.stage1(), s.stage1());
+    }
+
+    #[test]
+    fn each_credential_logs_in_with_what_it_knows() {
+        let nonce = b"0123456789abcdefghij";
+        let plain = Credential::Plaintext(b"hunter2".to_vec());
+        let hashes = Credential::Hashes {
+            native: Stage1::of_password(b"hunter2"),
+            sha2: Sha2Stage1::of_password(b"hunter2"),
+        };
+        let native = Credential::Stage1(Stage1::of_password(b"hunter2"));
+        let sha2 = caching_sha2::scramble(b"hunter2", nonce);
+        assert_eq!(plain.sha2_scramble(nonce), Some(sha2.clone()));
+        assert_eq!(hashes.sha2_scramble(nonce), Some(sha2));
+        assert_eq!(native.sha2_scramble(nonce), None);
+        assert_eq!(hashes.token(nonce), plain.token(nonce));
+        assert_eq!(plain.cleartext(), Some(&b"hunter2"[..]));
+        assert_eq!(hashes.cleartext(), None);
+        assert_eq!(hashes.stage1(), plain.stage1());
+        assert!(plain.strength() > hashes.strength() && hashes.strength() > native.strength());
+        assert_eq!(
+            Credential::Plaintext(Vec::new()).sha2_scramble(nonce),
+            Some(Vec::new())
+        );
+        assert_eq!(format!("{hashes:?}"), "Hashes(<redacted>)");
     }
 
     fn hex_upper(b: &[u8]) -> String {

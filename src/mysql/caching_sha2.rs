@@ -1,6 +1,7 @@
-//! `caching_sha2_password` arithmetic (server side): the fast-auth scramble,
+//! `caching_sha2_password` arithmetic: the fast-auth scramble (both sides),
 //! MySQL's stored `$A$005$` verifier and the full-auth check of a cleartext
-//! password against it.
+//! password against it. The RSA exchange of full authentication over an
+//! unencrypted connection is in `sha2_rsa`.
 //!
 //! Follows MySQL 8.0/8.4 (`sql/auth/sha2_password.cc`,
 //! `sql/auth/i_sha2_password_common.cc`, `mysys/crypt_genhash_impl.cc`):
@@ -72,15 +73,22 @@ impl Sha2Stage2 {
     /// XORing gives a candidate stage1 whose SHA256 must be stage2.
     /// Constant-time in the comparison.
     pub fn verify_fast(&self, nonce: &[u8], token: &[u8]) -> bool {
+        self.recover_fast(nonce, token).is_some()
+    }
+
+    /// Like [`Sha2Stage2::verify_fast`], and on success the client's
+    /// `SHA256(password)`, which logs in to a caching_sha2 backend by fast
+    /// auth as that client (per-user passthrough identity).
+    pub fn recover_fast(&self, nonce: &[u8], token: &[u8]) -> Option<Sha2Stage1> {
         if token.len() != DIGEST_LEN {
-            return false;
+            return None;
         }
         let mix = sha256(&[&self.0, nonce]);
         let mut candidate = [0u8; DIGEST_LEN];
         for ((c, t), m) in candidate.iter_mut().zip(token).zip(mix.iter()) {
             *c = t ^ m;
         }
-        ct_eq(&sha256(&[&candidate]), &self.0)
+        ct_eq(&sha256(&[&candidate]), &self.0).then_some(Sha2Stage1(candidate))
     }
 }
 
@@ -97,10 +105,40 @@ pub fn scramble(password: &[u8], nonce: &[u8]) -> Vec<u8> {
     if password.is_empty() {
         return Vec::new();
     }
-    let stage1 = sha256(&[password]);
-    let stage2 = sha256(&[&stage1]);
-    let mix = sha256(&[&stage2, nonce]);
-    stage1.iter().zip(mix.iter()).map(|(a, b)| a ^ b).collect()
+    Sha2Stage1::of_password(password).scramble(nonce)
+}
+
+/// `SHA256(password)` of a non-empty password: all the client side of fast
+/// auth needs, so the proxy can log in to a caching_sha2 backend as a
+/// client whose cleartext it never saw (recovered from the client's own
+/// fast-auth scramble, or kept from a users-file `Password`). Not enough
+/// for full authentication, which needs the cleartext. A password
+/// equivalent for fast auth, so `Debug` never shows it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sha2Stage1([u8; DIGEST_LEN]);
+
+impl Sha2Stage1 {
+    pub fn of_password(password: &[u8]) -> Sha2Stage1 {
+        Sha2Stage1(sha256(&[password]))
+    }
+
+    /// The fast-auth scramble for `nonce` (the greeting's or an
+    /// AuthSwitchRequest's 20 bytes).
+    pub fn scramble(&self, nonce: &[u8]) -> Vec<u8> {
+        let mix = sha256(&[&sha256(&[&self.0]), nonce]);
+        self.0.iter().zip(mix.iter()).map(|(a, b)| a ^ b).collect()
+    }
+
+    /// The stage2 that fast authentication checks this stage1 against.
+    pub fn stage2(&self) -> Sha2Stage2 {
+        Sha2Stage2(sha256(&[&self.0]))
+    }
+}
+
+impl fmt::Debug for Sha2Stage1 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Sha2Stage1(<redacted>)")
+    }
 }
 
 /// Errors parsing a stored `$A$…` verifier.

@@ -7,21 +7,28 @@
 //! The caller owns the socket, the buffers and the deadline, so the same code
 //! runs under io_uring and over a blocking `TcpStream`.
 //!
-//! The exchange it speaks (mysql_native_password only):
+//! The exchange it speaks (mysql_native_password, and
+//! caching_sha2_password when the greeting or a switch names it):
 //!
 //! ```text
 //! server                          client
 //! HandshakeV10 (seq 0)       ->
-//!                            <-   HandshakeResponse41 (seq 1)
+//!                            <-   HandshakeResponse41 (seq 1): a native
+//!                                 token, or a caching_sha2 scramble if the
+//!                                 greeting names that plugin
 //! OK | ERR (seq 2)           ->   done | LoginError::Server
 //! AuthSwitchRequest (seq 2)  ->
-//!                            <-   native token for the new scramble (seq 3)
+//!                            <-   token of the named plugin for the new
+//!                                 scramble (seq 3)
 //! OK | ERR (seq 4)           ->   done | LoginError::Server
+//! AuthMoreData (0x01)        ->   caching_sha2: see `client_sha2`
 //! ```
 
 use std::fmt;
 
 use crate::mysql::auth::{Credential, NATIVE_PASSWORD, SCRAMBLE_LEN};
+use crate::mysql::caching_sha2::CACHING_SHA2_PASSWORD;
+use crate::mysql::client_sha2::{FullAuthTransport, Sha2Exchange, Sha2Next};
 use crate::mysql::constants::*;
 use crate::mysql::handshake::{self, Greeting, HandshakeResponse};
 use crate::mysql::packet::write_packet;
@@ -70,6 +77,9 @@ impl fmt::Debug for LoginParams {
 pub enum LoginStep {
     /// Send this packet (already framed with its sequence id, ready to write as-is).
     Send(Vec<u8>),
+    /// Nothing to send: feed the next packet (caching_sha2's 0x01 0x03
+    /// comes just before the OK).
+    Wait,
     /// Logged in. `greeting` is the server's parsed HandshakeV10 (version, capabilities,
     /// connection id, ...), `capabilities` what was negotiated, `status` the OK's status flags.
     Done {
@@ -92,8 +102,34 @@ pub enum LoginError {
         sqlstate: String,
         message: String,
     },
-    #[error("the server wants auth plugin '{0}'; ringgate logs in with mysql_native_password")]
+    #[error(
+        "the server wants auth plugin '{0}'; ringgate logs in with mysql_native_password \
+         or caching_sha2_password"
+    )]
     UnsupportedPlugin(String),
+    /// caching_sha2_password with only SHA1(password) known (a client that
+    /// logged in to ringgate with mysql_native_password against a
+    /// `MysqlNativePassword` hash).
+    #[error(
+        "the server wants caching_sha2_password and ringgate knows only the \
+         mysql_native_password hash of this account's password (the client logged in \
+         with mysql_native_password against a MysqlNativePassword entry)"
+    )]
+    Sha2WithoutSha2Hash,
+    /// caching_sha2_password full authentication (the server's cache does
+    /// not hold the account) with only hashes known.
+    #[error(
+        "the server asks for caching_sha2_password full authentication, which needs the \
+         cleartext password, and ringgate knows only hashes of it (the client's own login \
+         was a fast auth or mysql_native_password); a login of this user to ringgate by \
+         full authentication, a BackendPassword in the users file, or the account in the \
+         server's cache (after any full authentication on it) lets it through"
+    )]
+    FullAuthWithoutPassword,
+    /// The RSA step of full authentication failed (bad key, password too
+    /// long for it).
+    #[error("caching_sha2_password RSA exchange: {0}")]
+    Rsa(String),
     #[error("malformed {what} from the server: {detail}")]
     Protocol { what: &'static str, detail: String },
 }
@@ -110,8 +146,10 @@ enum State {
         capabilities: u32,
         expect_seq: u8,
         /// An AuthSwitchRequest was answered already; a second one is not
-        /// something mysql_native_password ever sends.
+        /// something a server ever sends.
         switched: bool,
+        /// caching_sha2_password's exchange, when that plugin is in use.
+        sha2: Option<Sha2Exchange>,
     },
     /// Logged in, or failed: nothing more is expected.
     Finished,
@@ -127,6 +165,9 @@ pub struct ClientLogin {
     /// Connection attributes to send if the server takes them (see
     /// [`ClientLogin::with_connect_attrs`]).
     connect_attrs: Vec<(String, String)>,
+    /// How caching_sha2 full authentication may send the password (see
+    /// [`ClientLogin::with_full_auth_transport`]).
+    transport: FullAuthTransport,
     state: State,
 }
 
@@ -136,8 +177,17 @@ impl ClientLogin {
             params,
             ext_wanted: 0,
             connect_attrs: Vec::new(),
+            transport: FullAuthTransport::default(),
             state: State::Greeting,
         }
+    }
+
+    /// How caching_sha2_password full authentication may send the password:
+    /// as is over a secure transport, else RSA-encrypted (with the
+    /// server's key given here, or asked for). Default: plain TCP, no key.
+    pub fn with_full_auth_transport(mut self, transport: FullAuthTransport) -> ClientLogin {
+        self.transport = transport;
+        self
     }
 
     /// Ask a MariaDB server for these extended capabilities
@@ -170,9 +220,16 @@ impl ClientLogin {
                 capabilities,
                 expect_seq,
                 switched,
+                sha2,
             } => {
                 check_seq("auth reply", expect_seq, seq)?;
-                self.on_auth_reply(greeting, capabilities, seq, switched, payload)
+                let auth = Auth {
+                    greeting,
+                    capabilities,
+                    switched,
+                    sha2,
+                };
+                self.on_auth_reply(auth, seq, payload)
             }
             State::Finished => Err(protocol(
                 "packet",
@@ -234,17 +291,33 @@ impl ClientLogin {
         if !connect_attrs.is_empty() {
             capabilities |= CLIENT_CONNECT_ATTRS;
         }
+        // The greeting's plugin when it is caching_sha2_password and the
+        // credential can scramble for it (MySQL 8's default), else a
+        // native token: a server whose account uses another plugin answers
+        // with an AuthSwitchRequest, handled below.
+        let sha2_token = (greeting.auth_plugin == CACHING_SHA2_PASSWORD)
+            .then(|| self.params.credential.sha2_scramble(&greeting.scramble))
+            .flatten();
+        let (plugin, auth_response, sha2) = match sha2_token {
+            Some(token) => (
+                CACHING_SHA2_PASSWORD,
+                token,
+                Some(Sha2Exchange::new(&greeting.scramble)),
+            ),
+            None => (
+                NATIVE_PASSWORD,
+                self.params.credential.token(&greeting.scramble),
+                None,
+            ),
+        };
         let response = HandshakeResponse {
             capabilities,
             max_packet_size: self.params.max_packet_size,
             charset: self.params.collation,
             username: self.params.user.clone(),
-            // Native token whatever plugin the greeting names: a server whose
-            // default plugin differs (MySQL 8: caching_sha2_password) answers
-            // with an AuthSwitchRequest, handled below.
-            auth_response: self.params.credential.token(&greeting.scramble),
+            auth_response,
             database: self.params.database.clone(),
-            auth_plugin: Some(NATIVE_PASSWORD.into()),
+            auth_plugin: Some(plugin.into()),
             connect_attrs,
         };
         let mut payload = handshake::build_handshake_response(&response);
@@ -256,6 +329,7 @@ impl ClientLogin {
             capabilities,
             expect_seq,
             switched: false,
+            sha2,
         };
         Ok(LoginStep::Send(out))
     }
@@ -283,16 +357,23 @@ impl ClientLogin {
 
     fn on_auth_reply(
         &mut self,
-        greeting: Greeting,
-        capabilities: u32,
+        mut auth: Auth,
         seq: u8,
-        switched: bool,
         payload: &[u8],
     ) -> Result<LoginStep, LoginError> {
-        match parse_auth_reply(payload).map_err(|e| protocol("auth reply", e))? {
+        let reply = parse_auth_reply(payload).map_err(|e| protocol("auth reply", e))?;
+        if auth.sha2.as_ref().is_some_and(Sha2Exchange::fast_ok)
+            && !matches!(reply, ServerReply::Ok { .. } | ServerReply::Err { .. })
+        {
+            return Err(protocol(
+                "auth reply",
+                "only OK or ERR may follow caching_sha2_password's fast-auth success",
+            ));
+        }
+        match reply {
             ServerReply::Ok { status, .. } => Ok(LoginStep::Done {
-                greeting,
-                capabilities,
+                greeting: auth.greeting,
+                capabilities: auth.capabilities,
                 status,
             }),
             ServerReply::Err {
@@ -304,46 +385,90 @@ impl ClientLogin {
                 sqlstate,
                 message,
             }),
-            ServerReply::AuthSwitch { plugin, .. } if plugin != NATIVE_PASSWORD => {
-                Err(LoginError::UnsupportedPlugin(plugin))
-            }
-            ServerReply::AuthSwitch { .. } if switched => Err(protocol(
+            ServerReply::AuthSwitch { .. } if auth.switched => Err(protocol(
                 "auth switch request",
-                "a second switch to mysql_native_password after answering one",
+                "a second switch after answering one",
             )),
-            ServerReply::AuthSwitch { data, .. } => {
+            ServerReply::AuthSwitch { plugin, data } => {
                 // libmysqlclient refuses anything but a 20-byte scramble here
                 // too: a token computed from another length can only fail.
-                if data.len() != SCRAMBLE_LEN {
+                let known = plugin == NATIVE_PASSWORD || plugin == CACHING_SHA2_PASSWORD;
+                if known && data.len() != SCRAMBLE_LEN {
                     return Err(protocol(
                         "auth switch request",
                         format!(
-                            "a {}-byte scramble for mysql_native_password, expected {SCRAMBLE_LEN}",
+                            "a {}-byte scramble for {plugin}, expected {SCRAMBLE_LEN}",
                             data.len()
                         ),
                     ));
                 }
-                let token = self.params.credential.token(&data);
-                let mut out = Vec::with_capacity(4 + token.len());
-                let expect_seq = write_packet(&mut out, seq.wrapping_add(1), &token);
-                self.state = State::Auth {
-                    greeting,
-                    capabilities,
-                    expect_seq,
-                    switched: true,
+                let token = if plugin == NATIVE_PASSWORD {
+                    auth.sha2 = None;
+                    self.params.credential.token(&data)
+                } else if plugin == CACHING_SHA2_PASSWORD {
+                    let token = self
+                        .params
+                        .credential
+                        .sha2_scramble(&data)
+                        .ok_or(LoginError::Sha2WithoutSha2Hash)?;
+                    auth.sha2 = Some(Sha2Exchange::new(&data));
+                    token
+                } else {
+                    return Err(LoginError::UnsupportedPlugin(plugin));
                 };
-                Ok(LoginStep::Send(out))
+                auth.switched = true;
+                self.send(auth, seq, &token)
             }
-            // Only caching_sha2_password and sha256_password send these, and
-            // ringgate never answers with either.
-            ServerReply::AuthMoreData(_) => Err(protocol(
-                "auth reply",
-                "AuthMoreData (0x01), which mysql_native_password never sends",
-            )),
+            ServerReply::AuthMoreData(data) => {
+                let Some(exchange) = auth.sha2.as_mut() else {
+                    // Only caching_sha2_password and sha256_password send
+                    // these, and this login is not speaking either.
+                    return Err(protocol(
+                        "auth reply",
+                        "AuthMoreData (0x01), which mysql_native_password never sends",
+                    ));
+                };
+                match exchange.on_more_data(&data, &self.params.credential, &self.transport)? {
+                    Sha2Next::Send(bytes) => self.send(auth, seq, &bytes),
+                    Sha2Next::Wait => {
+                        self.state = auth.into_state(seq.wrapping_add(1));
+                        Ok(LoginStep::Wait)
+                    }
+                }
+            }
             other => Err(protocol(
                 "auth reply",
                 format!("unexpected {other:?} during authentication"),
             )),
+        }
+    }
+
+    /// Answers the server's packet `seq` with `payload`; its verdict (or
+    /// next request) comes with the sequence id after that.
+    fn send(&mut self, auth: Auth, seq: u8, payload: &[u8]) -> Result<LoginStep, LoginError> {
+        let mut out = Vec::with_capacity(4 + payload.len());
+        let expect_seq = write_packet(&mut out, seq.wrapping_add(1), payload);
+        self.state = auth.into_state(expect_seq);
+        Ok(LoginStep::Send(out))
+    }
+}
+
+/// `State::Auth`'s fields while a reply is handled.
+struct Auth {
+    greeting: Greeting,
+    capabilities: u32,
+    switched: bool,
+    sha2: Option<Sha2Exchange>,
+}
+
+impl Auth {
+    fn into_state(self, expect_seq: u8) -> State {
+        State::Auth {
+            greeting: self.greeting,
+            capabilities: self.capabilities,
+            expect_seq,
+            switched: self.switched,
+            sha2: self.sha2,
         }
     }
 }
@@ -621,8 +746,7 @@ mod tests {
     fn other_plugins_are_refused_by_name() {
         let mut scramble = b"0123456789abcdefghij".to_vec();
         for (plugin, data_len) in [
-            ("caching_sha2_password", 20), // MySQL 8's default
-            ("client_ed25519", 32),        // MariaDB's ed25519
+            ("client_ed25519", 32), // MariaDB's ed25519
             ("sha256_password", 20),
         ] {
             scramble.resize(data_len, b'x');
@@ -638,7 +762,7 @@ mod tests {
                 e.to_string(),
                 format!(
                     "the server wants auth plugin '{plugin}'; ringgate logs in with \
-                     mysql_native_password"
+                     mysql_native_password or caching_sha2_password"
                 )
             );
         }
@@ -651,13 +775,17 @@ mod tests {
     }
 
     #[test]
-    fn caching_sha2_greeting_is_answered_with_native_then_switched() {
-        // MySQL 8 names caching_sha2_password in its greeting; ringgate still
-        // answers with a native token and follows the server's switch.
+    fn caching_sha2_greeting_with_a_native_only_credential_is_answered_natively() {
+        // MySQL 8 names caching_sha2_password in its greeting; with only
+        // SHA1(password) known ringgate answers with a native token and
+        // follows the server's switch (client_sha2_tests has the rest).
         let mut g = handshake::parse_greeting(&hex(GOOD_GREETING)).unwrap();
         g.auth_plugin = "caching_sha2_password".into();
         g.server_version = "8.0.36".into();
-        let mut login = ClientLogin::new(params());
+        let mut login = ClientLogin::new(LoginParams {
+            credential: Credential::Stage1(Stage1::of_password(b"ringgate-backend")),
+            ..params()
+        });
         let (_, response) = sent(login.on_packet(0, &handshake::build_greeting(&g)).unwrap());
         let handshake::ClientHello::Response(r) =
             handshake::parse_handshake_response(&response).unwrap()

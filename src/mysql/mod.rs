@@ -8,6 +8,7 @@ pub mod auth;
 pub mod caching_sha2;
 pub mod change_user;
 pub mod client_login;
+pub mod client_sha2;
 pub mod compress;
 pub mod constants;
 pub mod handshake;
@@ -17,6 +18,7 @@ pub mod ok_packet;
 pub mod packet;
 pub mod reply;
 pub mod session_vars;
+pub mod sha2_rsa;
 pub mod tracker;
 pub mod users;
 

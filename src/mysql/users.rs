@@ -21,8 +21,9 @@
 //! ```
 //!
 //! `BackendUser` alone keeps the client's own password (recovered from its
-//! login); `BackendPassword` alone keeps the client's user name. Only
-//! `SHA1(BackendPassword)` is kept, which is all a backend login needs.
+//! login); `BackendPassword` alone keeps the client's user name.
+//! `BackendPassword` is kept as given: a caching_sha2_password backend
+//! asks for the cleartext when its cache misses (full authentication).
 //!
 //! caching_sha2_password: vtgate checks its fast-auth scramble against the
 //! plaintext `Password` only (it has no hash field for it). ringgate does
@@ -47,7 +48,7 @@ use std::sync::Mutex;
 use serde::Deserialize;
 
 use crate::mysql::auth::{native_recover, native_stage2, parse_mysql_hash, Credential, Stage1};
-use crate::mysql::caching_sha2::{Sha2Stage2, Verifier};
+use crate::mysql::caching_sha2::{Sha2Stage1, Sha2Stage2, Verifier};
 
 /// Errors loading the users file. Each names the file (or `<inline>` for
 /// [`Users::parse`]) so an operator can find the problem.
@@ -92,12 +93,14 @@ struct RawEntry {
 #[derive(Clone)]
 enum Secret {
     /// `Password`: the native stage2, the sha2 stage2 (fast auth needs no
-    /// cache) and SHA1(password) (the backend credential after a fast
-    /// auth, which proves only the sha2 stage1). None for the empty password.
+    /// cache) and the backend credential a login against it proves:
+    /// SHA1(password) and SHA256(password), which log in to a backend with
+    /// mysql_native_password or caching_sha2 fast auth (`Plaintext` of
+    /// nothing for the empty password).
     Plain {
         native: [u8; 20],
         sha2: Sha2Stage2,
-        stage1: Option<Stage1>,
+        hashes: Credential,
     },
     /// `MysqlNativePassword`: SHA1(SHA1(password)).
     Native([u8; 20]),
@@ -232,13 +235,12 @@ impl Users {
                 parsed.push(Entry {
                     secret,
                     backend_user: entry.backend_user.clone(),
-                    backend_credential: entry.backend_password.as_ref().map(|p| {
-                        if p.is_empty() {
-                            Credential::Plaintext(Vec::new())
-                        } else {
-                            Credential::Stage1(Stage1::of_password(p.as_bytes()))
-                        }
-                    }),
+                    // Kept as given: a caching_sha2 backend's full
+                    // authentication needs the cleartext.
+                    backend_credential: entry
+                        .backend_password
+                        .as_ref()
+                        .map(|p| Credential::Plaintext(p.as_bytes().to_vec())),
                 });
             }
             users.insert(user, parsed);
@@ -265,9 +267,11 @@ impl Users {
         let mut found: Option<(&Entry, Credential)> = None;
         for e in entries {
             let recovered = match &e.secret {
-                Secret::Plain { native, .. } | Secret::Native(native) => {
-                    native_recover(native, scramble, token)
+                // The entry's hashes also hold SHA256(password).
+                Secret::Plain { native, hashes, .. } => {
+                    native_recover(native, scramble, token).map(|_| hashes.clone())
                 }
+                Secret::Native(native) => native_recover(native, scramble, token),
                 // A sha256-crypt verifier cannot check a native token.
                 Secret::CachingSha2(_) => None,
             };
@@ -325,10 +329,9 @@ impl Users {
         };
         let mut found = None;
         for e in entries {
-            if let Secret::Plain { sha2, stage1, .. } = &e.secret {
+            if let Secret::Plain { sha2, hashes, .. } = &e.secret {
                 if sha2.verify_fast(nonce, token) && found.is_none() {
-                    let cred = stage1.map_or(Credential::Plaintext(Vec::new()), Credential::Stage1);
-                    found = Some(e.authenticated(user, cred));
+                    found = Some(e.authenticated(user, hashes.clone()));
                 }
             }
         }
@@ -359,12 +362,9 @@ impl Users {
                 Secret::CachingSha2(v) => v.verify_cleartext(password),
             };
             if ok && found.is_none() {
-                let cred = if password.is_empty() {
-                    Credential::Plaintext(Vec::new())
-                } else {
-                    Credential::Stage1(Stage1::of_password(password))
-                };
-                found = Some(e.authenticated(user, cred));
+                // The cleartext itself: a caching_sha2 backend may need it
+                // for its own full authentication.
+                found = Some(e.authenticated(user, Credential::Plaintext(password.to_vec())));
             }
         }
         let auth = found?;
@@ -436,7 +436,14 @@ fn entry_secret(e: &RawEntry) -> Result<Secret, String> {
         (_, Some(p)) => Ok(Secret::Plain {
             native: native_stage2(p.as_bytes()),
             sha2: Sha2Stage2::of_password(p.as_bytes()),
-            stage1: (!p.is_empty()).then(|| Stage1::of_password(p.as_bytes())),
+            hashes: if p.is_empty() {
+                Credential::Plaintext(Vec::new())
+            } else {
+                Credential::Hashes {
+                    native: Stage1::of_password(p.as_bytes()),
+                    sha2: Sha2Stage1::of_password(p.as_bytes()),
+                }
+            },
         }),
         (Some(_), None) => Ok(Secret::Native(native_stage2(b""))),
         (None, None) => Err(

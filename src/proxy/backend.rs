@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use super::ids::{LeaseSetup, PoolKey, ANY_SETTINGS};
 use crate::mysql::auth::Credential;
 use crate::mysql::client_login::{ClientLogin, LoginError, LoginParams, LoginStep};
+use crate::mysql::client_sha2::FullAuthTransport;
 use crate::mysql::constants::*;
 use crate::mysql::packet::{split_packet, write_packet};
 use crate::mysql::reply::{
@@ -100,11 +101,15 @@ enum State {
     /// A probe: waiting for the greeting, then closing without a login.
     Probing,
     /// Greeting and login exchange; `writing` while a packet goes out;
-    /// `answered` once the greeting was answered with credentials.
+    /// `answered` once the greeting was answered with credentials;
+    /// `consumed`: bytes at the start of the backend buffer already fed to
+    /// the login (caching_sha2's 0x01 0x03 is answered by nothing, and the
+    /// OK after it may arrive in the same read or the next).
     LoggingIn {
         login: Box<ClientLogin>,
         writing: bool,
         answered: bool,
+        consumed: usize,
     },
     /// COM_INIT_DB for the schema a lease asked for; `then`: the setup
     /// statements to run next (transaction pooling).
@@ -162,6 +167,8 @@ pub struct BackendConn {
 pub struct BackendCredentials<'a> {
     pub user: &'a str,
     pub credential: &'a Credential,
+    /// How caching_sha2 full authentication may send the password.
+    pub transport: &'a FullAuthTransport,
 }
 
 impl BackendConn {
@@ -305,11 +312,13 @@ impl BackendConn {
         })
         // Negotiated as the client chose them: they are in the pool key.
         .with_ext_capabilities(self.key.ext_caps)
-        .with_connect_attrs(std::mem::take(&mut self.connect_attrs));
+        .with_connect_attrs(std::mem::take(&mut self.connect_attrs))
+        .with_full_auth_transport(creds.transport.clone());
         self.state = State::LoggingIn {
             login: Box::new(login),
             writing: false,
             answered: false,
+            consumed: 0,
         };
         self.since = now;
         out.push(BackendOut::Op(BackendOp::Read));
@@ -323,6 +332,10 @@ impl BackendConn {
                 std::io::Error::from_raw_os_error(-res)
             );
             return self.fail(cause, out);
+        }
+        if let State::LoggingIn { consumed, .. } = &mut self.state {
+            // The Clear below empties the buffer.
+            *consumed = 0;
         }
         let writing = match &mut self.state {
             State::LoggingIn { writing, .. }
@@ -367,6 +380,9 @@ impl BackendConn {
         if let State::AskingLastInsertId { .. } = self.state {
             return self.on_last_insert_id_reply(data, capacity, out);
         }
+        if let State::LoggingIn { consumed, .. } = self.state {
+            return self.on_login_packets(data, consumed, capacity, now, out);
+        }
         let Some((pkt, _)) = split_packet(data) else {
             if data.len() >= capacity {
                 return self.fail("reply larger than the read buffer".into(), out);
@@ -374,7 +390,7 @@ impl BackendConn {
             out.push(BackendOut::Op(BackendOp::Read));
             return;
         };
-        let (seq, payload) = (pkt.seq, pkt.payload);
+        let payload = pkt.payload;
         match &mut self.state {
             State::Probing => match crate::mysql::handshake::parse_greeting(payload) {
                 Ok(g) => {
@@ -387,43 +403,6 @@ impl BackendConn {
                     }));
                 }
                 Err(e) => self.fail(format!("greeting: {e}"), out),
-            },
-            State::LoggingIn {
-                login,
-                writing,
-                answered,
-            } => match login.on_packet(seq, payload) {
-                Ok(LoginStep::Send(bytes)) => {
-                    *writing = true;
-                    *answered = true;
-                    self.since = now;
-                    out.push(BackendOut::Op(BackendOp::Send(bytes)));
-                }
-                Ok(LoginStep::Done { greeting, .. }) => {
-                    self.state = State::Leased;
-                    self.thread_id = greeting.connection_id;
-                    self.mariadb = greeting.capabilities & CLIENT_MYSQL == 0;
-                    out.push(BackendOut::Op(BackendOp::Clear));
-                    out.push(BackendOut::Event(BackendEvent::Ready {
-                        server_version: greeting.server_version,
-                        capabilities: greeting.capabilities,
-                        ext_capabilities: greeting.ext_capabilities,
-                    }));
-                }
-                Err(LoginError::Server {
-                    code,
-                    sqlstate,
-                    message,
-                }) => {
-                    // After the greeting it is the credentials it refused
-                    // (1045, 1044, 1698, an expired or locked account).
-                    let refused =
-                        (*answered).then(|| err_payload_with_state(code, &sqlstate, &message));
-                    let cause =
-                        format!("the server refused the login: {code} ({sqlstate}) {message}");
-                    self.fail_with(cause, refused, out)
-                }
-                Err(e) => self.fail(format!("login: {e}"), out),
             },
             State::SelectingSchema {
                 schema,
@@ -456,6 +435,74 @@ impl BackendConn {
                 }
             }
             _ => self.fail("unexpected bytes from the server".into(), out),
+        }
+    }
+
+    /// Login packets from `consumed` on: each is fed to the login until it
+    /// sends something, finishes or fails; a partial packet waits for the
+    /// next read.
+    fn on_login_packets(
+        &mut self,
+        data: &[u8],
+        mut consumed: usize,
+        capacity: usize,
+        now: Instant,
+        out: &mut Vec<BackendOut>,
+    ) {
+        loop {
+            let State::LoggingIn {
+                login,
+                writing,
+                answered,
+                consumed: seen,
+            } = &mut self.state
+            else {
+                return;
+            };
+            let Some((pkt, used)) = split_packet(data.get(consumed..).unwrap_or_default()) else {
+                *seen = consumed;
+                if data.len() >= capacity {
+                    return self.fail("reply larger than the read buffer".into(), out);
+                }
+                out.push(BackendOut::Op(BackendOp::Read));
+                return;
+            };
+            consumed += used;
+            match login.on_packet(pkt.seq, pkt.payload) {
+                Ok(LoginStep::Wait) => continue,
+                Ok(LoginStep::Send(bytes)) => {
+                    *writing = true;
+                    *answered = true;
+                    self.since = now;
+                    out.push(BackendOut::Op(BackendOp::Send(bytes)));
+                }
+                Ok(LoginStep::Done { greeting, .. }) => {
+                    self.state = State::Leased;
+                    self.thread_id = greeting.connection_id;
+                    self.mariadb = greeting.capabilities & CLIENT_MYSQL == 0;
+                    out.push(BackendOut::Op(BackendOp::Clear));
+                    out.push(BackendOut::Event(BackendEvent::Ready {
+                        server_version: greeting.server_version,
+                        capabilities: greeting.capabilities,
+                        ext_capabilities: greeting.ext_capabilities,
+                    }));
+                }
+                Err(LoginError::Server {
+                    code,
+                    sqlstate,
+                    message,
+                }) => {
+                    // After the greeting it is the credentials it refused
+                    // (1045, 1044, 1698, an expired or locked account).
+                    let refused =
+                        (*answered).then(|| err_payload_with_state(code, &sqlstate, &message));
+                    let cause =
+                        format!("the server refused the login: {code} ({sqlstate}) {message}");
+                    self.fail_with(cause, refused, out)
+                }
+                Err(e) => self.fail(format!("login: {e}"), out),
+            }
+            return;
         }
     }
 

@@ -4,12 +4,18 @@ use super::super::test_packets::{framed, greeting};
 use super::*;
 use crate::mysql::reply::{err_payload, err_payload_with_state, ok_payload};
 
+static TRANSPORT: FullAuthTransport = FullAuthTransport {
+    secure: false,
+    server_key: None,
+};
+
 fn creds() -> BackendCredentials<'static> {
     static SECRET: std::sync::LazyLock<Credential> =
         std::sync::LazyLock::new(|| Credential::Plaintext(b"secret".to_vec()));
     BackendCredentials {
         user: "bench",
         credential: &SECRET,
+        transport: &TRANSPORT,
     }
 }
 
@@ -412,4 +418,95 @@ fn asking_for_last_insert_id_reads_the_servers_answer_and_leases_again() {
         has_event(&out, |e| matches!(e, BackendEvent::Failed { .. })),
         "{out:?}"
     );
+}
+
+/// A MySQL 8-style greeting naming caching_sha2_password.
+fn sha2_greeting() -> Vec<u8> {
+    use crate::mysql::handshake::{build_greeting, Greeting};
+    framed(
+        0,
+        &build_greeting(&Greeting {
+            protocol_version: 10,
+            server_version: "8.4.3".into(),
+            connection_id: 9,
+            scramble: b"abcdefghijklmnopqrst".to_vec(),
+            capabilities: 0xdfff_ffff & !CLIENT_SSL,
+            ext_capabilities: 0,
+            charset: UTF8MB4_GENERAL_CI,
+            status: SERVER_STATUS_AUTOCOMMIT,
+            auth_plugin: "caching_sha2_password".into(),
+        }),
+    )
+}
+
+#[test]
+fn caching_sha2_fast_auth_success_and_ok_in_one_read_or_two() {
+    let now = Instant::now();
+    let fast_ok = framed(2, &[0x01, 0x03]);
+    let ok = framed(3, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
+    for split in [false, true] {
+        let mut out = Vec::new();
+        let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
+        c.on_connect(0, Some(&creds()), Duration::from_secs(1), now, &mut out);
+        let g = sha2_greeting();
+        out.clear();
+        c.on_read(g.len() as i32, &g, CAP, now, &mut out);
+        let response = sends(&out);
+        assert_eq!(response.len(), 1);
+        let tail = b"caching_sha2_password\0";
+        assert!(response[0].ends_with(tail), "the greeting's plugin answers");
+        c.on_write(1, &mut out);
+        out.clear();
+        let mut buf = fast_ok.clone();
+        if split {
+            // 0x01 0x03 alone: nothing to send, read on, keep the bytes.
+            c.on_read(buf.len() as i32, &buf, CAP, now, &mut out);
+            assert_eq!(out, vec![BackendOut::Op(BackendOp::Read)]);
+            out.clear();
+            // Half of the OK: still waiting.
+            buf.extend_from_slice(&ok[..5]);
+            c.on_read(5, &buf, CAP, now, &mut out);
+            assert_eq!(out, vec![BackendOut::Op(BackendOp::Read)]);
+            out.clear();
+            buf.extend_from_slice(&ok[5..]);
+        } else {
+            buf.extend_from_slice(&ok);
+        }
+        c.on_read(buf.len() as i32, &buf, CAP, now, &mut out);
+        assert!(
+            has_event(&out, |e| matches!(e, BackendEvent::Ready { .. })),
+            "{out:?}"
+        );
+        assert_eq!(c.thread_id(), 9);
+    }
+}
+
+#[test]
+fn caching_sha2_full_auth_refused_passes_the_servers_err_and_logs_no_secret() {
+    let now = Instant::now();
+    let mut out = Vec::new();
+    let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
+    c.on_connect(0, Some(&creds()), Duration::from_secs(1), now, &mut out);
+    let g = sha2_greeting();
+    c.on_read(g.len() as i32, &g, CAP, now, &mut out);
+    c.on_write(1, &mut out);
+    out.clear();
+    // Plain TCP, no key configured: ask the server for its key.
+    let more = framed(2, &[0x01, 0x04]);
+    c.on_read(more.len() as i32, &more, CAP, now, &mut out);
+    assert_eq!(sends(&out), vec![framed(3, &[0x02])]);
+    c.on_write(1, &mut out);
+    out.clear();
+    let denied = err_payload_with_state(
+        1045,
+        "28000",
+        "Access denied for user 'bench'@'127.0.0.1' (using password: YES)",
+    );
+    let err = framed(4, &denied);
+    c.on_read(err.len() as i32, &err, CAP, now, &mut out);
+    assert!(has_event(&out, |e| matches!(
+        e,
+        BackendEvent::OpenFailed { login_refused: Some(p), .. } if *p == denied
+    )));
+    assert!(!format!("{out:?}").contains("secret"));
 }

@@ -88,6 +88,14 @@ impl Identities {
         }
         let key = (auth.backend_user.clone(), auth.credential.stage1());
         if let Some(&id) = self.ids.get(&key) {
+            // The same password, perhaps proven better this time (a full
+            // authentication gives the cleartext, which a caching_sha2
+            // backend's own full authentication needs): keep the best.
+            if let Some(login) = self.logins.get_mut(id.0 as usize) {
+                if auth.credential.strength() > login.credential.strength() {
+                    login.credential = auth.credential.clone();
+                }
+            }
             return id;
         }
         let id = IdentityId(self.logins.len() as u32);
@@ -146,6 +154,21 @@ mod tests {
         assert_eq!(t.get(IdentityId::SHARED), None);
         assert_eq!(t.get(IdentityId(99)), None);
         assert_eq!(t.len(), 4);
+    }
+
+    #[test]
+    fn a_better_proof_of_the_same_password_replaces_the_credential() {
+        let mut t = Identities::new(IdentityMode::Passthrough);
+        let a = t.intern(&auth("erin", b"pw"));
+        let full = Authenticated {
+            backend_user: "erin".into(),
+            credential: Credential::Plaintext(b"pw".to_vec()),
+        };
+        assert_eq!(t.intern(&full), a);
+        assert_eq!(t.get(a).unwrap().credential, full.credential);
+        // A weaker one later does not take it back.
+        assert_eq!(t.intern(&auth("erin", b"pw")), a);
+        assert_eq!(t.get(a).unwrap().credential, full.credential);
     }
 
     #[test]

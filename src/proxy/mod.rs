@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::mysql::sha2_rsa::{RsaPrivate, RsaPublic};
 use crate::mysql::Users;
 
 /// The little state every worker sees. Everything else is per worker.
@@ -68,6 +69,10 @@ pub struct Shared {
     /// Proxy connection id → user and backend thread, for KILL: a KILL
     /// arrives on any worker, the session it names lives on one.
     pub registry: Arc<registry::Registry>,
+    /// `--rsa-key`: caching_sha2 full authentication over plain TCP.
+    pub rsa_key: Option<Arc<RsaPrivate>>,
+    /// `--backend-rsa-public-key`.
+    pub backend_rsa_public_key: Option<Arc<RsaPublic>>,
 }
 
 impl Shared {

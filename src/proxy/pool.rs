@@ -20,6 +20,7 @@ use super::ids::{BackendId, IdentityId, LeaseRequest, PoolKey, SessionId, Waiter
 use super::slab::Slab;
 use super::{try_reserve, unreserve};
 use crate::metrics::{Metrics, RejectReason, WorkerMetrics};
+use crate::mysql::client_sha2::FullAuthTransport;
 use crate::mysql::constants::ER_CON_COUNT_ERROR;
 use crate::mysql::reply::err_payload;
 use crate::mysql::users::Authenticated;
@@ -42,6 +43,9 @@ pub struct PoolConfig {
     pub wait_timeout: Duration,
     pub idle_timeout: Duration,
     pub connect_timeout: Duration,
+    /// How caching_sha2 full authentication sends the password to the
+    /// backend (`--backend-rsa-public-key`).
+    pub full_auth: FullAuthTransport,
 }
 
 /// A backend connection and its I/O.
@@ -677,6 +681,7 @@ impl Pool {
             .map(|login| BackendCredentials {
                 user: &login.user,
                 credential: &login.credential,
+                transport: &self.cfg.full_auth,
             });
         p.conn
             .on_connect(res, creds.as_ref(), timeout, now, &mut bo);

@@ -59,6 +59,7 @@ impl Harness {
                 wait_timeout: Duration::from_secs(5),
                 idle_timeout: Duration::from_secs(60),
                 connect_timeout: Duration::from_secs(2),
+                full_auth: Default::default(),
             },
             Arc::clone(&open),
             Arc::clone(&metrics),

@@ -17,6 +17,7 @@ use crate::mysql::constants::*;
 use crate::mysql::handshake::{self, ClientHello, Greeting, HandshakeResponse};
 use crate::mysql::packet::{parse_header, split_packet, write_packet};
 use crate::mysql::reply::{err_payload, ok_payload};
+use crate::mysql::sha2_rsa::RsaPrivate;
 use crate::mysql::tracker::Tracker;
 use crate::mysql::users::Authenticated;
 use crate::mysql::Users;
@@ -158,6 +159,8 @@ pub struct SessionCtx<'a> {
     pub read_buffer_size: usize,
     /// Every client connection of the process, for KILL.
     pub registry: &'a Registry,
+    /// `--rsa-key`: caching_sha2 full authentication over plain TCP.
+    pub rsa_key: Option<&'a RsaPrivate>,
 }
 
 /// What the client told us at login (or in its last COM_CHANGE_USER).

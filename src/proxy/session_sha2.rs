@@ -10,21 +10,27 @@
 //!                                            `Password` entries: nothing to gain)
 //!                                         <- 0x01 0x04 (perform full auth)
 //! cleartext password NUL               ->    unix socket only, for now
+//! 0x02 (public key, please)            ->    with --rsa-key
+//!                                         <- 0x01 PEM public key
+//! RSA-OAEP(password NUL XOR nonce)     ->
 //!                                         <- OK | ERR 1045
 //! ```
 //!
 //! A client that answers with a native token for a user whose entries are
 //! all caching_sha2 verifiers gets an AuthSwitchRequest to
 //! caching_sha2_password with the same nonce, as MySQL switches a client
-//! to the account's plugin. Over TCP without TLS the cleartext is refused:
-//! MySQL without RSA keys answers whatever comes (a public-key request
-//! 0x02, or anything else) with ERR 1045, and so does ringgate until
-//! `--rsa-key` and TLS exist. Follows MySQL 8.0/8.4's sql/auth/sha2_password.cc.
+//! to the account's plugin. Over TCP without TLS the cleartext is refused.
+//! With `--rsa-key`, a client may ask for the public key (0x02, answered
+//! with 0x01 and the PEM) and send its password RSA-encrypted instead
+//! (`mysql::sha2_rsa`); a client that has the key already sends the
+//! ciphertext at once. Without it, MySQL without RSA keys answers whatever
+//! comes (a public-key request 0x02, or anything else) with ERR 1045, and
+//! so does ringgate. Follows MySQL 8.0/8.4's sql/auth/sha2_password.cc.
 
 use super::*;
 use crate::metrics::AuthPath;
 use crate::mysql::caching_sha2::{
-    CACHING_SHA2_PASSWORD, FAST_AUTH_SUCCESS, PERFORM_FULL_AUTHENTICATION,
+    CACHING_SHA2_PASSWORD, FAST_AUTH_SUCCESS, PERFORM_FULL_AUTHENTICATION, REQUEST_PUBLIC_KEY,
 };
 use crate::mysql::users::Sha2Fast;
 
@@ -40,8 +46,12 @@ pub(super) enum Sha2Phase {
     /// An AuthSwitchRequest to caching_sha2_password is out: the answer is
     /// a fast-auth scramble.
     Switched,
-    /// 0x01 0x04 is out: the answer is the cleartext password.
+    /// 0x01 0x04 is out: the answer is the cleartext password (or, with
+    /// `--rsa-key`, a public-key request or the encrypted password).
     FullAuth,
+    /// The public key is out (`--rsa-key`): the answer is the encrypted
+    /// password; a second request is refused.
+    KeySent,
     /// Fast auth succeeded: 0x01 0x03 goes out just before the login OK.
     FastOk,
 }
@@ -89,7 +99,7 @@ impl Session {
     ) {
         match self.sha2 {
             Sha2Phase::Switched => self.sha2_fast(payload, ctx, out),
-            Sha2Phase::FullAuth => self.sha2_full(payload, ctx, out),
+            Sha2Phase::FullAuth | Sha2Phase::KeySent => self.sha2_full(payload, ctx, out),
             Sha2Phase::Off | Sha2Phase::FastOk => self.close(out),
         }
     }
@@ -120,20 +130,42 @@ impl Session {
         };
         login.used_password = true;
         let user = login.user.clone();
-        if !self.over_unix_socket() {
+        let decrypted;
+        let password = if self.over_unix_socket() {
+            // The client sends the password NUL-terminated.
+            payload.strip_suffix(&[0]).unwrap_or(payload)
+        } else if let Some(key) = ctx.rsa_key {
+            if payload == [REQUEST_PUBLIC_KEY] && self.sha2 == Sha2Phase::FullAuth {
+                // The answer is the RSA-encrypted password, read again here.
+                self.sha2 = Sha2Phase::KeySent;
+                let mut more = vec![AUTH_MORE_DATA];
+                more.extend_from_slice(key.public_pem().as_bytes());
+                return self.send_login_packet(&more, out);
+            }
+            match key.decrypt_password(payload, &self.scramble) {
+                Ok(p) => {
+                    decrypted = p;
+                    &decrypted
+                }
+                Err(e) => {
+                    out.push(SessionAction::Log(format!(
+                        "caching_sha2_password full authentication: {e}"
+                    )));
+                    return self.access_denied(ctx, out);
+                }
+            }
+        } else {
             // Cleartext over plain TCP would expose the password, and there
             // is no RSA key to encrypt it with: MySQL without RSA keys and
             // TLS answers 1045 (and logs this) whatever the client sends,
             // the public-key request 0x02 included.
             out.push(SessionAction::Log(
-                "caching_sha2_password full authentication over TCP needs TLS or RSA keys, \
-                 which ringgate does not offer yet (use the unix socket, or a cached fast auth)"
+                "caching_sha2_password full authentication over TCP needs TLS or RSA keys: \
+                 start ringgate with --rsa-key (or use the unix socket, or a cached fast auth)"
                     .into(),
             ));
             return self.access_denied(ctx, out);
-        }
-        // The client sends the password NUL-terminated.
-        let password = payload.strip_suffix(&[0]).unwrap_or(payload);
+        };
         match ctx.users.authenticate_cleartext(&user, password) {
             Some(auth) => {
                 self.sha2 = Sha2Phase::Off;
@@ -361,6 +393,80 @@ mod tests {
         );
         assert!(out.contains(&SessionAction::Reject(RejectReason::Auth)));
         assert!(authenticated(&out).is_none());
+    }
+
+    /// Like `feed`, with `--rsa-key`.
+    fn feed_rsa(
+        s: &mut Session,
+        u: &Users,
+        key: &RsaPrivate,
+        bytes: &[u8],
+    ) -> (Vec<SessionAction>, Option<(u8, Vec<u8>)>) {
+        let c = SessionCtx {
+            rsa_key: Some(key),
+            ..ctx(u)
+        };
+        let mut out = Vec::new();
+        s.on_client_read(bytes.len() as i32, bytes, &c, &mut out);
+        let sent = out.iter().find_map(|a| match a {
+            SessionAction::SendClient(b) => {
+                let p = split_packet(b).unwrap().0;
+                Some((p.seq, p.payload.to_vec()))
+            }
+            _ => None,
+        });
+        if let Some((_, ref p)) = sent {
+            s.on_client_write(p.len() as i32 + 4, &[], &c, &mut out);
+        }
+        (out, sent)
+    }
+
+    #[test]
+    fn rsa_key_full_auth_over_tcp_sends_the_key_and_takes_the_ciphertext() {
+        let u = users();
+        let key =
+            RsaPrivate::parse(include_str!("../mysql/testdata/rsa_test_key.pem"), "t").unwrap();
+        let mut s = session(&u, "127.0.0.1");
+        let hello = hello("erin", CACHING_SHA2_PASSWORD, scramble(b"foobar", &NONCE));
+        let (_, sent) = feed_rsa(&mut s, &u, &key, &hello);
+        assert_eq!(sent, Some((2, vec![0x01, 0x04])));
+        let (_, sent) = feed_rsa(&mut s, &u, &key, &packet_of(3, &[0x02]));
+        let (seq, pem) = sent.unwrap();
+        assert_eq!((seq, pem[0]), (4, 0x01));
+        assert_eq!(&pem[1..], key.public_pem().as_bytes());
+        let public = crate::mysql::sha2_rsa::RsaPublic::parse(&pem[1..], "ringgate").unwrap();
+        let cipher = public.encrypt_password(b"foobar", &NONCE).unwrap();
+        let (out, _) = feed_rsa(&mut s, &u, &key, &packet_of(5, &cipher));
+        assert!(out.contains(&SessionAction::Auth(AuthPath::Sha2Full)));
+        let auth = authenticated(&out).expect("accepted");
+        // The cleartext is what a caching_sha2 backend's full auth needs.
+        assert_eq!(auth.credential.cleartext(), Some(&b"foobar"[..]));
+
+        // A client that has the key sends the ciphertext at once; a wrong
+        // password gets 1045, and a second key request is refused.
+        let mut s = session(&u, "127.0.0.1");
+        let hello2 = hello_for("erin", b"nope");
+        feed_rsa(&mut s, &u, &key, &hello2);
+        let cipher = public.encrypt_password(b"nope", &NONCE).unwrap();
+        let (out, sent) = feed_rsa(&mut s, &u, &key, &packet_of(3, &cipher));
+        assert_eq!(
+            u16::from_le_bytes([sent.as_ref().unwrap().1[1], sent.unwrap().1[2]]),
+            1045
+        );
+        assert!(authenticated(&out).is_none());
+        assert!(!format!("{out:?}").contains("nope"));
+        let mut s = session(&u, "127.0.0.1");
+        feed_rsa(&mut s, &u, &key, &hello2);
+        feed_rsa(&mut s, &u, &key, &packet_of(3, &[0x02]));
+        let (_, sent) = feed_rsa(&mut s, &u, &key, &packet_of(5, &[0x02]));
+        assert_eq!(
+            u16::from_le_bytes([sent.as_ref().unwrap().1[1], sent.unwrap().1[2]]),
+            1045
+        );
+    }
+
+    fn hello_for(user: &str, password: &[u8]) -> Vec<u8> {
+        hello(user, CACHING_SHA2_PASSWORD, scramble(password, &NONCE))
     }
 
     #[test]

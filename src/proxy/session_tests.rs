@@ -26,6 +26,7 @@ pub(super) fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
         draining: false,
         read_buffer_size: 16 * 1024,
         registry: &REGISTRY,
+        rsa_key: None,
     }
 }
 

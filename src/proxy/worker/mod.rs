@@ -46,6 +46,7 @@ use crate::buffers::{BufferPool, Owner};
 use crate::config::{BackendIdentity, Pooling, ReadBufferMode};
 use crate::metrics::{BufferMode, WorkerMetrics};
 use crate::mysql::auth;
+use crate::mysql::client_sha2::FullAuthTransport;
 use crate::mysql::constants::{CLIENT_COMPRESS, CLIENT_LOCAL_FILES};
 use crate::mysql::Users;
 use crate::ring::{ops, OpTag, Ring, RingError, Sqe, Token};
@@ -240,6 +241,7 @@ fn session_ctx<'a>(
         draining,
         read_buffer_size: cfg.read_buffer_size as usize,
         registry: &shared.registry,
+        rsa_key: shared.rsa_key.as_deref(),
     }
 }
 
@@ -319,6 +321,10 @@ impl Worker {
                 wait_timeout: cfg.backend_wait_timeout,
                 idle_timeout: cfg.backend_idle_timeout,
                 connect_timeout: cfg.backend_connect_timeout,
+                full_auth: FullAuthTransport {
+                    secure: false,
+                    server_key: shared.backend_rsa_public_key.clone(),
+                },
             },
             Arc::clone(&shared.backends),
             Arc::clone(&shared.metrics),
