@@ -84,9 +84,11 @@ if ! have "$PYTHON"; then
     echo "ensure-deps: $PYTHON not found (the tests need a python3 with pip)" >&2
     exit 1
 fi
-if ! "$PYTHON" -c 'import pymysql, pytest, mysql.connector' >/dev/null 2>&1; then
+# cryptography: PyMySQL's RSA step of caching_sha2_password full authentication.
+if ! "$PYTHON" -c 'import pymysql, pytest, mysql.connector, cryptography' >/dev/null 2>&1; then
     PY_MISSING=()
     "$PYTHON" -c 'import pymysql' >/dev/null 2>&1 || PY_MISSING+=("PyMySQL")
+    "$PYTHON" -c 'import cryptography' >/dev/null 2>&1 || PY_MISSING+=("cryptography")
     "$PYTHON" -c 'import pytest' >/dev/null 2>&1 || PY_MISSING+=("pytest")
     "$PYTHON" -c 'import mysql.connector' >/dev/null 2>&1 || PY_MISSING+=("mysql-connector-python")
     for p in "${PY_MISSING[@]}"; do

@@ -185,6 +185,9 @@ class Proxy:
         users_file=USERS_FILE,
         passthrough=False,
         pooling=None,
+        backend=None,
+        backend_user=None,
+        backend_password=None,
     ):
         self.mode = mode
         # --pooling: the test's own choice, else RINGGATE_TEST_POOLING (which runs the whole
@@ -192,6 +195,14 @@ class Proxy:
         self.pooling = pooling or os.environ.get("RINGGATE_TEST_POOLING") or None
         self.workers = workers
         self.backend = backend_env()
+        # Another server than the sandbox (a second ringgate in front of it), with its own
+        # --backend-user password.
+        if backend is not None:
+            self.backend["host"], self.backend["port"] = backend
+        if backend_user is not None:
+            self.backend["user"] = backend_user
+        if backend_password is not None:
+            self.backend["password"] = backend_password
         self.bin = ringgate_bin()
         self.dir = Path(tempfile.mkdtemp(prefix=f"ringgate-pytest-{mode}-"))
         self.stderr_path = self.dir / "ringgate.stderr"
@@ -421,7 +432,9 @@ def make_proxy(mode):
 
     yield factory
     errors = []
-    for p in started:
+    # Newest first: a proxy started later may be a client of an earlier one (a ringgate in front
+    # of another), whose sessions end only when it stops.
+    for p in reversed(started):
         try:
             p.assert_settled()
         except AssertionError as e:

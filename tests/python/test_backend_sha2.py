@@ -1,0 +1,206 @@
+"""ringgate as a caching_sha2_password CLIENT of its backend (issue 14, item 4), and the front
+end's `--rsa-key`.
+
+MariaDB 10.11 has no caching_sha2 server plugin, so the backend here is a second ringgate (the
+"inner") that requires caching_sha2 on its front (a users-file `MysqlCachingSha2Password`
+verifier, MySQL 8's own for `foobar`) with the MariaDB sandbox behind it:
+
+    client --> outer ringgate --(caching_sha2, plain TCP)--> inner ringgate --> MariaDB
+
+Both sides of every exchange are real code: the outer's client login (src/mysql/client_login.rs,
+client_sha2.rs) and the inner's front end (src/proxy/session_sha2.rs). Over plain TCP the inner
+takes full authentication only RSA-encrypted (`--rsa-key`); the outer asks for the public key
+(0x02) or is given it (`--backend-rsa-public-key`). `ringgate_client_auth_total{path}` on the
+inner tells which path each of the outer's logins took.
+"""
+
+import json
+import subprocess
+
+import pymysql
+import pytest
+
+from conftest import TEST_DB, backend_env
+
+# MySQL 8's caching_sha2 verifier of "foobar" (as in test_caching_sha2.py).
+FOOBAR_VERIFIER = (
+    "0x24412430303524031A69251C34295C4B35167C7F1E5A7B63091349503974624D34504B5A424679354856336868"
+    "686F52485A736E4A733368786E427575516C73446469496537"
+)
+PASSWORD = "foobar"
+
+
+def _write_json(path, entries):
+    path.write_text(json.dumps(entries))
+    return path
+
+
+def _auth(proxy, path):
+    return proxy.metrics()(f'ringgate_client_auth_total{{path="{path}"}}')
+
+
+def _rsa_key(tmp_path, name="private_key.pem"):
+    key = tmp_path / name
+    subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
+    public = tmp_path / (name + ".pub")
+    subprocess.run(["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(public)], check=True,
+                   capture_output=True)
+    return key, public
+
+
+def _current_user(conn):
+    with conn.cursor() as cur:
+        cur.execute("SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)")
+        return cur.fetchone()[0]
+
+
+@pytest.fixture
+def account(mode):
+    """A MariaDB account `sha2be_<mode>` with the password `foobar`: the inner ringgate logs in to
+    the sandbox as it (passthrough), so CURRENT_USER() shows the chain worked end to end."""
+    env = backend_env()
+    user = f"sha2be_{mode}"
+    root = pymysql.connect(host=env["host"], port=env["port"], user=env["user"], password=env["password"],
+                           autocommit=True)
+    with root.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {TEST_DB}")
+        cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+        cur.execute(f"CREATE USER '{user}'@'%%' IDENTIFIED BY %s", (PASSWORD,))
+        cur.execute(f"GRANT ALL ON {TEST_DB}.* TO '{user}'@'%'")
+    yield user
+    with root.cursor() as cur:
+        cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+    root.close()
+
+
+@pytest.fixture
+def inner(make_proxy, tmp_path, account):
+    """The inner ringgate: caching_sha2 only for `account`, with an RSA key, passthrough to MariaDB."""
+    key, public = _rsa_key(tmp_path)
+    users = _write_json(tmp_path / "inner.json", {account: [{"MysqlCachingSha2Password": FOOBAR_VERIFIER}]})
+    proxy = make_proxy(users_file=users, passthrough=True, workers=1, extra_args=("--rsa-key", str(key)))
+    return proxy, public
+
+
+def test_outer_logs_in_to_a_caching_sha2_backend_by_rsa_full_auth_then_fast_auth(make_proxy, inner, account):
+    inner_proxy, _ = inner
+    outer = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password=PASSWORD)
+    conns = [outer.connect() for _ in range(6)]
+    for conn in conns:
+        assert _current_user(conn) == account
+    for conn in conns:
+        conn.close()
+    # The first of the outer's backend logins was a cache miss: full authentication, the
+    # password RSA-encrypted with the key the inner sent. Later ones hit the inner's cache.
+    full, fast = _auth(inner_proxy, "caching_sha2_full"), _auth(inner_proxy, "caching_sha2_fast")
+    assert full >= 1, inner_proxy.stderr_tail()
+    assert fast >= 1, "the inner's cache served later logins"
+    # Every other connection to the inner was one of these logins (one more: the fixture's
+    # readiness probe, which connects and hangs up).
+    assert full + fast == inner_proxy.connections_total() - 1
+    assert _auth(inner_proxy, "native") == 0
+    for p in (outer, inner_proxy):
+        assert PASSWORD not in p.stderr()
+
+
+def test_outer_uses_the_configured_public_key_and_a_wrong_one_fails(make_proxy, inner, account, tmp_path):
+    inner_proxy, public = inner
+    outer = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password=PASSWORD,
+                       extra_args=("--backend-rsa-public-key", str(public)))
+    conn = outer.connect()
+    assert _current_user(conn) == account
+    conn.close()
+    assert _auth(inner_proxy, "caching_sha2_full") >= 1
+
+    # Another key: the inner cannot decrypt, says so in its log, and answers 1045, which the
+    # client of the outer gets with the inner's wording. Its cache is emptied first (SIGHUP
+    # reload), so this is a full authentication again.
+    _, other = _rsa_key(tmp_path, "other.pem")
+    inner_proxy.proc.send_signal(1)
+    outer2 = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password=PASSWORD,
+                        extra_args=("--backend-rsa-public-key", str(other), "--backend-pool-size", "0"))
+    _wait_for(lambda: "users file reloaded" in inner_proxy.stderr(), inner_proxy)
+    with pytest.raises(pymysql.err.OperationalError) as e:
+        outer2.connect()
+    _assert_backend_refused(e.value, account)
+    assert "does not decrypt with --rsa-key" in inner_proxy.stderr()
+    for p in (outer, outer2, inner_proxy):
+        assert PASSWORD not in p.stderr()
+
+
+def test_a_wrong_backend_password_is_the_backends_1045(make_proxy, inner, account):
+    inner_proxy, _ = inner
+    outer = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password="not-it")
+    with pytest.raises(pymysql.err.OperationalError) as e:
+        outer.connect()
+    _assert_backend_refused(e.value, account)
+    for p in (outer, inner_proxy):
+        assert "not-it" not in p.stderr()
+
+
+def test_passthrough_identity_of_a_caching_sha2_user_through_two_proxies(make_proxy, inner, account, tmp_path):
+    """Per-user passthrough on the outer: its client logs in to the outer by caching_sha2 full
+    authentication (over the outer's unix socket, which gives the outer the cleartext), and the
+    outer logs in to the inner as that client: caching_sha2, RSA full auth. A later client over TCP
+    is a fast auth on the outer; its backend login reuses the identity's credential."""
+    inner_proxy, _ = inner
+    users = _write_json(tmp_path / "outer.json", {account: [{"MysqlCachingSha2Password": FOOBAR_VERIFIER}]})
+    sock = tmp_path / "outer.sock"
+    outer = make_proxy(backend=("127.0.0.1", inner_proxy.port), users_file=users, passthrough=True,
+                       extra_args=("--socket", str(sock)))
+    conn = pymysql.connect(unix_socket=str(sock), user=account, password=PASSWORD, connect_timeout=10)
+    assert _current_user(conn) == account
+    conn.close()
+    for _ in range(3):
+        conn = pymysql.connect(host="127.0.0.1", port=outer.port, user=account, password=PASSWORD,
+                               connect_timeout=10)
+        assert _current_user(conn) == account
+        conn.close()
+    assert _auth(outer, "caching_sha2_full") == 1
+    assert _auth(outer, "caching_sha2_fast") == 3
+    assert _auth(inner_proxy, "caching_sha2_full") >= 1
+    for p in (outer, inner_proxy):
+        assert PASSWORD not in p.stderr()
+
+
+def test_front_rsa_key_with_pymysql_over_plain_tcp(inner, account):
+    """PyMySQL against a ringgate with --rsa-key, over plain TCP with a cold cache: it asks for the
+    public key (0x02) and sends its password RSA-encrypted; given the key (server_public_key) it
+    sends the ciphertext at once."""
+    inner_proxy, public = inner
+    conn = pymysql.connect(host="127.0.0.1", port=inner_proxy.port, user=account, password=PASSWORD,
+                           connect_timeout=10)
+    assert _current_user(conn) == account
+    conn.close()
+    assert _auth(inner_proxy, "caching_sha2_full") == 1
+    inner_proxy.proc.send_signal(1)  # empties the cache: the next login is a full auth again
+    _wait_for(lambda: "users file reloaded" in inner_proxy.stderr(), inner_proxy)
+    conn = pymysql.connect(host="127.0.0.1", port=inner_proxy.port, user=account, password=PASSWORD,
+                           connect_timeout=10, server_public_key=public.read_bytes())
+    assert _current_user(conn) == account
+    conn.close()
+    assert _auth(inner_proxy, "caching_sha2_full") == 2
+    with pytest.raises(pymysql.err.OperationalError) as e:
+        pymysql.connect(host="127.0.0.1", port=inner_proxy.port, user=account, password="wrong-one",
+                        connect_timeout=10)
+    assert e.value.args == (1045, f"Access denied for user '{account}'@'127.0.0.1' (using password: YES)")
+    stderr = inner_proxy.stderr()
+    for secret in (PASSWORD, "wrong-one"):
+        assert secret not in stderr
+
+
+def _assert_backend_refused(err, account):
+    """With shared identity the backend's refusal of --backend-user is the proxy's problem, not
+    the client's: 1105 "backend unavailable", quoting the backend's own 1045 and its words."""
+    code, message = err.args
+    assert code == 1105, err.args
+    assert f"1045 (28000) Access denied for user '{account}'@'127.0.0.1' (using password: YES)" in message, message
+
+
+def _wait_for(cond, proxy, timeout=10):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, proxy.stderr_tail()
+        time.sleep(0.05)
