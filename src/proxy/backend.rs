@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::ids::{LeaseSetup, PoolKey, ANY_SETTINGS};
+use super::ids::{LeaseSetup, PoolKey, Settings, ANY_SETTINGS};
 use crate::mysql::auth::Credential;
 use crate::mysql::client_login::{ClientLogin, LoginError, LoginParams, LoginStep};
 use crate::mysql::client_sha2::FullAuthTransport;
@@ -117,15 +117,15 @@ enum State {
         schema: String,
         writing: bool,
         then: Vec<Vec<u8>>,
-        settings: u64,
+        settings: Settings,
     },
     /// Transaction pooling: the session's setup statements, pipelined;
-    /// `left` answers (OK each) are still owed; `settings` is the
-    /// fingerprint the connection carries once they are in.
+    /// `left` answers (OK each) are still owed; `settings` are what the
+    /// connection carries once they are in.
     Replaying {
         left: usize,
         writing: bool,
-        settings: u64,
+        settings: Settings,
     },
     /// In the pool's idle list, nothing in flight.
     Idle,
@@ -158,9 +158,9 @@ pub struct BackendConn {
     /// The server is MariaDB (its greeting cleared CLIENT_MYSQL): the reset
     /// also asks for CURRENT_ROLE().
     mariadb: bool,
-    /// Transaction pooling: the fingerprint of the session settings the
-    /// connection carries (0: none, as after login or a reset).
-    settings: u64,
+    /// Transaction pooling: the session settings the connection carries
+    /// (none after login or a reset).
+    settings: Settings,
 }
 
 /// Who the proxy logs in as.
@@ -183,13 +183,18 @@ impl BackendConn {
             thread_id: 0,
             connect_attrs: Vec::new(),
             mariadb: false,
-            settings: 0,
+            settings: Settings::default(),
         }
     }
 
     /// The fingerprint of the session settings it carries (0: none).
     pub fn settings(&self) -> u64 {
-        self.settings
+        self.settings.fingerprint()
+    }
+
+    /// The session settings it carries.
+    pub fn carried(&self) -> &Settings {
+        &self.settings
     }
 
     /// The connection attributes to log in with (see
@@ -414,7 +419,7 @@ impl BackendConn {
                 match parse_reply(payload, deprecate_eof) {
                     Ok(ServerReply::Ok { .. }) => {
                         self.schema = Some(std::mem::take(schema));
-                        let (then, settings) = (std::mem::take(then), *settings);
+                        let (then, settings) = (std::mem::take(then), std::mem::take(settings));
                         out.push(BackendOut::Op(BackendOp::Clear));
                         self.run_setup(then, settings, now, out);
                     }
@@ -527,7 +532,7 @@ impl BackendConn {
             ),
             Ok(Some(ResetOutcome::Reset { schema, role: None })) => {
                 self.schema = schema;
-                self.settings = 0;
+                self.settings = Settings::default();
                 self.state = State::Idle;
                 self.since = now;
                 out.push(BackendOut::Op(BackendOp::Clear));
@@ -578,7 +583,7 @@ impl BackendConn {
 
     /// Answers to the setup statements (`Replaying`): every one must be OK.
     fn on_setup_replies(&mut self, data: &[u8], capacity: usize, out: &mut Vec<BackendOut>) {
-        let State::Replaying { left, settings, .. } = self.state else {
+        let State::Replaying { left, .. } = self.state else {
             return;
         };
         let deprecate_eof = self.key.caps & CLIENT_DEPRECATE_EOF != 0;
@@ -602,8 +607,11 @@ impl BackendConn {
             rest = &rest[used..];
         }
         if answered >= left {
-            self.settings = settings;
-            self.state = State::Leased;
+            if let State::Replaying { settings, .. } =
+                std::mem::replace(&mut self.state, State::Leased)
+            {
+                self.settings = settings;
+            }
             out.push(BackendOut::Op(BackendOp::Clear));
             out.push(BackendOut::Event(BackendEvent::SchemaSelected));
         } else if data.len() >= capacity {
@@ -626,23 +634,27 @@ impl BackendConn {
     ) {
         debug_assert!(matches!(self.state, State::Idle | State::Leased));
         let mut then = Vec::new();
-        let mut settings = self.settings;
+        let mut settings = self.settings.clone();
         if let Some(setup) = setup {
-            let as_is = setup.settings == self.settings
+            let as_is = setup.settings == self.settings.fingerprint()
                 || setup.settings == ANY_SETTINGS
-                || (setup.alt != 0 && setup.alt == self.settings);
+                || (setup.alt != 0 && setup.alt == self.settings.fingerprint());
             if !as_is {
-                if self.settings != 0 {
-                    // The pool resets such a connection before it leases
-                    // it: replaying over another session's settings would
-                    // leave a mix of both.
-                    return self.fail(
-                        "leased with another session's settings (not reset)".into(),
-                        out,
-                    );
+                // Only what differs is set; a connection whose settings
+                // cannot be set back was reset by the pool first.
+                match setup
+                    .wanted
+                    .diff_from(&self.settings, self.key.collation, self.key.caps)
+                {
+                    Ok(stmt) => then.extend(stmt),
+                    Err(()) => {
+                        return self.fail(
+                            "leased with settings that cannot be set back (not reset)".into(),
+                            out,
+                        )
+                    }
                 }
-                then.extend(setup.replay.iter().cloned());
-                settings = setup.settings;
+                settings = setup.wanted.clone();
             }
             then.extend(setup.always.iter().cloned());
         }
@@ -667,7 +679,7 @@ impl BackendConn {
     fn run_setup(
         &mut self,
         then: Vec<Vec<u8>>,
-        settings: u64,
+        settings: Settings,
         now: Instant,
         out: &mut Vec<BackendOut>,
     ) {
@@ -702,10 +714,10 @@ impl BackendConn {
 
     /// Transaction pooling: the session let the connection go between
     /// transactions, without a reset. It keeps the session's schema and
-    /// settings (`settings` fingerprints them), which the next lease
+    /// settings, which the next lease
     /// compares with its own (`kept`; None: as they are). False if it was
     /// not leased.
-    pub fn keep(&mut self, kept: Option<(Option<String>, u64)>, now: Instant) -> bool {
+    pub fn keep(&mut self, kept: Option<(Option<String>, Settings)>, now: Instant) -> bool {
         if !matches!(self.state, State::Leased) {
             return false;
         }

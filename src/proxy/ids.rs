@@ -4,6 +4,8 @@
 
 use std::time::Instant;
 
+pub use super::tx_settings::Settings;
+
 use crate::mysql::constants::{
     CLIENT_MULTI_RESULTS, CLIENT_MULTI_STATEMENTS, CLIENT_PS_MULTI_RESULTS, UTF8MB4_GENERAL_CI,
 };
@@ -90,9 +92,10 @@ pub struct LeaseSetup {
     /// Fingerprint of the session's settings (0: none). A connection
     /// released by a session carries that session's fingerprint.
     pub settings: u64,
-    /// The `SET` statements that give a connection with no settings the
-    /// session's (replayed only when its fingerprint is not `settings`).
-    pub replay: Vec<Vec<u8>>,
+    /// The session's settings: a connection whose fingerprint is not
+    /// `settings` (nor `alt`) gets the difference from its own
+    /// ([`Settings::diff_from`]).
+    pub wanted: Settings,
     /// Statements run before the command on whatever connection it gets.
     pub always: Vec<Vec<u8>>,
     /// Another fingerprint a connection may carry and be used as it is

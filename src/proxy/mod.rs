@@ -35,6 +35,7 @@ pub mod registry;
 mod relay;
 mod session;
 mod slab;
+mod tx_settings;
 pub mod worker;
 
 #[cfg(test)]

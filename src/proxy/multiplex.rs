@@ -10,11 +10,12 @@
 //!
 //! State the proxy can carry to the next connection is *replayed* on lease:
 //! - the schema (COM_INIT_DB, `USE`), applied by the pool when it differs;
-//! - session system variables set with a plain `SET` (and `SET NAMES`):
-//!   each statement is kept and replayed in order on a connection that has
-//!   none; connections released by a session carry the fingerprint of its
-//!   settings, so a session with the same settings (all PyMySQL clients
-//!   after their `SET AUTOCOMMIT = 0`) gets one without a replay;
+//! - session system variables set with a plain `SET` of constants (and
+//!   `SET NAMES`, `SET SESSION TRANSACTION`): kept per variable
+//!   (`tx_settings::Settings`); a connection goes back carrying the
+//!   session's settings, the pool prefers one whose settings match (all
+//!   PyMySQL clients after their `SET AUTOCOMMIT = 0`), else any idle one
+//!   of the key gets one `SET` of the differences, never a reset;
 //! - LAST_INSERT_ID(): the server's answer to a proxy-internal
 //!   `SELECT LAST_INSERT_ID()` run on the connection before it goes back,
 //!   after a statement whose OK packet carried an insert id or that called
@@ -28,9 +29,8 @@
 //! conservative first pass that pins whatever it does not recognise; the
 //! statement lexer of issue 12 replaces it behind the same [`Effect`].
 
-use std::hash::{Hash, Hasher};
-
 pub use super::ids::LeaseSetup;
+use super::tx_settings::Settings;
 use crate::mysql::constants::*;
 use crate::mysql::lexer::{self, Class, LexOptions, Pin, Scope, SetItem};
 use crate::mysql::tracker::Completed;
@@ -42,7 +42,7 @@ pub const CAPTURE_LIMIT: usize = 64 * 1024;
 /// ER_NOT_SUPPORTED_YET (SQLSTATE 42000).
 pub const ER_NOT_SUPPORTED_YET: u16 = 1235;
 
-/// Most `SET` statements a session keeps for replay; more pin it.
+/// Most variables a session keeps for replay; more pin it.
 const MAX_SETTINGS: usize = 64;
 
 /// Why a session keeps its backend connection until it ends.
@@ -332,9 +332,11 @@ fn pin_reason(pin: Pin) -> PinReason {
 #[derive(Debug, Default)]
 pub struct TxState {
     pinned: Option<PinReason>,
-    /// The `SET` statements to replay, oldest first, without duplicates.
-    settings: Vec<Vec<u8>>,
-    fingerprint: u64,
+    /// The settings to replay on another connection.
+    settings: Settings,
+    /// The handshake collation of the session's pool key: a `SET NAMES` of
+    /// it is no setting.
+    collation: u8,
     /// The schema as the session last selected it.
     schema: Option<String>,
     /// What LAST_INSERT_ID() returns in this session.
@@ -358,9 +360,10 @@ pub struct TxState {
 }
 
 impl TxState {
-    pub fn new(schema: Option<String>) -> TxState {
+    pub fn new(schema: Option<String>, collation: u8) -> TxState {
         TxState {
             schema,
+            collation,
             status: SERVER_STATUS_AUTOCOMMIT,
             ..TxState::default()
         }
@@ -375,8 +378,9 @@ impl TxState {
         self.schema.as_deref()
     }
 
-    pub fn settings_fingerprint(&self) -> u64 {
-        self.fingerprint
+    /// The settings a connection the session gives back carries.
+    pub fn settings(&self) -> Settings {
+        self.settings.clone()
     }
 
     /// Pin the session for `reason` (the proxy's own decision, not a
@@ -452,8 +456,7 @@ impl TxState {
             COM_RESET_CONNECTION if !c.err => {
                 // The server dropped the session's variables; the schema
                 // stays (MariaDB keeps it across the reset).
-                self.settings.clear();
-                self.fingerprint = 0;
+                self.settings = Settings::default();
                 self.last_insert_id = 0;
                 self.last_insert_id_unsure = false;
                 None
@@ -478,12 +481,33 @@ impl TxState {
     }
 
     fn add_setting(&mut self, text: Option<&[u8]>) -> Option<PinReason> {
-        self.settings = with_setting(&self.settings, text?);
-        if self.settings.len() > MAX_SETTINGS {
-            return Some(PinReason::TooManySettings);
+        match self.settings_after(text?) {
+            Ok(next) if next.len_hint() > MAX_SETTINGS => Some(PinReason::TooManySettings),
+            Ok(next) => {
+                self.settings = next;
+                None
+            }
+            // An expression (`CONCAT(@@sql_mode, ...)`) means something
+            // else on a connection in another state.
+            Err(_) => Some(PinReason::SessionCommand),
         }
-        self.fingerprint = fingerprint(&self.settings);
-        None
+    }
+
+    /// The settings after the `SET` statement(s) of `sql` ran.
+    fn settings_after(&self, sql: &[u8]) -> Result<Settings, super::tx_settings::NotReplayable> {
+        let mut next = self.settings.clone();
+        for st in lexer::classify(sql, &LexOptions::default()) {
+            next = match &st.class {
+                Class::Set(items) => next.with_items(items, self.collation)?,
+                Class::SetTransaction {
+                    scope: Some(Scope::Session),
+                    characteristics,
+                } => next.with_session_transaction(characteristics)?,
+                Class::Empty => next,
+                _ => return Err(super::tx_settings::NotReplayable("not a SET".into())),
+            };
+        }
+        Ok(next)
     }
 
     /// The connection is given back now: must LAST_INSERT_ID() be read on
@@ -528,7 +552,8 @@ impl TxState {
         let alt = whole
             .as_deref()
             .filter(|sql| constant_set(sql))
-            .map_or(0, |sql| fingerprint(&with_setting(&self.settings, sql)));
+            .and_then(|sql| self.settings_after(sql).ok())
+            .map_or(0, |s| s.fingerprint());
         // The connection will be held past this command (a transaction
         // begins, or autocommit is off): a later statement of the
         // transaction may read LAST_INSERT_ID() on it.
@@ -548,19 +573,12 @@ impl TxState {
             always.push(format!("DO LAST_INSERT_ID({})", self.last_insert_id).into_bytes());
         }
         LeaseSetup {
-            settings: self.fingerprint,
-            replay: self.settings.clone(),
+            settings: self.settings.fingerprint(),
+            wanted: self.settings.clone(),
             always,
             alt,
         }
     }
-}
-
-/// `settings` after `sql`: each statement once, in the order of its last run.
-fn with_setting(settings: &[Vec<u8>], sql: &[u8]) -> Vec<Vec<u8>> {
-    let mut next: Vec<Vec<u8>> = settings.iter().filter(|s| *s != sql).cloned().collect();
-    next.push(sql.to_vec());
-    next
 }
 
 /// The statement's previous-statement reads are all `LAST_INSERT_ID()`
@@ -598,16 +616,6 @@ fn only_last_insert_id_reads(text: &[u8]) -> bool {
         found = true;
     }
     found
-}
-
-/// The fingerprint of a settings list; 0 is "no settings".
-fn fingerprint(settings: &[Vec<u8>]) -> u64 {
-    if settings.is_empty() {
-        return 0;
-    }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    settings.hash(&mut h);
-    h.finish().max(1)
 }
 
 /// A `SET` whose values are constants (no `@@` reads, no function calls):

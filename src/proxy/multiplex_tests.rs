@@ -126,7 +126,7 @@ const AC: u16 = SERVER_STATUS_AUTOCOMMIT;
 
 #[test]
 fn a_stateless_session_is_releasable_between_transactions() {
-    let mut tx = TxState::new(None);
+    let mut tx = TxState::new(None, 45);
     assert!(tx.releasable());
     assert_eq!(
         tx.on_completed(&done(COM_QUERY, "BEGIN", AC | SERVER_STATUS_IN_TRANS)),
@@ -141,12 +141,12 @@ fn a_stateless_session_is_releasable_between_transactions() {
     assert!(!tx.releasable());
     tx.on_completed(&done(COM_QUERY, "COMMIT", AC));
     assert!(tx.releasable());
-    assert_eq!(tx.settings_fingerprint(), 0);
+    assert_eq!(tx.settings().fingerprint(), 0);
 }
 
 #[test]
 fn a_pin_is_reported_once_and_stays() {
-    let mut tx = TxState::new(None);
+    let mut tx = TxState::new(None, 45);
     assert_eq!(
         tx.on_completed(&done(COM_QUERY, "SET @x = 1", AC)),
         Some(PinReason::UserVariable)
@@ -162,12 +162,12 @@ fn a_pin_is_reported_once_and_stays() {
 
 #[test]
 fn binary_prepare_and_set_option_pin() {
-    let mut tx = TxState::new(None);
+    let mut tx = TxState::new(None, 45);
     assert_eq!(
         tx.on_completed(&done(COM_STMT_PREPARE, "SELECT ?", AC)),
         Some(PinReason::PreparedStatement)
     );
-    let mut tx = TxState::new(None);
+    let mut tx = TxState::new(None, 45);
     assert_eq!(
         tx.on_completed(&done(COM_SET_OPTION, "", AC)),
         Some(PinReason::SetOption)
@@ -176,7 +176,7 @@ fn binary_prepare_and_set_option_pin() {
 
 #[test]
 fn an_unexplained_state_change_pins_an_explained_one_does_not() {
-    let mut tx = TxState::new(None);
+    let mut tx = TxState::new(None, 45);
     let changed = AC | SERVER_SESSION_STATE_CHANGED;
     assert_eq!(
         tx.on_completed(&done(COM_QUERY, "SET autocommit = 1", changed)),
@@ -191,36 +191,53 @@ fn an_unexplained_state_change_pins_an_explained_one_does_not() {
 }
 
 #[test]
-fn settings_are_replayed_in_order_without_duplicates_and_fingerprinted() {
-    let mut a = TxState::new(None);
+fn settings_are_kept_per_variable_and_fingerprinted() {
+    let mut a = TxState::new(None, 45);
     a.on_completed(&done(COM_QUERY, "SET AUTOCOMMIT = 0", AC));
     a.on_completed(&done(COM_QUERY, "SET NAMES latin1", 0));
     a.on_completed(&done(COM_QUERY, "SET AUTOCOMMIT = 0", 0));
     let setup = a.lease_setup(b"");
     assert_eq!(
-        setup.replay,
-        vec![b"SET NAMES latin1".to_vec(), b"SET AUTOCOMMIT = 0".to_vec()]
+        setup
+            .wanted
+            .diff_from(&Settings::default(), 45, 0)
+            .unwrap()
+            .as_deref(),
+        Some(&b"SET NAMES latin1, @@session.autocommit = 0"[..])
     );
     assert_ne!(setup.settings, 0);
-    let mut b = TxState::new(None);
+    let mut b = TxState::new(None, 45);
     b.on_completed(&done(COM_QUERY, "SET NAMES latin1", AC));
     b.on_completed(&done(COM_QUERY, "SET AUTOCOMMIT = 0", 0));
-    assert_eq!(b.settings_fingerprint(), a.settings_fingerprint());
+    assert_eq!(b.settings().fingerprint(), a.settings().fingerprint());
     // A failed SET is not replayed.
     let mut failed = done(COM_QUERY, "SET sql_mode = 'nonsense'", AC);
     failed.err = true;
     failed.ok = None;
     b.on_completed(&failed);
-    assert_eq!(b.settings_fingerprint(), a.settings_fingerprint());
+    assert_eq!(b.settings().fingerprint(), a.settings().fingerprint());
+    // PyMySQL's SET NAMES of the handshake's own character set is none.
+    let mut c = TxState::new(None, 45);
+    c.on_completed(&done(COM_QUERY, "SET NAMES utf8mb4", AC));
+    assert_eq!(c.settings().fingerprint(), 0);
+    // An expression is not replayed: it pins.
+    assert_eq!(
+        c.on_completed(&done(
+            COM_QUERY,
+            "SET sql_mode = CONCAT(@@sql_mode, ',ANSI')",
+            AC
+        )),
+        Some(PinReason::SessionCommand)
+    );
     // The client's own COM_RESET_CONNECTION drops them.
     b.on_completed(&done(COM_RESET_CONNECTION, "", AC));
-    assert_eq!(b.settings_fingerprint(), 0);
-    assert!(b.lease_setup(b"").replay.is_empty());
+    assert_eq!(b.settings().fingerprint(), 0);
+    assert!(b.lease_setup(b"").wanted.is_empty());
 }
 
 #[test]
 fn warnings_hold_the_connection_for_the_next_statement() {
-    let mut tx = TxState::new(None);
+    let mut tx = TxState::new(None, 45);
     let mut warned = done(COM_QUERY, "INSERT INTO t VALUES ('x')", AC);
     warned.warnings = 1;
     tx.on_completed(&warned);
@@ -242,7 +259,7 @@ fn warnings_hold_the_connection_for_the_next_statement() {
 
 #[test]
 fn an_error_with_autocommit_off_holds_until_an_ok() {
-    let mut tx = TxState::new(None);
+    let mut tx = TxState::new(None, 45);
     let mut err = done(COM_QUERY, "SELECT * FROM missing", 0);
     err.err = true;
     err.ok = None;
@@ -265,7 +282,7 @@ fn an_error_with_autocommit_off_holds_until_an_ok() {
 
 #[test]
 fn an_ok_with_an_insert_id_or_a_last_insert_id_call_asks_the_server() {
-    let mut tx = TxState::new(None);
+    let mut tx = TxState::new(None, 45);
     tx.on_completed(&done(COM_QUERY, "SELECT 1", AC));
     assert!(!tx.take_last_insert_id_ask());
     // An explicit AUTO_INCREMENT value is reported like a generated one.
@@ -318,7 +335,7 @@ fn an_ok_with_an_insert_id_or_a_last_insert_id_call_asks_the_server() {
 
 #[test]
 fn last_insert_id_comes_from_the_sessions_own_ok_packets() {
-    let mut tx = TxState::new(None);
+    let mut tx = TxState::new(None, 45);
     let mut insert = done(COM_QUERY, "INSERT INTO t VALUES (NULL)", AC);
     insert.ok = Some(OkCounts {
         affected_rows: 1,
@@ -356,7 +373,7 @@ fn last_insert_id_comes_from_the_sessions_own_ok_packets() {
 
 #[test]
 fn com_init_db_sets_the_schema_and_a_long_statement_pins() {
-    let mut tx = TxState::new(Some("a".into()));
+    let mut tx = TxState::new(Some("a".into()), 45);
     tx.on_completed(&done(COM_INIT_DB, "b", AC));
     assert_eq!(tx.schema(), Some("b"));
     let mut long = done(COM_QUERY, "", AC);
@@ -383,13 +400,13 @@ fn query_packet(sql: &str) -> Vec<u8> {
 
 #[test]
 fn a_constant_set_may_run_on_a_connection_that_already_carries_its_result() {
-    let mut a = TxState::new(None);
+    let mut a = TxState::new(None, 45);
     // Before its first SET the session wants a connection with no settings,
     // or one that carries exactly what this SET leads to.
     let setup = a.lease_setup(&query_packet("SET AUTOCOMMIT = 0"));
     assert_eq!(setup.settings, 0);
     a.on_completed(&done(COM_QUERY, "SET AUTOCOMMIT = 0", 0));
-    assert_eq!(setup.alt, a.settings_fingerprint());
+    assert_eq!(setup.alt, a.settings().fingerprint());
     assert_ne!(setup.alt, 0);
     // Not for a SET that reads the current value, nor for other statements.
     assert_eq!(

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use super::backend::{BackendConn, BackendCredentials, BackendEvent, BackendOp, BackendOut};
 use super::conn_io::ConnIo;
 use super::identity::{BackendLogin, Identities, IdentityMode};
-use super::ids::{BackendId, IdentityId, LeaseRequest, PoolKey, SessionId, Waiter, ANY_SETTINGS};
+use super::ids::{
+    BackendId, IdentityId, LeaseRequest, PoolKey, SessionId, Settings, Waiter, ANY_SETTINGS,
+};
 use super::slab::Slab;
 use super::{try_reserve, unreserve};
 use crate::metrics::{Metrics, RejectReason, WorkerMetrics};
@@ -69,7 +71,7 @@ pub struct Pooled {
 #[derive(Debug)]
 struct Asking {
     session: SessionId,
-    kept: Option<(Option<String>, u64)>,
+    kept: Option<(Option<String>, Settings)>,
     reset: bool,
 }
 
@@ -152,6 +154,21 @@ pub struct Pool {
     metrics: Arc<Metrics>,
     worker: usize,
     log_limiter: super::LogLimiter,
+}
+
+/// Can `p` serve `req` as it is or after one `SET` of the differences?
+fn settable(req: &LeaseRequest, p: &Pooled) -> bool {
+    let Some(setup) = req.setup.as_ref() else {
+        return true;
+    };
+    let carries = p.conn.settings();
+    setup.settings == ANY_SETTINGS
+        || carries == setup.settings
+        || (setup.alt != 0 && carries == setup.alt)
+        || setup
+            .wanted
+            .diff_from(p.conn.carried(), req.key.collation, req.key.caps)
+            .is_ok()
 }
 
 fn unavailable(backend: std::net::SocketAddr, cause: &str) -> Vec<u8> {
@@ -323,19 +340,17 @@ impl Pool {
     /// The idle connection to lease: LIFO, preferring one whose schema is
     /// already the wanted one. A client that gave no schema needs a
     /// connection with none selected, since nothing unselects a schema.
-    /// Transaction pooling: only a connection that carries the session's
-    /// settings or none (a replay gives it them), preferring the former.
+    /// Transaction pooling: a connection that carries the session's
+    /// settings is preferred (LIFO within the fingerprint), else any whose
+    /// settings can be turned into the session's by one `SET` of the
+    /// differences (`Settings::diff_from`).
     fn pick_idle(&self, req: &LeaseRequest) -> Option<usize> {
         let wanted = req.setup.as_ref().map_or(0, |s| s.settings);
         let alt = req.setup.as_ref().map_or(0, |s| s.alt);
         let usable = |p: &Pooled| {
-            let carries = p.conn.settings();
             p.conn.key() == req.key
                 && (req.schema.is_some() || p.conn.schema().is_none())
-                && (wanted == ANY_SETTINGS
-                    || carries == 0
-                    || carries == wanted
-                    || (alt != 0 && carries == alt))
+                && settable(req, p)
         };
         let find = |also: &dyn Fn(&Pooled) -> bool| {
             self.idle
@@ -351,20 +366,23 @@ impl Pool {
             .or_else(|| find(&|_| true))
     }
 
-    /// Transaction pooling: an idle connection of the key that carries
-    /// another session's settings is reset (COM_RESET_CONNECTION) so that
-    /// this request can have it; true if one was found.
+    /// Transaction pooling: an idle connection of the key whose settings
+    /// cannot be set back (see `tx_settings`) is reset
+    /// (COM_RESET_CONNECTION) so that this request can have it; true if one
+    /// was found.
     fn reset_for(&mut self, req: &LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) -> bool {
-        let Some(setup) = req.setup.as_ref().filter(|s| s.settings != ANY_SETTINGS) else {
+        if req
+            .setup
+            .as_ref()
+            .is_none_or(|s| s.settings == ANY_SETTINGS)
+        {
             return false;
-        };
+        }
         let pos = self.idle.iter().rposition(|&i| {
             self.slots.get(i).is_some_and(|p| {
                 p.conn.key() == req.key
                     && (req.schema.is_some() || p.conn.schema().is_none())
-                    && p.conn.settings() != 0
-                    && p.conn.settings() != setup.settings
-                    && (setup.alt == 0 || p.conn.settings() != setup.alt)
+                    && !settable(req, p)
             })
         });
         let Some(pos) = pos else {
@@ -563,7 +581,7 @@ impl Pool {
     pub fn release_kept(
         &mut self,
         id: BackendId,
-        kept: Option<(Option<String>, u64)>,
+        kept: Option<(Option<String>, Settings)>,
         now: Instant,
         out: &mut Vec<PoolEvent>,
     ) {
@@ -595,7 +613,7 @@ impl Pool {
         &mut self,
         id: BackendId,
         session: SessionId,
-        kept: Option<(Option<String>, u64)>,
+        kept: Option<(Option<String>, Settings)>,
         reset: bool,
         now: Instant,
         out: &mut Vec<PoolEvent>,

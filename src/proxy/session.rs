@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use super::client_leg::LegKind;
-use super::ids::{IdentityId, LeaseSetup, PoolKey};
+use super::ids::{IdentityId, LeaseSetup, PoolKey, Settings};
 use super::multiplex::{self, PinReason, TxState};
 use super::registry::{intercept, Registry};
 use super::relay::{Relay, RelayEnd, RelayEvent, RelayOp, RelayTimeouts};
@@ -109,7 +109,7 @@ pub enum SessionAction {
     /// carried when leased, after a login); otherwise it is closed.
     Park {
         clean: bool,
-        kept: Option<(Option<String>, u64)>,
+        kept: Option<(Option<String>, Settings)>,
         /// Reset it first (COM_RESET_CONNECTION): the session's statements
         /// left warnings or errors on it.
         reset: bool,
@@ -410,7 +410,7 @@ impl Session {
         out: &mut Vec<SessionAction>,
     ) {
         let schema = self.login.as_ref().and_then(|l| l.database.clone());
-        let mut tx = Box::new(TxState::new(schema));
+        let mut tx = Box::new(TxState::new(schema, self.key.collation));
         let mut tracker = match self.tracker.take() {
             Some(t) => t,
             None => self.new_tracker(ctx),
@@ -1172,7 +1172,7 @@ impl Session {
         let kept = self
             .tx
             .as_ref()
-            .map(|t| (t.schema().map(String::from), t.settings_fingerprint()));
+            .map(|t| (t.schema().map(String::from), t.settings()));
         let reset = self.tx.as_mut().is_some_and(|t| t.take_reset_needed());
         let ask_last_insert_id = self
             .tx

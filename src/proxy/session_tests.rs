@@ -1091,7 +1091,7 @@ fn transaction_pooling_gives_the_backend_back_between_transactions() {
     s.on_backend_read(-libc::ECANCELED, &[], &c, &mut out);
     assert!(out.contains(&SessionAction::Park {
         clean: true,
-        kept: Some((None, 0)),
+        kept: Some((None, Settings::default())),
         reset: false,
         ask_last_insert_id: false
     }));
@@ -1131,7 +1131,7 @@ fn transaction_pooling_asks_for_last_insert_id_and_the_next_command_waits_for_it
     assert!(
         out.contains(&SessionAction::Park {
             clean: true,
-            kept: Some((None, 0)),
+            kept: Some((None, Settings::default())),
             reset: false,
             ask_last_insert_id: true
         }),

@@ -334,13 +334,10 @@ def test_stateless_connects_cause_no_resets(make_proxy, autocommit):
     m = wait_idle(proxy)
     resets = m("ringgate_backend_resets_total") - before
     print(f"autocommit={autocommit}: {resets:.0f} resets for 300 connects")
-    if autocommit:
-        assert resets <= 30, f"{resets} COM_RESET_CONNECTION for 300 stateless connects"
-    else:
-        # PyMySQL's default sends SET NAMES, then SET AUTOCOMMIT = 0: session settings. The
-        # pool's connections carry both, the session's first SET needs one with neither, so
-        # each connect resets one (docs/operations.md: settings are matched as a whole list).
-        assert resets <= 300, f"{resets} COM_RESET_CONNECTION for 300 connects"
+    # PyMySQL's default also sends SET NAMES utf8mb4 (the handshake's own character set: no
+    # setting) and SET AUTOCOMMIT = 0 (a setting): the pool's connections carry it, a new
+    # session gets one with one SET of the difference (or one that matches), never a reset.
+    assert resets <= 30, f"{resets} COM_RESET_CONNECTION for 300 stateless connects"
     assert m("ringgate_backend_connects_total") <= 8
 
 
@@ -391,12 +388,73 @@ def test_set_variables_and_schema_are_replayed_not_leaked(make_proxy):
         for _ in range(20):
             assert value(b, "SELECT @@session.time_zone") == "SYSTEM"
             assert value(b, "SELECT DATABASE()") is None
-            assert value(b, "SELECT @@character_set_client") != "latin1"
+            # The handshake's character set, not the server's default (SET NAMES DEFAULT).
+            assert value(b, "SELECT @@character_set_client") == "utf8mb4"
+            assert value(b, "SELECT @@collation_connection") == "utf8mb4_general_ci"
             assert value(a, "SELECT @@session.time_zone") == "+05:00"
             assert value(a, "SELECT @@character_set_client") == "latin1"
             assert value(a, "SELECT DATABASE()") == TEST_DB
         m = proxy.metrics()
     assert sum(v for k, v in m.items() if k.startswith("ringgate_sessions_pinned_total")) == 0
+
+
+def direct_answers(setup, queries):
+    with direct(charset="utf8mb4") as c:
+        for sql in setup:
+            value(c, sql)
+        return [value(c, q) for q in queries]
+
+
+SETTINGS = [
+    ["SET sql_mode = 'ANSI_QUOTES'", "SET wait_timeout = 77"],
+    ["SET NAMES latin1 COLLATE latin1_bin", "SET character_set_results = NULL"],
+    ["SET NAMES DEFAULT"],
+    ["SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", "SET autocommit = 0"],
+    ["SET time_zone = '-03:00'", "SET CHARACTER SET cp1251"],
+    [],
+]
+PROBES = [
+    "SELECT @@session.sql_mode", "SELECT @@session.wait_timeout", "SELECT @@character_set_client",
+    "SELECT @@character_set_connection", "SELECT @@character_set_results",
+    "SELECT @@collation_connection", "SELECT @@session.tx_isolation", "SELECT @@autocommit",
+    "SELECT @@session.time_zone",
+]
+
+
+def test_per_variable_settings_match_direct_on_two_backends_without_resets(make_proxy):
+    """Six kinds of session settings on two backend connections: each statement may run on a
+    connection the last session left with other settings; only the differences are set (SET
+    NAMES DEFAULT is the server's character set, the handshake's is utf8mb4), every answer is
+    the one a direct connection with the same SETs gives, and nothing is reset."""
+    proxy = tx_proxy(make_proxy, 2, extra=["--backend-pool-size", "2"])
+    want = [direct_answers(s, PROBES) for s in SETTINGS]
+    before = wait_idle(proxy)("ringgate_backend_resets_total")
+    conns = [proxy.connect(autocommit=True, charset="utf8mb4") for _ in SETTINGS]
+    try:
+        for c, setup in zip(conns, SETTINGS):
+            for sql in setup:
+                value(c, sql)
+        for _ in range(5):
+            for i, c in enumerate(conns):
+                got = [value(c, q) for q in PROBES]
+                assert got == want[i], f"session {i} {SETTINGS[i]}: {got} != {want[i]}"
+                if "autocommit = 0" in " ".join(SETTINGS[i]):
+                    value(c, "COMMIT")
+    finally:
+        for c in conns:
+            c.close()
+    m = wait_idle(proxy)
+    assert m("ringgate_backend_resets_total") - before == 0
+    assert sum(v for k, v in m.items() if k.startswith("ringgate_sessions_pinned_total")) == 0
+
+
+def test_a_set_of_an_expression_pins(make_proxy):
+    proxy = tx_proxy(make_proxy, 2)
+    with proxy.connect(autocommit=True) as a:
+        value(a, "SET sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES')")
+        assert "ANSI_QUOTES" in value(a, "SELECT @@sql_mode")
+        m = proxy.metrics()
+    assert m('ringgate_sessions_pinned_total{reason="session_command"}') == 1
 
 
 def test_row_count_outside_a_transaction_is_refused_inside_it_works(make_proxy):

@@ -31,7 +31,7 @@ use super::backend::BackendOp;
 use super::conn_io::ConnIo;
 use super::connect_attrs;
 use super::identity::{BackendLogin, IdentityMode};
-use super::ids::{BackendId, LeaseRequest, LeaseSetup, PoolKey, SessionId, ANY_SETTINGS};
+use super::ids::{BackendId, LeaseRequest, LeaseSetup, PoolKey, SessionId, Settings, ANY_SETTINGS};
 use super::listen::{self, ListenError};
 use super::pool::{Pool, PoolConfig, PoolEvent};
 use super::registry::{ConnectionIds, Registration};

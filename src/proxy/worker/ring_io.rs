@@ -39,7 +39,7 @@ pub(super) enum PendingRelease {
     /// Transaction pooling parks the session: `Pool::release_kept` with
     /// what the connection carries, or `Pool::release` with a reset.
     Park {
-        kept: Option<(Option<String>, u64)>,
+        kept: Option<(Option<String>, Settings)>,
         reset: bool,
         /// `Pool::park_asking` for this session first.
         ask: Option<SessionId>,
