@@ -48,7 +48,7 @@ fn main() -> ExitCode {
     if let Some(path) = &inv.config_path {
         tracing::info!(config = %path.display(), "configuration file loaded");
     }
-    raise_nofile_limit();
+    raise_nofile_limit(&config);
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(RunError::Start(msg)) => {
@@ -321,20 +321,37 @@ fn reload_users(shared: &Shared) {
 
 /// Raise the soft fd limit to the hard limit: every client and backend
 /// connection is an fd, and the usual soft default (1024) is far below
-/// `--max-connections`. `ringgate check` assumes this.
-fn raise_nofile_limit() {
+/// `--max-connections`. `ringgate check` assumes this. A limit still below
+/// what the configured connection limits need is logged once, so that
+/// EMFILE under load is not the first sign of it.
+fn raise_nofile_limit(cfg: &Config) {
     let mut rl = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes into the struct we pass and nothing else.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 || rl.rlim_cur >= rl.rlim_max {
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
         return;
     }
-    let before = rl.rlim_cur;
-    rl.rlim_cur = rl.rlim_max;
-    // SAFETY: setrlimit only reads the struct we pass.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &rl) } == 0 {
-        tracing::debug!("raised the soft fd limit from {before} to {}", rl.rlim_max);
+    if rl.rlim_cur < rl.rlim_max {
+        let before = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        // SAFETY: setrlimit only reads the struct we pass.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &rl) } == 0 {
+            tracing::debug!("raised the soft fd limit from {before} to {}", rl.rlim_max);
+        } else {
+            rl.rlim_cur = before;
+        }
+    }
+    let need = check::fds_needed(cfg);
+    if rl.rlim_cur != libc::RLIM_INFINITY && rl.rlim_cur < need {
+        tracing::warn!(
+            "the fd limit is {} but --max-connections {} and --backend-max-connections {} need \
+             about {need}: connections beyond it fail with EMFILE; raise LimitNOFILE (systemd) \
+             or the hard `ulimit -n`",
+            rl.rlim_cur,
+            cfg.max_connections,
+            cfg.backend_max_connections
+        );
     }
 }
