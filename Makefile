@@ -85,6 +85,7 @@ chaos:
 	scripts/reliability.sh chaos
 
 # Memory per connection: 2,000 idle sessions, RSS before/after (tests/memory.rs, ignored by
-# default). MEM_SESSIONS overrides the count.
+# default; MEM_SESSIONS overrides the count), then 10,000 idle clients that must hold no read
+# buffer (tests/idle.rs; make test runs it with 1,000; IDLE_CLIENTS overrides).
 mem:
 	scripts/reliability.sh mem

@@ -43,5 +43,7 @@ chaos)
     ;;
 mem)
     cargo test --release --test memory -- --ignored --nocapture
+    # 10,000 idle clients holding no read buffer (make test runs 1,000).
+    IDLE_CLIENTS="${IDLE_CLIENTS:-10000}" cargo test --release --test idle -- --nocapture --test-threads 1
     ;;
 esac

@@ -66,9 +66,15 @@ pub fn leak_problems(m: &HashMap<String, f64>) -> Vec<String> {
     if busy != 0.0 {
         p.push(format!("{busy} backend connections still busy"));
     }
-    if in_use_backend != idle + busy {
+    // Ring mode: a connection holds its own buffer only while it uses it, so an idle
+    // backend connection holds none; the other modes give every backend one.
+    let ring_mode = m
+        .get("ringgate_read_buffer_ring_buffers")
+        .is_some_and(|&n| n > 0.0);
+    let backend_want = if ring_mode { 0.0 } else { idle + busy };
+    if in_use_backend != backend_want {
         p.push(format!(
-            "{in_use_backend} read buffers held by backends, want idle + busy = {}",
+            "{in_use_backend} read buffers held by backends, want {backend_want} (idle + busy = {})",
             idle + busy
         ));
     }

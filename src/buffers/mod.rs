@@ -6,10 +6,14 @@
 //!
 //! In `ring` mode ([`provided`]) the relay's reads come from one
 //! provided-buffer ring per worker, taken by multishot receives only when
-//! bytes arrive; each connection's [`ReadBuffer`] is a heap buffer used for
-//! the login phases, for the rare bytes that must be kept across reads (a
-//! rewritten KILL, a server ERR arriving in pieces), and for a plain read
-//! when the ring is empty.
+//! bytes arrive. A connection's own [`ReadBuffer`] is then a heap buffer
+//! taken only while it is needed: the login phases, the rare bytes that
+//! must be kept across reads (a rewritten KILL, a server ERR arriving in
+//! pieces, a transaction's first command waiting for a connection), and a
+//! plain read when the ring is empty. It goes back to the pool as soon as
+//! it is empty and idle ([`BufferPool::lazy`]), so an idle connection holds
+//! none; the pool keeps a few spare ones so that this costs no allocation
+//! per transaction.
 //!
 //! # Buffer lifetime rules (the one place they are written down)
 //!
@@ -355,10 +359,20 @@ pub struct BufferPool {
     /// are then heap buffers).
     ring: Option<BufRing>,
     free: Vec<u16>,
+    /// Ring mode: heap buffers given back, kept for the next taker (at most
+    /// [`SPARE_HEAP_BUFFERS`]), so a connection's buffer can be taken and
+    /// given back around each use without an allocation each time.
+    spare: Vec<Box<[u8]>>,
     buffer_size: usize,
     metrics: Arc<Metrics>,
     worker: usize,
 }
+
+/// Spare heap buffers a ring-mode pool keeps: enough for the connections
+/// that need one at the same moment on a busy worker (a transaction's first
+/// command, a tail join), few enough to be noise in RSS (256 KiB at the
+/// default size).
+const SPARE_HEAP_BUFFERS: usize = 16;
 
 impl BufferPool {
     /// A heap-mode pool: every buffer is a fresh allocation.
@@ -367,6 +381,7 @@ impl BufferPool {
             region: None,
             ring: None,
             free: Vec::new(),
+            spare: Vec::new(),
             buffer_size,
             metrics,
             worker,
@@ -391,6 +406,34 @@ impl BufferPool {
         self.ring.is_some()
     }
 
+    /// Connections hold their own buffer only while they use it: taken
+    /// when a read or a kept byte needs it, given back once it is empty
+    /// and no operation names it (ring mode, where the relay reads from the
+    /// ring).
+    pub fn lazy(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    /// Give `buf` back if it is held, idle and empty (a lazy pool only).
+    pub fn shed(&mut self, buf: &mut Option<ReadBuffer>) {
+        if !self.lazy() || !buf.as_ref().is_some_and(|b| !b.in_flight && b.filled == 0) {
+            return;
+        }
+        if let Some(b) = buf.take() {
+            // Not in flight (checked above): release cannot refuse it.
+            let _ = self.release(b);
+        }
+    }
+
+    /// The connection's buffer, taken now if it has none.
+    pub fn ensure<'a>(
+        &mut self,
+        buf: &'a mut Option<ReadBuffer>,
+        owner: Owner,
+    ) -> &'a mut ReadBuffer {
+        buf.get_or_insert_with(|| self.acquire(owner))
+    }
+
     /// A fixed-mode pool: map `count` slots of `buffer_size` bytes and
     /// register them with `ring`. On failure the caller falls back to heap.
     pub fn fixed(
@@ -412,6 +455,7 @@ impl BufferPool {
             region: Some(region),
             ring: None,
             free,
+            spare: Vec::new(),
             buffer_size,
             metrics,
             worker,
@@ -453,7 +497,12 @@ impl BufferPool {
                 if region.is_some() {
                     wm.heap_fallbacks_total.fetch_add(1, Relaxed);
                 }
-                Memory::Heap(vec![0u8; self.buffer_size].into_boxed_slice())
+                // A spare's old bytes are never readable: `filled` is 0.
+                Memory::Heap(
+                    self.spare
+                        .pop()
+                        .unwrap_or_else(|| vec![0u8; self.buffer_size].into_boxed_slice()),
+                )
             }
         };
         match owner {
@@ -481,11 +530,19 @@ impl BufferPool {
             Owner::Client => wm.read_buffers_in_use_client.fetch_sub(1, Relaxed),
             Owner::Backend => wm.read_buffers_in_use_backend.fetch_sub(1, Relaxed),
         };
-        if let Memory::Fixed { index, .. } =
-            std::mem::replace(&mut buf.memory, Memory::Heap(Box::new([])))
-        {
-            self.free.push(index);
-            wm.read_buffers_free.fetch_add(1, Relaxed);
+        match std::mem::replace(&mut buf.memory, Memory::Heap(Box::new([]))) {
+            Memory::Fixed { index, .. } => {
+                self.free.push(index);
+                wm.read_buffers_free.fetch_add(1, Relaxed);
+            }
+            Memory::Heap(b) => {
+                if self.lazy()
+                    && self.spare.len() < SPARE_HEAP_BUFFERS
+                    && b.len() == self.buffer_size
+                {
+                    self.spare.push(b);
+                }
+            }
         }
         Ok(())
     }

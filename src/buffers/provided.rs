@@ -452,6 +452,14 @@ impl RingRecv {
         !self.queue.is_empty() || self.end.is_some()
     }
 
+    /// Nothing queued: give the queue's capacity back (an idle connection
+    /// keeps none).
+    pub fn shrink_idle(&mut self) {
+        if self.queue.is_empty() {
+            self.queue = VecDeque::new();
+        }
+    }
+
     /// Give every chunk not in flight back to `ring`.
     pub fn drain_into(&mut self, ring: &mut BufRing) {
         for c in self.queue.drain(..) {

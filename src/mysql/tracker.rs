@@ -520,7 +520,9 @@ impl Tracker {
             client: Framer::new(),
             client_kind: ClientPacket::Command,
             server: Framer::new(),
-            pending: VecDeque::with_capacity(16),
+            // Grown on the first command: an idle session (thousands of them under
+            // transaction pooling) should not carry a queue it is not using.
+            pending: VecDeque::new(),
             last_status: 0,
             stopped: None,
             stop_dirty: false,
@@ -529,6 +531,24 @@ impl Tracker {
             set_option_seen: false,
             max_client_packet: u64::MAX,
             capture: None,
+        }
+    }
+
+    /// Between transactions (transaction pooling parks the session): give
+    /// back the capacity of queues that are empty now, so that an idle
+    /// session costs no more than one that never ran a command.
+    pub fn shrink_idle(&mut self) {
+        if self.pending.is_empty() {
+            self.pending = VecDeque::new();
+        }
+        if let Some(c) = self.capture.as_mut() {
+            if c.texts.is_empty() {
+                c.texts = VecDeque::new();
+            }
+            if c.done.is_empty() {
+                c.done = VecDeque::new();
+            }
+            c.current = Vec::new();
         }
     }
 

@@ -1168,7 +1168,9 @@ impl Session {
         let State::Relay(relay) = std::mem::replace(&mut self.state, State::Closed) else {
             return;
         };
-        let tracker = Box::new(relay.into_tracker());
+        let mut tracker = Box::new(relay.into_tracker());
+        // Parked sessions are the idle ones: keep no spare queue capacity.
+        tracker.shrink_idle();
         let kept = self
             .tx
             .as_ref()

@@ -531,9 +531,17 @@ impl Proxy {
                 "backend_connections{{state=\"busy\"}} = {busy}, want 0"
             ));
         }
-        if backend_in_use != idle + busy {
+        // Ring mode: a connection holds its own buffer only while it uses it, so an idle
+        // backend connection holds none.
+        let backend_want = if self.opts.mode == Mode::Ring {
+            0.0
+        } else {
+            idle + busy
+        };
+        if backend_in_use != backend_want {
             p.push(format!(
-                "read_buffers_in_use{{owner=\"backend\"}} = {backend_in_use}, want idle+busy = {}",
+                "read_buffers_in_use{{owner=\"backend\"}} = {backend_in_use}, want {backend_want} \
+                 (idle+busy = {})",
                 idle + busy
             ));
         }

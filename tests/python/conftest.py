@@ -355,8 +355,14 @@ class Proxy:
             p.append(f'read_buffers_in_use{{owner="client"}} = {client_in_use}, want 0')
         if busy != 0:
             p.append(f'backend_connections{{state="busy"}} = {busy}, want 0')
-        if backend_in_use != idle + busy:
-            p.append(f'read_buffers_in_use{{owner="backend"}} = {backend_in_use}, want idle+busy = {idle + busy}')
+        # Ring mode: a connection holds its own buffer only while it uses it, so an idle
+        # backend connection holds none.
+        backend_want = 0 if self.mode == "ring" else idle + busy
+        if backend_in_use != backend_want:
+            p.append(
+                f'read_buffers_in_use{{owner="backend"}} = {backend_in_use}, want {backend_want} '
+                f"(idle+busy = {idle + busy})"
+            )
         if clients != 0:
             p.append(f"client_connections = {clients}, want 0")
         if baseline is not None and total_conns - baseline < min_new:

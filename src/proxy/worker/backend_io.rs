@@ -222,7 +222,7 @@ impl Worker {
                 self.ring.push_linked(connect, timeout);
             }
             BackendOp::Read => {
-                let Some(buf) = b.io.buf.as_mut() else { return };
+                let buf = self.buffers.ensure(&mut b.io.buf, Owner::Backend);
                 let token = Token::new(OpTag::BackendRead, bid.index, bid.generation);
                 let sqe = buf.read_sqe(fd, token.into());
                 b.io.op_started();
@@ -232,6 +232,8 @@ impl Worker {
                 if let Some(buf) = b.io.buf.as_mut().filter(|b| !b.in_flight()) {
                     buf.clear();
                 }
+                // Ring mode: an idle backend connection holds no buffer.
+                self.buffers.shed(&mut b.io.buf);
             }
             BackendOp::Send(bytes) => {
                 *b.io.out.bytes_mut() = bytes;

@@ -594,3 +594,43 @@ pub fn spawn_workers(shared: Arc<Shared>, count: usize) -> Result<Vec<StartedWor
     }
     Ok(out)
 }
+
+/// What an idle connection costs in the worker's own structures (issue 13
+/// item 6: ≤ 2 KiB of RSS per idle client in transaction pooling). Printed
+/// with `cargo test sizes -- --nocapture`; the asserts catch a regression
+/// that puts a buffer-sized field on every session.
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+    use crate::buffers::provided::RingRecv;
+    use crate::buffers::{ReadBuffer, WriteBuf};
+    use crate::mysql::tracker::Tracker;
+    use crate::proxy::multiplex::TxState;
+    use crate::proxy::pool::Pooled;
+    use crate::proxy::relay::Relay;
+    use std::mem::size_of;
+
+    #[test]
+    fn sizes_of_the_per_connection_structures() {
+        let sizes = [
+            (
+                "SessionSlot (slab entry of a client)",
+                size_of::<SessionSlot>(),
+            ),
+            ("  Session", size_of::<Session>()),
+            ("  ConnIo", size_of::<ConnIo>()),
+            ("    RingRecv", size_of::<RingRecv>()),
+            ("    ReadBuffer", size_of::<ReadBuffer>()),
+            ("    WriteBuf", size_of::<WriteBuf>()),
+            ("Relay (boxed, while relaying)", size_of::<Relay>()),
+            ("Tracker (boxed while parked)", size_of::<Tracker>()),
+            ("TxState (boxed, transaction pooling)", size_of::<TxState>()),
+            ("Pooled (slab entry of a backend)", size_of::<Pooled>()),
+        ];
+        for (what, n) in sizes {
+            eprintln!("{what:<40} {n:>5} B");
+        }
+        assert!(size_of::<SessionSlot>() <= 1024, "{sizes:?}");
+        assert!(size_of::<Pooled>() <= 1024, "{sizes:?}");
+    }
+}

@@ -75,9 +75,9 @@ impl Worker {
     /// A relay read of `side` in ring mode. False when the worker is not in
     /// ring mode (the caller reads as the other modes do).
     pub(super) fn ring_read(&mut self, sid: SessionId, side: Side) -> bool {
-        let Some(ring) = self.buffers.buf_ring() else {
+        if !self.buffers.is_ring() {
             return false;
-        };
+        }
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return true;
         };
@@ -99,19 +99,25 @@ impl Worker {
             if side == Side::Backend {
                 // Kept for the next read, as the backend buffer keeps it
                 // in the other modes.
-                if let Some(buf) = io.buf.as_mut() {
+                let buf = self.buffers.ensure(&mut io.buf, Owner::Backend);
+                if let Some(ring) = self.buffers.buf_ring() {
                     buf.append(ring.bytes(&chunk));
                 }
             }
-            if let Err(c) = ring.put(chunk) {
-                debug_assert!(false, "relay read while its chunk is being sent");
-                recv.current = Some(c);
+            if let Some(ring) = self.buffers.buf_ring() {
+                if let Err(c) = ring.put(chunk) {
+                    debug_assert!(false, "relay read while its chunk is being sent");
+                    recv.current = Some(c);
+                }
             }
         }
         if recv.ready() {
             self.ring_deliver(sid, side);
         } else {
             recv.waiting = true;
+            recv.shrink_idle();
+            // Waiting for bytes: hold no buffer meanwhile.
+            self.buffers.shed(&mut io.buf);
             self.ring_arm(sid, side);
         }
         true
@@ -165,9 +171,9 @@ impl Worker {
 
     /// Hand the next chunk (or the receive's end) to the session.
     fn ring_deliver(&mut self, sid: SessionId, side: Side) {
-        let Some(ring) = self.buffers.buf_ring() else {
+        if !self.buffers.is_ring() {
             return;
-        };
+        }
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
@@ -185,6 +191,18 @@ impl Worker {
             },
         };
         let Some(recv) = io.recv.as_mut() else { return };
+        let owner = match side {
+            Side::Client => Owner::Client,
+            Side::Backend => Owner::Backend,
+        };
+        if recv.queue.front().is_some_and(|c| c.is_tail()) && (recv.queue.len() >= 2 || !recv.armed)
+        {
+            // The join below needs the connection's own buffer.
+            self.buffers.ensure(&mut io.buf, owner);
+        }
+        let Some(ring) = self.buffers.buf_ring() else {
+            return;
+        };
         // A chunk that ends its ring buffer with more bytes behind it may
         // end inside a packet header (a 5-byte COM_QUIT cut 3 + 2 would
         // have its first bytes forwarded alone, and the connection could
@@ -396,10 +414,10 @@ impl Worker {
     /// behind `end` (a COM_CHANGE_USER the relay stopped at) are kept in the
     /// connection's own buffer for the session, as the other modes keep them.
     pub(super) fn ring_forwarded(&mut self, sid: SessionId, side: Side, end: usize) {
-        let (Some(ring), Some(slot)) = (
-            self.buffers.buf_ring(),
-            self.sessions.get_mut(sid.index, sid.generation),
-        ) else {
+        if !self.buffers.is_ring() {
+            return;
+        }
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
         let io = match side {
@@ -413,10 +431,18 @@ impl Worker {
             return;
         };
         if chunk.len() > end {
-            if let Some(buf) = io.buf.as_mut() {
+            let owner = match side {
+                Side::Client => Owner::Client,
+                Side::Backend => Owner::Backend,
+            };
+            let buf = self.buffers.ensure(&mut io.buf, owner);
+            if let Some(ring) = self.buffers.buf_ring() {
                 buf.append(&ring.bytes(&chunk)[end..]);
             }
         }
+        let Some(ring) = self.buffers.buf_ring() else {
+            return;
+        };
         if let Err(c) = ring.put(chunk) {
             debug_assert!(false, "forwarded chunk still in flight");
             if let Some(r) = io.recv.as_mut() {
@@ -428,18 +454,20 @@ impl Worker {
     /// Keep the client's current chunk in its own buffer (a KILL is about
     /// to be rewritten there) and give the chunk back.
     pub(super) fn ring_stage_client(&mut self, sid: SessionId) {
-        let (Some(ring), Some(slot)) = (
-            self.buffers.buf_ring(),
-            self.sessions.get_mut(sid.index, sid.generation),
-        ) else {
+        if !self.buffers.is_ring() {
+            return;
+        }
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
         let Some(chunk) = slot.io.recv.as_mut().and_then(|r| r.current.take()) else {
             return;
         };
-        if let Some(buf) = slot.io.buf.as_mut() {
-            buf.append(ring.bytes(&chunk));
-        }
+        let buf = self.buffers.ensure(&mut slot.io.buf, Owner::Client);
+        let Some(ring) = self.buffers.buf_ring() else {
+            return;
+        };
+        buf.append(ring.bytes(&chunk));
         let _ = ring.put(chunk);
     }
 

@@ -209,11 +209,11 @@ impl Worker {
             if let Some(leg) = slot.leg.as_mut() {
                 leg.down.bytes_mut().clear();
             }
-            if let Some(buf) = backend
-                .and_then(|b| self.pool.get_mut(b))
-                .and_then(|b| b.io.buf.as_mut())
-            {
-                buf.clear();
+            if let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) {
+                if let Some(buf) = b.io.buf.as_mut() {
+                    buf.clear();
+                }
+                self.buffers.shed(&mut b.io.buf);
             }
             self.ring_forwarded(sid, Side::Backend, end);
         }
@@ -272,8 +272,13 @@ impl Worker {
             }
             SessionAction::ReadClient => {
                 // Once the relay has read the client through the ring, every
-                // later read does too (the multishot may still be armed).
-                if slot.io.recv.is_none() || !self.ring_read(sid, Side::Client) {
+                // later read does too (the multishot may still be armed);
+                // so does a session parked between transactions from its
+                // login on (transaction pooling), so that it waits holding
+                // no buffer.
+                let ring = slot.io.recv.is_some()
+                    || (self.buffers.is_ring() && slot.session.is_relaying() && slot.leg.is_none());
+                if !ring || !self.ring_read(sid, Side::Client) {
                     self.client_read(sid, false)
                 }
             }
@@ -398,6 +403,7 @@ impl Worker {
                     if let Some(buf) = slot.io.buf.as_mut().filter(|b| !b.in_flight()) {
                         buf.clear();
                     }
+                    self.buffers.shed(&mut slot.io.buf);
                     self.ring_read(sid, Side::Client);
                 } else {
                     self.client_read(sid, true)
@@ -602,9 +608,8 @@ impl Worker {
             slot = again;
         }
         let fd = slot.io.fd();
-        let Some(buf) = slot.io.buf.as_mut() else {
-            return;
-        };
+        // Ring mode gave an idle connection's buffer back: take one now.
+        let buf = self.buffers.ensure(&mut slot.io.buf, Owner::Client);
         if clear {
             buf.clear();
         }
@@ -654,7 +659,9 @@ impl Worker {
         };
         let buf = match io {
             RelayIo::UpWrite { .. } => slot.io.buf.as_mut(),
-            RelayIo::DownRead | RelayIo::DownWrite { .. } => b.io.buf.as_mut(),
+            // Ring mode: a read while the ring is empty takes a buffer.
+            RelayIo::DownRead => Some(self.buffers.ensure(&mut b.io.buf, Owner::Backend)),
+            RelayIo::DownWrite { .. } => b.io.buf.as_mut(),
         };
         let Some(buf) = buf else {
             debug_assert!(false, "relay operation on a released buffer");

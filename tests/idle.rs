@@ -1,0 +1,247 @@
+//! Idle connections hold no read buffer (issue 13 items 2 and 6, issue 12's idle tests).
+//!
+//! Many logged-in clients sit idle through ringgate; the metrics must show that they hold no
+//! read buffer (ring buffers, fixed slots and heap buffers in use stay near zero, no heap
+//! fallback), the proxy's RSS per idle client must stay within the issue's bounds, every
+//! connection must still answer a query afterwards, and once they all close (a churn of N
+//! connections) slots, ring buffers, fds and backend connections are back at their baseline.
+//!
+//! `make test` runs it with 1,000 clients; `make mem` with 10,000 (`IDLE_CLIENTS` overrides
+//! both). The process raises its own fd limit, and ringgate's through `prlimit`.
+
+#[allow(unused_macros)]
+mod common;
+mod relsupport;
+
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::{Mode, Proxy, ProxyOpts};
+use relsupport::*;
+
+/// RSS growth that does not scale with the client count (allocator arenas, slab and pool
+/// vectors doubling, the metrics scrape), allowed once per measurement.
+const FIXED_SLACK: f64 = 1024.0 * 1024.0;
+
+/// Issue 13 item 6: RSS per idle client in transaction pooling (the ring not included).
+const TX_BOUND: f64 = 2048.0;
+/// Issue 13 item 6: RSS per idle client *and its backend connection* in session pooling.
+const SESSION_BOUND: f64 = 4096.0;
+
+fn hard_nofile() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a valid struct we own.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    lim.rlim_max
+}
+
+/// Raises this process's soft fd limit to `want` (and the hard one, when allowed: as root).
+fn raise_nofile(want: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a valid struct we own.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    if lim.rlim_max < want {
+        lim.rlim_max = want;
+    }
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: setrlimit reads a valid, initialised struct.
+    let r = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    assert_eq!(
+        r, 0,
+        "setrlimit(NOFILE, {want}): raise the hard fd limit (ulimit -Hn) or run as root"
+    );
+}
+
+fn settle_rss(pid: u32) -> u64 {
+    // Take the max of a few samples: RSS moves a little while the workers finish.
+    let mut v = 0;
+    for _ in 0..5 {
+        v = v.max(rss_bytes(pid));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    v
+}
+
+fn clients_wanted(default: usize) -> usize {
+    std::env::var("IDLE_CLIENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// What one run measured.
+struct Figures {
+    rss_per_client: f64,
+    held: Held,
+}
+
+/// Buffers held, from the metrics endpoint.
+#[derive(Debug, Default)]
+struct Held {
+    /// Read buffers (fixed slots or heap buffers) held by clients and by backends.
+    client: f64,
+    backend: f64,
+    /// Provided-buffer ring buffers with bytes held.
+    ring: f64,
+    heap_fallbacks: f64,
+    backends: f64,
+    busy_backends: f64,
+}
+
+fn held(p: &Proxy) -> Held {
+    let m = p.metrics();
+    Held {
+        client: m.get(r#"ringgate_read_buffers_in_use{owner="client"}"#),
+        backend: m.get(r#"ringgate_read_buffers_in_use{owner="backend"}"#),
+        ring: m.get("ringgate_read_buffer_ring_in_use"),
+        heap_fallbacks: m.get("ringgate_read_buffer_heap_fallbacks_total"),
+        backends: m.get(r#"ringgate_backend_connections{state="idle"}"#)
+            + m.get(r#"ringgate_backend_connections{state="busy"}"#),
+        busy_backends: m.get(r#"ringgate_backend_connections{state="busy"}"#),
+    }
+}
+
+/// `n` idle clients through a ringgate in `mode`, with transaction or session pooling.
+fn idle_clients(mode: Mode, transaction: bool, n: usize) -> Figures {
+    let backends = if transaction { 64 } else { n + 50 };
+    let mut o = ProxyOpts::new(mode);
+    o.workers = 2;
+    o.max_connections = n + 100;
+    o.backend_max_connections = backends;
+    o.backend_wait_timeout = "60s";
+    if mode == Mode::Ring {
+        o.read_buffer_count = 256;
+    }
+    let nofile = (n as u64 + backends as u64 + 1000).max(hard_nofile());
+    o.wrapper = vec!["prlimit".into(), format!("--nofile={nofile}:{nofile}")];
+    o.extra_args = vec!["--handshake-timeout".into(), "10m".into()];
+    if transaction {
+        o.extra_args
+            .extend(["--pooling".into(), "transaction".into()]);
+    }
+    let mut proxy = Proxy::start_with(o);
+    let base = baseline(&mut proxy);
+    let pid = proxy.pid();
+    let rss_base = settle_rss(pid);
+    let before = held(&proxy);
+
+    let mut clients: Vec<TcpStream> = (0..n).map(|_| raw_login(proxy.port)).collect();
+    wait_until(
+        &proxy,
+        Duration::from_secs(60),
+        "all clients logged in",
+        || proxy.metrics().get("ringgate_client_connections") >= n as f64,
+    );
+    let rss_idle = settle_rss(pid);
+    let idle = held(&proxy);
+    let growth = rss_idle.saturating_sub(rss_base) as f64;
+    let per_client = growth / n as f64;
+    eprintln!(
+        "IDLE {} {} pooling: {n} idle clients, RSS {:.1} -> {:.1} MiB = {per_client:.0} B per \
+         client; held {idle:?}",
+        mode.as_str(),
+        if transaction {
+            "transaction"
+        } else {
+            "session"
+        },
+        rss_base as f64 / 1048576.0,
+        rss_idle as f64 / 1048576.0,
+    );
+
+    // Nothing is held for an idle client: no read buffer of any kind, and in transaction
+    // pooling no backend connection either.
+    assert_eq!(idle.client, 0.0, "idle clients hold read buffers: {idle:?}");
+    assert_eq!(idle.ring, 0.0, "idle clients hold ring buffers: {idle:?}");
+    assert_eq!(
+        idle.heap_fallbacks, before.heap_fallbacks,
+        "heap fallbacks while clients sat idle: {idle:?}"
+    );
+    if mode == Mode::Ring {
+        assert_eq!(
+            idle.backend, 0.0,
+            "idle backend connections hold read buffers: {idle:?}"
+        );
+    }
+    if transaction {
+        assert_eq!(
+            idle.busy_backends, 0.0,
+            "idle clients hold backends: {idle:?}"
+        );
+        assert!(idle.backends <= backends as f64, "{idle:?}");
+    } else {
+        assert_eq!(idle.busy_backends, n as f64, "{idle:?}");
+    }
+    let bound = if transaction { TX_BOUND } else { SESSION_BOUND };
+    assert!(
+        growth <= bound * n as f64 + FIXED_SLACK,
+        "{} mode: {n} idle clients grew RSS by {growth:.0} B ({per_client:.0} B each), over \
+         {bound} B each + {} KiB",
+        mode.as_str(),
+        FIXED_SLACK / 1024.0
+    );
+
+    // Every idle connection still answers.
+    for (i, c) in clients.iter_mut().enumerate() {
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        if let Err(e) = raw_query(c, "SELECT 1") {
+            panic!("client {i} of {n} after idling: {e}");
+        }
+    }
+    let after = held(&proxy);
+    let rss_after = settle_rss(pid);
+    eprintln!(
+        "IDLE {}: after one query each, RSS {:.1} MiB = {:.0} B per client; held {after:?}",
+        mode.as_str(),
+        rss_after as f64 / 1048576.0,
+        rss_after.saturating_sub(rss_base) as f64 / n as f64
+    );
+    let growth_after = rss_after.saturating_sub(rss_base) as f64;
+    assert!(
+        growth_after <= bound * n as f64 + FIXED_SLACK,
+        "{} mode: after one query each, {n} idle clients grew RSS by {growth_after:.0} B, over \
+         {bound} B each + {} KiB",
+        mode.as_str(),
+        FIXED_SLACK / 1024.0
+    );
+    assert_eq!(after.client, 0.0, "after one query each: {after:?}");
+    assert_eq!(after.ring, 0.0, "after one query each: {after:?}");
+    // The churn: every connection closes; slots, ring buffers, fds and backend connections
+    // must all come back to the baseline.
+    drop(clients);
+    assert_no_leaks(&mut proxy, &base, n as u64);
+    Figures {
+        rss_per_client: per_client,
+        held: idle,
+    }
+}
+
+#[test]
+fn ring_mode_idle_clients_in_transaction_pooling_hold_nothing() {
+    let n = clients_wanted(1000);
+    raise_nofile(n as u64 + 1000);
+    let f = idle_clients(Mode::Ring, true, n);
+    eprintln!(
+        "ring/transaction: {:.0} B per idle client, {:?}",
+        f.rss_per_client, f.held
+    );
+}
+
+#[test]
+fn ring_mode_idle_sessions_hold_no_buffer() {
+    // Session pooling gives every client its own backend connection: the sandbox allows
+    // 2,000, so this stays at a few hundred whatever IDLE_CLIENTS says.
+    let n = clients_wanted(300).min(300);
+    raise_nofile(2 * n as u64 + 1000);
+    let f = idle_clients(Mode::Ring, false, n);
+    eprintln!(
+        "ring/session: {:.0} B per idle client and its backend, {:?}",
+        f.rss_per_client, f.held
+    );
+}
