@@ -12,6 +12,13 @@
 # performance_schema is ON (tests/connect_attrs.rs reads session_connect_attrs) with its
 # event histories and digests off: those are what cost memory, and no test reads them.
 # `eval "$(scripts/mariadb-sandbox.sh env)"` exports the RINGGATE_TEST_* variables the tests read.
+#
+# RINGGATE_SANDBOX_TLS=1 at `start`: the server also speaks TLS (ssl-ca/ssl-cert/ssl-key), with
+# certificates made by openssl in DIR/tls on first use: ca.pem (the CA), server.pem/server.key
+# (CN and SAN localhost, SAN IP 127.0.0.1, signed by ca.pem), other-ca.pem (a CA that signed
+# nothing here, for wrong-CA tests). `env` then also exports RINGGATE_TEST_MYSQL_TLS_CA and
+# RINGGATE_TEST_MYSQL_TLS_DIR. Without it (the default) the server has no TLS, as before; a
+# running sandbox keeps the mode it was started with.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,6 +48,9 @@ DATADIR="$DIR/data"
 SOCK="$DIR/mysqld.sock"
 PIDFILE="$DIR/mysqld.pid"
 ERRLOG="$DIR/mysqld.err"
+TLS_DIR="$DIR/tls"
+# Present while a server started with RINGGATE_SANDBOX_TLS=1 runs on DIR.
+TLS_MARK="$TLS_DIR/enabled"
 
 # sbin is not on every PATH (non-login shells, non-root users).
 export PATH="$PATH:/usr/sbin:/sbin:/usr/local/sbin"
@@ -101,6 +111,37 @@ export RINGGATE_TEST_MYSQL_SOCKET=$SOCK
 export RINGGATE_TEST_BACKEND_USER=$BACKEND_USER
 export RINGGATE_TEST_BACKEND_PASSWORD=$BACKEND_PASSWORD
 EOF
+    if [ -e "$TLS_MARK" ]; then
+        echo "export RINGGATE_TEST_MYSQL_TLS_CA=$TLS_DIR/ca.pem"
+        echo "export RINGGATE_TEST_MYSQL_TLS_DIR=$TLS_DIR"
+    fi
+}
+
+# The sandbox's certificates (see the header), made once per DIR.
+make_certs() {
+    [ -s "$TLS_DIR/server.pem" ] && [ -s "$TLS_DIR/other-ca.pem" ] && return 0
+    command -v openssl >/dev/null 2>&1 || {
+        log "openssl not found: RINGGATE_SANDBOX_TLS=1 needs it to make certificates"
+        exit 1
+    }
+    mkdir -p "$TLS_DIR"
+    log "making TLS certificates in $TLS_DIR"
+    (
+        cd "$TLS_DIR"
+        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=ringgate sandbox CA" \
+            -keyout ca.key -out ca.pem
+        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=ringgate other CA" \
+            -keyout other-ca.key -out other-ca.pem
+        openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout server.key -out server.csr
+        printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n' >server.ext
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+            -extfile server.ext -out server.pem
+        rm -f server.csr server.ext
+    ) >"$DIR/tls.log" 2>&1 || {
+        log "openssl failed:"
+        tail -n 20 "$DIR/tls.log" >&2
+        exit 1
+    }
 }
 
 do_status() {
@@ -144,7 +185,12 @@ do_start() {
         log "port 127.0.0.1:$PORT is already in use by another process; pick another PORT"
         exit 1
     fi
-    rm -f "$PIDFILE" "$SOCK"
+    rm -f "$PIDFILE" "$SOCK" "$TLS_MARK"
+    local tls_args=()
+    if [ "${RINGGATE_SANDBOX_TLS:-0}" = 1 ]; then
+        make_certs
+        tls_args=(--ssl-ca="$TLS_DIR/ca.pem" --ssl-cert="$TLS_DIR/server.pem" --ssl-key="$TLS_DIR/server.key")
+    fi
 
     local runas
     runas="$(id -un)"
@@ -191,6 +237,7 @@ do_start() {
         --performance-schema-events-transactions-history-size=0 \
         --performance-schema-events-transactions-history-long-size=0 \
         --performance-schema-digests-size=0 \
+        "${tls_args[@]}" \
         </dev/null >>"$ERRLOG" 2>&1 &
     local launcher=$!
 
@@ -213,6 +260,10 @@ do_start() {
         exit 1
     fi
     setup_accounts
+    if [ "${#tls_args[@]}" -gt 0 ]; then
+        touch "$TLS_MARK"
+        log "TLS on (CA $TLS_DIR/ca.pem)"
+    fi
     log "ready: pid $(server_pid || echo '?'), port $PORT, socket $SOCK"
 }
 
@@ -242,7 +293,7 @@ do_stop() {
             sleep 0.5
         fi
     fi
-    rm -f "$PIDFILE"
+    rm -f "$PIDFILE" "$TLS_MARK"
     log "stopped"
 }
 

@@ -11,12 +11,13 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
+use crate::backend_tls::{self, BackendTlsConfig};
 use crate::config::{BackendIdentity, Config, ReadBufferMode};
 use crate::listen_guard;
 use crate::mysql::auth::Credential;
-use crate::mysql::client_login::{ClientLogin, LoginError, LoginParams, LoginStep};
+use crate::mysql::client_login::{ClientLogin, LoginError, LoginParams, LoginStep, TlsWish};
 use crate::mysql::client_sha2::FullAuthTransport;
 use crate::mysql::constants::{COM_QUIT, NATIVE_LOGIN_CAPS, UTF8MB4_GENERAL_CI};
 use crate::mysql::packet::{split_packet, write_packet};
@@ -24,6 +25,10 @@ use crate::mysql::reply::com_payload;
 use crate::mysql::sha2_rsa::RsaPublic;
 use crate::mysql::Users;
 use crate::ring::{Ring, RingError};
+use tls::Stream;
+
+#[path = "check_tls.rs"]
+pub mod tls;
 
 /// The outcome of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -145,6 +150,9 @@ pub fn run(cfg: &Config) -> Report {
     items.push(check_listen(cfg));
     items.push(check_users(&cfg.users_file));
     items.push(check_backend(cfg));
+    if let Some(ca) = &cfg.backend_tls_ca {
+        items.push(check_cert_expiry("backend-tls-ca", ca, SystemTime::now()));
+    }
     Report { items }
 }
 
@@ -745,12 +753,92 @@ pub enum BackendError {
     /// wants another plugin, or it answered something unexpected.
     #[error("{0}")]
     Login(LoginError),
+    /// `--backend-tls`: the configuration (CA file) or the handshake
+    /// failed (a certificate that does not verify, no common protocol).
+    #[error("{0}")]
+    Tls(String),
+}
+
+/// What a successful check connection learned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendSummary {
+    pub server_version: String,
+    /// The greeting offers TLS (CLIENT_SSL).
+    pub tls_offered: bool,
+    /// TLS in use ("TLSv1.3, TLS13_…"), None for plain.
+    pub tls: Option<String>,
+}
+
+impl BackendSummary {
+    /// "; TLS offered, used (TLSv1.3, …)" for the report.
+    fn tls_words(&self, cfg: &Config) -> String {
+        let offer = if self.tls_offered {
+            "offers TLS"
+        } else {
+            "does not offer TLS"
+        };
+        match &self.tls {
+            Some(t) => format!(
+                "; the server {offer}; TLS in use ({t}, --backend-tls {})",
+                cfg.backend_tls
+            ),
+            None => format!(
+                "; the server {offer}; no TLS (--backend-tls {})",
+                cfg.backend_tls
+            ),
+        }
+    }
+}
+
+/// `--backend-tls`, as the proxy will read it.
+fn backend_tls_config(cfg: &Config) -> Result<Option<BackendTlsConfig>, BackendError> {
+    backend_tls::client_config(
+        cfg.backend_tls,
+        cfg.backend_tls_ca.as_deref(),
+        cfg.backend.ip(),
+    )
+    .map_err(|e| BackendError::Tls(e.to_string()))
+}
+
+fn tls_wish(tls: &Option<BackendTlsConfig>) -> TlsWish {
+    match tls {
+        None => TlsWish::Off,
+        Some(t) if t.required() => TlsWish::Required,
+        Some(_) => TlsWish::Preferred,
+    }
+}
+
+/// Writes the SSLRequest and runs the TLS handshake.
+fn start_tls(
+    s: Stream,
+    ssl_request: &[u8],
+    tls: &Option<BackendTlsConfig>,
+    cfg: &Config,
+) -> Result<Stream, BackendError> {
+    let mut s = s;
+    s.write_all(ssl_request)?;
+    let Some(tls) = tls else {
+        return Err(BackendError::Tls(
+            "TLS asked for without a configuration".into(),
+        ));
+    };
+    s.start_tls(tls).map_err(|e| {
+        BackendError::Tls(format!(
+            "{} (--backend-tls {}{})",
+            e,
+            cfg.backend_tls,
+            cfg.backend_tls_ca
+                .as_ref()
+                .map(|p| format!(", --backend-tls-ca {}", p.display()))
+                .unwrap_or_default()
+        ))
+    })
 }
 
 /// Reads one whole packet: (sequence id, payload). Login packets are small,
 /// so a physical packet is all that is ever needed.
 fn read_packet(
-    s: &mut TcpStream,
+    s: &mut Stream,
     buf: &mut Vec<u8>,
     deadline: Instant,
 ) -> Result<(u8, Vec<u8>), std::io::Error> {
@@ -768,7 +856,7 @@ fn read_packet(
                 "timed out waiting for the server",
             ));
         }
-        s.set_read_timeout(Some(left))?;
+        s.tcp().set_read_timeout(Some(left))?;
         let mut chunk = [0u8; 4096];
         match s.read(&mut chunk) {
             Ok(0) => {
@@ -792,12 +880,14 @@ fn read_packet(
 }
 
 /// Logs into the backend with the login code the pool's connections use
-/// ([`ClientLogin`]), over a blocking socket, then quits. Returns the server
-/// version.
-pub fn backend_login(cfg: &Config, timeout: Duration) -> Result<String, BackendError> {
+/// ([`ClientLogin`]), over a blocking socket (TLS after the SSLRequest
+/// with `--backend-tls`), then quits.
+pub fn backend_login(cfg: &Config, timeout: Duration) -> Result<BackendSummary, BackendError> {
     let deadline = Instant::now() + timeout;
-    let mut s = TcpStream::connect_timeout(&cfg.backend, timeout)?;
-    s.set_write_timeout(Some(timeout))?;
+    let tls = backend_tls_config(cfg)?;
+    let sock = TcpStream::connect_timeout(&cfg.backend, timeout)?;
+    sock.set_write_timeout(Some(timeout))?;
+    let mut s = Stream::Plain(sock);
     let mut login = ClientLogin::new(LoginParams {
         user: cfg.backend_user.clone(),
         credential: Credential::Plaintext(cfg.backend_password.as_bytes().to_vec()),
@@ -809,28 +899,51 @@ pub fn backend_login(cfg: &Config, timeout: Duration) -> Result<String, BackendE
     .with_full_auth_transport(FullAuthTransport {
         secure: false,
         server_key: backend_public_key(cfg)?,
-    });
+    })
+    .with_tls(tls_wish(&tls));
     let mut buf = Vec::new();
     let mut greeted = false;
+    let mut tls_offered = false;
     loop {
         let (seq, payload) = read_packet(&mut s, &mut buf, deadline)?;
-        match login.on_packet(seq, &payload) {
+        if !greeted {
+            tls_offered = greeting_offers_tls(&payload);
+        }
+        let mut step = login.on_packet(seq, &payload);
+        if let Ok(LoginStep::StartTls(ssl_request)) = step {
+            greeted = true;
+            s = start_tls(s, &ssl_request, &tls, cfg)?;
+            step = login.on_tls_established();
+        }
+        match step {
             Ok(LoginStep::Send(bytes)) => {
                 greeted = true;
                 s.write_all(&bytes)?;
             }
             Ok(LoginStep::Wait) => {}
+            Ok(LoginStep::StartTls(_)) => {
+                return Err(BackendError::Tls("a second TLS request".into()))
+            }
             Ok(LoginStep::Done { greeting, .. }) => {
                 // COM_QUIT, best effort: the check is over either way.
                 let mut quit = Vec::with_capacity(5);
                 write_packet(&mut quit, 0, &com_payload(COM_QUIT, &[]));
                 let _ = s.write_all(&quit);
-                return Ok(greeting.server_version);
+                return Ok(BackendSummary {
+                    server_version: greeting.server_version,
+                    tls_offered,
+                    tls: s.tls_summary(),
+                });
             }
             Err(e @ LoginError::Server { .. }) if !greeted => return Err(BackendError::Refused(e)),
             Err(e) => return Err(BackendError::Login(e)),
         }
     }
+}
+
+fn greeting_offers_tls(payload: &[u8]) -> bool {
+    crate::mysql::handshake::parse_greeting(payload)
+        .is_ok_and(|g| g.capabilities & crate::mysql::constants::CLIENT_SSL != 0)
 }
 
 /// `--backend-rsa-public-key`, read as the proxy reads it at start-up.
@@ -847,11 +960,14 @@ fn backend_public_key(cfg: &Config) -> Result<Option<Arc<RsaPublic>>, BackendErr
 
 /// With passthrough identity ringgate has no account of its own to log in
 /// as: read the greeting, check that it is one ringgate can log in to (the
-/// same checks the login machine makes), and hang up. Returns the server
-/// version.
-pub fn backend_greeting(cfg: &Config, timeout: Duration) -> Result<String, BackendError> {
+/// same checks the login machine makes), with `--backend-tls` run the TLS
+/// handshake (which verifies the certificate), and hang up.
+pub fn backend_greeting(cfg: &Config, timeout: Duration) -> Result<BackendSummary, BackendError> {
     let deadline = Instant::now() + timeout;
-    let mut s = TcpStream::connect_timeout(&cfg.backend, timeout)?;
+    let tls = backend_tls_config(cfg)?;
+    let sock = TcpStream::connect_timeout(&cfg.backend, timeout)?;
+    sock.set_write_timeout(Some(timeout))?;
+    let mut s = Stream::Plain(sock);
     let mut login = ClientLogin::new(LoginParams {
         user: String::new(),
         credential: Credential::Plaintext(Vec::new()),
@@ -859,15 +975,24 @@ pub fn backend_greeting(cfg: &Config, timeout: Duration) -> Result<String, Backe
         capabilities: NATIVE_LOGIN_CAPS,
         collation: UTF8MB4_GENERAL_CI,
         max_packet_size: 1 << 24,
-    });
+    })
+    .with_tls(tls_wish(&tls));
     let (seq, payload) = read_packet(&mut s, &mut Vec::new(), deadline)?;
-    match login.on_packet(seq, &payload) {
-        Ok(_) => Ok(crate::mysql::handshake::parse_greeting(&payload)
-            .map(|g| g.server_version)
-            .unwrap_or_default()),
-        Err(e @ LoginError::Server { .. }) => Err(BackendError::Refused(e)),
-        Err(e) => Err(BackendError::Login(e)),
+    let step = match login.on_packet(seq, &payload) {
+        Ok(step) => step,
+        Err(e @ LoginError::Server { .. }) => return Err(BackendError::Refused(e)),
+        Err(e) => return Err(BackendError::Login(e)),
+    };
+    if let LoginStep::StartTls(ssl_request) = step {
+        s = start_tls(s, &ssl_request, &tls, cfg)?;
     }
+    Ok(BackendSummary {
+        server_version: crate::mysql::handshake::parse_greeting(&payload)
+            .map(|g| g.server_version)
+            .unwrap_or_default(),
+        tls_offered: greeting_offers_tls(&payload),
+        tls: s.tls_summary(),
+    })
 }
 
 fn check_backend(cfg: &Config) -> Item {
@@ -880,13 +1005,17 @@ fn check_backend(cfg: &Config) -> Item {
     }
     let user = &cfg.backend_user;
     match backend_login(cfg, timeout) {
-        Ok(version) => Item::ok(
+        Ok(b) => Item::ok(
             what,
             format!(
-                "{} reachable, logged in as '{user}' (server {version})",
-                cfg.backend
+                "{} reachable, logged in as '{user}' (server {}){}",
+                cfg.backend,
+                b.server_version,
+                b.tls_words(cfg)
             ),
         ),
+        Err(e @ BackendError::Tls(_)) => tls_failure(cfg, &e),
+        Err(BackendError::Login(e @ LoginError::TlsUnavailable(_))) => tls_failure(cfg, &e),
         Err(e @ (BackendError::Io(_) | BackendError::Refused(_))) => before_login_failure(cfg, &e),
         Err(BackendError::Login(e @ LoginError::Server { .. })) => Item::fail(
             what,
@@ -927,6 +1056,48 @@ fn check_backend(cfg: &Config) -> Item {
     }
 }
 
+/// A certificate file's validity: expired (or not yet valid) fails, less
+/// than 30 days left warns.
+fn check_cert_expiry(what: &'static str, path: &Path, now: SystemTime) -> Item {
+    match tls::check_cert_file(path, now) {
+        Ok(info) => {
+            let when = humantime::format_rfc3339_seconds(info.first_expiry);
+            let detail = format!(
+                "{}: {} certificate(s); the first to expire is {:?}, on {when}",
+                path.display(),
+                info.count,
+                info.subject
+            );
+            let left = info.first_expiry.duration_since(now).unwrap_or_default();
+            if left < tls::EXPIRY_WARNING {
+                Item::warn(
+                    what,
+                    format!("{detail} (in {} days)", left.as_secs() / 86400),
+                    "renew the certificate before it expires",
+                )
+            } else {
+                Item::ok(what, detail)
+            }
+        }
+        Err(e) => Item::fail(
+            what,
+            format!("{}: {e}", path.display()),
+            "replace the certificate (PEM) with a valid one",
+        ),
+    }
+}
+
+/// `--backend-tls` could not be honoured.
+fn tls_failure(cfg: &Config, e: &dyn std::fmt::Display) -> Item {
+    Item::fail(
+        "backend",
+        format!("{}: {e}", cfg.backend),
+        "check --backend-tls and --backend-tls-ca against the server's ssl-cert/ssl-ca (its \
+         certificate must chain to --backend-tls-ca; verify-identity also needs the --backend \
+         address in its subjectAltName), or use --backend-tls preferred",
+    )
+}
+
 /// The backend failures that come before any login, the same whether
 /// `check` logs in (shared identity) or only reads the greeting.
 fn before_login_failure(cfg: &Config, e: &BackendError) -> Item {
@@ -950,14 +1121,18 @@ fn before_login_failure(cfg: &Config, e: &BackendError) -> Item {
 fn check_backend_greeting(cfg: &Config, timeout: Duration) -> Item {
     let what = "backend";
     match backend_greeting(cfg, timeout) {
-        Ok(version) => Item::ok(
+        Ok(b) => Item::ok(
             what,
             format!(
-                "{} reachable (server {version}); --backend-identity passthrough: each client \
+                "{} reachable (server {}){}; --backend-identity passthrough: each client \
                  logs in as itself, so no login was tried",
-                cfg.backend
+                cfg.backend,
+                b.server_version,
+                b.tls_words(cfg)
             ),
         ),
+        Err(e @ BackendError::Tls(_)) => tls_failure(cfg, &e),
+        Err(BackendError::Login(e @ LoginError::TlsUnavailable(_))) => tls_failure(cfg, &e),
         Err(e @ (BackendError::Io(_) | BackendError::Refused(_))) => before_login_failure(cfg, &e),
         Err(e @ BackendError::Login(_)) => Item::fail(
             what,

@@ -39,6 +39,28 @@ pub enum BackendIdentity {
     Shared,
 }
 
+/// TLS towards the backend (`--backend-tls`), as MySQL's `--ssl-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum BackendTls {
+    /// No TLS.
+    Disabled,
+    /// TLS if the server offers it, else plain; the certificate is not checked.
+    Preferred,
+    /// TLS or fail; the certificate is not checked.
+    Required,
+    /// TLS, and the certificate chains to --backend-tls-ca.
+    VerifyCa,
+    /// verify-ca, and the certificate names the --backend address.
+    VerifyIdentity,
+}
+
+impl std::fmt::Display for BackendTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&value_enum_name(self))
+    }
+}
+
 /// When a client holds a backend connection (`--pooling`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -176,6 +198,20 @@ pub struct Config {
     /// trusts the network path to the backend once per full auth).
     #[arg(long, value_name = "FILE")]
     pub backend_rsa_public_key: Option<PathBuf>,
+
+    /// TLS towards the backend, as MySQL's --ssl-mode: disabled, preferred
+    /// (TLS if offered), required (TLS, certificate not checked), verify-ca
+    /// (chains to --backend-tls-ca), verify-identity (and names the
+    /// --backend address). The proxy's backend leg does not speak TLS yet:
+    /// it takes disabled and preferred (which then stays plain) and refuses
+    /// the others at start-up; `ringgate check` speaks every mode.
+    #[arg(long, value_enum, default_value_t = BackendTls::Disabled)]
+    pub backend_tls: BackendTls,
+
+    /// The CA certificate(s) (PEM) that sign the backend's certificate,
+    /// for --backend-tls verify-ca and verify-identity.
+    #[arg(long, value_name = "FILE")]
+    pub backend_tls_ca: Option<PathBuf>,
 
     /// Users allowed to connect, in Vitess's static auth JSON format:
     /// {"user": [{"Password": "..."}]} or {"user": [{"MysqlNativePassword": "*HEX"}]}.
@@ -386,7 +422,13 @@ macro_rules! value_enum_serde {
         }
     )*};
 }
-value_enum_serde!(ReadBufferMode, LogFormat, BackendIdentity, Pooling);
+value_enum_serde!(
+    ReadBufferMode,
+    LogFormat,
+    BackendIdentity,
+    Pooling,
+    BackendTls
+);
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -405,6 +447,8 @@ impl std::fmt::Debug for Config {
             .field("backend_user", &self.backend_user)
             .field("backend_password", &password)
             .field("backend_rsa_public_key", &self.backend_rsa_public_key)
+            .field("backend_tls", &self.backend_tls)
+            .field("backend_tls_ca", &self.backend_tls_ca)
             .field("users_file", &self.users_file)
             .field("rsa_key", &self.rsa_key)
             .field("read_buffers", &self.read_buffers)

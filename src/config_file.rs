@@ -28,7 +28,9 @@ use clap::{Arg, ArgAction, Command, CommandFactory, FromArgMatches};
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use crate::config::{self, BackendIdentity, Config, LogFormat, Pooling, ReadBufferMode};
+use crate::config::{
+    self, BackendIdentity, BackendTls, Config, LogFormat, Pooling, ReadBufferMode,
+};
 
 /// What `--print-config` prints instead of a secret.
 pub const MASK: &str = "********";
@@ -179,6 +181,8 @@ file_config! {
     plain backend_user: String,
     plain backend_password: String,
     optional backend_rsa_public_key: PathBuf,
+    plain backend_tls: BackendTls,
+    optional backend_tls_ca: PathBuf,
     plain users_file: PathBuf,
     optional rsa_key: PathBuf,
     plain read_buffers: ReadBufferMode,

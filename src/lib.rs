@@ -2,6 +2,7 @@
 //! kernel-registered fixed buffers. See `docs/architecture.md`.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod backend_tls;
 pub mod buffers;
 pub mod check;
 pub mod config;

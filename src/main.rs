@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use ringgate::config::{BackendIdentity, Config, ReadBufferMode};
+use ringgate::config::{BackendIdentity, BackendTls, Config, ReadBufferMode};
 use ringgate::config_file::{self, Action, CliError};
 use ringgate::metrics::{self, BufferMode, Metrics};
 use ringgate::mysql::sha2_rsa::{RsaPrivate, RsaPublic};
@@ -87,6 +87,20 @@ fn run(config: Config) -> Result<(), RunError> {
              --backend-identity shared ignores: every client runs as --backend-user",
             config.users_file.display()
         );
+    }
+    match config.backend_tls {
+        BackendTls::Disabled => {}
+        BackendTls::Preferred => tracing::warn!(
+            "--backend-tls preferred: the proxy's backend leg does not speak TLS yet, so backend \
+             connections stay plain (`ringgate check` reports whether the server offers TLS)"
+        ),
+        mode => {
+            return Err(format!(
+                "cannot start: --backend-tls {mode}: the proxy's backend leg does not speak TLS \
+                 yet (only `ringgate check` does); use disabled or preferred"
+            )
+            .into())
+        }
     }
     let rsa_key = match &config.rsa_key {
         Some(path) => Some(Arc::new(

@@ -30,15 +30,15 @@ use crate::mysql::auth::{Credential, NATIVE_PASSWORD, SCRAMBLE_LEN};
 use crate::mysql::caching_sha2::CACHING_SHA2_PASSWORD;
 use crate::mysql::client_sha2::{FullAuthTransport, Sha2Exchange, Sha2Next};
 use crate::mysql::constants::*;
-use crate::mysql::handshake::{self, Greeting, HandshakeResponse};
+use crate::mysql::handshake::{self, Greeting, HandshakeResponse, SSL_REQUEST_LEN};
 use crate::mysql::packet::write_packet;
 use crate::mysql::reply::{parse_auth_reply, ServerReply};
 use crate::mysql::ProtocolError;
 
 /// Capabilities ringgate never asks a backend for, whatever the caller
-/// wants: it speaks neither TLS nor the compressed protocol to the backend,
-/// and a response with CLIENT_SSL set would make the server expect a TLS
-/// handshake next.
+/// wants: it does not speak the compressed protocol to the backend, and
+/// CLIENT_SSL is set only by [`ClientLogin::with_tls`] (a response with it
+/// makes the server expect a TLS handshake next).
 const NEVER_ASKED: u32 = CLIENT_SSL | CLIENT_COMPRESS | CLIENT_ZSTD_COMPRESSION_ALGORITHM;
 
 /// What to log in with.
@@ -80,6 +80,10 @@ pub enum LoginStep {
     /// Nothing to send: feed the next packet (caching_sha2's 0x01 0x03
     /// comes just before the OK).
     Wait,
+    /// Send this SSLRequest (framed), then run the TLS handshake as a
+    /// client, then call [`ClientLogin::on_tls_established`]; every packet
+    /// after it goes through TLS.
+    StartTls(Vec<u8>),
     /// Logged in. `greeting` is the server's parsed HandshakeV10 (version, capabilities,
     /// connection id, ...), `capabilities` what was negotiated, `status` the OK's status flags.
     Done {
@@ -130,6 +134,13 @@ pub enum LoginError {
     /// long for it).
     #[error("caching_sha2_password RSA exchange: {0}")]
     Rsa(String),
+    /// TLS is required (`--backend-tls required` or stricter) and the
+    /// server's greeting does not offer it.
+    #[error(
+        "the server does not offer TLS (no CLIENT_SSL in its greeting; server {0}) and \
+         --backend-tls requires it"
+    )]
+    TlsUnavailable(String),
     #[error("malformed {what} from the server: {detail}")]
     Protocol { what: &'static str, detail: String },
 }
@@ -151,8 +162,29 @@ enum State {
         /// caching_sha2_password's exchange, when that plugin is in use.
         sha2: Option<Sha2Exchange>,
     },
+    /// The SSLRequest is out: the TLS handshake runs, then the
+    /// HandshakeResponse (already made, `seq` its sequence id) goes out.
+    TlsPending {
+        greeting: Greeting,
+        capabilities: u32,
+        response: Vec<u8>,
+        seq: u8,
+        sha2: Option<Sha2Exchange>,
+    },
     /// Logged in, or failed: nothing more is expected.
     Finished,
+}
+
+/// Whether the login asks for TLS (`--backend-tls`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TlsWish {
+    /// Never (`disabled`).
+    #[default]
+    Off,
+    /// When the greeting offers it (`preferred`).
+    Preferred,
+    /// Always; a server without it is an error (`required` and stricter).
+    Required,
 }
 
 /// A client login in progress. See the module documentation.
@@ -168,6 +200,7 @@ pub struct ClientLogin {
     /// How caching_sha2 full authentication may send the password (see
     /// [`ClientLogin::with_full_auth_transport`]).
     transport: FullAuthTransport,
+    tls: TlsWish,
     state: State,
 }
 
@@ -178,7 +211,42 @@ impl ClientLogin {
             ext_wanted: 0,
             connect_attrs: Vec::new(),
             transport: FullAuthTransport::default(),
+            tls: TlsWish::Off,
             state: State::Greeting,
+        }
+    }
+
+    /// Ask for TLS after the greeting (see [`LoginStep::StartTls`]).
+    pub fn with_tls(mut self, tls: TlsWish) -> ClientLogin {
+        self.tls = tls;
+        self
+    }
+
+    /// The TLS handshake after [`LoginStep::StartTls`] completed: the
+    /// HandshakeResponse to send (through TLS). caching_sha2 full
+    /// authentication may now send the cleartext.
+    pub fn on_tls_established(&mut self) -> Result<LoginStep, LoginError> {
+        match std::mem::replace(&mut self.state, State::Finished) {
+            State::TlsPending {
+                greeting,
+                capabilities,
+                response,
+                seq,
+                sha2,
+            } => {
+                self.transport.secure = true;
+                let mut out = Vec::with_capacity(response.len() + 4);
+                let expect_seq = write_packet(&mut out, seq, &response);
+                self.state = State::Auth {
+                    greeting,
+                    capabilities,
+                    expect_seq,
+                    switched: false,
+                    sha2,
+                };
+                Ok(LoginStep::Send(out))
+            }
+            _ => Err(protocol("TLS", "no TLS handshake was asked for")),
         }
     }
 
@@ -231,6 +299,10 @@ impl ClientLogin {
                 };
                 self.on_auth_reply(auth, seq, payload)
             }
+            State::TlsPending { .. } => Err(protocol(
+                "packet",
+                "a packet during the TLS handshake, before the HandshakeResponse",
+            )),
             State::Finished => Err(protocol(
                 "packet",
                 "the login is already over, nothing more was expected",
@@ -291,6 +363,16 @@ impl ClientLogin {
         if !connect_attrs.is_empty() {
             capabilities |= CLIENT_CONNECT_ATTRS;
         }
+        let offered = greeting.capabilities & CLIENT_SSL != 0;
+        let tls = match self.tls {
+            TlsWish::Off => false,
+            TlsWish::Preferred => offered,
+            TlsWish::Required if offered => true,
+            TlsWish::Required => return Err(LoginError::TlsUnavailable(greeting.server_version)),
+        };
+        if tls {
+            capabilities |= CLIENT_SSL;
+        }
         // The greeting's plugin when it is caching_sha2_password and the
         // credential can scramble for it (MySQL 8's default), else a
         // native token: a server whose account uses another plugin answers
@@ -323,6 +405,20 @@ impl ClientLogin {
         let mut payload = handshake::build_handshake_response(&response);
         handshake::set_response_ext_capabilities(&mut payload, ext);
         let mut out = Vec::new();
+        if tls {
+            // The SSLRequest is the response's first 32 bytes (capabilities,
+            // max packet, charset, filler with MariaDB's extended
+            // capabilities); the whole response follows through TLS.
+            let seq = write_packet(&mut out, seq.wrapping_add(1), &payload[..SSL_REQUEST_LEN]);
+            self.state = State::TlsPending {
+                greeting,
+                capabilities,
+                response: payload,
+                seq,
+                sha2,
+            };
+            return Ok(LoginStep::StartTls(out));
+        }
         let expect_seq = write_packet(&mut out, seq.wrapping_add(1), &payload);
         self.state = State::Auth {
             greeting,
@@ -1037,3 +1133,7 @@ mod tests {
         assert!(text.contains("<redacted>"), "{text}");
     }
 }
+
+#[cfg(test)]
+#[path = "client_tls_tests.rs"]
+mod tls_tests;

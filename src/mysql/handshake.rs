@@ -16,7 +16,7 @@ const MAX_CONNECT_ATTRS_LEN: usize = 64 * 1024;
 
 /// Length of the fixed prefix of HandshakeResponse41, which is also the whole
 /// SSLRequest: capabilities(4) + max packet(4) + charset(1) + filler(23).
-const SSL_REQUEST_LEN: usize = 32;
+pub const SSL_REQUEST_LEN: usize = 32;
 
 /// A HandshakeV10 greeting.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -475,6 +475,11 @@ impl BackendConn {
             consumed += used;
             match login.on_packet(pkt.seq, pkt.payload) {
                 Ok(LoginStep::Wait) => continue,
+                // The proxy's logins never ask for TLS (start-up refuses a
+                // --backend-tls that needs it).
+                Ok(LoginStep::StartTls(_)) => {
+                    return self.fail("TLS on the backend leg is not implemented".into(), out)
+                }
                 Ok(LoginStep::Send(bytes)) => {
                     *writing = true;
                     *answered = true;
