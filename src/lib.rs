@@ -14,3 +14,4 @@ pub mod mysql;
 pub mod proxy;
 pub mod ring;
 pub mod sockopt;
+pub mod tls;

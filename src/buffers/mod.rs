@@ -88,6 +88,10 @@ pub struct ReadBuffer {
     capacity: usize,
     /// Valid bytes at the start of the buffer (set from completions).
     filled: usize,
+    /// Behind a TLS leg: bytes received after the valid ones that are not
+    /// decoded yet (a partial record). Reads append after them; the valid
+    /// bytes are the decoded plaintext (`proxy::tls_leg`).
+    wire: usize,
     in_flight: bool,
     owner: Owner,
 }
@@ -120,19 +124,57 @@ impl ReadBuffer {
         self.filled
     }
 
-    /// Forget the valid bytes (the next read starts at offset 0).
+    /// Forget the valid bytes (the next read starts at offset 0, or after
+    /// the undecoded wire bytes, which move to the front).
     pub fn clear(&mut self) {
+        if self.wire > 0 {
+            let (filled, end) = (self.filled, self.filled + self.wire);
+            self.as_mut_slice().copy_within(filled..end, 0);
+        }
         self.filled = 0;
     }
 
-    /// Drop the first `n` valid bytes, moving the rest to the front. Only
-    /// used in the login phases, where packets are small.
+    /// Drop the first `n` valid bytes, moving the rest (and any undecoded
+    /// wire bytes) to the front. Only used in the login phases, where
+    /// packets are small.
     pub fn consume(&mut self, n: usize) {
         assert!(!self.in_flight);
         let n = n.min(self.filled);
-        let filled = self.filled;
-        self.as_mut_slice().copy_within(n..filled, 0);
+        let end = self.filled + self.wire;
+        self.as_mut_slice().copy_within(n..end, 0);
         self.filled -= n;
+    }
+
+    /// A TLS leg starts: the valid bytes (what the client sent behind its
+    /// SSLRequest) are its first wire bytes.
+    pub fn to_wire(&mut self) {
+        self.wire += self.filled;
+        self.filled = 0;
+    }
+
+    /// Undecoded wire bytes behind the valid ones.
+    pub fn wire_len(&self) -> usize {
+        self.wire
+    }
+
+    /// Room for another read.
+    pub fn has_room(&self) -> bool {
+        self.filled + self.wire < self.capacity
+    }
+
+    /// The whole buffer with the end of the valid bytes and of the wire
+    /// bytes, for a TLS leg to decode in place; [`ReadBuffer::set_parts`]
+    /// records what it left.
+    pub fn parts_mut(&mut self) -> (&mut [u8], usize, usize) {
+        assert!(!self.in_flight);
+        let (filled, end) = (self.filled, self.filled + self.wire);
+        (self.as_mut_slice(), filled, end)
+    }
+
+    pub fn set_parts(&mut self, plain_end: usize, wire_end: usize) {
+        assert!(plain_end <= wire_end && wire_end <= self.capacity);
+        self.filled = plain_end;
+        self.wire = wire_end - plain_end;
     }
 
     /// Append `data` after the valid bytes (ring mode keeps bytes across
@@ -140,6 +182,7 @@ impl ReadBuffer {
     /// rare). False, and nothing changed, when it does not fit.
     pub fn append(&mut self, data: &[u8]) -> bool {
         assert!(!self.in_flight);
+        debug_assert_eq!(self.wire, 0, "ring mode has no TLS leg");
         let start = self.filled;
         if data.len() > self.capacity - start {
             return false;
@@ -155,12 +198,12 @@ impl ReadBuffer {
     pub fn replace_prefix(&mut self, old: usize, new: &[u8]) -> bool {
         assert!(!self.in_flight);
         let old = old.min(self.filled);
-        let (filled, rest) = (self.filled, self.filled - old);
-        if new.len() + rest > self.capacity {
+        let (end, rest) = (self.filled + self.wire, self.filled - old);
+        if new.len() + rest + self.wire > self.capacity {
             return false;
         }
         let slice = self.as_mut_slice();
-        slice.copy_within(old..filled, new.len());
+        slice.copy_within(old..end, new.len());
         slice[..new.len()].copy_from_slice(new);
         self.filled = new.len() + rest;
         true
@@ -198,8 +241,8 @@ impl ReadBuffer {
     /// is in flight until [`ReadBuffer::complete`].
     pub fn read_sqe(&mut self, fd: RawFd, user_data: u64) -> Sqe {
         assert!(!self.in_flight, "second operation on a busy buffer");
-        assert!(self.filled < self.capacity, "read into a full buffer");
-        let start = self.filled;
+        let start = self.filled + self.wire;
+        assert!(start < self.capacity, "read into a full buffer");
         let len = (self.capacity - start) as u32;
         // SAFETY: `start < capacity`, so the pointer stays inside the buffer.
         let ptr = unsafe { self.base_ptr().add(start) };
@@ -248,7 +291,15 @@ impl ReadBuffer {
     pub fn complete(&mut self, read: usize) {
         debug_assert!(self.in_flight);
         self.in_flight = false;
-        self.filled = (self.filled + read).min(self.capacity);
+        self.filled = (self.filled + read).min(self.capacity - self.wire);
+    }
+
+    /// The CQE of a read behind a TLS leg was reaped: the bytes are wire
+    /// bytes, for the leg to decode.
+    pub fn complete_wire(&mut self, read: usize) {
+        debug_assert!(self.in_flight);
+        self.in_flight = false;
+        self.wire = (self.wire + read).min(self.capacity - self.filled);
     }
 
     /// Put `data` after the valid bytes as if a read had delivered it
@@ -513,6 +564,7 @@ impl BufferPool {
             memory,
             capacity: self.buffer_size,
             filled: 0,
+            wire: 0,
             in_flight: false,
             owner,
         }
