@@ -354,6 +354,26 @@ pub struct Config {
     #[arg(long)]
     pub no_client_compression: bool,
 
+    /// PEM certificate chain for TLS with clients (with --tls-key). Clients
+    /// that ask (an SSLRequest) get TLS 1.3, or 1.2 if that is all they
+    /// speak. Reloaded on SIGHUP. Needs --read-buffer-size 24576 or more.
+    #[arg(long, value_name = "PATH")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "PATH")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA certificates: TLS clients must present a certificate signed
+    /// by one of them (client certificates are not asked for without it).
+    #[arg(long, value_name = "PATH")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// Refuse TCP logins without TLS with MySQL's ERR 3159; unix-socket
+    /// clients count as secure (as in MySQL).
+    #[arg(long)]
+    pub require_secure_transport: bool,
+
     /// Serve Prometheus metrics at http://ADDR/metrics (off when unset).
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
@@ -475,6 +495,10 @@ impl std::fmt::Debug for Config {
             .field("socket", &self.socket)
             .field("allow_local_infile", &self.allow_local_infile)
             .field("no_client_compression", &self.no_client_compression)
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
+            .field("tls_client_ca", &self.tls_client_ca)
+            .field("require_secure_transport", &self.require_secure_transport)
             .field("metrics_listen", &self.metrics_listen)
             .field("log_level", &self.log_level)
             .field("log_format", &self.log_format)
@@ -482,7 +506,47 @@ impl std::fmt::Debug for Config {
     }
 }
 
+/// The smallest read buffer that holds a whole TLS record (16 KiB of
+/// plaintext + 261 bytes in TLS 1.3) beside the plaintext not yet forwarded.
+pub const TLS_MIN_READ_BUFFER: u32 = 24576;
+
 impl Config {
+    /// The front end's TLS files, when TLS is configured; an error names a
+    /// flag missing its partner or a read buffer too small for a record.
+    pub fn tls_files(&self) -> Result<Option<crate::tls::TlsFiles>, String> {
+        match (&self.tls_cert, &self.tls_key) {
+            (None, None) => {
+                if self.tls_client_ca.is_some() {
+                    return Err("--tls-client-ca needs --tls-cert and --tls-key".into());
+                }
+                if self.require_secure_transport && self.socket.is_none() {
+                    return Err(
+                        "--require-secure-transport with neither TLS (--tls-cert, --tls-key) \
+                         nor --socket would refuse every client"
+                            .into(),
+                    );
+                }
+                Ok(None)
+            }
+            (Some(_), None) => Err("--tls-cert needs --tls-key".into()),
+            (None, Some(_)) => Err("--tls-key needs --tls-cert".into()),
+            (Some(cert), Some(key)) => {
+                if self.read_buffer_size < TLS_MIN_READ_BUFFER {
+                    return Err(format!(
+                        "TLS needs --read-buffer-size {TLS_MIN_READ_BUFFER} or more (is {}): \
+                         a whole TLS record must fit in a connection's read buffer",
+                        self.read_buffer_size
+                    ));
+                }
+                Ok(Some(crate::tls::TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    client_ca: self.tls_client_ca.clone(),
+                }))
+            }
+        }
+    }
+
     /// Locked memory the fixed read-buffer pools register, in bytes:
     /// workers × slots × slot size (0 with `--read-buffers heap`, and with
     /// `ring`, whose buffers are not pinned; only the ring's one page of

@@ -13,6 +13,7 @@ use ringgate::metrics::{self, BufferMode, Metrics};
 use ringgate::mysql::sha2_rsa::{RsaPrivate, RsaPublic};
 use ringgate::mysql::Users;
 use ringgate::proxy::{worker, Shared};
+use ringgate::tls::TlsState;
 use ringgate::{check, listen_guard, logging};
 
 fn main() -> ExitCode {
@@ -116,6 +117,22 @@ fn run(config: Config) -> Result<(), RunError> {
         }
         None => None,
     };
+    let tls = match config
+        .tls_files()
+        .map_err(|e| format!("cannot start: {e}"))?
+    {
+        Some(files) => {
+            let state = TlsState::load(files).map_err(|e| format!("cannot start: {e}"))?;
+            tracing::info!(
+                tls_cert = %state.files.cert.display(),
+                client_certificates = state.files.client_ca.is_some(),
+                require_secure_transport = config.require_secure_transport,
+                "front-end TLS on (TLS 1.3 and 1.2)"
+            );
+            Some(state)
+        }
+        None => None,
+    };
     let workers = config.worker_count();
     let requested = match config.read_buffers {
         ReadBufferMode::Fixed => BufferMode::Fixed,
@@ -148,6 +165,7 @@ fn run(config: Config) -> Result<(), RunError> {
         registry: Default::default(),
         rsa_key,
         backend_rsa_public_key,
+        tls,
     });
     // Each user is itself on the backend: a KILL of another user's session
     // goes to the server, whose own privilege checks decide (CONNECTION
@@ -232,6 +250,7 @@ fn watch_workers(
         }
         if reload.swap(false, Ordering::Relaxed) {
             reload_users(shared);
+            reload_tls(shared);
         }
         for (id, slot) in handles.iter_mut().enumerate() {
             if !slot.as_ref().is_some_and(|h| h.is_finished()) {
@@ -329,6 +348,24 @@ fn reload_users(shared: &Shared) {
         }
         Err(e) => tracing::error!(
             "SIGHUP: users file reload refused, keeping the {old} user(s) loaded before: {e}"
+        ),
+    }
+}
+
+/// SIGHUP: load the TLS certificate and key again. New TLS sessions get the
+/// new ones; sessions already running keep theirs. Files that do not load
+/// are refused (one line, with the cause) and the old ones stay.
+fn reload_tls(shared: &Shared) {
+    let Some(tls) = shared.tls.as_ref() else {
+        return;
+    };
+    match tls.reload() {
+        Ok(()) => tracing::info!(
+            tls_cert = %tls.files.cert.display(),
+            "SIGHUP: TLS certificate and key reloaded"
+        ),
+        Err(e) => tracing::error!(
+            "SIGHUP: TLS reload refused, keeping the certificate loaded before: {e}"
         ),
     }
 }

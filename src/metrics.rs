@@ -146,17 +146,20 @@ pub enum RejectReason {
     /// The backend refused the user's own account (passthrough identity):
     /// the client got the server's ERR.
     BackendAuth,
+    /// `--require-secure-transport`: a TCP login without TLS (ERR 3159).
+    InsecureTransport,
 }
 
 impl RejectReason {
     /// Every reason, in exposition order (also the index order of
     /// [`Snapshot::client_rejected_total`]).
-    pub const ALL: [RejectReason; 5] = [
+    pub const ALL: [RejectReason; 6] = [
         RejectReason::Auth,
         RejectReason::MaxConnections,
         RejectReason::Handshake,
         RejectReason::BackendUnavailable,
         RejectReason::BackendAuth,
+        RejectReason::InsecureTransport,
     ];
 
     /// Label value used in the exposition.
@@ -167,6 +170,7 @@ impl RejectReason {
             RejectReason::Handshake => "handshake",
             RejectReason::BackendUnavailable => "backend_unavailable",
             RejectReason::BackendAuth => "backend_auth",
+            RejectReason::InsecureTransport => "insecure_transport",
         }
     }
 
@@ -287,7 +291,7 @@ pub struct WorkerMetrics {
     pub client_connections_total: AtomicU64,
     /// Rejected clients, indexed by [`RejectReason::index`]; prefer
     /// [`WorkerMetrics::reject`].
-    pub client_rejected_total: [AtomicU64; 5],
+    pub client_rejected_total: [AtomicU64; 6],
     /// Authenticated logins, indexed by [`AuthPath::index`].
     pub client_auth_total: [AtomicU64; 3],
     /// Pooled backend connections idle now.
@@ -319,6 +323,11 @@ pub struct WorkerMetrics {
     pub bytes_backend_to_client_total: AtomicU64,
     /// Client sessions that negotiated the compressed protocol.
     pub client_compressed_sessions_total: AtomicU64,
+    /// Client sessions that sent an SSLRequest (TLS started).
+    pub client_tls_sessions_total: AtomicU64,
+    /// TLS sessions that ended on a TLS error (a failed handshake, a bad
+    /// record, a refused client certificate).
+    pub client_tls_errors_total: AtomicU64,
     /// Compressed sessions' bytes: [client→proxy wire, client→proxy plain,
     /// proxy→client plain, proxy→client wire].
     pub client_compressed_bytes_total: [AtomicU64; 4],
@@ -396,6 +405,8 @@ impl WorkerMetrics {
             bytes_client_to_backend_total: AtomicU64::new(0),
             bytes_backend_to_client_total: AtomicU64::new(0),
             client_compressed_sessions_total: AtomicU64::new(0),
+            client_tls_sessions_total: AtomicU64::new(0),
+            client_tls_errors_total: AtomicU64::new(0),
             client_compressed_bytes_total: Default::default(),
             pool_waiters: AtomicI64::new(0),
             ring_ebusy_reaps: AtomicU64::new(0),
@@ -483,7 +494,7 @@ pub struct Snapshot {
     pub client_connections: i64,
     pub client_connections_total: u64,
     /// Indexed by [`RejectReason::index`]; see [`Snapshot::rejected`].
-    pub client_rejected_total: [u64; 5],
+    pub client_rejected_total: [u64; 6],
     /// Indexed by [`AuthPath::index`].
     pub client_auth_total: [u64; 3],
     pub backend_idle: i64,
@@ -500,6 +511,8 @@ pub struct Snapshot {
     pub bytes_client_to_backend_total: u64,
     pub bytes_backend_to_client_total: u64,
     pub client_compressed_sessions_total: u64,
+    pub client_tls_sessions_total: u64,
+    pub client_tls_errors_total: u64,
     /// As [`WorkerMetrics::client_compressed_bytes_total`].
     pub client_compressed_bytes_total: [u64; 4],
     pub pool_waiters: i64,
@@ -642,7 +655,7 @@ impl Metrics {
                 .iter()
                 .fold(0i64, |a, w| a.wrapping_add(f(w).load(Ordering::Relaxed)))
         };
-        let mut rejected = [0u64; 5];
+        let mut rejected = [0u64; 6];
         for w in self.workers.iter() {
             for (sum, c) in rejected.iter_mut().zip(&w.client_rejected_total) {
                 *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
@@ -688,6 +701,8 @@ impl Metrics {
             bytes_client_to_backend_total: u(|w| &w.bytes_client_to_backend_total),
             bytes_backend_to_client_total: u(|w| &w.bytes_backend_to_client_total),
             client_compressed_sessions_total: u(|w| &w.client_compressed_sessions_total),
+            client_tls_sessions_total: u(|w| &w.client_tls_sessions_total),
+            client_tls_errors_total: u(|w| &w.client_tls_errors_total),
             client_compressed_bytes_total: [
                 u(|w| &w.client_compressed_bytes_total[0]),
                 u(|w| &w.client_compressed_bytes_total[1]),

@@ -226,6 +226,18 @@ impl Collector for Exposition {
             "Client sessions that negotiated the compressed protocol (CLIENT_COMPRESS).",
             s.client_compressed_sessions_total,
         )?;
+        counter(
+            &mut enc,
+            "ringgate_client_tls_sessions_total",
+            "Client sessions that sent an SSLRequest (front-end TLS started).",
+            s.client_tls_sessions_total,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_client_tls_errors_total",
+            "Client TLS sessions ended by a TLS error (failed handshake, bad record, refused client certificate).",
+            s.client_tls_errors_total,
+        )?;
         let c = &s.client_compressed_bytes_total;
         counters(
             &mut enc,

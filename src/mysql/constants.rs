@@ -285,6 +285,9 @@ pub const ER_UNKNOWN_COM_ERROR: u16 = 1047;
 pub const ER_NET_PACKET_TOO_LARGE: u16 = 1153;
 /// Client does not support the authentication protocol requested.
 pub const ER_NOT_SUPPORTED_AUTH_MODE: u16 = 1251;
+/// MySQL 5.7+'s refusal of a TCP login without TLS under
+/// `require_secure_transport` (SQLSTATE HY000, the default below).
+pub const ER_SECURE_TRANSPORT_REQUIRED: u16 = 3159;
 
 /// The SQLSTATE MySQL pairs with each error code we emit, so clients that
 /// branch on SQLSTATE (JDBC, ODBC) classify our errors like the server's.

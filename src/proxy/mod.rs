@@ -36,6 +36,7 @@ mod relay;
 mod session;
 mod slab;
 mod tx_settings;
+pub mod tls_leg;
 pub mod worker;
 
 #[cfg(test)]
@@ -74,6 +75,9 @@ pub struct Shared {
     pub rsa_key: Option<Arc<RsaPrivate>>,
     /// `--backend-rsa-public-key`.
     pub backend_rsa_public_key: Option<Arc<RsaPublic>>,
+    /// Front-end TLS (`--tls-cert`, `--tls-key`); its config is swapped
+    /// whole on SIGHUP and read once per SSLRequest.
+    pub tls: Option<crate::tls::TlsState>,
 }
 
 impl Shared {

@@ -47,6 +47,10 @@ pub const PASSTHROUGH_CAPS: u32 = CLIENT_FOUND_ROWS
     | CLIENT_DEPRECATE_EOF
     | CLIENT_LOCAL_FILES;
 
+/// The peer host the worker gives a unix-socket client (a TCP peer is
+/// always an IP address).
+pub const UNIX_PEER_HOST: &str = "localhost";
+
 /// How long a refused client may go on sending before it is cut.
 pub const LINGER: Duration = Duration::from_secs(2);
 
@@ -97,6 +101,11 @@ pub enum SessionAction {
     /// in both directions, and the session sees only the plain stream.
     /// Bytes already in the session buffer are the transform's input.
     StartClientLeg(LegKind),
+    /// The client sent an SSLRequest: the TLS handshake starts on its
+    /// socket. Bytes already in the session buffer are its first records;
+    /// from now on the session sees only the decrypted stream (a
+    /// compression leg, if negotiated later, runs inside it).
+    StartTls,
     /// Shut the backend's socket down: it will not be reused.
     AbortBackend,
     /// Shut the client's socket down so its operations complete.
@@ -234,6 +243,8 @@ pub struct NewSession {
     pub over_limit: bool,
     /// `--pooling transaction`.
     pub transaction_pooling: bool,
+    /// `--require-secure-transport`: refuse a TCP login without TLS.
+    pub require_secure_transport: bool,
 }
 
 pub struct Session {
@@ -272,6 +283,14 @@ pub struct Session {
     client_caps: u32,
     /// `--pooling transaction`.
     transaction_pooling: bool,
+    /// The client's transport keeps a password private: TLS, or the unix
+    /// socket (as MySQL counts it). Full caching_sha2 authentication and
+    /// mysql_clear_password need it.
+    secure: bool,
+    /// `--require-secure-transport`.
+    require_secure_transport: bool,
+    /// The client sent its SSLRequest and TLS runs.
+    tls_started: bool,
     /// A caching_sha2_password login's step (session_sha2.rs).
     sha2: Sha2Phase,
     /// Transaction pooling: what the session carries between backend
@@ -287,6 +306,7 @@ fn packet(seq: u8, payload: &[u8]) -> (Vec<u8>, u8) {
 
 impl Session {
     pub fn new(n: NewSession, out: &mut Vec<SessionAction>) -> Session {
+        let secure = n.peer_host == UNIX_PEER_HOST;
         let mut s = Session {
             state: State::Greeting,
             scramble: n.scramble,
@@ -308,6 +328,9 @@ impl Session {
             client_leg: None,
             client_caps: 0,
             transaction_pooling: n.transaction_pooling,
+            secure,
+            require_secure_transport: n.require_secure_transport,
+            tls_started: false,
             sha2: Sha2Phase::Off,
             tx: None,
         };
@@ -708,12 +731,36 @@ impl Session {
                 out.push(SessionAction::Reject(RejectReason::Handshake));
                 self.send_err(ER_HANDSHAKE_ERROR, "Bad handshake", State::SendErrThenClose, out)
             }
-            Ok(ClientHello::SslRequest { .. }) => self.login_failed(
+            Ok(ClientHello::SslRequest { .. }) if self.capabilities & CLIENT_SSL == 0 => self
+                .login_failed(
+                    RejectReason::Handshake,
+                    ER_HANDSHAKE_ERROR,
+                    "Bad handshake: ringgate does not offer TLS (start it with --tls-cert and --tls-key); connect with TLS disabled (e.g. --ssl=0 / ssl-mode=DISABLED)",
+                    out,
+                ),
+            Ok(ClientHello::SslRequest { .. }) if self.tls_started => self.login_failed(
                 RejectReason::Handshake,
                 ER_HANDSHAKE_ERROR,
-                "Bad handshake: ringgate does not offer TLS; connect with TLS disabled (e.g. --ssl=0 / ssl-mode=DISABLED)",
+                "Bad handshake: a second SSLRequest inside TLS",
                 out,
             ),
+            Ok(ClientHello::SslRequest { .. }) => {
+                // The handshake response comes next, inside TLS.
+                self.tls_started = true;
+                self.secure = true;
+                out.push(SessionAction::StartTls);
+                out.push(SessionAction::ReadClient);
+            }
+            Ok(ClientHello::Response(_)) if self.require_secure_transport && !self.secure => {
+                // Refused before the credentials are looked at, so the
+                // answer says nothing about the account (as MySQL).
+                self.login_failed(
+                    RejectReason::InsecureTransport,
+                    ER_SECURE_TRANSPORT_REQUIRED,
+                    "Connections using insecure transport are prohibited while --require_secure_transport=ON.",
+                    out,
+                )
+            }
             Ok(ClientHello::Response(hello)) => {
                 let ext = handshake::response_ext_capabilities(&payload);
                 self.on_hello(hello, ext, ctx, out)

@@ -9,7 +9,7 @@
 //!                                         <- ERR 1045 (no match, and only
 //!                                            `Password` entries: nothing to gain)
 //!                                         <- 0x01 0x04 (perform full auth)
-//! cleartext password NUL               ->    unix socket only, for now
+//! cleartext password NUL               ->    over TLS or the unix socket
 //! 0x02 (public key, please)            ->    with --rsa-key
 //!                                         <- 0x01 PEM public key
 //! RSA-OAEP(password NUL XOR nonce)     ->
@@ -131,7 +131,8 @@ impl Session {
         login.used_password = true;
         let user = login.user.clone();
         let decrypted;
-        let password = if self.over_unix_socket() {
+        let password = if self.secure {
+            // TLS or the unix socket.
             // The client sends the password NUL-terminated.
             payload.strip_suffix(&[0]).unwrap_or(payload)
         } else if let Some(key) = ctx.rsa_key {
@@ -161,7 +162,7 @@ impl Session {
             // the public-key request 0x02 included.
             out.push(SessionAction::Log(
                 "caching_sha2_password full authentication over TCP needs TLS or RSA keys: \
-                 start ringgate with --rsa-key (or use the unix socket, or a cached fast auth)"
+                 start ringgate with --rsa-key or --tls-cert/--tls-key (or use the unix socket, or a cached fast auth)"
                     .into(),
             ));
             return self.access_denied(ctx, out);
@@ -196,12 +197,6 @@ impl Session {
         let (bytes, next) = packet(self.seq, &[AUTH_MORE_DATA, FAST_AUTH_SUCCESS]);
         self.seq = next;
         bytes
-    }
-
-    /// A unix-socket client: the worker names its peer host `localhost`
-    /// (a TCP peer is always an IP address).
-    fn over_unix_socket(&self) -> bool {
-        self.peer_host == "localhost"
     }
 
     /// The refusal the server gives for a bad password or unknown user.
@@ -260,6 +255,7 @@ mod tests {
                 now: Instant::now(),
                 over_limit: false,
                 transaction_pooling: false,
+                require_secure_transport: false,
             },
             &mut out,
         );

@@ -43,6 +43,7 @@ fn new_session(now: Instant, over_limit: bool) -> (Session, Vec<SessionAction>) 
             now,
             over_limit,
             transaction_pooling: false,
+            require_secure_transport: false,
         },
         &mut out,
     );
@@ -464,6 +465,7 @@ fn new_mariadb_session(now: Instant) -> (Session, Vec<SessionAction>) {
             now,
             over_limit: false,
             transaction_pooling: false,
+            require_secure_transport: false,
         },
         &mut out,
     );
@@ -590,6 +592,7 @@ fn a_compressing_client_gets_its_leg_after_the_plain_login_ok() {
             now,
             over_limit: false,
             transaction_pooling: false,
+            require_secure_transport: false,
         },
         &mut out,
     );
@@ -964,6 +967,7 @@ fn change_user_behind_a_compressed_leg_is_read_like_any_other() {
             now,
             over_limit: false,
             transaction_pooling: false,
+            require_secure_transport: false,
         },
         &mut out,
     );
@@ -1009,6 +1013,7 @@ fn tx_session(u: &Users, now: Instant) -> Session {
             now,
             over_limit: false,
             transaction_pooling: true,
+            require_secure_transport: false,
         },
         &mut out,
     );
@@ -1187,4 +1192,103 @@ fn transaction_pooling_pins_on_a_user_variable_and_quits_without_a_backend() {
     assert!(!out
         .iter()
         .any(|a| matches!(a, SessionAction::LeaseForCommand { .. })));
+}
+
+// ---- TLS in the handshake (issue 14) ----
+
+fn tls_session(now: Instant, tls: bool, require: bool, peer: &str) -> Session {
+    let mut out = Vec::new();
+    Session::new(
+        NewSession {
+            scramble: SCRAMBLE,
+            connection_id: 1,
+            capabilities: PROXY_CAPS | PASSTHROUGH_CAPS | if tls { CLIENT_SSL } else { 0 },
+            ext_capabilities: 0,
+            server_version: "10.11.0-MariaDB".into(),
+            peer_host: peer.into(),
+            now,
+            over_limit: false,
+            transaction_pooling: false,
+            require_secure_transport: require,
+        },
+        &mut out,
+    )
+}
+
+fn ssl_request() -> Vec<u8> {
+    let mut payload = (CLIENT_PROTOCOL_41 | CLIENT_SSL | CLIENT_SECURE_CONNECTION)
+        .to_le_bytes()
+        .to_vec();
+    payload.extend_from_slice(&(1u32 << 24).to_le_bytes());
+    payload.push(45);
+    payload.extend_from_slice(&[0; 23]);
+    let mut v = Vec::new();
+    write_packet(&mut v, 1, &payload);
+    v
+}
+
+#[test]
+fn an_ssl_request_starts_tls_and_the_login_follows_inside_it() {
+    let u = users();
+    let now = Instant::now();
+    let mut s = tls_session(now, true, true, "127.0.0.1");
+    let out = login(&mut s, &ssl_request(), &u, now);
+    assert_eq!(
+        out,
+        vec![
+            SessionAction::Consume(36),
+            SessionAction::StartTls,
+            SessionAction::ReadClient
+        ]
+    );
+    // The login response arrives decrypted, with sequence id 2; it is
+    // accepted although --require-secure-transport is on.
+    let mut hello2 = hello("pw", "mysql_native_password");
+    hello2[3] = 2;
+    let mut out = Vec::new();
+    s.on_client_read(hello2.len() as i32, &hello2, &ctx(&u, now), &mut out);
+    assert!(out
+        .iter()
+        .any(|a| matches!(a, SessionAction::Authenticated(_))));
+    // A second SSLRequest inside TLS is refused.
+    let mut s = tls_session(now, true, false, "127.0.0.1");
+    login(&mut s, &ssl_request(), &u, now);
+    let mut again = ssl_request();
+    again[3] = 2;
+    let mut out = Vec::new();
+    s.on_client_read(again.len() as i32, &again, &ctx(&u, now), &mut out);
+    assert_eq!(err_code(&sent(&out)[0]), ER_HANDSHAKE_ERROR);
+}
+
+#[test]
+fn without_tls_configured_an_ssl_request_is_1043() {
+    let u = users();
+    let now = Instant::now();
+    let mut s = tls_session(now, false, false, "127.0.0.1");
+    let out = login(&mut s, &ssl_request(), &u, now);
+    assert_eq!(err_code(&sent(&out)[0]), ER_HANDSHAKE_ERROR);
+    assert!(!out.contains(&SessionAction::StartTls));
+}
+
+#[test]
+fn require_secure_transport_refuses_plain_tcp_with_3159_before_the_password() {
+    let u = users();
+    let now = Instant::now();
+    for password in ["pw", "wrong"] {
+        let mut s = tls_session(now, true, true, "127.0.0.1");
+        let out = login(&mut s, &hello(password, "mysql_native_password"), &u, now);
+        let err = &sent(&out)[0];
+        assert_eq!(err_code(err), ER_SECURE_TRANSPORT_REQUIRED);
+        assert_eq!(&err[7..13], b"#HY000");
+        assert!(out.contains(&SessionAction::Reject(RejectReason::InsecureTransport)));
+        assert!(!out
+            .iter()
+            .any(|a| matches!(a, SessionAction::Authenticated(_))));
+    }
+    // The unix socket counts as secure.
+    let mut s = tls_session(now, true, true, UNIX_PEER_HOST);
+    let out = login(&mut s, &hello("pw", "mysql_native_password"), &u, now);
+    assert!(out
+        .iter()
+        .any(|a| matches!(a, SessionAction::Authenticated(_))));
 }

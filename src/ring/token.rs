@@ -30,6 +30,8 @@ pub enum OpTag {
     BackendRecv = 14,
     /// Ring mode: the cancel of a backend's receive at a clean release.
     BackendRecvCancel = 15,
+    /// Front-end TLS: the session's ciphertext written to the client.
+    TlsWrite = 16,
 }
 
 impl OpTag {
@@ -50,6 +52,7 @@ impl OpTag {
             13 => OpTag::ClientRecv,
             14 => OpTag::BackendRecv,
             15 => OpTag::BackendRecvCancel,
+            16 => OpTag::TlsWrite,
             _ => return None,
         })
     }

@@ -109,8 +109,14 @@ impl Worker {
         } else {
             CLIENT_COMPRESS
         };
+        // TLS is the proxy's own too (the client leg).
+        let ssl = if self.shared.tls.is_some() {
+            CLIENT_SSL
+        } else {
+            0
+        };
         crate::proxy::presentation::greeting_capabilities(
-            PROXY_CAPS | compress | pass,
+            PROXY_CAPS | compress | ssl | pass,
             self.template.capabilities,
             self.template.ext_capabilities,
         )
@@ -164,6 +170,7 @@ impl Worker {
                 now: self.now,
                 over_limit: !counted,
                 transaction_pooling: self.shared.config.pooling == Pooling::Transaction,
+                require_secure_transport: self.shared.config.require_secure_transport,
             },
             &mut out,
         );
@@ -179,6 +186,7 @@ impl Worker {
             closing: false,
             conn,
             leg: None,
+            tls: None,
         });
         let sid = SessionId { index, generation };
         self.session_q.extend(out.into_iter().map(|a| (sid, a)));

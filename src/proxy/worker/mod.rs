@@ -16,6 +16,7 @@ mod backend_io;
 mod leg;
 mod ring_io;
 mod session_io;
+mod tls_io;
 
 use std::collections::VecDeque;
 use std::io;
@@ -47,7 +48,7 @@ use crate::config::{BackendIdentity, Pooling, ReadBufferMode};
 use crate::metrics::{BufferMode, WorkerMetrics};
 use crate::mysql::auth;
 use crate::mysql::client_sha2::FullAuthTransport;
-use crate::mysql::constants::{CLIENT_COMPRESS, CLIENT_LOCAL_FILES};
+use crate::mysql::constants::{CLIENT_COMPRESS, CLIENT_LOCAL_FILES, CLIENT_SSL};
 use crate::mysql::Users;
 use crate::ring::{ops, OpTag, Ring, RingError, Sqe, Token};
 
@@ -153,6 +154,8 @@ struct SessionSlot {
     /// The client leg's transform and its buffers, once negotiated
     /// (compression); `None` costs nothing on the zero-copy path.
     leg: Option<Box<leg::LegIo>>,
+    /// Front-end TLS, from the client's SSLRequest on; beneath the leg.
+    tls: Option<Box<tls_io::TlsIo>>,
 }
 
 pub struct Worker {
@@ -435,6 +438,7 @@ impl Worker {
             OpTag::DownRead => self.on_down_read(sid, res),
             OpTag::DownWrite => self.on_down_write(sid, res),
             OpTag::DownCancel => self.on_down_cancel(sid, res),
+            OpTag::TlsWrite => self.on_tls_write(sid, res),
             OpTag::ClientRecv => self.on_client_recv(sid, res, flags),
             OpTag::BackendRecv => self.on_backend_recv(bid, res, flags),
             OpTag::BackendRecvCancel => self.on_backend_recv_cancel(bid, res),

@@ -81,8 +81,8 @@ impl Worker {
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return true;
         };
-        if slot.leg.is_some() {
-            // A client leg (compression) copies every byte through its
+        if slot.leg.is_some() || slot.tls.is_some() {
+            // A client leg (compression, TLS) copies every byte through its
             // transform anyway: its session reads as in heap mode.
             return false;
         }

@@ -24,7 +24,10 @@ impl Worker {
         };
         slot.io.op_done();
         if let Some(buf) = slot.io.buf.as_mut() {
-            buf.complete(res.max(0) as usize);
+            match slot.tls {
+                Some(_) => buf.complete_wire(res.max(0) as usize),
+                None => buf.complete(res.max(0) as usize),
+            }
         }
         if slot.closing {
             return self.try_finish_session(sid);
@@ -32,6 +35,9 @@ impl Worker {
         if !slot.session.is_relaying() {
             // A login may be verified now: see a SIGHUP reload at once.
             self.users = self.shared.users();
+        }
+        if slot.tls.is_some() {
+            return self.tls_read_done(sid, res);
         }
         if slot.leg.is_some() {
             return self.leg_client_read_done(sid, res);
@@ -176,6 +182,8 @@ impl Worker {
         let backend = slot.backend;
         match slot.leg.as_mut() {
             Some(leg) => leg.down.complete(),
+            // Behind TLS the write sent a sealed copy.
+            None if slot.tls.is_some() => {}
             None => {
                 if !self.ring_write_done(sid, Side::Backend) {
                     if let Some(buf) = backend
@@ -264,6 +272,10 @@ impl Worker {
                     None => *slot.io.out.bytes_mut() = bytes,
                 }
                 slot.io.out_pos = 0;
+                if slot.tls.is_some() {
+                    slot.io.op_started();
+                    return self.tls_send(sid, tls_io::Upper::Client, (0, 0));
+                }
                 let token = Token::new(OpTag::ClientWrite, sid.index, sid.generation);
                 let fd = slot.io.fd();
                 let sqe = slot.io.out.write_sqe(fd, 0, token.into());
@@ -399,7 +411,7 @@ impl Worker {
                 }
             }
             SessionAction::Relay(RelayOp::ReadClient) => {
-                if slot.leg.is_none() && self.buffers.is_ring() {
+                if slot.leg.is_none() && slot.tls.is_none() && self.buffers.is_ring() {
                     if let Some(buf) = slot.io.buf.as_mut().filter(|b| !b.in_flight()) {
                         buf.clear();
                     }
@@ -554,6 +566,7 @@ impl Worker {
             }
             SessionAction::HalfClose => slot.io.shutdown_write(),
             SessionAction::StartClientLeg(kind) => self.start_client_leg(sid, kind),
+            SessionAction::StartTls => self.start_tls(sid),
             SessionAction::Close => {
                 slot.closing = true;
                 slot.io.shutdown();
@@ -607,6 +620,20 @@ impl Worker {
             };
             slot = again;
         }
+        if slot.tls.is_some() {
+            if clear {
+                if let Some(buf) = slot.io.buf.as_mut() {
+                    buf.clear();
+                }
+            }
+            if self.tls_client_read(sid) {
+                return;
+            }
+            let Some(again) = self.sessions.get_mut(sid.index, sid.generation) else {
+                return;
+            };
+            slot = again;
+        }
         let fd = slot.io.fd();
         // Ring mode gave an idle connection's buffer back: take one now.
         let buf = self.buffers.ensure(&mut slot.io.buf, Owner::Client);
@@ -641,12 +668,18 @@ impl Worker {
         };
         let user_data = Token::new(tag, sid.index, sid.generation).into();
         let has_leg = slot.leg.is_some();
+        if let (Some(_), RelayIo::DownWrite { pos, end }) = (slot.tls.as_ref(), io) {
+            // Behind TLS the write sends a sealed copy of those bytes.
+            slot.io.op_started();
+            slot.relay_ops += 1;
+            return self.tls_send(sid, tls_io::Upper::Down, (pos, end));
+        }
         let target_fd = match io {
             RelayIo::UpWrite { .. } | RelayIo::DownRead => backend_fd,
             RelayIo::DownWrite { .. } => client_fd,
         };
         // Ring mode: the write sends the chunk the relay was handed.
-        if !has_leg {
+        if !has_leg && slot.tls.is_none() {
             if let Some(sqe) = self.ring_send_sqe(sid, io, target_fd, user_data) {
                 return self.relay_counted(sid, io, sqe);
             }
@@ -714,6 +747,7 @@ impl Worker {
             || slot.relay_ops > 0
             || !slot.io.quiescent()
             || !slot.leg.as_ref().is_none_or(|l| l.quiescent())
+            || !slot.tls.as_ref().is_none_or(|t| t.quiescent())
         {
             return;
         }

@@ -1,0 +1,327 @@
+//! The driver's half of front-end TLS (`proxy::tls_leg`): it sits between
+//! the client's socket and everything above it (the session, the relay and
+//! a compression leg), which keep working on plain bytes.
+//!
+//! - Reads land in the session's read buffer as always (a registered slot
+//!   in fixed mode), after any partial record already there; the leg
+//!   decodes them in place and the plaintext becomes the buffer's valid
+//!   bytes (`ReadBuffer::{parts_mut, set_parts}`). No buffer is added.
+//! - Every write to the client (the session's own packets, the relay's
+//!   down writes) is sealed into [`TlsIo::next`] and written from there by
+//!   one TLS write at a time (`OpTag::TlsWrite`). The write it stands for
+//!   is completed, with its plain length, once its last record is written
+//!   (in order), so the layers above see the whole write done as before.
+//!   Those writes stay counted on the socket (and the relay's on the
+//!   session) until then, so a closing session waits for them.
+//! - Handshake records (and tickets, alerts) join the same queue.
+//!
+//! In `--read-buffers ring` mode a TLS session reads both of its sockets
+//! as in heap mode (into its connections' own buffers), as a compressed
+//! session does: the transform copies every byte anyway.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
+
+use rustls::server::UnbufferedServerConnection;
+
+use super::*;
+use crate::buffers::WriteBuf;
+use crate::proxy::tls_leg::TlsLeg;
+
+/// Which write of the layers above a run of records stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Upper {
+    /// A proxy-made packet (`OpTag::ClientWrite`).
+    Client,
+    /// The relay's down write (`OpTag::DownWrite`).
+    Down,
+}
+
+struct Waiting {
+    upper: Upper,
+    /// The result the write reports: the plain bytes it covered.
+    plain: usize,
+    /// Done once this many ciphertext bytes are written.
+    end: u64,
+}
+
+pub(super) struct TlsIo {
+    leg: TlsLeg<UnbufferedServerConnection>,
+    /// The ciphertext being written (at most one write in flight).
+    out: WriteBuf,
+    out_pos: usize,
+    /// Ciphertext made meanwhile; written next.
+    next: Vec<u8>,
+    /// Ciphertext bytes written so far.
+    written: u64,
+    waiting: VecDeque<Waiting>,
+    /// The socket failed a write: every later write fails with this.
+    failed: Option<i32>,
+    /// Bytes behind the SSLRequest are in the buffer, not decoded yet.
+    unread: bool,
+}
+
+impl TlsIo {
+    pub fn quiescent(&self) -> bool {
+        !self.out.in_flight()
+    }
+}
+
+/// A ciphertext `Vec` keeps its capacity between writes, up to this (a
+/// large result passes; an idle session does not keep its peak).
+const KEEP_CAPACITY: usize = 64 * 1024;
+
+impl Worker {
+    /// The session's SSLRequest was read: start the TLS handshake.
+    pub(super) fn start_tls(&mut self, sid: SessionId) {
+        let config = self.shared.tls.as_ref().map(|t| t.current());
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        let conn = match config.map(UnbufferedServerConnection::new) {
+            Some(Ok(conn)) => conn,
+            // Only reachable if rustls refuses its own config.
+            other => {
+                let why = other.and_then(|r| r.err()).map(|e| e.to_string());
+                tracing::error!(worker = self.id, peer = %slot.peer, "cannot start TLS: {why:?}");
+                slot.io.shutdown();
+                return;
+            }
+        };
+        let unread = match slot.io.buf.as_mut() {
+            Some(buf) => {
+                buf.to_wire();
+                buf.wire_len() > 0
+            }
+            None => false,
+        };
+        slot.tls = Some(Box::new(TlsIo {
+            leg: TlsLeg::new(conn),
+            out: WriteBuf::default(),
+            out_pos: 0,
+            next: Vec::new(),
+            written: 0,
+            waiting: VecDeque::new(),
+            failed: None,
+            unread,
+        }));
+        self.metrics()
+            .client_tls_sessions_total
+            .fetch_add(1, Relaxed);
+    }
+
+    /// A client read is asked for: serve it from bytes that arrived with
+    /// the SSLRequest (true), or refuse it when a record cannot fit (true),
+    /// else let the socket be read (false).
+    pub(super) fn tls_client_read(&mut self, sid: SessionId) -> bool {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return true;
+        };
+        let (Some(tls), Some(buf)) = (slot.tls.as_mut(), slot.io.buf.as_ref()) else {
+            return false;
+        };
+        if std::mem::take(&mut tls.unread) {
+            self.tls_decode(sid);
+            return true;
+        }
+        if !buf.has_room() {
+            // Plaintext not consumed plus a partial record fill the buffer.
+            self.tls_deliver(sid, -libc::EMSGSIZE);
+            return true;
+        }
+        false
+    }
+
+    /// A client read completed behind TLS (its bytes are wire bytes).
+    pub(super) fn tls_read_done(&mut self, sid: SessionId, res: i32) {
+        if res <= 0 {
+            return self.tls_deliver(sid, res);
+        }
+        self.tls_decode(sid);
+    }
+
+    /// Decode what the buffer holds; hand the session its plaintext, or
+    /// read on while a handshake or a record is incomplete.
+    fn tls_decode(&mut self, sid: SessionId) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        let (Some(tls), Some(buf)) = (slot.tls.as_mut(), slot.io.buf.as_mut()) else {
+            return;
+        };
+        let (bytes, plain, wire) = buf.parts_mut();
+        let result = tls.leg.input(bytes, plain, wire, &mut tls.next);
+        let outcome = match result {
+            Ok(r) => {
+                buf.set_parts(r.plain_end, r.wire_end);
+                if r.plain_end > plain {
+                    Ok((r.plain_end - plain) as i32)
+                } else if r.peer_closed {
+                    Ok(0)
+                } else {
+                    Err(None)
+                }
+            }
+            Err(e) => Err(Some(e)),
+        };
+        self.tls_kick(sid);
+        match outcome {
+            Ok(n) => self.tls_deliver(sid, n),
+            // Nothing for the session yet: read on.
+            Err(None) => self.client_read(sid, false),
+            Err(Some(e)) => {
+                self.metrics().client_tls_errors_total.fetch_add(1, Relaxed);
+                if self.log_limiter.allow(self.now) {
+                    let peer = self
+                        .sessions
+                        .get_mut(sid.index, sid.generation)
+                        .map(|s| s.peer.clone())
+                        .unwrap_or_default();
+                    tracing::info!(worker = self.id, peer = %peer, "client TLS failed, closing: {e}");
+                }
+                self.tls_deliver(sid, -libc::EPROTO)
+            }
+        }
+    }
+
+    /// Give the layers above a client read's result: the plaintext is the
+    /// read buffer's valid bytes.
+    fn tls_deliver(&mut self, sid: SessionId, res: i32) {
+        let has_leg = self
+            .sessions
+            .get_mut(sid.index, sid.generation)
+            .is_some_and(|s| s.leg.is_some());
+        if has_leg {
+            // Compression inside TLS: its wire bytes are TLS's plaintext.
+            return self.leg_client_read_done(sid, res);
+        }
+        self.with_session(sid, |s, io, ctx, out| {
+            let data = io.buf.as_ref().map_or(&[][..], |b| b.filled());
+            s.on_client_read(res, data, ctx, out)
+        });
+    }
+
+    /// Seal the bytes of a write to the client (`ClientWrite`: the slot's
+    /// `out`; `DownWrite`: the leg's framing or the backend buffer's
+    /// `pos..end`) and queue them. The caller counted the write as started.
+    pub(super) fn tls_send(&mut self, sid: SessionId, upper: Upper, range: (usize, usize)) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        if slot.closing {
+            return self.upper_done(sid, upper, -libc::EPIPE);
+        }
+        let Some(tls) = slot.tls.as_mut() else {
+            return;
+        };
+        let backend_buf = slot
+            .backend
+            .and_then(|b| self.pool.get_mut(b))
+            .and_then(|b| b.io.buf.as_ref());
+        let plain: &[u8] = match upper {
+            Upper::Client => slot.io.out.as_slice(),
+            Upper::Down => match slot.leg.as_ref() {
+                Some(leg) => &leg.down.as_slice()[range.0..range.1],
+                None => backend_buf.map_or(&[][..], |b| &b.filled()[range.0..range.1]),
+            },
+        };
+        let len = plain.len();
+        let sealed = match tls.failed {
+            Some(e) => Err(e),
+            None => tls
+                .leg
+                .encrypt(plain, &mut tls.next)
+                .map_err(|_| -libc::EPROTO),
+        };
+        match sealed {
+            Ok(()) => {
+                // Every byte queued so far, handshake records included.
+                let unwritten = tls.out.len() - tls.out_pos.min(tls.out.len()) + tls.next.len();
+                tls.waiting.push_back(Waiting {
+                    upper,
+                    plain: len,
+                    end: tls.written + unwritten as u64,
+                });
+                self.tls_kick(sid);
+            }
+            Err(e) => self.upper_done(sid, upper, e),
+        }
+    }
+
+    /// Start the next TLS write if none is in flight and records wait.
+    fn tls_kick(&mut self, sid: SessionId) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        let Some(tls) = slot.tls.as_mut() else {
+            return;
+        };
+        if tls.out.in_flight() || tls.next.is_empty() || tls.failed.is_some() || slot.closing {
+            return;
+        }
+        let out = tls.out.bytes_mut();
+        out.clear();
+        std::mem::swap(out, &mut tls.next);
+        if tls.next.capacity() > KEEP_CAPACITY {
+            tls.next = Vec::new();
+        }
+        tls.out_pos = 0;
+        let token = Token::new(OpTag::TlsWrite, sid.index, sid.generation);
+        let sqe = tls.out.write_sqe(slot.io.fd(), 0, token.into());
+        slot.io.op_started();
+        self.submit(sqe);
+    }
+
+    /// A TLS write completed.
+    pub(super) fn on_tls_write(&mut self, sid: SessionId, res: i32) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        slot.io.op_done();
+        let closing = slot.closing;
+        let Some(tls) = slot.tls.as_mut() else {
+            return;
+        };
+        tls.out.complete();
+        if res > 0 {
+            tls.out_pos += res as usize;
+            tls.written += res as u64;
+            if tls.out_pos < tls.out.len() && !closing {
+                let token = Token::new(OpTag::TlsWrite, sid.index, sid.generation);
+                let sqe = tls.out.write_sqe(slot.io.fd(), tls.out_pos, token.into());
+                slot.io.op_started();
+                return self.submit(sqe);
+            }
+        }
+        if res <= 0 || closing {
+            tls.failed
+                .get_or_insert(if res < 0 { res } else { -libc::EPIPE });
+        }
+        let mut done = Vec::new();
+        while let Some(w) = tls.waiting.front() {
+            let result = match tls.failed {
+                Some(e) => e,
+                None if w.end <= tls.written => w.plain as i32,
+                None => break,
+            };
+            done.push((w.upper, result));
+            tls.waiting.pop_front();
+        }
+        if tls.out_pos >= tls.out.len() {
+            tls.out.bytes_mut().clear();
+        }
+        self.tls_kick(sid);
+        for (upper, result) in done {
+            self.upper_done(sid, upper, result);
+        }
+        self.try_finish_session(sid);
+    }
+
+    /// Complete a write of the layers above with `res`.
+    fn upper_done(&mut self, sid: SessionId, upper: Upper, res: i32) {
+        match upper {
+            Upper::Client => self.on_client_write(sid, res),
+            Upper::Down => self.on_down_write(sid, res),
+        }
+    }
+}
