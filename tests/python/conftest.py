@@ -188,6 +188,7 @@ class Proxy:
         backend=None,
         backend_user=None,
         backend_password=None,
+        read_buffer_size=16384,
     ):
         self.mode = mode
         # --pooling: the test's own choice, else RINGGATE_TEST_POOLING (which runs the whole
@@ -218,7 +219,7 @@ class Proxy:
                 "--backend", f"{self.backend['host']}:{self.backend['port']}",
                 "--users-file", str(users_file),
                 "--read-buffers", mode,
-                "--read-buffer-size", "16384",
+                "--read-buffer-size", str(read_buffer_size),
                 "--read-buffer-count", "1024",
                 "--max-connections", "1000",
                 "--backend-pool-size", "4",

@@ -1,0 +1,356 @@
+"""Front-end TLS (issue 14, items 1-3) with real clients through ringgate against the MariaDB
+sandbox: the mariadb CLI (--ssl, --ssl-verify-server-cert), PyMySQL (ssl=), mysql-connector-python
+(TLS 1.2 and 1.3; caching_sha2_password full authentication over TLS, then fast auth), node mysql2
+(ssl, and compression inside TLS). Certificates are made with openssl by the `pki` fixture.
+
+Also: a bad certificate at start-up, --require-secure-transport (ERR 3159), SIGHUP reload (new
+certificate served; a broken file keeps the old), an SSLRequest followed by garbage, a stalled TLS
+handshake (--handshake-timeout), client certificates (--tls-client-ca), and no secret in the log.
+Every proxy ends with the leak checks of Proxy.assert_settled().
+"""
+
+import json
+import os
+import signal
+import socket
+import ssl
+import struct
+import subprocess
+import time
+
+import mysql.connector
+import pymysql
+import pytest
+
+from conftest import APP_PASSWORD, APP_USER, NODE_DIR, USERS_FILE, node_with_mysql2, ringgate_bin
+from test_caching_sha2 import FOOBAR_VERIFIER, PASSWORD
+
+# TLS needs a read buffer that holds a whole record (ringgate refuses less).
+TLS_BUFFER = 24576
+CLIENT_PROTOCOL_41 = 0x200
+CLIENT_SSL = 0x800
+CLIENT_SECURE_CONNECTION = 0x8000
+INSECURE = "Connections using insecure transport are prohibited while --require_secure_transport=ON."
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _ca(d, name):
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "30", "-subj", f"/CN={name}", cwd=d)
+
+
+def _leaf(d, name, ca, ext):
+    (d / f"{name}.ext").write_text(ext)
+    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+             "-CAcreateserial", "-out", f"{name}.pem", "-days", "30", "-extfile", f"{name}.ext", cwd=d)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """Two CAs, a server certificate from each (localhost, 127.0.0.1), a client certificate."""
+    d = tmp_path_factory.mktemp("pki")
+    server_ext = "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
+    for ca, leaf in (("ca1", "server1"), ("ca2", "server2")):
+        _ca(d, ca)
+        _leaf(d, leaf, ca, server_ext)
+    _leaf(d, "client1", "ca1", "extendedKeyUsage=clientAuth\n")
+    return d
+
+
+def _tls_args(pki, n=1):
+    return ("--tls-cert", str(pki / f"server{n}.pem"), "--tls-key", str(pki / f"server{n}.key"))
+
+
+@pytest.fixture
+def tls_proxy(make_proxy, pki):
+    return make_proxy(extra_args=_tls_args(pki), read_buffer_size=TLS_BUFFER)
+
+
+def _metric(proxy, name):
+    return proxy.metrics()(name)
+
+
+def _pymysql_tls(proxy, ca, **kw):
+    kw.setdefault("user", APP_USER)
+    kw.setdefault("password", APP_PASSWORD)
+    return pymysql.connect(host="127.0.0.1", port=proxy.port, ssl={"ca": str(ca)}, connect_timeout=10, **kw)
+
+
+def _one(conn, sql, args=None):
+    cur = conn.cursor()
+    cur.execute(sql, args)
+    row = cur.fetchone()
+    cur.close()
+    return row
+
+
+def test_clients_over_tls(tls_proxy, pki):
+    proxy = tls_proxy
+    base = proxy.connections_total()
+    ca = pki / "ca1.pem"
+    # The mariadb CLI, verifying the certificate and the host name against the CA.
+    r = proxy.cli("--ssl", f"--ssl-ca={ca}", "--ssl-verify-server-cert", "-e", "status; SELECT LENGTH(REPEAT('a', 1000000))")
+    assert "Cipher in use is TLS_AES" in r.stdout, r.stdout
+    assert "1000000" in r.stdout
+    # Compression inside TLS.
+    r = proxy.cli("--ssl", f"--ssl-ca={ca}", "--compress", "-e", "SELECT LENGTH(REPEAT('c', 3000000)) AS n")
+    assert "3000000" in r.stdout
+    # PyMySQL: TLS 1.3, a 3 MB statement up and a 3 MB row down (records of 16 KiB both ways).
+    conn = _pymysql_tls(proxy, ca)
+    assert conn._sock.version() == "TLSv1.3"
+    big = "z" * 3_000_000
+    assert _one(conn, "SELECT LENGTH(%s)", (big,)) == (3_000_000,)
+    assert _one(conn, "SELECT REPEAT('q', 3000000)")[0] == "q" * 3_000_000
+    conn.close()
+    # mysql-connector-python, with TLS 1.2 forced and with its default (1.3).
+    for versions, want in ((["TLSv1.2"], "TLSv1.2"), (None, "TLSv1.3")):
+        kw = {"tls_versions": versions} if versions else {}
+        conn = mysql.connector.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD,
+                                       use_pure=True, ssl_ca=str(ca), ssl_verify_cert=True, **kw)
+        assert conn._socket.sock.version() == want
+        assert _one(conn, "SELECT 7") == (7,)
+        conn.close()
+    # A client that does not ask for TLS still gets in (no --require-secure-transport).
+    # (PyMySQL 1.2 and the connector try TLS whenever it is offered, unless told not to.)
+    assert _one(proxy.connect(ssl_disabled=True), "SELECT 8") == (8,)
+    assert _metric(proxy, "ringgate_client_tls_sessions_total") == 5
+    assert _metric(proxy, "ringgate_client_tls_errors_total") == 0
+    proxy.assert_settled(base, 6)
+
+
+def test_node_mysql2_tls(tls_proxy, pki):
+    proxy = tls_proxy
+    node = node_with_mysql2()
+    base = proxy.connections_total()
+    env = dict(os.environ, PROXY_PORT=str(proxy.port), APP_USER=APP_USER, APP_PASSWORD=APP_PASSWORD,
+               TLS_CA=str(pki / "ca1.pem"))
+    r = subprocess.run([node, str(NODE_DIR / "tls.js")], capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}\n--- ringgate ---\n{proxy.stderr_tail()}"
+    assert r.stdout.startswith("ok TLSv1.3 TLSv1.3"), r.stdout
+    assert _metric(proxy, "ringgate_client_tls_sessions_total") == 2
+    proxy.assert_settled(base, 2)
+
+
+def test_caching_sha2_full_auth_over_tls_then_fast_auth(make_proxy, pki, tmp_path):
+    users = tmp_path / "users.json"
+    users.write_text(json.dumps({"erin": [{"MysqlCachingSha2Password": FOOBAR_VERIFIER}]}))
+    proxy = make_proxy(users_file=users, extra_args=_tls_args(pki), read_buffer_size=TLS_BUFFER)
+    base = proxy.connections_total()
+    ca = str(pki / "ca1.pem")
+    auth = lambda path: proxy.metrics()(f'ringgate_client_auth_total{{path="{path}"}}')  # noqa: E731
+    # Without TLS a cache miss cannot send the cleartext: 1045.
+    with pytest.raises(mysql.connector.errors.ProgrammingError) as e:
+        mysql.connector.connect(host="127.0.0.1", port=proxy.port, user="erin", password=PASSWORD, use_pure=True,
+                                ssl_disabled=True, auth_plugin="caching_sha2_password")
+    assert e.value.errno == 1045
+    # Over TLS: 0x01 0x04, then the cleartext password inside TLS.
+    conn = mysql.connector.connect(host="127.0.0.1", port=proxy.port, user="erin", password=PASSWORD, use_pure=True,
+                                   ssl_ca=ca, auth_plugin="caching_sha2_password")
+    assert _one(conn, "SELECT 1") == (1,)
+    conn.close()
+    assert auth("caching_sha2_full") == 1
+    # Cached now: fast auth, with or without TLS.
+    for kw in ({"ssl_ca": ca}, {"ssl_disabled": True}):
+        conn = mysql.connector.connect(host="127.0.0.1", port=proxy.port, user="erin", password=PASSWORD,
+                                       use_pure=True, auth_plugin="caching_sha2_password", **kw)
+        assert _one(conn, "SELECT 2") == (2,)
+        conn.close()
+    assert auth("caching_sha2_fast") == 2
+    # PyMySQL over TLS, wrong password: a cache miss, full auth over TLS, 1045.
+    with pytest.raises(pymysql.err.OperationalError) as e:
+        _pymysql_tls(proxy, ca, user="erin", password="foobaR")
+    assert e.value.args == (1045, "Access denied for user 'erin'@'127.0.0.1' (using password: YES)")
+    assert auth("caching_sha2_full") == 1
+    stderr = proxy.stderr()
+    for secret in (PASSWORD, "foobaR", "2441243030352403"):
+        assert secret not in stderr
+    proxy.assert_settled(base, 5)
+
+
+def test_require_secure_transport(make_proxy, pki, tmp_path):
+    sock = tmp_path / "rg.sock"
+    proxy = make_proxy(extra_args=(*_tls_args(pki), "--require-secure-transport", "--socket", str(sock)),
+                       read_buffer_size=TLS_BUFFER)
+    base = proxy.connections_total()
+    # Plain TCP: the server's 3159, for a good password, a wrong one and an unknown user alike.
+    for user, password in ((APP_USER, APP_PASSWORD), (APP_USER, "wrong"), ("nobody", "x")):
+        with pytest.raises(pymysql.err.OperationalError) as e:
+            proxy.connect(user=user, password=password, ssl_disabled=True)
+        assert e.value.args == (3159, INSECURE)
+    r = proxy.cli("--skip-ssl", "-e", "SELECT 1", check=False)
+    assert r.returncode != 0 and "3159" in r.stderr and INSECURE in r.stderr, r.stderr
+    # TLS and the unix socket are secure.
+    assert _one(_pymysql_tls(proxy, pki / "ca1.pem"), "SELECT 3") == (3,)
+    conn = pymysql.connect(unix_socket=str(sock), user=APP_USER, password=APP_PASSWORD, ssl_disabled=True)
+    assert _one(conn, "SELECT 4") == (4,)
+    conn.close()
+    assert _metric(proxy, 'ringgate_client_rejected_total{reason="insecure_transport"}') == 4
+    assert "wrong" not in proxy.stderr()
+    proxy.assert_settled(base, 6)
+
+
+def _start_fails(*args):
+    cmd = [str(ringgate_bin()), "--listen", "127.0.0.1:1", "--backend", "127.0.0.1:1", "--users-file",
+           str(USERS_FILE), "--backend-identity", "shared", "--backend-user", "x", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=30, env=dict(os.environ, RINGGATE_BACKEND_PASSWORD="x"))
+
+
+def test_a_bad_certificate_stops_the_start(pki, tmp_path):
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    size = ("--read-buffer-size", str(TLS_BUFFER))
+    cases = [
+        ((*size, "--tls-cert", str(tmp_path / "missing.pem"), "--tls-key", str(pki / "server1.key")), "missing.pem"),
+        ((*size, "--tls-cert", str(garbage), "--tls-key", str(pki / "server1.key")), "holds no PEM CERTIFICATE"),
+        ((*size, "--tls-cert", str(pki / "server1.pem"), "--tls-key", str(pki / "server2.key")), "do not go together"),
+        ((*size, "--tls-cert", str(pki / "server1.pem")), "--tls-cert needs --tls-key"),
+        (_tls_args(pki), "--read-buffer-size 24576"),
+        (("--require-secure-transport",), "would refuse every client"),
+    ]
+    for args, want in cases:
+        r = _start_fails(*args)
+        assert r.returncode != 0, (args, r.stderr)
+        assert "cannot start" in r.stderr or "error" in r.stderr.lower(), r.stderr
+        assert want in r.stderr, (args, r.stderr)
+
+
+def _verify_with(proxy, ca):
+    ctx = ssl.create_default_context(cafile=str(ca))
+    conn = pymysql.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD, ssl=ctx,
+                           connect_timeout=10)
+    row = _one(conn, "SELECT 5")
+    conn.close()
+    return row
+
+
+def _wait_log(proxy, text, count=1):
+    deadline = time.monotonic() + 10
+    while proxy.stderr().count(text) < count:
+        assert time.monotonic() < deadline, proxy.stderr_tail()
+        time.sleep(0.05)
+
+
+def test_sighup_reloads_the_certificate(make_proxy, pki, tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_bytes((pki / "server1.pem").read_bytes())
+    key.write_bytes((pki / "server1.key").read_bytes())
+    proxy = make_proxy(extra_args=("--tls-cert", str(cert), "--tls-key", str(key)), read_buffer_size=TLS_BUFFER)
+    base = proxy.connections_total()
+    assert _verify_with(proxy, pki / "ca1.pem") == (5,)
+    # A session that stays open across the reload keeps working.
+    kept = _pymysql_tls(proxy, pki / "ca1.pem")
+    cert.write_bytes((pki / "server2.pem").read_bytes())
+    key.write_bytes((pki / "server2.key").read_bytes())
+    proxy.proc.send_signal(signal.SIGHUP)
+    _wait_log(proxy, "TLS certificate and key reloaded")
+    assert _verify_with(proxy, pki / "ca2.pem") == (5,)
+    with pytest.raises(pymysql.err.OperationalError):
+        _verify_with(proxy, pki / "ca1.pem")
+    # A broken file: one line naming it, and the certificate loaded before stays.
+    cert.write_text("-----BEGIN CERTIFICATE-----\nbroken\n-----END CERTIFICATE-----\n")
+    proxy.proc.send_signal(signal.SIGHUP)
+    _wait_log(proxy, "TLS reload refused")
+    line = [x for x in proxy.stderr().splitlines() if "TLS reload refused" in x][0]
+    assert str(cert) in line, line
+    assert _verify_with(proxy, pki / "ca2.pem") == (5,)
+    assert _one(kept, "SELECT 6") == (6,)
+    kept.close()
+    proxy.assert_settled(base, 5)
+
+
+def _greeting_then_ssl_request(proxy):
+    s = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
+    header = s.recv(4, socket.MSG_WAITALL)
+    length = header[0] | header[1] << 8 | header[2] << 16
+    greeting = s.recv(length, socket.MSG_WAITALL)
+    assert greeting[0] == 10
+    caps = CLIENT_PROTOCOL_41 | CLIENT_SSL | CLIENT_SECURE_CONNECTION
+    payload = struct.pack("<IIB23x", caps, 1 << 24, 45)
+    s.sendall(bytes([len(payload), 0, 0, 1]) + payload)
+    return s
+
+
+def _until_closed(s, limit_s):
+    """Read until EOF; returns what arrived and how long it took."""
+    start = time.monotonic()
+    got = b""
+    s.settimeout(limit_s)
+    try:
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+    except ConnectionResetError:
+        pass
+    return got, time.monotonic() - start
+
+
+def test_ssl_request_then_garbage_is_closed_cleanly(tls_proxy):
+    proxy = tls_proxy
+    base = proxy.connections_total()
+    # An HTTP request, a handshake record whose ClientHello does not parse, random bytes.
+    bad_hello = b"\x16\x03\x01\x00\x06\x01\x00\x00\x02\xff\xff"
+    for garbage in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", bad_hello, os.urandom(3000)):
+        s = _greeting_then_ssl_request(proxy)
+        s.sendall(garbage)
+        got, took = _until_closed(s, 10)
+        s.close()
+        assert took < 5, took
+        # Nothing but (at most) a TLS alert record: no MySQL packet in clear.
+        assert got == b"" or got[0] == 0x15, got[:20]
+    _wait_log(proxy, "client TLS failed", 1)
+    assert "panicked" not in proxy.stderr()
+    assert _metric(proxy, "ringgate_client_tls_errors_total") == 3
+    assert _one(_pymysql_tls(proxy, _ca_of(proxy)), "SELECT 1") == (1,)
+    proxy.assert_settled(base, 4)
+
+
+def _ca_of(proxy):
+    # The CA of the server certificate the proxy was started with.
+    cert = proxy.args[proxy.args.index("--tls-cert") + 1]
+    return cert.replace("server1.pem", "ca1.pem")
+
+
+def test_a_stalled_tls_handshake_times_out(make_proxy, pki):
+    proxy = make_proxy(extra_args=(*_tls_args(pki), "--handshake-timeout", "1s"), read_buffer_size=TLS_BUFFER)
+    base = proxy.connections_total()
+    # SSLRequest, then nothing; and SSLRequest, then half a ClientHello.
+    stalled = _greeting_then_ssl_request(proxy)
+    partial = _greeting_then_ssl_request(proxy)
+    partial.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+    for s in (stalled, partial):
+        got, took = _until_closed(s, 10)
+        s.close()
+        assert took < 5, took
+        assert got == b"", got[:20]
+    assert _metric(proxy, 'ringgate_client_rejected_total{reason="handshake"}') == 2
+    assert "--handshake-timeout" in proxy.stderr()
+    proxy.assert_settled(base, 2)
+
+
+def test_client_certificates(make_proxy, pki):
+    proxy = make_proxy(extra_args=(*_tls_args(pki), "--tls-client-ca", str(pki / "ca1.pem")),
+                       read_buffer_size=TLS_BUFFER)
+    base = proxy.connections_total()
+    ssl_opts = {"ca": str(pki / "ca1.pem"), "cert": str(pki / "client1.pem"), "key": str(pki / "client1.key")}
+    conn = pymysql.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD, ssl=ssl_opts)
+    assert _one(conn, "SELECT 9") == (9,)
+    conn.close()
+    r = proxy.cli("--ssl", f"--ssl-ca={pki / 'ca1.pem'}", f"--ssl-cert={pki / 'client1.pem'}",
+                  f"--ssl-key={pki / 'client1.key'}", "-e", "SELECT 10")
+    assert "10" in r.stdout
+    # No certificate, or one from another CA: the handshake fails.
+    for extra in ({}, {"cert": str(pki / "server2.pem"), "key": str(pki / "server2.key")}):
+        with pytest.raises(pymysql.err.OperationalError):
+            c = pymysql.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD,
+                                ssl={"ca": str(pki / "ca1.pem"), **extra}, connect_timeout=10)
+            _one(c, "SELECT 1")
+    assert _metric(proxy, "ringgate_client_tls_errors_total") == 2
+    assert APP_PASSWORD not in proxy.stderr()
+    proxy.assert_settled(base, 4)
