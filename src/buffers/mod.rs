@@ -467,7 +467,9 @@ impl BufferPool {
 
     /// Give `buf` back if it is held, idle and empty (a lazy pool only).
     pub fn shed(&mut self, buf: &mut Option<ReadBuffer>) {
-        if !self.lazy() || !buf.as_ref().is_some_and(|b| !b.in_flight && b.filled == 0) {
+        // A partial TLS record (`wire`) is kept like valid bytes.
+        let empty = |b: &ReadBuffer| !b.in_flight && b.filled == 0 && b.wire == 0;
+        if !self.lazy() || !buf.as_ref().is_some_and(empty) {
             return;
         }
         if let Some(b) = buf.take() {

@@ -35,8 +35,8 @@ pub mod registry;
 mod relay;
 mod session;
 mod slab;
-mod tx_settings;
 pub mod tls_leg;
+mod tx_settings;
 pub mod worker;
 
 #[cfg(test)]
