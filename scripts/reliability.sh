@@ -44,6 +44,8 @@ chaos)
 mem)
     cargo test --release --test memory -- --ignored --nocapture
     # 10,000 idle clients holding no read buffer (make test runs 1,000).
-    IDLE_CLIENTS="${IDLE_CLIENTS:-10000}" cargo test --release --test idle -- --nocapture --test-threads 1
+    # Then fixed, ring and heap side by side with the same 10,000 (RSS per client, VmPin).
+    IDLE_CLIENTS="${IDLE_CLIENTS:-10000}" cargo test --release --test idle -- --include-ignored \
+        --nocapture --test-threads 1
     ;;
 esac

@@ -348,6 +348,13 @@ pub struct Config {
     #[arg(long)]
     pub allow_local_infile: bool,
 
+    /// Fixed mode: keep a client's registered slot between its commands,
+    /// reading with READ_FIXED straight away. By default an idle client
+    /// holds no slot: it waits for readability with a poll, then takes a
+    /// slot for the read (one more SQE per client read; docs/benchmarks.md).
+    #[arg(long)]
+    pub hold_idle_slots: bool,
+
     /// Do not offer the compressed protocol (CLIENT_COMPRESS) to clients.
     /// Offered by default; it runs between the client and ringgate only
     /// (the backend leg stays uncompressed) and costs proxy CPU.
@@ -494,6 +501,7 @@ impl std::fmt::Debug for Config {
             .field("drain_timeout", &self.drain_timeout)
             .field("socket", &self.socket)
             .field("allow_local_infile", &self.allow_local_infile)
+            .field("hold_idle_slots", &self.hold_idle_slots)
             .field("no_client_compression", &self.no_client_compression)
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)

@@ -208,6 +208,7 @@ file_config! {
     plain drain_timeout: HumanDuration,
     optional socket: PathBuf,
     plain allow_local_infile: bool,
+    plain hold_idle_slots: bool,
     plain no_client_compression: bool,
     optional tls_cert: PathBuf,
     optional tls_key: PathBuf,

@@ -285,6 +285,12 @@ pub struct WorkerMetrics {
     pub ring_buffers_in_use: AtomicI64,
     /// Multishot receives ended by an empty ring (-ENOBUFS).
     pub ring_enobufs_total: AtomicU64,
+    /// Fixed mode: readable idle clients that found no free slot and
+    /// waited for one.
+    pub slot_waits_total: AtomicU64,
+    /// Fixed mode: idle clients waiting for readability without a slot
+    /// (a poll in flight).
+    pub clients_polling: AtomicI64,
     /// Client sessions open now.
     pub client_connections: AtomicI64,
     /// Client connections accepted since start.
@@ -388,6 +394,8 @@ impl WorkerMetrics {
             ring_buffers_total: AtomicU64::new(0),
             ring_buffers_in_use: AtomicI64::new(0),
             ring_enobufs_total: AtomicU64::new(0),
+            slot_waits_total: AtomicU64::new(0),
+            clients_polling: AtomicI64::new(0),
             client_connections: AtomicI64::new(0),
             client_connections_total: AtomicU64::new(0),
             client_rejected_total: Default::default(),
@@ -491,6 +499,8 @@ pub struct Snapshot {
     pub ring_buffers_total: u64,
     pub ring_buffers_in_use: i64,
     pub ring_enobufs_total: u64,
+    pub slot_waits_total: u64,
+    pub clients_polling: i64,
     pub client_connections: i64,
     pub client_connections_total: u64,
     /// Indexed by [`RejectReason::index`]; see [`Snapshot::rejected`].
@@ -684,6 +694,8 @@ impl Metrics {
             ring_buffers_total: u(|w| &w.ring_buffers_total),
             ring_buffers_in_use: i(|w| &w.ring_buffers_in_use),
             ring_enobufs_total: u(|w| &w.ring_enobufs_total),
+            slot_waits_total: u(|w| &w.slot_waits_total),
+            clients_polling: i(|w| &w.clients_polling),
             client_connections: i(|w| &w.client_connections),
             client_connections_total: u(|w| &w.client_connections_total),
             client_rejected_total: rejected,

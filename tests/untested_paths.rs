@@ -50,7 +50,13 @@ fn fixed_pool_exhaustion_falls_back_to_heap_and_every_slot_comes_back() {
     o.workers = 1;
     o.read_buffer_count = 4;
     o.backend_pool_size = 0;
-    o.extra_args = vec!["--backend-idle-timeout".into(), "1s".into()];
+    // Idle clients would give their slots back between commands (the default): hold them,
+    // so that 8 held sessions really need 16 buffers at once.
+    o.extra_args = vec![
+        "--backend-idle-timeout".into(),
+        "1s".into(),
+        "--hold-idle-slots".into(),
+    ];
     let mut proxy = Proxy::start_with(o);
     let m = proxy.metrics();
     let total = m.get(r#"ringgate_read_buffers_total{mode="fixed"}"#);

@@ -1,8 +1,11 @@
-//! The read-buffer pool: every client and backend connection holds one
-//! read buffer for its lifetime. In `fixed` mode the buffers are slots of one
+//! The read-buffer pool: a client or backend connection holds a read
+//! buffer while it reads. In `fixed` mode the buffers are slots of one
 //! page-aligned region registered with the worker's io_uring; in `heap` mode
 //! (or when the fixed pool is exhausted) they are plain heap allocations.
-//! Both kinds are used through the same [`ReadBuffer`] type.
+//! Both kinds are used through the same [`ReadBuffer`] type. Backend
+//! connections hold theirs for life; in fixed mode an idle logged-in client
+//! gives its slot back ([`BufferPool::give_back_empty`]) and takes one again
+//! ([`BufferPool::try_acquire_slot`]) when its socket is readable.
 //!
 //! In `ring` mode ([`provided`]) the relay's reads come from one
 //! provided-buffer ring per worker, taken by multishot receives only when
@@ -467,15 +470,32 @@ impl BufferPool {
 
     /// Give `buf` back if it is held, idle and empty (a lazy pool only).
     pub fn shed(&mut self, buf: &mut Option<ReadBuffer>) {
+        if self.lazy() {
+            self.give_back_empty(buf);
+        }
+    }
+
+    /// Give `buf` back if it is held, idle and empty, in any mode (fixed
+    /// mode: an idle client waits for its next bytes without a slot).
+    pub fn give_back_empty(&mut self, buf: &mut Option<ReadBuffer>) {
         // A partial TLS record (`wire`) is kept like valid bytes.
         let empty = |b: &ReadBuffer| !b.in_flight && b.filled == 0 && b.wire == 0;
-        if !self.lazy() || !buf.as_ref().is_some_and(empty) {
+        if !buf.as_ref().is_some_and(empty) {
             return;
         }
         if let Some(b) = buf.take() {
             // Not in flight (checked above): release cannot refuse it.
             let _ = self.release(b);
         }
+    }
+
+    /// A registered slot, or `None` when every slot is taken (the caller
+    /// waits for one instead of falling back to the heap). Fixed mode only.
+    pub fn try_acquire_slot(&mut self, owner: Owner) -> Option<ReadBuffer> {
+        if self.region.is_none() || self.free.is_empty() {
+            return None;
+        }
+        Some(self.acquire(owner))
     }
 
     /// The connection's buffer, taken now if it has none.

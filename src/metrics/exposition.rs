@@ -82,6 +82,19 @@ impl Collector for Exposition {
              ring mode, reads made into a connection's heap buffer because the ring was empty.",
             s.heap_fallbacks_total,
         )?;
+        counter(
+            &mut enc,
+            "ringgate_read_buffer_slot_waits_total",
+            "Fixed mode: idle clients that became readable while no slot was free and waited \
+             for one (FIFO; a heap buffer after one tick of waiting).",
+            s.slot_waits_total,
+        )?;
+        gauge(
+            &mut enc,
+            "ringgate_clients_polling",
+            "Fixed mode: clients waiting for their next bytes holding no slot (a poll in flight).",
+            s.clients_polling,
+        )?;
         gauge(
             &mut enc,
             "ringgate_read_buffer_ring_buffers",

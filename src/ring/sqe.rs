@@ -97,6 +97,17 @@ pub fn link_timeout(ts: &'static types::Timespec, token: Token) -> Sqe {
     unsafe { Sqe::new(e) }
 }
 
+/// One-shot POLL_ADD for readability (POLLIN; EOF, errors and hang-ups
+/// complete it too): an idle connection waits for its next bytes without
+/// naming a buffer.
+pub fn poll_readable(fd: RawFd, token: Token) -> Sqe {
+    let e = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+        .build()
+        .user_data(token.into());
+    // SAFETY: a poll names an fd, no memory.
+    unsafe { Sqe::new(e) }
+}
+
 /// Cancel the in-flight operation(s) whose user_data is `target`.
 pub fn cancel_user_data(target: u64, token: Token) -> Sqe {
     let e = opcode::AsyncCancel::new(target)

@@ -32,6 +32,8 @@ pub enum OpTag {
     BackendRecvCancel = 15,
     /// Front-end TLS: the session's ciphertext written to the client.
     TlsWrite = 16,
+    /// Fixed mode: an idle client's readability poll (it holds no slot).
+    ClientPoll = 17,
 }
 
 impl OpTag {
@@ -53,6 +55,7 @@ impl OpTag {
             14 => OpTag::BackendRecv,
             15 => OpTag::BackendRecvCancel,
             16 => OpTag::TlsWrite,
+            17 => OpTag::ClientPoll,
             _ => return None,
         })
     }

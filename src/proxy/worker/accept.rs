@@ -187,6 +187,7 @@ impl Worker {
             conn,
             leg: None,
             tls: None,
+            idle_wait: Default::default(),
         });
         let sid = SessionId { index, generation };
         self.session_q.extend(out.into_iter().map(|a| (sid, a)));

@@ -13,6 +13,7 @@
 
 mod accept;
 mod backend_io;
+mod idle_io;
 mod leg;
 mod ring_io;
 mod session_io;
@@ -156,6 +157,8 @@ struct SessionSlot {
     leg: Option<Box<leg::LegIo>>,
     /// Front-end TLS, from the client's SSLRequest on; beneath the leg.
     tls: Option<Box<tls_io::TlsIo>>,
+    /// Fixed mode: waiting for the client's next bytes without a slot.
+    idle_wait: idle_io::IdleWait,
 }
 
 pub struct Worker {
@@ -194,6 +197,11 @@ pub struct Worker {
     /// Ring mode: backends given back while their receive was armed, by
     /// (index, generation), and what to do once it has ended.
     ring_pending: std::collections::HashMap<(u32, u32), ring_io::PendingRelease>,
+    /// Fixed mode without --hold-idle-slots: idle clients give their slot
+    /// back and wait for readability with a poll (`idle_io.rs`).
+    idle_poll: bool,
+    /// Readable clients waiting for a free slot, in arrival order.
+    slot_waiters: VecDeque<SessionId>,
 }
 
 /// Register the worker's provided-buffer ring and check that multishot
@@ -333,6 +341,7 @@ impl Worker {
             Arc::clone(&shared.metrics),
             id,
         );
+        let buffers_mode = buffers.mode();
         let worker = Worker {
             ring,
             buffers,
@@ -367,6 +376,8 @@ impl Worker {
             now: Instant::now(),
             action_scratch: Vec::new(),
             ring_pending: std::collections::HashMap::new(),
+            idle_poll: buffers_mode == BufferMode::Fixed && !shared.config.hold_idle_slots,
+            slot_waiters: VecDeque::new(),
             shared,
         };
         Ok((worker, startup))
@@ -409,6 +420,7 @@ impl Worker {
             let mut events = Vec::new();
             self.pool.serve_waiters(self.now, &mut events);
             self.pool_q.extend(events);
+            self.serve_slot_waiters(false);
             self.drive();
             if self.draining.is_some() && self.sessions.len() == 0 && self.pool.len() == 0 {
                 break;
@@ -442,6 +454,7 @@ impl Worker {
             OpTag::ClientRecv => self.on_client_recv(sid, res, flags),
             OpTag::BackendRecv => self.on_backend_recv(bid, res, flags),
             OpTag::BackendRecvCancel => self.on_backend_recv_cancel(bid, res),
+            OpTag::ClientPoll => self.on_client_poll(sid, res),
             OpTag::BackendConnect => self.on_backend_connect(bid, res),
             OpTag::BackendRead => self.on_backend_read(bid, res),
             OpTag::BackendWrite => self.on_backend_write(bid, res),
@@ -501,6 +514,9 @@ impl Worker {
                 self.with_session(sid, |s, _, ctx, out| s.on_tick(ctx, out));
             }
         }
+        // A client that waited a whole tick for a slot reads into a heap
+        // buffer: slots held for good (backend connections) cannot stall it.
+        self.serve_slot_waiters(true);
         let mut events = Vec::new();
         self.pool.on_tick(now, &mut events);
         self.pool_q.extend(events);

@@ -634,12 +634,26 @@ impl Worker {
             };
             slot = again;
         }
-        let fd = slot.io.fd();
-        // Ring mode gave an idle connection's buffer back: take one now.
-        let buf = self.buffers.ensure(&mut slot.io.buf, Owner::Client);
         if clear {
-            buf.clear();
+            if let Some(buf) = slot.io.buf.as_mut() {
+                buf.clear();
+            }
         }
+        // Fixed mode: an idle client waits for its bytes without a slot.
+        if self.idle_client_read(sid) {
+            return;
+        }
+        self.submit_client_read(sid);
+    }
+
+    /// Read the client into its buffer (taken now if it has none: ring mode
+    /// and fixed mode give an idle connection's buffer back).
+    pub(super) fn submit_client_read(&mut self, sid: SessionId) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        let fd = slot.io.fd();
+        let buf = self.buffers.ensure(&mut slot.io.buf, Owner::Client);
         let token = Token::new(OpTag::ClientRead, sid.index, sid.generation);
         let sqe = buf.read_sqe(fd, token.into());
         slot.io.op_started();
