@@ -186,16 +186,24 @@ pub enum AuthPath {
     Native,
     Sha2Fast,
     Sha2Full,
+    /// mysql_clear_password, over TLS or the unix socket.
+    Clear,
 }
 
 impl AuthPath {
-    pub const ALL: [AuthPath; 3] = [AuthPath::Native, AuthPath::Sha2Fast, AuthPath::Sha2Full];
+    pub const ALL: [AuthPath; 4] = [
+        AuthPath::Native,
+        AuthPath::Sha2Fast,
+        AuthPath::Sha2Full,
+        AuthPath::Clear,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             AuthPath::Native => "native",
             AuthPath::Sha2Fast => "caching_sha2_fast",
             AuthPath::Sha2Full => "caching_sha2_full",
+            AuthPath::Clear => "clear_password",
         }
     }
 
@@ -299,7 +307,7 @@ pub struct WorkerMetrics {
     /// [`WorkerMetrics::reject`].
     pub client_rejected_total: [AtomicU64; 6],
     /// Authenticated logins, indexed by [`AuthPath::index`].
-    pub client_auth_total: [AtomicU64; 3],
+    pub client_auth_total: [AtomicU64; 4],
     /// Pooled backend connections idle now.
     pub backend_idle: AtomicI64,
     /// Backend connections currently bound to a client.
@@ -506,7 +514,7 @@ pub struct Snapshot {
     /// Indexed by [`RejectReason::index`]; see [`Snapshot::rejected`].
     pub client_rejected_total: [u64; 6],
     /// Indexed by [`AuthPath::index`].
-    pub client_auth_total: [u64; 3],
+    pub client_auth_total: [u64; 4],
     pub backend_idle: i64,
     pub backend_busy: i64,
     pub backend_connects_total: u64,
@@ -671,7 +679,7 @@ impl Metrics {
                 *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
             }
         }
-        let mut auth = [0u64; 3];
+        let mut auth = [0u64; 4];
         for w in self.workers.iter() {
             for (sum, c) in auth.iter_mut().zip(&w.client_auth_total) {
                 *sum = sum.wrapping_add(c.load(Ordering::Relaxed));

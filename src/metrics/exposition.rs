@@ -144,7 +144,7 @@ impl Collector for Exposition {
         counters(
             &mut enc,
             "ringgate_client_auth_total",
-            "Client logins authenticated, by plugin and path (native, caching_sha2 fast or full).",
+            "Client logins authenticated, by plugin and path (native, caching_sha2 fast or full, clear_password).",
             &auth,
         )?;
 

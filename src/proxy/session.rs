@@ -802,6 +802,15 @@ impl Session {
             used_password: !hello.auth_response.is_empty(),
             connect_attrs: hello.connect_attrs,
         });
+        if self.clear_on_hello(
+            caps,
+            hello.auth_plugin.as_deref(),
+            &hello.auth_response,
+            ctx,
+            out,
+        ) {
+            return;
+        }
         if self.sha2_on_hello(
             caps,
             hello.auth_plugin.as_deref(),
@@ -1338,6 +1347,9 @@ impl Session {
 
 #[path = "session_change_user.rs"]
 mod change_user;
+
+#[path = "session_clear.rs"]
+mod clear;
 
 #[path = "session_sha2.rs"]
 mod sha2;

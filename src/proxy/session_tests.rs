@@ -1292,3 +1292,50 @@ fn require_secure_transport_refuses_plain_tcp_with_3159_before_the_password() {
         .iter()
         .any(|a| matches!(a, SessionAction::Authenticated(_))));
 }
+
+fn clear_hello(password: &[u8]) -> Vec<u8> {
+    let mut auth = password.to_vec();
+    auth.push(0);
+    let payload = build_handshake_response(&HandshakeResponse {
+        capabilities: PROXY_CAPS,
+        max_packet_size: 1 << 24,
+        charset: UTF8MB4_GENERAL_CI,
+        username: "app".into(),
+        auth_response: auth,
+        database: None,
+        auth_plugin: Some("mysql_clear_password".into()),
+        connect_attrs: Vec::new(),
+    });
+    let mut v = Vec::new();
+    write_packet(&mut v, 1, &payload);
+    v
+}
+
+#[test]
+fn mysql_clear_password_only_over_a_secure_transport() {
+    let u = users();
+    let now = Instant::now();
+    let authenticated = |out: &[SessionAction]| {
+        out.iter()
+            .any(|a| matches!(a, SessionAction::Authenticated(_)))
+    };
+    // Plain TCP: 1045 even with the right password.
+    let mut s = tls_session(now, true, false, "127.0.0.1");
+    let out = login(&mut s, &clear_hello(b"pw"), &u, now);
+    assert!(!authenticated(&out));
+    assert_eq!(err_code(&sent(&out)[0]), ER_ACCESS_DENIED_ERROR);
+    // The unix socket (and TLS, which sets the same flag): the password is
+    // checked; a wrong one is 1045 and never logged.
+    let mut s = tls_session(now, true, false, UNIX_PEER_HOST);
+    let out = login(&mut s, &clear_hello(b"pw"), &u, now);
+    assert!(out.contains(&SessionAction::Auth(AuthPath::Clear)));
+    let mut s = tls_session(now, true, false, UNIX_PEER_HOST);
+    let out = login(&mut s, &clear_hello(b"nope"), &u, now);
+    assert!(!authenticated(&out));
+    assert_eq!(err_code(&sent(&out)[0]), ER_ACCESS_DENIED_ERROR);
+    for a in &out {
+        if let SessionAction::Log(line) = a {
+            assert!(!line.contains("nope"), "{line}");
+        }
+    }
+}

@@ -354,3 +354,23 @@ def test_client_certificates(make_proxy, pki):
     assert _metric(proxy, "ringgate_client_tls_errors_total") == 2
     assert APP_PASSWORD not in proxy.stderr()
     proxy.assert_settled(base, 4)
+
+
+def test_mysql_clear_password_only_over_tls(tls_proxy, pki):
+    proxy = tls_proxy
+    base = proxy.connections_total()
+    ca = pki / "ca1.pem"
+    r = proxy.cli("--ssl", f"--ssl-ca={ca}", "--default-auth=mysql_clear_password", "-e", "SELECT 'clear-ok'")
+    assert "clear-ok" in r.stdout
+    conn = mysql.connector.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD,
+                                   use_pure=True, ssl_ca=str(ca), auth_plugin="mysql_clear_password")
+    assert _one(conn, "SELECT 11") == (11,)
+    conn.close()
+    # Over plain TCP the cleartext is refused with 1045, right password or not.
+    r = proxy.cli("--skip-ssl", "--default-auth=mysql_clear_password", "-e", "SELECT 1", check=False)
+    assert r.returncode != 0 and "1045" in r.stderr, r.stderr
+    assert proxy.metrics()('ringgate_client_auth_total{path="clear_password"}') == 2
+    stderr = proxy.stderr()
+    assert "mysql_clear_password refused over TCP without TLS" in stderr
+    assert APP_PASSWORD not in stderr
+    proxy.assert_settled(base, 3)
