@@ -1,7 +1,8 @@
 //! ringgate-bench: `make bench`.
 //!
 //!   ringgate-bench run   [options]   the whole benchmark: MariaDB sandbox, HAProxy, ringgate
-//!                                    fixed + ring + heap, direct; scenarios in interleaved rounds;
+//!                                    fixed + busy (fixed with --busy-poll-us) + ring + heap, direct;
+//!                                    scenarios in interleaved rounds;
 //!                                    sysbench; results under bench/results/<timestamp>/
 //!   ringgate-bench smoke [options]   the same with the smoke profile (a few seconds per
 //!                                    scenario, fixed + direct), reusing a running sandbox
@@ -10,7 +11,8 @@
 //!
 //! Options (each also as an environment variable):
 //!   --profile quick|full|smoke       BENCH_PROFILE      (default quick)
-//!   --targets fixed,ring,heap,direct,haproxy   BENCH_TARGETS
+//!   --targets fixed,busy,ring,heap,direct,haproxy   BENCH_TARGETS
+//!   --busy-poll-us N  the busy target's --busy-poll-us   BENCH_BUSY_POLL_US (default 100)
 //!   --scenarios connect,point-select,large-result   BENCH_SCENARIOS
 //!   --rate N        open loop, N operations/s per cell, coordinated-omission corrected  BENCH_RATE
 //!   --rounds N      BENCH_ROUNDS        --duration SECS  BENCH_DURATION (per round)
@@ -19,7 +21,7 @@
 //!   --ringgate-bin PATH  RINGGATE_BIN   (default target/release/ringgate)
 //!   --mysql-port N  BENCH_MYSQL_PORT    (default 3408; sandbox in target/bench-mariadb)
 //!   --base-port N   BENCH_BASE_PORT     (default 16400: haproxy +0, fixed +1, heap +2, ring +3,
-//!                                       metrics +11/+12/+13)
+//!                                       busy +4, metrics +11/+12/+13/+14)
 //! load: --host H --port P --user U --password PW --db D --scenario S --concurrency N
 //!       [--row-bytes N] [--table-size N] [--duration S] [--warmup S] [--rate N]
 
@@ -76,7 +78,7 @@ struct Profile {
 
 fn profile(name: &str) -> Res<Profile> {
     let all = || {
-        ["fixed", "ring", "heap", "direct", "haproxy"]
+        ["fixed", "busy", "ring", "heap", "direct", "haproxy"]
             .iter()
             .map(|s| s.to_string())
             .collect()
@@ -481,9 +483,21 @@ struct Ports {
     fixed: u16,
     heap: u16,
     ring: u16,
+    busy: u16,
     fixed_metrics: u16,
     heap_metrics: u16,
     ring_metrics: u16,
+    busy_metrics: u16,
+}
+
+/// The buffer mode of a ringgate target: its name, except `busy`, which is
+/// `fixed` with `--busy-poll-us`.
+fn ringgate_mode(name: &str) -> &str {
+    if name == "busy" {
+        "fixed"
+    } else {
+        name
+    }
 }
 
 fn addr(port: u16) -> SocketAddr {
@@ -510,6 +524,7 @@ fn start_ringgate(
     users: &Path,
     run_dir: &Path,
     prof: &Profile,
+    extra: &[String],
 ) -> Res<Target> {
     for p in [port, metrics_port] {
         if procs::port_busy(addr(p)) {
@@ -535,7 +550,8 @@ fn start_ringgate(
         .arg("--users-file")
         .arg(users)
         .arg("--read-buffers")
-        .arg(name)
+        .arg(ringgate_mode(name))
+        .args(extra)
         .arg("--max-connections")
         .arg((conc * 2 + 64).to_string())
         .arg("--backend-max-connections")
@@ -713,6 +729,19 @@ struct Acc {
     backend_cpu: f64,
     pool: Option<PoolFig>,
     verified: Vec<Verification>,
+    /// Operations (warm-up included, as the counters below) and what the
+    /// proxy did for them: ringgate's ring counters, every proxy's
+    /// voluntary context switches (its sleeps, so its wake-ups).
+    sys_ops: f64,
+    sqes: f64,
+    enters: f64,
+    waits: f64,
+    vcs: Option<f64>,
+}
+
+/// `n / ops`, if there were operations.
+fn per(n: f64, ops: f64) -> Option<f64> {
+    (ops > 0.0).then(|| n / ops)
 }
 
 fn metric_delta(a: &Counters, b: &Counters, k: &str) -> f64 {
@@ -749,6 +778,7 @@ async fn run_step(
     };
     let before = read_counters(t, admin).await?;
     let cpu0 = t.pid.and_then(procs::cpu_seconds);
+    let vcs0 = t.pid.and_then(procs::voluntary_ctx_switches);
     let rss_reset = t.pid.map(procs::reset_peak_rss).unwrap_or(false);
     let bcpu0 = backend_pid.and_then(procs::cpu_seconds);
     let sampler = match &t.kind {
@@ -770,6 +800,10 @@ async fn run_step(
         _ => None,
     };
     let rss = t.pid.and_then(procs::peak_rss_kib);
+    let vcs = match (vcs0, t.pid.and_then(procs::voluntary_ctx_switches)) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64),
+        _ => None,
+    };
     let bcpu = match (bcpu0, backend_pid.and_then(procs::cpu_seconds)) {
         (Some(a), Some(b)) => Some(b - a),
         _ => None,
@@ -842,6 +876,17 @@ async fn run_step(
     acc.rss_reset = rss_reset;
     acc.backend_cpu += bcpu.unwrap_or(0.0);
     acc.verified.push(v);
+    acc.sys_ops += if query {
+        res.ops_total
+    } else {
+        res.connects_total
+    } as f64;
+    acc.sqes += metric_delta(&before, &after, "ringgate_ring_sqes_total");
+    acc.enters += metric_delta(&before, &after, "ringgate_ring_enters_total");
+    acc.waits += metric_delta(&before, &after, "ringgate_ring_enter_waits_total");
+    if let Some(n) = vcs {
+        *acc.vcs.get_or_insert(0.0) += n;
+    }
     if let Some(pk) = peaks {
         let pool = acc.pool.get_or_insert_with(PoolFig::default);
         let m = &after.metrics;
@@ -918,6 +963,12 @@ fn finish_record(
             },
             peak_rss_kib: acc.peak_rss,
             peak_rss_reset_per_round: acc.rss_reset,
+            voluntary_ctx_switches_per_op: acc.vcs.and_then(|n| per(n, acc.sys_ops)),
+            ring: matches!(t.kind, Kind::Ringgate { .. }).then(|| report::RingFig {
+                sqes_per_op: per(acc.sqes, acc.sys_ops).unwrap_or(0.0),
+                enters_per_op: per(acc.enters, acc.sys_ops).unwrap_or(0.0),
+                waits_per_op: per(acc.waits, acc.sys_ops).unwrap_or(0.0),
+            }),
         }),
         backend_cpu_s: Some(acc.backend_cpu).filter(|c| *c > 0.0),
         ringgate: acc.pool,
@@ -1132,9 +1183,9 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
             .filter(|s| !s.is_empty())
             .collect();
         for t in &prof.targets {
-            if !["fixed", "ring", "heap", "direct", "haproxy"].contains(&t.as_str()) {
+            if !["fixed", "busy", "ring", "heap", "direct", "haproxy"].contains(&t.as_str()) {
                 return Err(format!(
-                    "unknown target {t:?} (fixed, ring, heap, direct, haproxy)"
+                    "unknown target {t:?} (fixed, busy, ring, heap, direct, haproxy)"
                 ));
             }
         }
@@ -1193,7 +1244,7 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
     if prof
         .targets
         .iter()
-        .any(|t| t == "fixed" || t == "heap" || t == "ring")
+        .any(|t| ["fixed", "busy", "heap", "ring"].contains(&t.as_str()))
         && !bin.is_file()
     {
         return Err(format!(
@@ -1219,10 +1270,16 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
         fixed: base + 1,
         heap: base + 2,
         ring: base + 3,
+        busy: base + 4,
         fixed_metrics: base + 11,
         heap_metrics: base + 12,
         ring_metrics: base + 13,
+        busy_metrics: base + 14,
     };
+    let busy_poll_us: u32 = args
+        .num("busy-poll-us", "BENCH_BUSY_POLL_US")?
+        .unwrap_or(100);
+    let busy_args = ["--busy-poll-us".to_string(), busy_poll_us.to_string()];
     let mut targets = Vec::new();
     let mut warnings = Vec::new();
     for name in &prof.targets {
@@ -1236,6 +1293,7 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
                 &users,
                 &run_dir,
                 &prof,
+                &[],
             )?,
             "heap" => start_ringgate(
                 "heap",
@@ -1246,6 +1304,7 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
                 &users,
                 &run_dir,
                 &prof,
+                &[],
             )?,
             "ring" => start_ringgate(
                 "ring",
@@ -1256,6 +1315,18 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
                 &users,
                 &run_dir,
                 &prof,
+                &[],
+            )?,
+            "busy" => start_ringgate(
+                "busy",
+                &bin,
+                ports.busy,
+                ports.busy_metrics,
+                &backend,
+                &users,
+                &run_dir,
+                &prof,
+                &busy_args,
             )?,
             "haproxy" => start_haproxy(ports.haproxy, &backend, &run_dir, &prof)?,
             _ => Target {
@@ -1275,7 +1346,7 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
     for t in &targets {
         if let Kind::Ringgate { metrics } = &t.kind {
             let m = procs::parse_prometheus(&procs::http_get(*metrics, "/metrics")?);
-            if let Some(p) = checks::mode_problem(&m, &t.name) {
+            if let Some(p) = checks::mode_problem(&m, ringgate_mode(&t.name)) {
                 let w = format!("ringgate ({}): {p}", t.name);
                 if smoke {
                     return Err(format!("smoke run failed: {w}"));

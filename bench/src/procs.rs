@@ -188,6 +188,26 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     Some((utime + stime) / tck)
 }
 
+/// Voluntary context switches of every thread of a process: each is a
+/// thread going to sleep (for ringgate, a worker waiting in io_uring_enter),
+/// so per query it counts the wake-ups. /proc/PID/status has the main
+/// thread's only; the workers are in /proc/PID/task/*/status.
+pub fn voluntary_ctx_switches(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0;
+    for t in tasks.flatten() {
+        let Ok(s) = std::fs::read_to_string(t.path().join("status")) else {
+            continue; // a thread that just ended
+        };
+        total += s
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Some(total)
+}
+
 /// Peak resident set size (VmHWM) in KiB.
 pub fn peak_rss_kib(pid: u32) -> Option<u64> {
     status_field(pid, "VmHWM:")
@@ -333,6 +353,23 @@ mod tests {
         assert_eq!(r["stot"], "1234");
         assert_eq!(r["bout"], "200");
         assert!(parse_haproxy_csv(csv, "nope", "FRONTEND").is_err());
+    }
+
+    #[test]
+    fn own_context_switches_are_summed_over_threads() {
+        let pid = std::process::id();
+        let before = voluntary_ctx_switches(pid).unwrap();
+        // A thread that sleeps a few times switches out voluntarily each time.
+        std::thread::spawn(|| {
+            for _ in 0..5 {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        })
+        .join()
+        .unwrap();
+        // The ended thread's switches are gone with it; ours (join waited) remain.
+        let after = voluntary_ctx_switches(pid).unwrap();
+        assert!(after > before, "{before} -> {after}");
     }
 
     #[test]

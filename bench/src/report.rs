@@ -94,6 +94,24 @@ pub struct ProcFig {
     /// Highest VmHWM seen in any round (reset before each round when the kernel allows).
     pub peak_rss_kib: u64,
     pub peak_rss_reset_per_round: bool,
+    /// Voluntary context switches of all the proxy's threads per operation
+    /// (a thread that sleeps switches out voluntarily: its wake-ups).
+    /// Operations here include the warm-up, as the counters do; per query
+    /// in the query scenarios, per connection in connect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub voluntary_ctx_switches_per_op: Option<f64>,
+    /// ringgate only: its ring's own counters per operation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ring: Option<RingFig>,
+}
+
+/// What ringgate's ring did per operation (from its /metrics): SQEs the
+/// kernel consumed, io_uring_enter calls, and of those the ones that waited.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RingFig {
+    pub sqes_per_op: f64,
+    pub enters_per_op: f64,
+    pub waits_per_op: f64,
 }
 
 /// ringgate's pool figures from /metrics, sampled every 100 ms during the cell.
@@ -260,6 +278,13 @@ fn cells(s: &Summary) -> Vec<(String, Vec<&Record>)> {
         .collect()
 }
 
+fn ring_fig(r: &Record, f: impl Fn(&RingFig) -> f64) -> String {
+    r.proxy
+        .as_ref()
+        .and_then(|p| p.ring.as_ref())
+        .map_or("-".into(), |x| format!("{:.2}", f(x)))
+}
+
 /// The table printed at the end of a run (and embedded in summary.md).
 /// Latencies in µs unless marked; ratios are target / direct.
 pub fn table(s: &Summary, markdown: bool) -> String {
@@ -280,6 +305,9 @@ pub fn table(s: &Summary, markdown: bool) -> String {
         "p999/dir",
         "cpu µs/op",
         "RSS MiB",
+        "SQE/op",
+        "enter/op",
+        "vcs/op",
     ];
     for (label, recs) in cells(s) {
         let direct = recs.iter().find(|r| r.target == "direct");
@@ -314,6 +342,12 @@ pub fn table(s: &Summary, markdown: bool) -> String {
                     r.proxy.as_ref().map_or("-".into(), |p| {
                         format!("{:.1}", p.peak_rss_kib as f64 / 1024.0)
                     }),
+                    ring_fig(r, |f| f.sqes_per_op),
+                    ring_fig(r, |f| f.enters_per_op),
+                    r.proxy
+                        .as_ref()
+                        .and_then(|p| p.voluntary_ctx_switches_per_op)
+                        .map_or("-".into(), |v| format!("{v:.2}")),
                 ]
             })
             .collect();
@@ -502,7 +536,11 @@ pub fn markdown(s: &Summary) -> String {
         "\n## Results\n\nLatency in µs (ms/s where marked), merged over all rounds. `p99 spr` is ±half \
          the spread of the per-round p99 around its median. `/dir` columns are ratios to the direct \
          connection. `cpu µs/op` and `RSS MiB` are the proxy process's CPU time per successful \
-         operation and its peak RSS. `(!)` marks a target whose counters did not confirm that the \
+         operation and its peak RSS. `SQE/op` and `enter/op` are ringgate's ring counters \
+         (SQEs the kernel consumed, io_uring_enter calls) per operation, `vcs/op` the proxy's \
+         voluntary context switches (sleeps, so wake-ups) per operation, all threads; these \
+         three count the warm-up too, per query (per connection in connect). `busy` is fixed \
+         mode with --busy-poll-us. `(!)` marks a target whose counters did not confirm that the \
          load reached it.\n"
     );
     o.push_str(&table(s, true));
@@ -622,6 +660,7 @@ pub fn target_color(t: &str) -> &'static str {
         "fixed" => "#d62728",
         "heap" => "#1f77b4",
         "ring" => "#ff7f0e",
+        "busy" => "#8c564b",
         "direct" => "#2ca02c",
         "haproxy" => "#9467bd",
         _ => "#7f7f7f",
