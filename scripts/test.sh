@@ -62,8 +62,11 @@ LOGS="$(mktemp -d)"
 CARGO_RC=0
 step "cargo test"
 set +e
+# --no-fail-fast: one failing test binary must not hide the suites after it
+# (cargo stops at the first by default, and the summary would count only
+# what ran). The exit status still fails the step.
 # shellcheck disable=SC2086
-cargo test ${CARGO_TEST_ARGS:-} 2>&1 | tee "$LOGS/cargo-test.log"
+cargo test --no-fail-fast ${CARGO_TEST_ARGS:-} 2>&1 | tee "$LOGS/cargo-test.log"
 CARGO_RC=${PIPESTATUS[0]}
 set -e
 # "test result: ok. 12 passed; 0 failed; 1 ignored; ..." once per test binary.
