@@ -248,6 +248,29 @@ fn new_hdr() -> Histogram<u64> {
         .expect("constant histogram bounds are valid")
 }
 
+/// The `kind` labels of `ringgate_internal_queries_total`: statements
+/// transaction pooling runs on a backend connection for a session, besides
+/// the session's own (see [`InternalQuery`]).
+pub const INTERNAL_QUERY_KINDS: [&str; 4] = [
+    "init_db",
+    "settings",
+    "last_insert_id_set",
+    "last_insert_id_read",
+];
+
+/// Indexes into [`INTERNAL_QUERY_KINDS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InternalQuery {
+    /// COM_INIT_DB of the session's schema on lease.
+    InitDb = 0,
+    /// One `SET` of the settings that differ, on lease.
+    Settings = 1,
+    /// `DO LAST_INSERT_ID(n)` on lease.
+    LastInsertIdSet = 2,
+    /// `SELECT LAST_INSERT_ID()` before the connection goes back.
+    LastInsertIdRead = 3,
+}
+
 /// The `reason` labels of `ringgate_sessions_pinned_total`, in the order
 /// of `proxy::multiplex::PinReason::ALL` (a unit test there checks it).
 pub const PIN_REASONS: [&str; 16] = [
@@ -331,6 +354,9 @@ pub struct WorkerMetrics {
     /// Transaction pooling: sessions pinned to their backend connection,
     /// indexed like [`PIN_REASONS`].
     pub sessions_pinned_total: [AtomicU64; PIN_REASONS.len()],
+    /// Transaction pooling: proxy-internal statements, indexed like
+    /// [`INTERNAL_QUERY_KINDS`].
+    pub internal_queries_total: [AtomicU64; INTERNAL_QUERY_KINDS.len()],
     /// Bytes forwarded client → backend.
     pub bytes_client_to_backend_total: AtomicU64,
     /// Bytes forwarded backend → client.
@@ -418,6 +444,7 @@ impl WorkerMetrics {
             tx_leases_total: AtomicU64::new(0),
             tx_releases_total: AtomicU64::new(0),
             sessions_pinned_total: Default::default(),
+            internal_queries_total: Default::default(),
             bytes_client_to_backend_total: AtomicU64::new(0),
             bytes_backend_to_client_total: AtomicU64::new(0),
             client_compressed_sessions_total: AtomicU64::new(0),
@@ -526,6 +553,8 @@ pub struct Snapshot {
     pub tx_releases_total: u64,
     /// Indexed like [`PIN_REASONS`].
     pub sessions_pinned_total: [u64; PIN_REASONS.len()],
+    /// Indexed like [`INTERNAL_QUERY_KINDS`].
+    pub internal_queries_total: [u64; INTERNAL_QUERY_KINDS.len()],
     pub bytes_client_to_backend_total: u64,
     pub bytes_backend_to_client_total: u64,
     pub client_compressed_sessions_total: u64,
@@ -691,6 +720,12 @@ impl Metrics {
                 *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
             }
         }
+        let mut internal = [0u64; INTERNAL_QUERY_KINDS.len()];
+        for w in self.workers.iter() {
+            for (sum, c) in internal.iter_mut().zip(&w.internal_queries_total) {
+                *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
+            }
+        }
         Snapshot {
             mode: self.mode(),
             workers: self.workers.len(),
@@ -718,6 +753,7 @@ impl Metrics {
             tx_leases_total: u(|w| &w.tx_leases_total),
             tx_releases_total: u(|w| &w.tx_releases_total),
             sessions_pinned_total: pinned,
+            internal_queries_total: internal,
             bytes_client_to_backend_total: u(|w| &w.bytes_client_to_backend_total),
             bytes_backend_to_client_total: u(|w| &w.bytes_backend_to_client_total),
             client_compressed_sessions_total: u(|w| &w.client_compressed_sessions_total),

@@ -22,7 +22,9 @@ use prometheus_client::encoding::{
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::{connect_bucket_bounds, AuthPath, RejectReason, Snapshot, PIN_REASONS};
+use super::{
+    connect_bucket_bounds, AuthPath, RejectReason, Snapshot, INTERNAL_QUERY_KINDS, PIN_REASONS,
+};
 
 /// Writes `snapshot` as Prometheus text.
 pub(super) fn render(snapshot: Snapshot) -> String {
@@ -217,6 +219,18 @@ impl Collector for Exposition {
             "ringgate_sessions_pinned_total",
             "Transaction pooling: sessions pinned to their backend connection, by reason.",
             &pinned,
+        )?;
+        let internal: Vec<(Label, u64)> = INTERNAL_QUERY_KINDS
+            .iter()
+            .zip(s.internal_queries_total)
+            .map(|(&k, n)| ([("kind", k)], n))
+            .collect();
+        counters(
+            &mut enc,
+            "ringgate_internal_queries_total",
+            "Transaction pooling: statements ringgate ran on a backend connection for a \
+             session (schema, settings, LAST_INSERT_ID), by kind.",
+            &internal,
         )?;
         counters(
             &mut enc,

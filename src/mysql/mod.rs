@@ -17,6 +17,7 @@ pub mod lexer;
 pub mod ok_packet;
 pub mod packet;
 pub mod reply;
+pub mod result_set;
 pub mod session_vars;
 pub mod sha2_rsa;
 pub mod tracker;

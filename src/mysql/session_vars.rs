@@ -169,7 +169,7 @@ impl SessionVars {
 }
 
 /// `@@session.name = value`, or `= DEFAULT` when `value` is None.
-fn assignment(name: &str, value: Option<&String>) -> String {
+pub(crate) fn assignment(name: &str, value: Option<&String>) -> String {
     let v = match value {
         // The tracker reports `SET character_set_results = NULL` (which
         // Connector/J sends) as an empty value, and no character set or

@@ -147,7 +147,19 @@ pub struct Completed {
     pub warnings: u16,
     /// The status flags of the last OK/EOF seen, after this answer.
     pub status: u16,
+    /// The whole payload of the final OK packet when it carries session
+    /// state (SERVER_SESSION_STATE_CHANGED, CLIENT_SESSION_TRACK
+    /// negotiated) and is at most [`MAX_STATE_OK`] bytes; for
+    /// `ok_packet::parse_ok`.
+    pub state_ok: Option<Vec<u8>>,
+    /// The answer ended with a result set: its row count (what FOUND_ROWS()
+    /// then returns without SQL_CALC_FOUND_ROWS). None for an OK or ERR.
+    pub rows: Option<u64>,
 }
+
+/// Longest OK payload kept for its session-state blocks (a `SET` of many
+/// variables reports each name and value).
+pub const MAX_STATE_OK: usize = 8192;
 
 /// The counters of an OK packet that LAST_INSERT_ID() and ROW_COUNT() report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,10 +258,12 @@ struct Pending {
     /// `COM_STMT_EXECUTE` asked for a cursor.
     cursor: bool,
     state: RespState,
+    /// Rows of the current result set so far (FOUND_ROWS()).
+    rows: u64,
 }
 
 /// Incremental packet framer for one direction.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Framer {
     hdr: [u8; 4],
     /// Header bytes seen of the current physical packet; 4 while in its payload.
@@ -268,10 +282,15 @@ struct Framer {
     seq: u8,
     prefix: [u8; PREFIX_LEN],
     prefix_len: u8,
+    /// Keep the whole logical packet in `full` when it is an OK packet
+    /// (first byte 0x00) of at most MAX_STATE_OK bytes: set by the tracker
+    /// at the start of a packet that may end a response with session state.
+    keep_full: bool,
+    full: Vec<u8>,
 }
 
 impl Framer {
-    const fn new() -> Self {
+    fn new() -> Self {
         Framer {
             hdr: [0; 4],
             hdr_len: 0,
@@ -283,6 +302,8 @@ impl Framer {
             seq: 0,
             prefix: [0; PREFIX_LEN],
             prefix_len: 0,
+            keep_full: false,
+            full: Vec::new(),
         }
     }
 
@@ -342,6 +363,7 @@ impl Framer {
                 self.first_len = self.phys_len;
                 self.seq = self.hdr[3];
                 self.prefix_len = 0;
+                self.full.clear();
             }
             if self.phys_len == 0 {
                 // An empty physical packet ends its logical packet at once.
@@ -362,6 +384,12 @@ impl Framer {
             return self.end_physical();
         }
         let n = (self.remaining as usize).min(chunk.len() - *pos);
+        if self.keep_full
+            && self.logical_len <= MAX_STATE_OK as u64
+            && (self.full.first().copied().or(chunk.get(*pos).copied()) == Some(0x00))
+        {
+            self.full.extend_from_slice(&chunk[*pos..*pos + n]);
+        }
         let have = self.prefix_len as usize;
         if have < PREFIX_LEN {
             let k = n.min(PREFIX_LEN - have);
@@ -766,6 +794,8 @@ impl Tracker {
                                 ok: None,
                                 warnings: 0,
                                 status: self.last_status,
+                                state_ok: None,
+                                rows: None,
                             });
                         }
                         return Ok(());
@@ -784,6 +814,7 @@ impl Tracker {
                     command,
                     cursor,
                     state,
+                    rows: 0,
                 });
                 if let Some(c) = self.capture.as_mut() {
                     c.texts.push_back(text.flatten());
@@ -816,7 +847,16 @@ impl Tracker {
                     Some(p) if p.state == RespState::InfileData => {
                         return Err(TrackError::UnexpectedServerData)
                     }
-                    Some(_) => {}
+                    // An OK that ends a command may carry session state.
+                    Some(p) => {
+                        self.server.keep_full = self.capture.is_some()
+                            && matches!(
+                                p.state,
+                                RespState::ResultStart
+                                    | RespState::InfileResult
+                                    | RespState::Single
+                            );
+                    }
                 }
             }
             if let Step::LogicalEnd = self.server.step(chunk, &mut pos) {
@@ -840,6 +880,7 @@ impl Tracker {
         let command = front.command;
         let malformed = |reason| TrackError::MalformedResponse { command, reason };
         let mut status = None;
+        let mut result_rows = None;
         let done = match front.state {
             RespState::InfileResult => {
                 if pkt.is_err() {
@@ -918,8 +959,11 @@ impl Tracker {
                     true
                 } else if pkt.is_terminator() {
                     status = pkt.status();
+                    // The next result set, if any, counts its own rows.
+                    result_rows = Some(std::mem::take(&mut front.rows));
                     end_of_result(&mut front.state, status)
                 } else {
+                    front.rows += 1;
                     false
                 }
             }
@@ -1016,6 +1060,12 @@ impl Tracker {
                     ok: pkt.ok_counts(),
                     warnings: pkt.warnings().unwrap_or(0),
                     status: self.last_status,
+                    state_ok: (pkt.is_ok()
+                        && status.is_some_and(|s| s & SERVER_SESSION_STATE_CHANGED != 0)
+                        && self.server.full.len() as u64 == self.server.logical_len
+                        && !self.server.full.is_empty())
+                    .then(|| self.server.full.clone()),
+                    rows: result_rows.filter(|_| !pkt.is_err()),
                 });
             }
         }

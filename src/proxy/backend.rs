@@ -161,6 +161,22 @@ pub struct BackendConn {
     /// Transaction pooling: the session settings the connection carries
     /// (none after login or a reset).
     settings: Settings,
+    /// Transaction pooling: what LAST_INSERT_ID() returns on it, when known
+    /// (after `DO LAST_INSERT_ID(n)` or `SELECT LAST_INSERT_ID()`; a session
+    /// that may have changed it asks before it gives the connection back).
+    known_last_insert_id: Option<u64>,
+}
+
+/// The proxy-internal statements a lease sent before the command (for
+/// `ringgate_internal_queries_total{kind}`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaseWork {
+    /// COM_INIT_DB for the session's schema.
+    pub init_db: bool,
+    /// One `SET` of the settings that differ.
+    pub settings: bool,
+    /// `DO LAST_INSERT_ID(n)`.
+    pub last_insert_id: bool,
 }
 
 /// Who the proxy logs in as.
@@ -184,6 +200,7 @@ impl BackendConn {
             connect_attrs: Vec::new(),
             mariadb: false,
             settings: Settings::default(),
+            known_last_insert_id: None,
         }
     }
 
@@ -538,6 +555,7 @@ impl BackendConn {
             Ok(Some(ResetOutcome::Reset { schema, role: None })) => {
                 self.schema = schema;
                 self.settings = Settings::default();
+                self.known_last_insert_id = None;
                 self.state = State::Idle;
                 self.since = now;
                 out.push(BackendOut::Op(BackendOp::Clear));
@@ -554,6 +572,7 @@ impl BackendConn {
             Ok(None) if data.len() < capacity => out.push(BackendOut::Op(BackendOp::Read)),
             Ok(Some(Ok(Some(text)))) => match text.parse::<u64>() {
                 Ok(value) => {
+                    self.known_last_insert_id = Some(value);
                     self.state = State::Leased;
                     out.push(BackendOut::Op(BackendOp::Clear));
                     out.push(BackendOut::Event(BackendEvent::LastInsertId(value)));
@@ -636,8 +655,9 @@ impl BackendConn {
         setup: Option<&LeaseSetup>,
         now: Instant,
         out: &mut Vec<BackendOut>,
-    ) {
+    ) -> LeaseWork {
         debug_assert!(matches!(self.state, State::Idle | State::Leased));
+        let mut work = LeaseWork::default();
         let mut then = Vec::new();
         let mut settings = self.settings.clone();
         if let Some(setup) = setup {
@@ -651,17 +671,31 @@ impl BackendConn {
                     .wanted
                     .diff_from(&self.settings, self.key.collation, self.key.caps)
                 {
-                    Ok(stmt) => then.extend(stmt),
+                    Ok(stmt) => {
+                        work.settings = stmt.is_some();
+                        then.extend(stmt);
+                    }
                     Err(()) => {
-                        return self.fail(
+                        self.fail(
                             "leased with settings that cannot be set back (not reset)".into(),
                             out,
-                        )
+                        );
+                        return work;
                     }
                 }
                 settings = setup.wanted.clone();
             }
             then.extend(setup.always.iter().cloned());
+            if let Some(n) = setup.last_insert_id {
+                // Skipped when the connection holds the value already (the
+                // last session's answer, or an earlier DO); setup failures
+                // close the connection, so the value is known from here.
+                if self.known_last_insert_id != Some(n) {
+                    then.push(format!("DO LAST_INSERT_ID({n})").into_bytes());
+                    work.last_insert_id = true;
+                    self.known_last_insert_id = Some(n);
+                }
+            }
         }
         match schema {
             Some(db) if self.schema.as_deref() != Some(db) => {
@@ -675,9 +709,11 @@ impl BackendConn {
                 };
                 self.since = now;
                 out.push(BackendOut::Op(BackendOp::Send(bytes)));
+                work.init_db = true;
             }
             _ => self.run_setup(then, settings, now, out),
         }
+        work
     }
 
     /// Send the setup statements (pipelined), or finish the lease now.

@@ -390,6 +390,24 @@ fn asking_for_last_insert_id_reads_the_servers_answer_and_leases_again() {
         "{out:?}"
     );
     assert!(c.is_leased(), "leased again, for the pool to give back");
+    // Known now: a lease that wants the same value sends no DO.
+    assert!(c.keep(None, now));
+    out.clear();
+    let same = LeaseSetup {
+        last_insert_id: Some(900002),
+        ..LeaseSetup::default()
+    };
+    let work = c.lease(None, Some(&same), now, &mut out);
+    assert!(!work.last_insert_id && sends(&out).is_empty(), "{out:?}");
+    assert!(c.keep(None, now));
+    out.clear();
+    let other = LeaseSetup {
+        last_insert_id: Some(5),
+        ..LeaseSetup::default()
+    };
+    let work = c.lease(None, Some(&other), now, &mut out);
+    assert!(work.last_insert_id);
+    assert!(sends(&out)[0].ends_with(b"DO LAST_INSERT_ID(5)"), "{out:?}");
 
     // An ERR (or anything but a number) closes the connection.
     let mut c = logged_in(now);

@@ -98,6 +98,10 @@ pub struct LeaseSetup {
     pub wanted: Settings,
     /// Statements run before the command on whatever connection it gets.
     pub always: Vec<Vec<u8>>,
+    /// LAST_INSERT_ID() the connection must return before the command
+    /// (`DO LAST_INSERT_ID(n)`, skipped when the connection is known to
+    /// hold `n` already).
+    pub last_insert_id: Option<u64>,
     /// Another fingerprint a connection may carry and be used as it is
     /// (0: none): when the command is itself a `SET` of constants, a
     /// connection that already carries the settings it leads to gives the

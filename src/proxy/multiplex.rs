@@ -33,6 +33,7 @@ pub use super::ids::LeaseSetup;
 use super::tx_settings::Settings;
 use crate::mysql::constants::*;
 use crate::mysql::lexer::{self, Class, LexOptions, Pin, Scope, SetItem};
+use crate::mysql::ok_packet::{parse_ok, OkInfo};
 use crate::mysql::tracker::Completed;
 
 /// Longest statement the session reads to classify; a longer one pins
@@ -54,7 +55,8 @@ pub enum PinReason {
     TemporaryTable,
     /// GET_LOCK and the other named-lock functions.
     LockFunction,
-    /// LOCK TABLES (until the session ends in this version).
+    /// LOCK TABLES, until UNLOCK TABLES (or a BEGIN, which releases the
+    /// table locks too).
     LockTables,
     /// FLUSH TABLES WITH READ LOCK.
     FlushReadLock,
@@ -250,10 +252,18 @@ pub fn classify_query(sql: &[u8], no_backslash_escapes: bool) -> Effect {
         return first;
     }
     rest.insert(0, first);
-    if let Some(pin) = rest.iter().find_map(|e| match e {
-        Effect::Pin(r) => Some(*r),
-        _ => None,
-    }) {
+    // The first pin that lasts (LOCK TABLES ends with UNLOCK TABLES, so a
+    // session pin beside it must win).
+    let pins = || {
+        rest.iter().filter_map(|e| match e {
+            Effect::Pin(r) => Some(*r),
+            _ => None,
+        })
+    };
+    if let Some(pin) = pins()
+        .find(|r| *r != PinReason::LockTables)
+        .or_else(|| pins().next())
+    {
         return Effect::Pin(pin);
     }
     // Several statements: fine while none of them changes what the
@@ -337,6 +347,10 @@ pub struct TxState {
     /// The handshake collation of the session's pool key: a `SET NAMES` of
     /// it is no setting.
     collation: u8,
+    /// The client negotiated CLIENT_SESSION_TRACK: its connections have the
+    /// server's trackers on (`tx_settings::TRACKERS`) and its OK packets
+    /// carry session-state blocks.
+    session_track: bool,
     /// The schema as the session last selected it.
     schema: Option<String>,
     /// What LAST_INSERT_ID() returns in this session.
@@ -345,6 +359,14 @@ pub struct TxState {
     /// to something its OK packet does not show (see `on_completed`): the
     /// connection is asked before it goes back.
     last_insert_id_unsure: bool,
+    /// What ROW_COUNT() returns now: the last statement's affected rows
+    /// (its OK packet), -1 after a result set or an error.
+    row_count: i64,
+    /// What FOUND_ROWS() returns now: the rows of the last result set.
+    found_rows: u64,
+    /// LOCK TABLES holds table locks on the connection until UNLOCK TABLES
+    /// (or BEGIN): the session keeps it meanwhile.
+    table_locks: bool,
     /// Warnings of the last statement: SHOW WARNINGS needs its connection.
     warnings: u16,
     /// Status flags after the last answer.
@@ -360,10 +382,13 @@ pub struct TxState {
 }
 
 impl TxState {
-    pub fn new(schema: Option<String>, collation: u8) -> TxState {
+    pub fn new(schema: Option<String>, collation: u8, session_track: bool) -> TxState {
         TxState {
             schema,
             collation,
+            session_track,
+            settings: Settings::initial(session_track),
+            row_count: -1,
             status: SERVER_STATUS_AUTOCOMMIT,
             ..TxState::default()
         }
@@ -410,6 +435,16 @@ impl TxState {
             self.warnings = if c.err { c.warnings.max(1) } else { c.warnings };
         }
         self.after_err = c.err;
+        if c.command == COM_QUERY {
+            if c.err {
+                self.row_count = -1;
+            } else if let Some(ok) = c.ok {
+                self.row_count = i64::try_from(ok.affected_rows).unwrap_or(i64::MAX);
+            } else if let Some(rows) = c.rows {
+                self.row_count = -1;
+                self.found_rows = rows;
+            }
+        }
         self.diagnostics_dirty |= self.warnings > 0;
         if let Some(ok) = c.ok {
             if ok.last_insert_id != 0 {
@@ -434,12 +469,26 @@ impl TxState {
             COM_QUERY => match effect.flatten() {
                 None => Some(PinReason::Unclassified),
                 Some(Effect::Pin(reason)) => Some(reason),
-                Some(Effect::SetVariables) if !c.err => self.add_setting(c.text.as_deref()),
+                Some(Effect::SetVariables) if !c.err => {
+                    self.add_setting(c.text.as_deref(), &tracked_variables(c))
+                }
                 Some(Effect::Use(schema)) if !c.err => {
                     self.schema = Some(schema);
                     None
                 }
-                Some(Effect::Plain) if !c.err && c.status & SERVER_SESSION_STATE_CHANGED != 0 => {
+                // Unexplained state: a user variable, a temporary table, a
+                // prepared statement (the state_change tracker says so; a
+                // transaction-state block alone is no such state). Without
+                // the blocks, the flag alone pins. Only an OK answer counts:
+                // a result set's EOF cannot carry blocks, and MariaDB leaves
+                // the flag of the transaction state raised in it (a SELECT
+                // inside a transaction) until the next OK.
+                Some(Effect::Plain)
+                    if !c.err
+                        && c.ok.is_some()
+                        && c.status & SERVER_SESSION_STATE_CHANGED != 0
+                        && state_blocks(c).is_none_or(|info| info.has_state_change_block()) =>
+                {
                     Some(PinReason::StateChange)
                 }
                 Some(_) => None,
@@ -455,10 +504,11 @@ impl TxState {
             | COM_PROCESS_KILL | COM_REFRESH | COM_DEBUG | COM_CREATE_DB | COM_DROP_DB => None,
             COM_RESET_CONNECTION if !c.err => {
                 // The server dropped the session's variables; the schema
-                // stays (MariaDB keeps it across the reset).
-                self.settings = Settings::default();
+                // stays (MariaDB keeps it across the reset). LAST_INSERT_ID()
+                // is read back: the connection's known value changed.
+                self.settings = Settings::initial(self.session_track);
                 self.last_insert_id = 0;
-                self.last_insert_id_unsure = false;
+                self.last_insert_id_unsure = true;
                 None
             }
             COM_SET_OPTION => Some(PinReason::SetOption),
@@ -471,6 +521,21 @@ impl TxState {
             | COM_STMT_BULK_EXECUTE => Some(PinReason::PreparedStatement),
             _ => Some(PinReason::Unclassified),
         };
+        if c.command == COM_QUERY && !c.err && c.text.as_deref().is_some_and(ends_table_locks) {
+            self.table_locks = false;
+        }
+        if c.command == COM_RESET_CONNECTION && !c.err {
+            self.table_locks = false;
+        }
+        if pin == Some(PinReason::LockTables) {
+            // Held until UNLOCK TABLES, not for the session; counted at
+            // each LOCK TABLES that took locks.
+            if c.err {
+                return None;
+            }
+            self.table_locks = true;
+            return self.pinned.is_none().then_some(PinReason::LockTables);
+        }
         match (self.pinned, pin) {
             (None, Some(reason)) => {
                 self.pinned = Some(reason);
@@ -480,8 +545,12 @@ impl TxState {
         }
     }
 
-    fn add_setting(&mut self, text: Option<&[u8]>) -> Option<PinReason> {
-        match self.settings_after(text?) {
+    fn add_setting(
+        &mut self,
+        text: Option<&[u8]>,
+        tracked: &[(String, String)],
+    ) -> Option<PinReason> {
+        match self.settings_after_tracked(text?, tracked) {
             Ok(next) if next.len_hint() > MAX_SETTINGS => Some(PinReason::TooManySettings),
             Ok(next) => {
                 self.settings = next;
@@ -495,10 +564,20 @@ impl TxState {
 
     /// The settings after the `SET` statement(s) of `sql` ran.
     fn settings_after(&self, sql: &[u8]) -> Result<Settings, super::tx_settings::NotReplayable> {
+        self.settings_after_tracked(sql, &[])
+    }
+
+    /// [`TxState::settings_after`], with the values the server's tracker
+    /// reported for variables set to an expression.
+    fn settings_after_tracked(
+        &self,
+        sql: &[u8],
+        tracked: &[(String, String)],
+    ) -> Result<Settings, super::tx_settings::NotReplayable> {
         let mut next = self.settings.clone();
         for st in lexer::classify(sql, &LexOptions::default()) {
             next = match &st.class {
-                Class::Set(items) => next.with_items(items, self.collation)?,
+                Class::Set(items) => next.with_items_tracked(items, self.collation, tracked)?,
                 Class::SetTransaction {
                     scope: Some(Scope::Session),
                     characteristics,
@@ -508,6 +587,42 @@ impl TxState {
             };
         }
         Ok(next)
+    }
+
+    /// `sql` is the plain `SELECT ROW_COUNT()` or `SELECT FOUND_ROWS()`
+    /// (a session that holds no connection answers it from its own
+    /// records): the column name as the client wrote it, and the value.
+    pub fn answer_previous(&self, sql: &[u8]) -> Option<(String, i64)> {
+        let text = std::str::from_utf8(sql).ok()?.trim();
+        let text = text.strip_suffix(';').unwrap_or(text).trim_end();
+        let (select, item) = text.split_at_checked(6)?;
+        if !select.eq_ignore_ascii_case("SELECT") || !item.starts_with(char::is_whitespace) {
+            return None;
+        }
+        let item = item.trim();
+        let compact: String = item
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect::<String>()
+            .to_ascii_uppercase();
+        let value = match compact.as_str() {
+            "ROW_COUNT()" => self.row_count,
+            "FOUND_ROWS()" => i64::try_from(self.found_rows).unwrap_or(i64::MAX),
+            _ => return None,
+        };
+        Some((item.to_owned(), value))
+    }
+
+    /// The session's status flags after the last answer.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The session answered a statement itself (a one-row result set).
+    pub fn answered_one_row(&mut self) {
+        self.row_count = -1;
+        self.found_rows = 1;
+        self.warnings = 0;
     }
 
     /// The connection is given back now: must LAST_INSERT_ID() be read on
@@ -536,6 +651,7 @@ impl TxState {
     pub fn releasable(&self) -> bool {
         let autocommit_off = self.status & SERVER_STATUS_AUTOCOMMIT == 0;
         self.pinned.is_none()
+            && !self.table_locks
             && self.status & SERVER_STATUS_IN_TRANS == 0
             && self.warnings == 0
             && !(self.after_err && autocommit_off)
@@ -563,22 +679,60 @@ impl TxState {
                     .iter()
                     .any(|st| st.class == Class::Begin)
             });
-        let mut always = Vec::new();
-        if holds || mentions_last_insert_id(first) || may_insert(first) {
-            // The value lives in the connection that ran the INSERT; this
-            // one gets the session's own, also when that is 0 (the
-            // connection may hold another session's). Before an INSERT too:
-            // one with an explicit AUTO_INCREMENT value leaves it as it
-            // was, and the session then reads it from this connection.
-            always.push(format!("DO LAST_INSERT_ID({})", self.last_insert_id).into_bytes());
-        }
+        // Reads of LAST_INSERT_ID() in code (not in strings or comments),
+        // `@@identity` and `@@last_insert_id` included; a command not
+        // whole in the buffer is searched as text.
+        let reads = match whole.as_deref() {
+            Some(sql) => lexer::classify(sql, &LexOptions::default())
+                .iter()
+                .any(|st| st.reads_last_insert_id),
+            None => mentions_last_insert_id(first),
+        };
+        // The value lives in the connection that ran the INSERT; this one
+        // gets the session's own, also when that is 0 (the connection may
+        // hold another session's). Before an INSERT too: one with an
+        // explicit AUTO_INCREMENT value leaves it as it was, and the
+        // session then reads it from this connection.
+        let last_insert_id = (holds || reads || may_insert(first)).then_some(self.last_insert_id);
         LeaseSetup {
             settings: self.settings.fingerprint(),
             wanted: self.settings.clone(),
-            always,
+            always: Vec::new(),
             alt,
+            last_insert_id,
         }
     }
+}
+
+/// UNLOCK TABLES, or a statement that begins a transaction (which releases
+/// the table locks as well).
+fn ends_table_locks(sql: &[u8]) -> bool {
+    lexer::classify(sql, &LexOptions::default())
+        .iter()
+        .any(|st| matches!(st.class, Class::UnlockTables | Class::Begin))
+}
+
+/// The session-state blocks of the command's final OK, if it kept them.
+fn state_blocks(c: &Completed) -> Option<OkInfo<'_>> {
+    parse_ok(
+        c.state_ok.as_deref()?,
+        CLIENT_PROTOCOL_41 | CLIENT_SESSION_TRACK,
+    )
+    .ok()
+}
+
+/// The system variables the command's OK reported, lower-cased names.
+fn tracked_variables(c: &Completed) -> Vec<(String, String)> {
+    state_blocks(c).map_or_else(Vec::new, |info| {
+        info.system_variables()
+            .map(|(n, v)| {
+                (
+                    String::from_utf8_lossy(n).to_ascii_lowercase(),
+                    String::from_utf8_lossy(v).into_owned(),
+                )
+            })
+            .collect()
+    })
 }
 
 /// The statement's previous-statement reads are all `LAST_INSERT_ID()`

@@ -119,14 +119,118 @@ fn done(command: u8, text: &str, status: u16) -> Completed {
         }),
         warnings: 0,
         status,
+        state_ok: None,
+        rows: None,
     }
 }
 
 const AC: u16 = SERVER_STATUS_AUTOCOMMIT;
 
+fn unhex(h: &str) -> Vec<u8> {
+    (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// An OK with SERVER_SESSION_STATE_CHANGED and these session-state blocks.
+fn ok_with_state(blocks: &[u8]) -> Vec<u8> {
+    let mut p = vec![0x00, 0, 0, 0x02, 0x40, 0, 0, 0x00];
+    p.push(blocks.len() as u8);
+    p.extend_from_slice(blocks);
+    p
+}
+
+fn sysvar_block(name: &str, value: &str) -> Vec<u8> {
+    let mut data = vec![name.len() as u8];
+    data.extend_from_slice(name.as_bytes());
+    data.push(value.len() as u8);
+    data.extend_from_slice(value.as_bytes());
+    let mut b = vec![0x00, data.len() as u8];
+    b.extend(data);
+    b
+}
+
+#[test]
+fn with_session_tracking_the_blocks_decide() {
+    let changed = AC | SERVER_SESSION_STATE_CHANGED;
+    let mut tx = TxState::new(None, 45, true);
+    // The trackers are the session's first settings.
+    let setup = tx.lease_setup(b"");
+    let turn_on = setup
+        .wanted
+        .diff_from(&Settings::default(), 45, 0)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(turn_on).unwrap(),
+        "SET @@session.session_track_schema = ON, @@session.session_track_state_change = ON, \
+         @@session.session_track_system_variables = '*', \
+         @@session.session_track_transaction_info = 'CHARACTERISTICS'"
+    );
+    // BEGIN and COMMIT report the transaction state only: no pin (MariaDB
+    // 10.11's OK payloads, src/mysql/testdata/session-track-oks.txt).
+    let mut begin = done(COM_QUERY, "BEGIN", changed | SERVER_STATUS_IN_TRANS);
+    begin.state_ok = Some(unhex(
+        "000000034000000020050908545f5f5f5f5f5f5f0413125354415254205452414e53414354494f4e3b",
+    ));
+    assert_eq!(tx.on_completed(&begin), None);
+    let mut insert = done(COM_QUERY, "INSERT INTO t (a) VALUES (1)", changed | 1);
+    insert.state_ok = Some(unhex("00010103400000000b050908545f5f5f575f5f5f"));
+    assert_eq!(tx.on_completed(&insert), None);
+    // A result set inside the transaction: its EOF keeps the flag raised,
+    // with no block to read.
+    let mut read = done(COM_QUERY, "SELECT 1", changed | SERVER_STATUS_IN_TRANS);
+    read.ok = None;
+    assert_eq!(tx.on_completed(&read), None);
+    let mut commit = done(COM_QUERY, "COMMIT", changed);
+    commit.state_ok = Some(unhex("00000002400000000e0509085f5f5f5f5f5f5f5f040100"));
+    assert_eq!(tx.on_completed(&commit), None);
+    assert!(tx.releasable());
+    // A SET of an expression takes the value the tracker reported.
+    let mut set = done(
+        COM_QUERY,
+        "SET sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES')",
+        changed,
+    );
+    set.state_ok = Some(ok_with_state(
+        &[
+            sysvar_block("sql_mode", "STRICT_TRANS_TABLES,ANSI_QUOTES"),
+            vec![0x02, 0x02, 0x01, b'1'],
+        ]
+        .concat(),
+    ));
+    assert_eq!(tx.on_completed(&set), None);
+    let wanted = tx.lease_setup(b"").wanted;
+    let before = Settings::initial(true);
+    assert_eq!(
+        wanted.diff_from(&before, 45, 0).unwrap().as_deref(),
+        Some(&b"SET @@session.sql_mode = 'STRICT_TRANS_TABLES,ANSI_QUOTES'"[..])
+    );
+    // Without a reported value it pins.
+    let mut bare = done(
+        COM_QUERY,
+        "SET wait_timeout = @@global.wait_timeout",
+        changed,
+    );
+    bare.state_ok = Some(ok_with_state(&[0x02, 0x02, 0x01, b'1']));
+    assert_eq!(tx.on_completed(&bare), Some(PinReason::SessionCommand));
+    // Another state (a user variable inside a function, say) pins.
+    let mut tx = TxState::new(None, 45, true);
+    let mut other = done(COM_QUERY, "DO 1", changed);
+    other.state_ok = Some(unhex("000000024000000003020131"));
+    assert_eq!(tx.on_completed(&other), Some(PinReason::StateChange));
+    // The flag without blocks to read still pins.
+    let mut tx = TxState::new(None, 45, true);
+    assert_eq!(
+        tx.on_completed(&done(COM_QUERY, "DO 1", changed)),
+        Some(PinReason::StateChange)
+    );
+}
+
 #[test]
 fn a_stateless_session_is_releasable_between_transactions() {
-    let mut tx = TxState::new(None, 45);
+    let mut tx = TxState::new(None, 45, false);
     assert!(tx.releasable());
     assert_eq!(
         tx.on_completed(&done(COM_QUERY, "BEGIN", AC | SERVER_STATUS_IN_TRANS)),
@@ -146,7 +250,7 @@ fn a_stateless_session_is_releasable_between_transactions() {
 
 #[test]
 fn a_pin_is_reported_once_and_stays() {
-    let mut tx = TxState::new(None, 45);
+    let mut tx = TxState::new(None, 45, false);
     assert_eq!(
         tx.on_completed(&done(COM_QUERY, "SET @x = 1", AC)),
         Some(PinReason::UserVariable)
@@ -162,12 +266,12 @@ fn a_pin_is_reported_once_and_stays() {
 
 #[test]
 fn binary_prepare_and_set_option_pin() {
-    let mut tx = TxState::new(None, 45);
+    let mut tx = TxState::new(None, 45, false);
     assert_eq!(
         tx.on_completed(&done(COM_STMT_PREPARE, "SELECT ?", AC)),
         Some(PinReason::PreparedStatement)
     );
-    let mut tx = TxState::new(None, 45);
+    let mut tx = TxState::new(None, 45, false);
     assert_eq!(
         tx.on_completed(&done(COM_SET_OPTION, "", AC)),
         Some(PinReason::SetOption)
@@ -176,7 +280,7 @@ fn binary_prepare_and_set_option_pin() {
 
 #[test]
 fn an_unexplained_state_change_pins_an_explained_one_does_not() {
-    let mut tx = TxState::new(None, 45);
+    let mut tx = TxState::new(None, 45, false);
     let changed = AC | SERVER_SESSION_STATE_CHANGED;
     assert_eq!(
         tx.on_completed(&done(COM_QUERY, "SET autocommit = 1", changed)),
@@ -192,7 +296,7 @@ fn an_unexplained_state_change_pins_an_explained_one_does_not() {
 
 #[test]
 fn settings_are_kept_per_variable_and_fingerprinted() {
-    let mut a = TxState::new(None, 45);
+    let mut a = TxState::new(None, 45, false);
     a.on_completed(&done(COM_QUERY, "SET AUTOCOMMIT = 0", AC));
     a.on_completed(&done(COM_QUERY, "SET NAMES latin1", 0));
     a.on_completed(&done(COM_QUERY, "SET AUTOCOMMIT = 0", 0));
@@ -206,7 +310,7 @@ fn settings_are_kept_per_variable_and_fingerprinted() {
         Some(&b"SET NAMES latin1, @@session.autocommit = 0"[..])
     );
     assert_ne!(setup.settings, 0);
-    let mut b = TxState::new(None, 45);
+    let mut b = TxState::new(None, 45, false);
     b.on_completed(&done(COM_QUERY, "SET NAMES latin1", AC));
     b.on_completed(&done(COM_QUERY, "SET AUTOCOMMIT = 0", 0));
     assert_eq!(b.settings().fingerprint(), a.settings().fingerprint());
@@ -217,7 +321,7 @@ fn settings_are_kept_per_variable_and_fingerprinted() {
     b.on_completed(&failed);
     assert_eq!(b.settings().fingerprint(), a.settings().fingerprint());
     // PyMySQL's SET NAMES of the handshake's own character set is none.
-    let mut c = TxState::new(None, 45);
+    let mut c = TxState::new(None, 45, false);
     c.on_completed(&done(COM_QUERY, "SET NAMES utf8mb4", AC));
     assert_eq!(c.settings().fingerprint(), 0);
     // An expression is not replayed: it pins.
@@ -237,7 +341,7 @@ fn settings_are_kept_per_variable_and_fingerprinted() {
 
 #[test]
 fn warnings_hold_the_connection_for_the_next_statement() {
-    let mut tx = TxState::new(None, 45);
+    let mut tx = TxState::new(None, 45, false);
     let mut warned = done(COM_QUERY, "INSERT INTO t VALUES ('x')", AC);
     warned.warnings = 1;
     tx.on_completed(&warned);
@@ -259,7 +363,7 @@ fn warnings_hold_the_connection_for_the_next_statement() {
 
 #[test]
 fn an_error_with_autocommit_off_holds_until_an_ok() {
-    let mut tx = TxState::new(None, 45);
+    let mut tx = TxState::new(None, 45, false);
     let mut err = done(COM_QUERY, "SELECT * FROM missing", 0);
     err.err = true;
     err.ok = None;
@@ -282,7 +386,7 @@ fn an_error_with_autocommit_off_holds_until_an_ok() {
 
 #[test]
 fn an_ok_with_an_insert_id_or_a_last_insert_id_call_asks_the_server() {
-    let mut tx = TxState::new(None, 45);
+    let mut tx = TxState::new(None, 45, false);
     tx.on_completed(&done(COM_QUERY, "SELECT 1", AC));
     assert!(!tx.take_last_insert_id_ask());
     // An explicit AUTO_INCREMENT value is reported like a generated one.
@@ -298,31 +402,54 @@ fn an_ok_with_an_insert_id_or_a_last_insert_id_call_asks_the_server() {
     tx.set_last_insert_id(Some(1));
     assert_eq!(
         tx.lease_setup(&query_packet("SELECT LAST_INSERT_ID()"))
-            .always,
-        vec![b"DO LAST_INSERT_ID(1)".to_vec()]
+            .last_insert_id,
+        Some(1)
     );
     // An INSERT runs on a connection given the session's value first: one
     // with an explicit id leaves it, and the answer is read there.
     assert_eq!(
         tx.lease_setup(&query_packet("/* x */ insert INTO t (id) VALUES (5)"))
-            .always,
-        vec![b"DO LAST_INSERT_ID(1)".to_vec()]
+            .last_insert_id,
+        Some(1)
     );
     assert_eq!(
         tx.lease_setup(&query_packet("REPLACE INTO t VALUES (5)"))
-            .always,
-        vec![b"DO LAST_INSERT_ID(1)".to_vec()]
+            .last_insert_id,
+        Some(1)
     );
     assert!(tx
         .lease_setup(&query_packet("SELECT 'insert'"))
-        .always
-        .is_empty());
+        .last_insert_id
+        .is_none());
+    // The lexer's reads, not a text search: not in a string or a comment,
+    // but @@identity and @@last_insert_id.
+    for sql in [
+        "SELECT 'LAST_INSERT_ID()'",
+        "SELECT 1 /* last_insert_id() */",
+    ] {
+        assert_eq!(
+            tx.lease_setup(&query_packet(sql)).last_insert_id,
+            None,
+            "{sql}"
+        );
+    }
+    for sql in [
+        "SELECT @@identity",
+        "SELECT @@session.last_insert_id",
+        "DO LAST_INSERT_ID()",
+    ] {
+        assert_eq!(
+            tx.lease_setup(&query_packet(sql)).last_insert_id,
+            Some(1),
+            "{sql}"
+        );
+    }
     // No answer: the OK packet's value stays.
     tx.set_last_insert_id(None);
     assert_eq!(
         tx.lease_setup(&query_packet("SELECT LAST_INSERT_ID()"))
-            .always,
-        vec![b"DO LAST_INSERT_ID(1)".to_vec()]
+            .last_insert_id,
+        Some(1)
     );
     // LAST_INSERT_ID(0) sets it, with 0 in the OK packet.
     tx.on_completed(&done(
@@ -335,7 +462,7 @@ fn an_ok_with_an_insert_id_or_a_last_insert_id_call_asks_the_server() {
 
 #[test]
 fn last_insert_id_comes_from_the_sessions_own_ok_packets() {
-    let mut tx = TxState::new(None, 45);
+    let mut tx = TxState::new(None, 45, false);
     let mut insert = done(COM_QUERY, "INSERT INTO t VALUES (NULL)", AC);
     insert.ok = Some(OkCounts {
         affected_rows: 1,
@@ -345,14 +472,18 @@ fn last_insert_id_comes_from_the_sessions_own_ok_packets() {
     // A later statement that generates no id keeps it.
     tx.on_completed(&done(COM_QUERY, "UPDATE t SET a = 1", AC));
     assert_eq!(
-        tx.lease_setup(b"\x03select last_insert_id()").always,
-        vec![b"DO LAST_INSERT_ID(42)".to_vec()]
+        tx.lease_setup(b"\x03select last_insert_id()")
+            .last_insert_id,
+        Some(42)
     );
-    assert!(tx.lease_setup(&query_packet("SELECT 1")).always.is_empty());
+    assert!(tx
+        .lease_setup(&query_packet("SELECT 1"))
+        .last_insert_id
+        .is_none());
     // A transaction begins: a statement inside it may read the id.
     assert_eq!(
-        tx.lease_setup(&query_packet("BEGIN")).always,
-        vec![b"DO LAST_INSERT_ID(42)".to_vec()]
+        tx.lease_setup(&query_packet("BEGIN")).last_insert_id,
+        Some(42)
     );
     // LAST_INSERT_ID() in an expression does not pin; with an argument in a
     // SELECT, or next to other previous-statement reads, it does.
@@ -373,7 +504,7 @@ fn last_insert_id_comes_from_the_sessions_own_ok_packets() {
 
 #[test]
 fn com_init_db_sets_the_schema_and_a_long_statement_pins() {
-    let mut tx = TxState::new(Some("a".into()), 45);
+    let mut tx = TxState::new(Some("a".into()), 45, false);
     tx.on_completed(&done(COM_INIT_DB, "b", AC));
     assert_eq!(tx.schema(), Some("b"));
     let mut long = done(COM_QUERY, "", AC);
@@ -400,7 +531,7 @@ fn query_packet(sql: &str) -> Vec<u8> {
 
 #[test]
 fn a_constant_set_may_run_on_a_connection_that_already_carries_its_result() {
-    let mut a = TxState::new(None, 45);
+    let mut a = TxState::new(None, 45, false);
     // Before its first SET the session wants a connection with no settings,
     // or one that carries exactly what this SET leads to.
     let setup = a.lease_setup(&query_packet("SET AUTOCOMMIT = 0"));
@@ -419,4 +550,36 @@ fn a_constant_set_may_run_on_a_connection_that_already_carries_its_result() {
     let mut two = query_packet("SET AUTOCOMMIT = 0");
     two.extend(query_packet("SELECT 1"));
     assert_eq!(a.lease_setup(&two).alt, 0);
+}
+
+#[test]
+fn lock_tables_holds_the_connection_until_unlock_tables() {
+    let mut tx = TxState::new(None, 45, false);
+    assert_eq!(
+        tx.on_completed(&done(COM_QUERY, "LOCK TABLES t READ", AC)),
+        Some(PinReason::LockTables)
+    );
+    assert!(!tx.releasable());
+    tx.on_completed(&done(COM_QUERY, "SELECT * FROM t", AC));
+    assert!(!tx.releasable());
+    assert_eq!(tx.on_completed(&done(COM_QUERY, "UNLOCK TABLES", AC)), None);
+    assert!(tx.releasable());
+    assert_eq!(tx.pinned(), None);
+    // BEGIN releases them too.
+    tx.on_completed(&done(COM_QUERY, "LOCK TABLE t WRITE", AC));
+    assert!(!tx.releasable());
+    tx.on_completed(&done(COM_QUERY, "BEGIN", AC | SERVER_STATUS_IN_TRANS));
+    tx.on_completed(&done(COM_QUERY, "COMMIT", AC));
+    assert!(tx.releasable());
+    // A failed LOCK TABLES holds nothing.
+    let mut failed = done(COM_QUERY, "LOCK TABLES missing READ", AC);
+    failed.err = true;
+    assert_eq!(tx.on_completed(&failed), None);
+    tx.on_completed(&done(COM_QUERY, "SELECT 1", AC));
+    assert!(tx.releasable());
+    // A session pin beside it in one text stays.
+    assert_eq!(
+        classify_query(b"LOCK TABLES t READ; SET @x = 1", false),
+        Effect::Pin(PinReason::UserVariable)
+    );
 }

@@ -21,7 +21,7 @@ use super::ids::{
 };
 use super::slab::Slab;
 use super::{try_reserve, unreserve};
-use crate::metrics::{Metrics, RejectReason, WorkerMetrics};
+use crate::metrics::{InternalQuery, Metrics, RejectReason, WorkerMetrics};
 use crate::mysql::client_sha2::FullAuthTransport;
 use crate::mysql::constants::ER_CON_COUNT_ERROR;
 use crate::mysql::reply::err_payload;
@@ -417,8 +417,19 @@ impl Pool {
         p.leased_to = Some(req.session);
         p.set_busy(true, metrics.worker(self.worker));
         let mut bo = Vec::new();
-        p.conn
+        let work = p
+            .conn
             .lease(req.schema.as_deref(), req.setup.as_deref(), now, &mut bo);
+        let m = self.m();
+        for (done, kind) in [
+            (work.init_db, InternalQuery::InitDb),
+            (work.settings, InternalQuery::Settings),
+            (work.last_insert_id, InternalQuery::LastInsertIdSet),
+        ] {
+            if done {
+                m.internal_queries_total[kind as usize].fetch_add(1, Relaxed);
+            }
+        }
         self.apply(id, bo, now, out);
     }
 
@@ -643,6 +654,8 @@ impl Pool {
         });
         let mut bo = Vec::new();
         p.conn.ask_last_insert_id(now, &mut bo);
+        self.m().internal_queries_total[InternalQuery::LastInsertIdRead as usize]
+            .fetch_add(1, Relaxed);
         self.apply(id, bo, now, out);
     }
 

@@ -433,7 +433,11 @@ impl Session {
         out: &mut Vec<SessionAction>,
     ) {
         let schema = self.login.as_ref().and_then(|l| l.database.clone());
-        let mut tx = Box::new(TxState::new(schema, self.key.collation));
+        let mut tx = Box::new(TxState::new(
+            schema,
+            self.key.collation,
+            self.key.caps & CLIENT_SESSION_TRACK != 0,
+        ));
         let mut tracker = match self.tracker.take() {
             Some(t) => t,
             None => self.new_tracker(ctx),
@@ -1272,6 +1276,7 @@ impl Session {
         let whole = split_packet(data)
             .filter(|(p, used)| *used == data.len() && p.seq == 0 && !p.has_continuation());
         let mut refuse = false;
+        let mut answer = None;
         if let Some((pkt, _)) = &whole {
             if pkt.payload.first() == Some(&COM_QUIT) {
                 // Nothing to tell a server the session holds nothing on.
@@ -1279,10 +1284,25 @@ impl Session {
             }
             // The statement whose count these report ran on a connection
             // the session has given back.
-            refuse = pkt
-                .payload
-                .strip_prefix(&[COM_QUERY])
-                .is_some_and(multiplex::reads_previous_statement);
+            // The plain forms are answered from the session's records
+            // (not with extended or cached metadata, whose column
+            // definitions differ).
+            let sql = pkt.payload.strip_prefix(&[COM_QUERY]);
+            let plain_metadata = self.key.ext_caps
+                & (MARIADB_CLIENT_CACHE_METADATA | MARIADB_CLIENT_EXTENDED_METADATA)
+                == 0;
+            answer = sql
+                .filter(|_| plain_metadata)
+                .and_then(|sql| tx.answer_previous(sql))
+                .and_then(|(name, value)| {
+                    crate::mysql::result_set::one_bigint(
+                        &name,
+                        value,
+                        self.client_caps & CLIENT_DEPRECATE_EOF != 0,
+                        tx.status() & !SERVER_SESSION_STATE_CHANGED,
+                    )
+                });
+            refuse = answer.is_none() && sql.is_some_and(multiplex::reads_previous_statement);
         }
         let setup = Box::new(tx.lease_setup(data));
         let schema = tx.schema().map(String::from);
@@ -1290,11 +1310,19 @@ impl Session {
         else {
             return;
         };
+        if let Some(bytes) = answer {
+            if let Some(tx) = self.tx.as_mut() {
+                tx.answered_one_row();
+            }
+            self.state = State::ParkedReply { tracker };
+            out.push(SessionAction::SendClient(bytes));
+            return;
+        }
         if refuse {
             self.seq = 1;
             return self.send_err(
                 multiplex::ER_NOT_SUPPORTED_YET,
-                "ringgate --pooling transaction: ROW_COUNT() and FOUND_ROWS() are only supported inside a transaction (or after SQL_CALC_FOUND_ROWS, which pins the session)",
+                "ringgate --pooling transaction: ROW_COUNT() and FOUND_ROWS() inside an expression are only supported inside a transaction (or after SQL_CALC_FOUND_ROWS, which pins the session); the plain SELECT ROW_COUNT() and SELECT FOUND_ROWS() work",
                 State::ParkedReply { tracker },
                 out,
             );

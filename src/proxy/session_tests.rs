@@ -1158,14 +1158,10 @@ fn transaction_pooling_asks_for_last_insert_id_and_the_next_command_waits_for_it
     out.clear();
     s.on_buffered(&q, &c, &mut out);
     let setup = out.iter().find_map(|a| match a {
-        SessionAction::LeaseForCommand { setup, .. } => Some(setup.always.clone()),
+        SessionAction::LeaseForCommand { setup, .. } => Some(setup.last_insert_id),
         _ => None,
     });
-    assert_eq!(
-        setup,
-        Some(vec![b"DO LAST_INSERT_ID(1)".to_vec()]),
-        "{out:?}"
-    );
+    assert_eq!(setup, Some(Some(1)), "{out:?}");
 }
 
 #[test]

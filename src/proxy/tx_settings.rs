@@ -55,6 +55,21 @@ struct Inner {
     fingerprint: u64,
 }
 
+/// The server's session-state trackers, turned on for the sessions of
+/// clients that negotiated CLIENT_SESSION_TRACK (their backend connections
+/// have it too): every OK then reports the system variables a statement
+/// changed (`'*'`), the schema, the transaction state and characteristics,
+/// and "some other state changed" (`state_change`: user variables,
+/// temporary tables, prepared statements). A connection without the
+/// capability sends none of it, whatever these variables say (checked on
+/// MariaDB 10.11: no SESSION_STATE_CHANGED flag, no block).
+pub const TRACKERS: [(&str, &str); 4] = [
+    ("session_track_schema", "ON"),
+    ("session_track_state_change", "ON"),
+    ("session_track_system_variables", "'*'"),
+    ("session_track_transaction_info", "'CHARACTERISTICS'"),
+];
+
 /// Why a `SET` cannot be replayed per variable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotReplayable(pub String);
@@ -112,10 +127,37 @@ impl Settings {
         })))
     }
 
+    /// The settings of a fresh session: none, or the trackers
+    /// ([`TRACKERS`]) when the client negotiated CLIENT_SESSION_TRACK.
+    pub fn initial(session_track: bool) -> Settings {
+        if !session_track {
+            return Settings::default();
+        }
+        let vars = TRACKERS
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect();
+        Settings::build(None, vars)
+    }
+
     /// The settings after a `SET` of `items` ran on a connection that
     /// carried these. `collation`: the handshake's collation id (a `SET
     /// NAMES` of exactly it is no setting at all).
+    #[cfg(test)]
     pub fn with_items(&self, items: &[SetItem], collation: u8) -> Result<Settings, NotReplayable> {
+        self.with_items_tracked(items, collation, &[])
+    }
+
+    /// [`Settings::with_items`], where a variable set to an expression takes
+    /// the value the server's system-variables tracker reported for it in
+    /// the statement's OK packet (`tracked`: name, value), replayed as a
+    /// literal.
+    pub fn with_items_tracked(
+        &self,
+        items: &[SetItem],
+        collation: u8,
+        tracked: &[(String, String)],
+    ) -> Result<Settings, NotReplayable> {
         let (names, vars) = self.parts();
         let mut names = names.map(str::to_owned);
         let mut vars = vars.cloned().unwrap_or_default();
@@ -127,10 +169,15 @@ impl Settings {
                 } => {}
                 SetItem::Variable { name, value, .. } => {
                     let name = name.to_ascii_lowercase();
-                    if !constant(value) {
+                    if constant(value) {
+                        vars.insert(name, value.trim().to_owned());
+                    } else if let Some((_, v)) = tracked.iter().find(|(n, _)| *n == name) {
+                        let assigned = crate::mysql::session_vars::assignment(&name, Some(v));
+                        let literal = assigned.split_once(" = ").map_or("", |(_, l)| l);
+                        vars.insert(name, literal.to_owned());
+                    } else {
                         return Err(NotReplayable(format!("SET {name} = {value}")));
                     }
-                    vars.insert(name, value.trim().to_owned());
                 }
                 SetItem::Names {
                     charset,

@@ -461,18 +461,86 @@ def test_a_set_of_an_expression_pins(make_proxy):
     assert m('ringgate_sessions_pinned_total{reason="session_command"}') == 1
 
 
-def test_row_count_outside_a_transaction_is_refused_inside_it_works(make_proxy):
-    proxy = tx_proxy(make_proxy, 2)
-    with proxy.connect(autocommit=True) as a:
-        value(a, f"INSERT INTO {AUTO} (owner) VALUES (7)")
+def test_row_count_and_found_rows_outside_a_transaction_match_direct(make_proxy):
+    """Plain SELECT ROW_COUNT() / SELECT FOUND_ROWS() in a session that holds no connection are
+    answered from its own OK packets and result sets; each answer is the one a direct connection
+    running the same statements gives, with another client using the two backend connections
+    in between. Inside an expression they are still refused (ERR 1235) outside a transaction,
+    and work inside one."""
+    proxy = tx_proxy(make_proxy, 2, extra=["--backend-pool-size", "2"])
+
+    def script(t):
+        return [
+            f"DROP TABLE IF EXISTS {t}",
+            f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT)",
+            f"INSERT INTO {t} VALUES (1, 0), (2, 0), (3, 1)",
+            f"UPDATE {t} SET v = 5 WHERE v = 0",
+            f"UPDATE {t} SET v = 5 WHERE v = 5",
+            f"SELECT * FROM {t}",
+            f"SELECT * FROM {t} WHERE id > 1 LIMIT 1",
+            "SET time_zone = '+00:00'",
+            f"INSERT INTO {t} VALUES (3, 9) ON DUPLICATE KEY UPDATE v = 9",
+            f"SELECT * FROM {t}_missing",
+            f"DELETE FROM {t}",
+            "SHOW DATABASES",
+            "select row_count()",
+            "SELECT FOUND_ROWS()",
+        ]
+
+    def run(conn, t, between=None):
+        answers = []
+        for sql in script(t):
+            for probe in ["SELECT ROW_COUNT()", "SELECT FOUND_ROWS()"]:
+                try:
+                    rows(conn, sql)
+                except pymysql.err.MySQLError as e:
+                    answers.append(("error", e.args[0]))
+                if between:
+                    between()
+                answers.append((sql.replace(t, "T"), probe, value(conn, probe)))
+        return answers
+
+    with direct() as d:
+        value(d, f"USE {TEST_DB}")
+        want = run(d, "rc_direct")
+    with proxy.connect(autocommit=True, database=TEST_DB) as a, \
+            proxy.connect(autocommit=True, database=TEST_DB) as b:
+        got = run(a, "rc_proxy", between=lambda: value(b, "SELECT 1"))
+        assert got == want
+        m = wait_idle(proxy)
+        assert sum(v for k, v in m.items() if k.startswith("ringgate_sessions_pinned_total")) == 0
         with pytest.raises(pymysql.err.MySQLError) as e:
-            value(a, "SELECT ROW_COUNT()")
+            value(a, "SELECT ROW_COUNT() + 0")
         assert e.value.args[0] == 1235
-        assert value(a, "SELECT 1") == 1  # the session goes on
         value(a, "BEGIN")
-        value(a, f"UPDATE {AUTO} SET owner = 8 WHERE owner = 7")
-        assert value(a, "SELECT ROW_COUNT()") >= 1
+        value(a, "INSERT INTO rc_proxy VALUES (7, 7)")
+        assert value(a, "SELECT ROW_COUNT() + 0") == 1  # pins: the expression reads it
         value(a, "ROLLBACK")
+
+
+def test_lock_tables_holds_the_connection_until_unlock_tables(make_proxy):
+    proxy = tx_proxy(make_proxy, 2, extra=["--backend-pool-size", "2"])
+    with direct() as d:
+        value(d, f"CREATE TABLE IF NOT EXISTS {TEST_DB}.lock_t (a INT)")
+    with proxy.connect(autocommit=True) as a, proxy.connect(autocommit=True) as b:
+        value(a, f"LOCK TABLES {TEST_DB}.lock_t WRITE")
+        # Locked tables are only usable on the connection that locked them.
+        for _ in range(5):
+            value(b, "SELECT 1")
+            value(a, f"INSERT INTO {TEST_DB}.lock_t VALUES (1)")
+            assert value(a, f"SELECT COUNT(*) > 0 FROM {TEST_DB}.lock_t") == 1
+        m = proxy.metrics()
+        assert m('ringgate_backend_connections{state="busy"}') == 1
+        value(a, "UNLOCK TABLES")
+        m = wait_idle(proxy)
+        # The connection went back without a reset, and no session is pinned for good.
+        value(b, f"SELECT COUNT(*) FROM {TEST_DB}.lock_t")
+        value(a, f"LOCK TABLES {TEST_DB}.lock_t READ")
+        value(a, "BEGIN")  # releases the table locks too
+        value(a, "COMMIT")
+        m = wait_idle(proxy)
+    assert m('ringgate_sessions_pinned_total{reason="lock_tables"}') == 2
+    assert m("ringgate_backend_resets_total") == 0
 
 
 def test_kill_query_reaches_the_running_statement_and_kill_ends_the_session(make_proxy):
@@ -532,3 +600,49 @@ def test_warnings_never_reach_another_client(make_proxy):
             assert value(b, "SELECT CONNECTION_ID()") == a_thread, "one backend connection"
             assert rows(b, "SHOW WARNINGS") == ()
         assert value(a, "SELECT 2") == 2
+
+
+def test_do_last_insert_id_is_skipped_when_the_connection_holds_the_value(make_proxy):
+    """Each INSERT runs after DO LAST_INSERT_ID(n) only when its connection's last known value
+    (from the previous DO or SELECT LAST_INSERT_ID()) is not the session's: one client inserting
+    20 times on one backend connection needs the DO once. ringgate_internal_queries_total counts
+    the proxy's own statements."""
+    proxy = tx_proxy(make_proxy, 1, extra=["--backend-pool-size", "1"])
+    kinds = ["init_db", "settings", "last_insert_id_set", "last_insert_id_read"]
+
+    def internal(m):
+        return {k: m(f'ringgate_internal_queries_total{{kind="{k}"}}') for k in kinds}
+
+    before = internal(wait_idle(proxy))
+    with proxy.connect(autocommit=True) as a:
+        ids = []
+        for _ in range(20):
+            with a.cursor() as cur:
+                cur.execute(f"INSERT INTO {AUTO} (owner) VALUES (20)")
+                ids.append(cur.lastrowid)
+            assert value(a, "SELECT LAST_INSERT_ID()") == ids[-1]
+    after = internal(wait_idle(proxy))
+    done = {k: after[k] - before[k] for k in kinds}
+    assert done["last_insert_id_read"] == 20, done
+    assert done["last_insert_id_set"] <= 2, done
+
+
+def test_identity_reads_the_sessions_own_id(make_proxy):
+    """@@identity and @@last_insert_id read LAST_INSERT_ID() too: the connection gets the
+    session's value before them (a text search for LAST_INSERT_ID missed them)."""
+    proxy = tx_proxy(make_proxy, 2, extra=["--backend-pool-size", "2"])
+    with proxy.connect(autocommit=True) as a, proxy.connect(autocommit=True) as b:
+        with a.cursor() as cur:
+            cur.execute(f"INSERT INTO {AUTO} (owner) VALUES (21)")
+            mine = cur.lastrowid
+        for _ in range(3):
+            value(b, f"INSERT INTO {AUTO} (owner) VALUES (22)")
+        assert value(a, "SELECT @@last_insert_id") == mine
+    with proxy.connect(autocommit=True) as c:
+        with c.cursor() as cur:
+            cur.execute(f"INSERT INTO {AUTO} (owner) VALUES (23)")
+            mine = cur.lastrowid
+        with proxy.connect(autocommit=True) as d:
+            value(d, f"INSERT INTO {AUTO} (owner) VALUES (24)")
+            value(d, f"INSERT INTO {AUTO} (owner) VALUES (24)")
+        assert value(c, "SELECT @@identity") == mine
