@@ -529,6 +529,14 @@ impl Worker {
         clean: bool,
         kind: PendingRelease,
     ) -> Option<bool> {
+        if self.buffers.is_ring() {
+            if let Some(b) = self.pool.get_mut(bid) {
+                // A TLS session's relay reads its backend into the
+                // connection's own buffer (not the ring): an idle backend
+                // gives it back, as the ring's readers hold none.
+                self.buffers.shed(&mut b.io.buf);
+            }
+        }
         let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) else {
             return Some(clean);
         };
