@@ -386,3 +386,112 @@ fn idle_clients_side_by_side() {
         eprintln!("{r}");
     }
 }
+
+/// Logs in from source address `src` (127.0.0.x): each source address has its own range of
+/// ephemeral ports, so clients beyond ~28,000 (net.ipv4.ip_local_port_range) need several.
+fn login_from(port: u16, src: std::net::Ipv4Addr) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    s.bind(&std::net::SocketAddr::from((src, 0)).into())?;
+    s.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())?;
+    let mut s: TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let scramble = read_greeting(&mut s);
+    write_packet(
+        &mut s,
+        1,
+        &hello_payload(&scramble, common::APP_USER, common::APP_PASSWORD),
+    )?;
+    let (_, ok) = read_packet(&mut s)?;
+    if ok.first() != Some(&0x00) {
+        return Err(std::io::Error::other(format!("login refused: {ok:?}")));
+    }
+    Ok(s)
+}
+
+/// Issue 12's `idle-max`: how many idle clients one box holds (ring mode, transaction
+/// pooling) while the rest keep being served: one client runs a query after every 5,000
+/// logins. Aims at IDLE_MAX (default 100,000) clients from 127.0.0.2.. (20,000 per address),
+/// stops at the first failure and reports the figure and the error. `make mem` does not run
+/// it (it needs root for the fd limits); run it by name with --ignored.
+#[test]
+#[ignore = "up to 100,000 clients; run by name with --ignored"]
+fn idle_max() {
+    let want: usize = std::env::var("IDLE_MAX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    // Each client is an fd here and in ringgate: neither can go past the hard fd limit, which
+    // only a process with CAP_SYS_RESOURCE may raise.
+    let hard = hard_nofile();
+    let cap = (hard as usize).saturating_sub(1100);
+    if want > cap {
+        eprintln!(
+            "IDLE-MAX: the hard fd limit is {hard} (no CAP_SYS_RESOURCE to raise it): aiming at \
+             {cap} instead of {want}"
+        );
+    }
+    let want = want.min(cap);
+    raise_nofile(want as u64 + 1000);
+    let mut o = ProxyOpts::new(Mode::Ring);
+    o.workers = 2;
+    o.max_connections = want + 100;
+    o.backend_max_connections = 64;
+    o.read_buffer_count = 256;
+    o.backend_wait_timeout = "60s";
+    let nofile = (want as u64 + 2000).min(hard);
+    o.wrapper = vec!["prlimit".into(), format!("--nofile={nofile}:{nofile}")];
+    o.extra_args = vec![
+        "--handshake-timeout".into(),
+        "10m".into(),
+        "--pooling".into(),
+        "transaction".into(),
+    ];
+    let proxy = Proxy::start_with(o);
+    let rss0 = settle_rss(proxy.pid());
+    let mut served = raw_login(proxy.port);
+    let mut clients = Vec::with_capacity(want);
+    let started = std::time::Instant::now();
+    let mut stop = None;
+    for i in 0..want {
+        let src = std::net::Ipv4Addr::new(127, 0, 0, 2 + (i / 20_000) as u8);
+        match login_from(proxy.port, src) {
+            Ok(s) => clients.push(s),
+            Err(e) => {
+                stop = Some(format!("client {i} from {src}: {e}"));
+                break;
+            }
+        }
+        if i % 5000 == 4999 {
+            if let Err(e) = raw_query(&mut served, "SELECT 1") {
+                stop = Some(format!("the served client failed after {i} idle: {e}"));
+                break;
+            }
+        }
+    }
+    let n = clients.len();
+    let rss = settle_rss(proxy.pid());
+    let h = held(&proxy);
+    eprintln!(
+        "IDLE-MAX: {n} idle clients in {:.0?} (aim {want}); RSS {:.1} -> {:.1} MiB = {:.0} B \
+         per client; held {h:?}; stopped by: {}",
+        started.elapsed(),
+        rss0 as f64 / 1048576.0,
+        rss as f64 / 1048576.0,
+        rss.saturating_sub(rss0) as f64 / n.max(1) as f64,
+        stop.as_deref().unwrap_or("nothing (aim reached)")
+    );
+    let open = proxy.metrics().get("ringgate_client_connections");
+    raw_query(&mut served, "SELECT 1").expect("the served client still answers");
+    let mut failed = Vec::new();
+    for (i, c) in clients.iter_mut().enumerate().step_by(997) {
+        if let Err(e) = raw_query(c, "SELECT 1") {
+            failed.push(format!("{i}: {e}"));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{open} client connections open in ringgate for {n} clients; idle clients that did not \
+         answer: {failed:?}"
+    );
+}
