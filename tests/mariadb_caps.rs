@@ -151,16 +151,21 @@ fn query(s: &mut TcpStream, sql: &str, deprecate_eof: bool, cache_metadata: bool
     read_result(s, deprecate_eof, cache_metadata)
 }
 
-/// Creates the table the metadata tests read: a JSON and a UUID column, one row.
+/// Creates the table the metadata tests read: a JSON and a UUID column, one row. Once per
+/// test binary: two tests run it, and one's DELETE could land between the other's INSERT and
+/// its direct read (which then saw no row while the proxied read saw one).
 fn typed_table() -> &'static str {
-    let mut c = direct_conn();
-    c.query_drop("CREATE TABLE IF NOT EXISTS ext_meta (j JSON, u UUID) ENGINE=InnoDB")
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let mut c = direct_conn();
+        c.query_drop("CREATE TABLE IF NOT EXISTS ext_meta (j JSON, u UUID) ENGINE=InnoDB")
+            .unwrap();
+        c.query_drop("DELETE FROM ext_meta").unwrap();
+        c.query_drop(
+            r#"INSERT INTO ext_meta VALUES ('{"a": 1}', '123e4567-e89b-12d3-a456-426655440000')"#,
+        )
         .unwrap();
-    c.query_drop("DELETE FROM ext_meta").unwrap();
-    c.query_drop(
-        r#"INSERT INTO ext_meta VALUES ('{"a": 1}', '123e4567-e89b-12d3-a456-426655440000')"#,
-    )
-    .unwrap();
+    });
     "SELECT j, u FROM ringgate_test.ext_meta"
 }
 
