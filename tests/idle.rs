@@ -448,7 +448,8 @@ fn idle_max() {
         "transaction".into(),
     ];
     if let Ok(extra) = std::env::var("IDLE_MAX_ARGS") {
-        o.extra_args.extend(extra.split_whitespace().map(String::from));
+        o.extra_args
+            .extend(extra.split_whitespace().map(String::from));
     }
     let proxy = Proxy::start_with(o);
     let rss0 = settle_rss(proxy.pid());
