@@ -255,6 +255,15 @@ pub struct Config {
     #[arg(long, default_value = "256", value_name = "N")]
     pub backend_max_connections: usize,
 
+    /// `--pooling transaction`: prepared statements each backend connection
+    /// keeps on the server; the least recently used one is closed to make
+    /// room. Default: three quarters of MariaDB's default
+    /// max_prepared_stmt_count (16382) divided by --backend-max-connections
+    /// (at least 8), so that every connection full stays under the server's
+    /// limit. Set it when the server's limit differs.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub backend_max_prepared: Option<u64>,
+
     /// How long a client waits for a backend connection when the pool is
     /// saturated, before it gets an error.
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]

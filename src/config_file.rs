@@ -191,6 +191,7 @@ file_config! {
     plain max_connections: usize,
     plain backend_pool_size: usize,
     plain backend_max_connections: usize,
+    optional backend_max_prepared: u64,
     plain backend_wait_timeout: HumanDuration,
     plain backend_idle_timeout: HumanDuration,
     plain backend_connect_timeout: HumanDuration,
@@ -1169,6 +1170,7 @@ mod tests {
             "max-connections",
             "backend-pool-size",
             "backend-max-connections",
+            "backend-max-prepared",
             "max-packet-size",
             "busy-poll-us",
         ] {

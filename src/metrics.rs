@@ -351,6 +351,19 @@ pub struct WorkerMetrics {
     /// Transaction pooling: backend connections given back between
     /// transactions without a reset.
     pub tx_releases_total: AtomicU64,
+    /// Transaction pooling: prepared statements the backend connections
+    /// hold on the server now (each connection's LRU).
+    pub backend_prepared_statements: AtomicI64,
+    /// Transaction pooling: prepared statements the client sessions hold
+    /// now (their registries).
+    pub client_prepared_statements: AtomicI64,
+    /// Transaction pooling: statements the proxy prepared on a backend
+    /// connection for a command of a session that had prepared them on
+    /// another (or on this one before an eviction or a reset).
+    pub statement_reprepares_total: AtomicU64,
+    /// Transaction pooling: statements closed on a backend connection to
+    /// stay within `--backend-max-prepared`.
+    pub statement_evictions_total: AtomicU64,
     /// Transaction pooling: sessions pinned to their backend connection,
     /// indexed like [`PIN_REASONS`].
     pub sessions_pinned_total: [AtomicU64; PIN_REASONS.len()],
@@ -443,6 +456,10 @@ impl WorkerMetrics {
             backend_resets_total: AtomicU64::new(0),
             tx_leases_total: AtomicU64::new(0),
             tx_releases_total: AtomicU64::new(0),
+            backend_prepared_statements: AtomicI64::new(0),
+            client_prepared_statements: AtomicI64::new(0),
+            statement_reprepares_total: AtomicU64::new(0),
+            statement_evictions_total: AtomicU64::new(0),
             sessions_pinned_total: Default::default(),
             internal_queries_total: Default::default(),
             bytes_client_to_backend_total: AtomicU64::new(0),
@@ -551,6 +568,10 @@ pub struct Snapshot {
     pub backend_resets_total: u64,
     pub tx_leases_total: u64,
     pub tx_releases_total: u64,
+    pub backend_prepared_statements: i64,
+    pub client_prepared_statements: i64,
+    pub statement_reprepares_total: u64,
+    pub statement_evictions_total: u64,
     /// Indexed like [`PIN_REASONS`].
     pub sessions_pinned_total: [u64; PIN_REASONS.len()],
     /// Indexed like [`INTERNAL_QUERY_KINDS`].
@@ -752,6 +773,10 @@ impl Metrics {
             backend_resets_total: u(|w| &w.backend_resets_total),
             tx_leases_total: u(|w| &w.tx_leases_total),
             tx_releases_total: u(|w| &w.tx_releases_total),
+            backend_prepared_statements: i(|w| &w.backend_prepared_statements),
+            client_prepared_statements: i(|w| &w.client_prepared_statements),
+            statement_reprepares_total: u(|w| &w.statement_reprepares_total),
+            statement_evictions_total: u(|w| &w.statement_evictions_total),
             sessions_pinned_total: pinned,
             internal_queries_total: internal,
             bytes_client_to_backend_total: u(|w| &w.bytes_client_to_backend_total),

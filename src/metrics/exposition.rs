@@ -209,6 +209,32 @@ impl Collector for Exposition {
              a reset.",
             s.tx_releases_total,
         )?;
+        gauge(
+            &mut enc,
+            "ringgate_backend_prepared_statements",
+            "Transaction pooling: prepared statements the backend connections hold on the server.",
+            s.backend_prepared_statements,
+        )?;
+        gauge(
+            &mut enc,
+            "ringgate_client_prepared_statements",
+            "Transaction pooling: prepared statements the client sessions hold.",
+            s.client_prepared_statements,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_statement_reprepares_total",
+            "Transaction pooling: statements prepared again on another backend connection for a \
+             session's command.",
+            s.statement_reprepares_total,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_statement_evictions_total",
+            "Transaction pooling: statements closed on a backend connection to stay within \
+             --backend-max-prepared.",
+            s.statement_evictions_total,
+        )?;
         let pinned: Vec<(Label, u64)> = PIN_REASONS
             .iter()
             .zip(s.sessions_pinned_total)

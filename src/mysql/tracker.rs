@@ -86,6 +86,10 @@ pub enum StopReason {
     /// `COM_CHANGE_USER`: the session logs in again, which the proxy answers itself
     /// ([`Tracker::stopped_header`] says where the packet's header went).
     ChangeUser,
+    /// A binary prepared-statement command, with [`Tracker::stop_at_statements`] on: the
+    /// proxy maps its statement id first (transaction pooling), then
+    /// [`Tracker::resume_statement`] lets it through.
+    Statement,
 }
 
 /// The header of the packet that stopped the client stream, and how many of its bytes are at
@@ -199,6 +203,21 @@ enum CommandClass {
     FieldList,
     /// Exactly one packet.
     Single,
+}
+
+/// The binary prepared-statement commands, which name a statement by id (or, for a prepare,
+/// create one).
+pub fn is_statement_command(cmd: u8) -> bool {
+    matches!(
+        cmd,
+        COM_STMT_PREPARE
+            | COM_STMT_EXECUTE
+            | COM_STMT_SEND_LONG_DATA
+            | COM_STMT_CLOSE
+            | COM_STMT_RESET
+            | COM_STMT_FETCH
+            | COM_STMT_BULK_EXECUTE
+    )
 }
 
 fn classify(cmd: u8) -> CommandClass {
@@ -537,6 +556,10 @@ pub struct Tracker {
     max_client_packet: u64,
     /// Transaction pooling: commands and how their answers ended.
     capture: Option<Box<Capture>>,
+    /// Stop at every COM_STMT_* command ([`StopReason::Statement`]).
+    stop_statements: bool,
+    /// The next statement command goes through (it was rewritten).
+    pass_one_statement: bool,
 }
 
 impl Tracker {
@@ -559,6 +582,8 @@ impl Tracker {
             set_option_seen: false,
             max_client_packet: u64::MAX,
             capture: None,
+            stop_statements: false,
+            pass_one_statement: false,
         }
     }
 
@@ -578,6 +603,31 @@ impl Tracker {
             }
             c.current = Vec::new();
         }
+    }
+
+    /// Transaction pooling: stop the client stream at every binary prepared-statement command
+    /// ([`StopReason::Statement`]), whose statement id the proxy maps to the connection's.
+    pub fn stop_at_statements(&mut self) {
+        self.stop_statements = true;
+    }
+
+    /// Go on after a [`StopReason::Statement`]: the stream resumes at that command (rewritten
+    /// by the proxy), which is let through (`pass`) or was answered by the proxy and dropped;
+    /// the next statement command stops again.
+    pub fn resume_statement(&mut self, pass: bool) {
+        if self.stopped == Some(StopReason::Statement) {
+            self.stopped = None;
+            self.stop_dirty = false;
+            self.stop_header = None;
+            // The command's header and first byte were read: it is fed again from its start.
+            self.client = Framer::new();
+            self.client_kind = ClientPacket::Command;
+            if let Some(c) = self.capture.as_mut() {
+                c.current.clear();
+                c.over = false;
+            }
+        }
+        self.pass_one_statement = pass;
     }
 
     /// Record every command (its first `limit` payload bytes) with the end
@@ -720,6 +770,13 @@ impl Tracker {
                         CommandClass::Quit => Some(StopReason::Quit),
                         CommandClass::Unsupported => Some(StopReason::Unsupported { command }),
                         CommandClass::ChangeUser => Some(StopReason::ChangeUser),
+                        _ if self.stop_statements && is_statement_command(command) => {
+                            if std::mem::take(&mut self.pass_one_statement) {
+                                None
+                            } else {
+                                Some(StopReason::Statement)
+                            }
+                        }
                         _ => None,
                     };
                     if let Some(reason) = stop {

@@ -85,6 +85,9 @@ pub enum BackendEvent {
     /// The answer to [`BackendConn::ask_last_insert_id`]; the connection is
     /// leased again, for the pool to give back.
     LastInsertId(u64),
+    /// The answer to [`BackendConn::statement`]: the connection is leased
+    /// again.
+    Statement(statements::StatementReply),
     /// Broken: closed, and to be forgotten.
     Failed { cause: String },
 }
@@ -136,6 +139,14 @@ enum State {
     /// Transaction pooling: `SELECT LAST_INSERT_ID()` for the session that
     /// is giving the connection back.
     AskingLastInsertId { writing: bool },
+    /// Transaction pooling: closing evicted statements and preparing one
+    /// for the session it is leased to (`backend_statements.rs`).
+    Preparing {
+        writing: bool,
+        key: std::sync::Arc<statements::StmtKey>,
+        want_response: bool,
+        types: Option<Vec<u8>>,
+    },
     /// Closed; the driver frees the slot once its operations complete.
     Closed,
 }
@@ -165,6 +176,10 @@ pub struct BackendConn {
     /// (after `DO LAST_INSERT_ID(n)` or `SELECT LAST_INSERT_ID()`; a session
     /// that may have changed it asks before it gives the connection back).
     known_last_insert_id: Option<u64>,
+    /// Transaction pooling: the prepared statements it holds on the server.
+    statements: statements::BackendStatements,
+    /// Statements closed by the prepare in flight (for the gauge).
+    pending_evicted: usize,
 }
 
 /// The proxy-internal statements a lease sent before the command (for
@@ -201,6 +216,8 @@ impl BackendConn {
             mariadb: false,
             settings: Settings::default(),
             known_last_insert_id: None,
+            statements: statements::BackendStatements::new(statements::DEFAULT_MAX_PREPARED),
+            pending_evicted: 0,
         }
     }
 
@@ -364,7 +381,8 @@ impl BackendConn {
             | State::SelectingSchema { writing, .. }
             | State::Replaying { writing, .. }
             | State::Resetting { writing }
-            | State::AskingLastInsertId { writing } => writing,
+            | State::AskingLastInsertId { writing }
+            | State::Preparing { writing, .. } => writing,
             _ => return,
         };
         *writing = false;
@@ -404,6 +422,9 @@ impl BackendConn {
         }
         if let State::LoggingIn { consumed, .. } = self.state {
             return self.on_login_packets(data, consumed, capacity, now, out);
+        }
+        if let State::Preparing { .. } = self.state {
+            return self.on_prepare_reply(data, capacity, out);
         }
         let Some((pkt, _)) = split_packet(data) else {
             if data.len() >= capacity {
@@ -556,6 +577,8 @@ impl BackendConn {
                 self.schema = schema;
                 self.settings = Settings::default();
                 self.known_last_insert_id = None;
+                // COM_RESET_CONNECTION closed every prepared statement.
+                self.statements.clear();
                 self.state = State::Idle;
                 self.since = now;
                 out.push(BackendOut::Op(BackendOp::Clear));
@@ -818,6 +841,7 @@ impl BackendConn {
                 | State::Replaying { .. }
                 | State::Resetting { .. }
                 | State::AskingLastInsertId { .. }
+                | State::Preparing { .. }
         );
         if exchanging && now.duration_since(self.since) >= timeout {
             let cause =
@@ -826,6 +850,9 @@ impl BackendConn {
         }
     }
 }
+
+#[path = "backend_statements.rs"]
+pub mod statements;
 
 #[cfg(test)]
 #[path = "backend_tests.rs"]

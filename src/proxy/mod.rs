@@ -35,6 +35,7 @@ pub mod registry;
 mod relay;
 mod session;
 mod slab;
+mod statements;
 pub mod tls_leg;
 mod tx_settings;
 pub mod worker;
@@ -125,5 +126,16 @@ impl LogLimiter {
                 true
             }
         }
+    }
+}
+
+/// `--backend-max-prepared`, or its default (see `backend_statements.rs`).
+pub fn backend_max_prepared(cfg: &crate::config::Config) -> usize {
+    match cfg.backend_max_prepared {
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        None => backend::statements::default_max_prepared(
+            backend::statements::MARIADB_MAX_PREPARED_STMT_COUNT,
+            cfg.backend_max_connections as u64,
+        ),
     }
 }

@@ -512,13 +512,16 @@ impl TxState {
                 None
             }
             COM_SET_OPTION => Some(PinReason::SetOption),
+            // Statement ids are mapped to each connection's
+            // (`session_statements.rs`); long data and open cursors hold
+            // the connection there, not as a pin.
             COM_STMT_PREPARE
             | COM_STMT_EXECUTE
             | COM_STMT_FETCH
             | COM_STMT_SEND_LONG_DATA
             | COM_STMT_CLOSE
             | COM_STMT_RESET
-            | COM_STMT_BULK_EXECUTE => Some(PinReason::PreparedStatement),
+            | COM_STMT_BULK_EXECUTE => None,
             _ => Some(PinReason::Unclassified),
         };
         if c.command == COM_QUERY && !c.err && c.text.as_deref().is_some_and(ends_table_locks) {

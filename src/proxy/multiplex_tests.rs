@@ -265,12 +265,13 @@ fn a_pin_is_reported_once_and_stays() {
 }
 
 #[test]
-fn binary_prepare_and_set_option_pin() {
+fn set_option_pins_binary_statements_do_not() {
+    // Statement ids are mapped to each connection's (session_statements.rs).
     let mut tx = TxState::new(None, 45, false);
-    assert_eq!(
-        tx.on_completed(&done(COM_STMT_PREPARE, "SELECT ?", AC)),
-        Some(PinReason::PreparedStatement)
-    );
+    for cmd in [COM_STMT_EXECUTE, COM_STMT_FETCH, COM_STMT_RESET] {
+        assert_eq!(tx.on_completed(&done(cmd, "", AC)), None);
+    }
+    assert!(tx.releasable());
     let mut tx = TxState::new(None, 45, false);
     assert_eq!(
         tx.on_completed(&done(COM_SET_OPTION, "", AC)),

@@ -65,6 +65,8 @@ pub struct Pooled {
     /// Reading LAST_INSERT_ID() for the session that gave it back
     /// ([`Pool::park_asking`]).
     asking: Option<Asking>,
+    /// Its prepared statements as counted in the gauge.
+    prepared: usize,
 }
 
 /// A give-back that waits for `SELECT LAST_INSERT_ID()`.
@@ -122,6 +124,12 @@ pub enum PoolEvent {
         session: SessionId,
         value: Option<u64>,
     },
+    /// The answer to [`Pool::statement`], for the session the connection
+    /// is leased to.
+    Statement {
+        session: SessionId,
+        reply: super::backend::statements::StatementReply,
+    },
     /// A backend greeting: the version and capabilities clients are offered.
     ServerInfo {
         server_version: String,
@@ -152,6 +160,8 @@ pub struct Pool {
     retry_at: Option<Instant>,
     draining: bool,
     metrics: Arc<Metrics>,
+    /// `--backend-max-prepared`.
+    max_prepared: usize,
     worker: usize,
     log_limiter: super::LogLimiter,
 }
@@ -205,6 +215,55 @@ impl Pool {
             metrics,
             worker,
             log_limiter: Default::default(),
+            max_prepared: super::backend::statements::DEFAULT_MAX_PREPARED,
+        }
+    }
+
+    /// `--backend-max-prepared`: the bound of each connection's statements
+    /// (connections opened from now on).
+    pub fn set_max_prepared(&mut self, max: usize) {
+        self.max_prepared = max;
+    }
+
+    /// Transaction pooling: the server's id of `key` on leased connection
+    /// `id`, prepared there first if it lacks it; answered with
+    /// [`PoolEvent::Statement`] (or, when the connection fails, a
+    /// `LeaseFailed`).
+    pub fn statement(
+        &mut self,
+        id: BackendId,
+        key: std::sync::Arc<super::statements::StmtKey>,
+        want_response: bool,
+        types: Option<Vec<u8>>,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        let mut bo = Vec::new();
+        p.conn.statement(key, want_response, types, now, &mut bo);
+        self.apply(id, bo, now, out);
+    }
+
+    /// Keep the prepared-statements gauge in step with connection `id`.
+    fn sync_prepared(&mut self, id: BackendId) {
+        let metrics = Arc::clone(&self.metrics);
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        let now = if p.conn.is_closed() {
+            0
+        } else {
+            p.conn.prepared_count()
+        };
+        if now != p.prepared {
+            let delta = now as i64 - p.prepared as i64;
+            p.prepared = now;
+            metrics
+                .worker(self.worker)
+                .backend_prepared_statements
+                .fetch_add(delta, Relaxed);
         }
     }
 
@@ -448,7 +507,8 @@ impl Pool {
         out: &mut Vec<PoolEvent>,
     ) -> BackendId {
         let mut bo = Vec::new();
-        let conn = BackendConn::open(key, now, &mut bo);
+        let mut conn = BackendConn::open(key, now, &mut bo);
+        conn.set_max_prepared(self.max_prepared);
         let (index, generation) = self.slots.insert(Pooled {
             io,
             conn,
@@ -457,6 +517,7 @@ impl Pool {
             busy: false,
             relet: false,
             asking: None,
+            prepared: 0,
         });
         let id = BackendId { index, generation };
         self.apply(id, bo, now, out);
@@ -685,6 +746,7 @@ impl Pool {
                 out.push(PoolEvent::Io(id, op));
             }
         }
+        self.sync_prepared(id);
     }
 
     /// The driver freed a closed connection's slot (after its last CQE):
@@ -755,6 +817,7 @@ impl Pool {
                 BackendOut::Event(e) => self.on_event(id, e, now, out),
             }
         }
+        self.sync_prepared(id);
     }
 
     /// A backend greeting arrived (a login or the startup probe): the
@@ -889,6 +952,32 @@ impl Pool {
                 } else {
                     self.release_kept(id, asking.kept, now, out);
                 }
+            }
+            BackendEvent::Statement(reply) => {
+                use super::backend::statements::StatementReply;
+                let m = self.m();
+                match &reply {
+                    StatementReply::Ready {
+                        prepared, evicted, ..
+                    } => {
+                        m.statement_reprepares_total
+                            .fetch_add(u64::from(*prepared), Relaxed);
+                        m.statement_evictions_total
+                            .fetch_add(*evicted as u64, Relaxed);
+                    }
+                    StatementReply::Refused { evicted, .. } => {
+                        m.statement_evictions_total
+                            .fetch_add(*evicted as u64, Relaxed);
+                    }
+                }
+                let Some(session) = self
+                    .slots
+                    .get_mut(id.index, id.generation)
+                    .and_then(|p| p.leased_to)
+                else {
+                    return;
+                };
+                out.push(PoolEvent::Statement { session, reply });
             }
             BackendEvent::Failed { cause } => {
                 tracing::debug!(worker = self.worker, "backend connection lost: {cause}");

@@ -64,6 +64,11 @@ pub enum RelayEnd {
         header: [u8; 4],
         header_buffered: usize,
     },
+    /// Transaction pooling: a binary prepared-statement command, once every
+    /// earlier answer was relayed; its packet starts the session buffer
+    /// (unless the end is dirty: its header was split across reads and its
+    /// first bytes reached the server). The backend stays the session's.
+    Statement,
     /// A client packet longer than `--max-packet-size` (ERR 1153).
     TooLarge { len: u64, max: u64 },
     /// The client closed its socket or a read/write on it failed.
@@ -501,6 +506,7 @@ impl Relay {
                             header_buffered: stopped.in_chunk,
                         }
                     }
+                    StopReason::Statement => RelayEnd::Statement,
                 };
                 self.end(reason, out);
             }

@@ -127,6 +127,18 @@ pub enum SessionAction {
         /// the driver answers None at once).
         ask_last_insert_id: bool,
     },
+    /// Transaction pooling: the server's id of this statement on the
+    /// session's backend connection, prepared there first if missing
+    /// (`session_statements.rs`); answered by [`Session::on_statement`],
+    /// or [`Session::on_lease_failed`] when the connection fails.
+    Statement {
+        key: std::sync::Arc<super::statements::StmtKey>,
+        want_response: bool,
+        types: Option<Vec<u8>>,
+    },
+    /// Transaction pooling: the session's prepared statements grew or
+    /// shrank by this many (`ringgate_client_prepared_statements`).
+    Statements(i64),
     /// Transaction pooling: the session is pinned to its backend
     /// connection from now on (counted and logged once).
     Pinned(PinReason),
@@ -209,6 +221,9 @@ enum State {
     Lingering { until: Instant },
     /// COM_CHANGE_USER: logging in again (`session_change_user.rs`).
     ChangeUser(Box<change_user::Flow>),
+    /// Transaction pooling: a prepared-statement command, its id being
+    /// mapped to the connection's (`session_statements.rs`).
+    Statement(Box<statements::Flow>),
     /// Transaction pooling: between transactions, holding no backend
     /// connection; `reading` while a client read is in flight.
     Parked {
@@ -296,6 +311,8 @@ pub struct Session {
     /// Transaction pooling: what the session carries between backend
     /// connections (from login on).
     tx: Option<Box<TxState>>,
+    /// Transaction pooling: the session's prepared statements.
+    stmts: Option<Box<super::statements::Registry>>,
 }
 
 fn packet(seq: u8, payload: &[u8]) -> (Vec<u8>, u8) {
@@ -333,6 +350,7 @@ impl Session {
             tls_started: false,
             sha2: Sha2Phase::Off,
             tx: None,
+            stmts: None,
         };
         if n.over_limit {
             out.push(SessionAction::Reject(RejectReason::MaxConnections));
@@ -443,6 +461,9 @@ impl Session {
             None => self.new_tracker(ctx),
         };
         tracker.capture_commands(multiplex::CAPTURE_LIMIT);
+        // Statement ids are mapped to each connection's.
+        tracker.stop_at_statements();
+        self.stmts = Some(Session::new_statement_registry());
         if self.client_leg.is_some() {
             if let Some(reason) = tx.pin(PinReason::CompressedClient) {
                 out.push(SessionAction::Pinned(reason));
@@ -524,9 +545,13 @@ impl Session {
         }
         if self.has_backend {
             // Only reachable outside the relay (the lease arrived, the
-            // relay has not started): the connection is at a boundary.
+            // relay has not started): the connection is at a boundary
+            // (one in a statement exchange is closed by the pool).
             self.has_backend = false;
             out.push(SessionAction::Release { clean: true });
+        }
+        if let Some(n) = self.stmts.take().map(|r| r.len()).filter(|n| *n > 0) {
+            out.push(SessionAction::Statements(-(n as i64)));
         }
         self.state = State::Closed;
         out.push(SessionAction::Close);
@@ -598,6 +623,10 @@ impl Session {
                 self.start_relay(buffered, ctx, out);
             }
             State::ChangeUser(flow) => self.change_user_written(flow, buffered, ctx, out),
+            State::Statement(flow) => {
+                self.state = State::Statement(flow);
+                self.statement_written(res, out)
+            }
             State::ParkedReply { tracker } => {
                 self.state = State::Parked {
                     tracker,
@@ -679,6 +708,7 @@ impl Session {
             }
             State::ReadHello | State::ReadSwitchResponse => self.on_login_bytes(data, ctx, out),
             State::ChangeUser(_) => self.change_user_bytes(data, ctx, out),
+            State::Statement(_) => self.statement_bytes(data, ctx, out),
             _ => self.close(out),
         }
     }
@@ -917,6 +947,15 @@ impl Session {
         if matches!(self.state, State::ChangeUser(_)) {
             return self.change_user_lease_failed(payload, reject, out);
         }
+        if matches!(self.state, State::Statement(_)) {
+            // The connection failed under a statement exchange: the pool
+            // has closed it, and the session's state on it is lost.
+            self.has_backend = false;
+            out.push(SessionAction::Log(
+                "backend connection lost while preparing a statement; closed".into(),
+            ));
+            return self.close(out);
+        }
         if matches!(self.state, State::Resuming { .. }) {
             // The ERR answers the command: sequence id 1. The session then
             // ends, as a login that found no connection does.
@@ -935,6 +974,7 @@ impl Session {
     pub fn on_buffered(&mut self, data: &[u8], ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
         match self.state {
             State::ChangeUser(_) => self.change_user_bytes(data, ctx, out),
+            State::Statement(_) => self.statement_bytes(data, ctx, out),
             // The command that waited for LAST_INSERT_ID().
             State::Parked { .. } if !data.is_empty() => self.resume(data, ctx, out),
             _ => {}
@@ -1078,8 +1118,14 @@ impl Session {
             if let Some(reason) = tx.on_completed(&done) {
                 out.push(SessionAction::Pinned(reason));
             }
+            if let Some(r) = self.stmts.as_mut() {
+                r.on_completed(done.command, done.status);
+            }
         }
-        if relay.can_park() && tx.releasable() {
+        // Long data not consumed yet, or an open cursor, lives in the
+        // server's statement on this connection.
+        let statements_hold = self.stmts.as_ref().is_some_and(|r| r.holds_backend());
+        if relay.can_park() && tx.releasable() && !statements_hold {
             let mut events = std::mem::take(&mut self.relay_scratch);
             relay.park(&mut events);
             self.apply_relay_events(&mut events, ctx, out);
@@ -1117,6 +1163,9 @@ impl Session {
     ) {
         if let RelayEnd::Parked { client_read } = reason {
             return self.on_parked(client_read, clean, ctx, out);
+        }
+        if matches!(reason, RelayEnd::Statement) {
+            return self.statement_begin(clean, out);
         }
         if matches!(reason, RelayEnd::ChangeUser { .. }) {
             // A change of user resets the connection and the session: from
@@ -1172,7 +1221,7 @@ impl Session {
                 )
             }
             // Handled above; never reached.
-            RelayEnd::ChangeUser { .. } => self.close(out),
+            RelayEnd::ChangeUser { .. } | RelayEnd::Statement => self.close(out),
             RelayEnd::ClientProtocol(cause) => {
                 out.push(SessionAction::Log(format!(
                     "client protocol error: {cause}"
@@ -1381,6 +1430,9 @@ mod clear;
 
 #[path = "session_sha2.rs"]
 mod sha2;
+
+#[path = "session_statements.rs"]
+mod statements;
 use sha2::Sha2Phase;
 
 #[cfg(test)]

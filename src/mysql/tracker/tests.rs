@@ -1181,3 +1181,43 @@ fn capture_records_each_command_with_the_end_of_its_answer() {
         .unwrap();
     assert_eq!(t.take_completed().unwrap().command, COM_STMT_CLOSE);
 }
+
+#[test]
+fn statement_commands_stop_when_asked_and_one_passes_after_a_resume() {
+    let ping = frame(0, &[COM_PING]);
+    let exec = frame(0, &[COM_STMT_EXECUTE, 1, 0, 0, 0, 0, 1, 0, 0, 0]);
+    let close = frame(0, &[COM_STMT_CLOSE, 1, 0, 0, 0]);
+    // Without stop_at_statements they pass as before.
+    let mut t = Tracker::new(true);
+    let r = t.on_client_bytes(&exec).unwrap();
+    assert_eq!((r.forward, r.stop), (exec.len(), None));
+
+    let mut t = Tracker::new(true);
+    t.stop_at_statements();
+    let mut chunk = ping.clone();
+    chunk.extend_from_slice(&exec);
+    chunk.extend_from_slice(&close);
+    let r = t.on_client_bytes(&chunk).unwrap();
+    assert_eq!(
+        (r.forward, r.stop),
+        (ping.len(), Some(StopReason::Statement))
+    );
+    server_all(&mut t, &response(&[ok(SERVER_STATUS_AUTOCOMMIT)]), 64);
+    assert!(t.at_command_boundary());
+    // The rewritten execute goes through; the close behind it stops again.
+    t.resume_statement(true);
+    let rest = &chunk[ping.len()..];
+    let r = t.on_client_bytes(rest).unwrap();
+    assert_eq!(
+        (r.forward, r.stop),
+        (exec.len(), Some(StopReason::Statement))
+    );
+    server_all(&mut t, &response(&[ok(SERVER_STATUS_AUTOCOMMIT)]), 64);
+    // The proxy answers the close itself: resumed without a pass, the
+    // next statement command stops again.
+    t.resume_statement(false);
+    let r = t.on_client_bytes(&ping).unwrap();
+    assert_eq!((r.forward, r.stop), (ping.len(), None));
+    let r = t.on_client_bytes(&exec).unwrap();
+    assert_eq!((r.forward, r.stop), (0, Some(StopReason::Statement)));
+}

@@ -120,6 +120,9 @@ impl Worker {
                 }
                 self.with_session(session, |s, _, _, out| s.on_relet(schema, out));
             }
+            PoolEvent::Statement { session, reply } => {
+                self.with_session(session, |s, _, _, out| s.on_statement(reply, out));
+            }
             PoolEvent::LastInsertId { session, value } => {
                 self.with_session(session, |s, _, _, out| s.on_last_insert_id(value, out));
             }

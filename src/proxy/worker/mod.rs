@@ -315,7 +315,7 @@ impl Worker {
             ring_fd_fallback: ring.ring_fd_fallback().map(str::to_owned),
             ring_fd: ring.fd(),
         };
-        let pool = Pool::new(
+        let mut pool = Pool::new(
             PoolConfig {
                 backend: cfg.backend,
                 identity: match cfg.backend_identity {
@@ -341,6 +341,7 @@ impl Worker {
             Arc::clone(&shared.metrics),
             id,
         );
+        pool.set_max_prepared(crate::proxy::backend_max_prepared(cfg));
         let buffers_mode = buffers.mode();
         let worker = Worker {
             ring,

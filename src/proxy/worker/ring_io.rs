@@ -44,6 +44,17 @@ pub(super) enum PendingRelease {
         /// `Pool::park_asking` for this session first.
         ask: Option<SessionId>,
     },
+    /// `Pool::statement` (transaction pooling: a prepared statement is
+    /// looked up, or prepared, on the session's connection).
+    Statement(Box<StatementAsk>),
+}
+
+/// A [`PendingRelease::Statement`]'s arguments.
+#[derive(Clone, Debug)]
+pub(super) struct StatementAsk {
+    pub key: std::sync::Arc<crate::proxy::statements::StmtKey>,
+    pub want_response: bool,
+    pub types: Option<Vec<u8>>,
 }
 
 /// Which socket of a session the relay reads.
@@ -567,7 +578,13 @@ impl Worker {
     /// reset now. False: the armed receive is being cancelled, and the
     /// reset happens at its last CQE.
     pub(super) fn ring_relet_backend(&mut self, bid: BackendId) -> bool {
-        match self.ring_give_back(bid, true, PendingRelease::Relet) {
+        self.ring_own_backend(bid, PendingRelease::Relet)
+    }
+
+    /// The pool's own exchange on a session's backend (`kind`: a relet or a
+    /// statement), like [`Self::ring_relet_backend`].
+    pub(super) fn ring_own_backend(&mut self, bid: BackendId, kind: PendingRelease) -> bool {
+        match self.ring_give_back(bid, true, kind) {
             None => false,
             Some(clean) => {
                 if !clean {
@@ -626,6 +643,20 @@ impl Worker {
                     b.io.shutdown();
                 }
                 self.pool.relet(bid, self.now, &mut events);
+            }
+            PendingRelease::Statement(ask) => {
+                if !clean {
+                    // The exchange fails on a shut socket; the pool tells the session.
+                    b.io.shutdown();
+                }
+                self.pool.statement(
+                    bid,
+                    ask.key,
+                    ask.want_response,
+                    ask.types,
+                    self.now,
+                    &mut events,
+                );
             }
             PendingRelease::Park {
                 kept,

@@ -538,6 +538,40 @@ impl Worker {
                 }
                 self.pool_q.extend(events);
             }
+            SessionAction::Statement {
+                key,
+                want_response,
+                types,
+            } => {
+                let Some(b) = slot.backend else {
+                    let payload = crate::mysql::reply::err_payload(
+                        1105, // ER_UNKNOWN_ERROR
+                        "ringgate: no backend connection for a prepared statement",
+                    );
+                    return self
+                        .with_session(sid, |s, _, _, out| s.on_lease_failed(&payload, None, out));
+                };
+                let ask = super::ring_io::StatementAsk {
+                    key,
+                    want_response,
+                    types,
+                };
+                // Ring mode: the relay's receive must end before the pool
+                // reads; then the exchange runs at its last CQE.
+                let pending = PendingRelease::Statement(Box::new(ask.clone()));
+                if !self.ring_own_backend(b, pending) {
+                    return;
+                }
+                let mut events = Vec::new();
+                self.pool
+                    .statement(b, ask.key, ask.want_response, ask.types, now, &mut events);
+                self.pool_q.extend(events);
+            }
+            SessionAction::Statements(delta) => {
+                self.metrics()
+                    .client_prepared_statements
+                    .fetch_add(delta, Relaxed);
+            }
             SessionAction::Pinned(reason) => {
                 self.shared.metrics.worker(self.id).sessions_pinned_total[reason.index()]
                     .fetch_add(1, Relaxed);
