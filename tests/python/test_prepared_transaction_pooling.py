@@ -9,8 +9,11 @@ return. mysql-connector-python's `cursor(prepared=True)` uses COM_STMT_PREPARE/E
 (and SEND_LONG_DATA for file-like values); the rest is sent as raw packets."""
 
 import io
+import json
+import os
 import socket
 import struct
+import subprocess
 import threading
 import time
 
@@ -18,7 +21,7 @@ import mysql.connector
 import pymysql
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, TEST_DB, backend_env
+from conftest import APP_PASSWORD, APP_USER, NODE_DIR, TEST_DB, backend_env, node_with_mysql2
 
 TABLE = f"{TEST_DB}.txps"
 
@@ -149,3 +152,427 @@ def test_prepared_statements_interleaved_with_20_clients_on_4_backends(make_prox
     # The sessions moved between connections: statements were prepared again on others.
     assert m["ringgate_statement_reprepares_total"] >= 1
     assert m["ringgate_tx_releases_total"] > 100
+
+
+# ---------------------------------------------------------------- a raw binary-protocol client
+
+CLIENT_LONG_PASSWORD = 1  # CLIENT_MYSQL for MariaDB: cleared to send extended capabilities
+CLIENT_CONNECT_WITH_DB = 1 << 3
+CLIENT_PROTOCOL_41 = 1 << 9
+CLIENT_TRANSACTIONS = 1 << 13
+CLIENT_SECURE_CONNECTION = 1 << 15
+CLIENT_PLUGIN_AUTH = 1 << 19
+MARIADB_CLIENT_STMT_BULK_OPERATIONS = 1 << 2
+SERVER_STATUS_CURSOR_EXISTS = 0x40
+SERVER_STATUS_LAST_ROW_SENT = 0x80
+T_LONG, T_LONGLONG, T_VAR_STRING, T_BLOB = 3, 8, 253, 252
+
+
+def lenenc(b):
+    assert len(b) < 251 or len(b) < 1 << 16
+    return (bytes([len(b)]) if len(b) < 251 else b"\xfc" + struct.pack("<H", len(b))) + b
+
+
+def read_lenenc(buf, pos):
+    first = buf[pos]
+    if first < 251:
+        return first, pos + 1
+    if first == 0xFC:
+        return struct.unpack_from("<H", buf, pos + 1)[0], pos + 3
+    if first == 0xFD:
+        return int.from_bytes(buf[pos + 1:pos + 4], "little"), pos + 4
+    return struct.unpack_from("<Q", buf, pos + 1)[0], pos + 9
+
+
+class ServerError(Exception):
+    def __init__(self, payload):
+        self.code = struct.unpack_from("<H", payload, 1)[0]
+        super().__init__(f"ERR {self.code}: {payload[9:].decode(errors='replace')}")
+
+
+class Raw:
+    """Just enough of the binary protocol for these tests (classic EOF packets)."""
+
+    def __init__(self, port, bulk=False):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.buf = b""
+        _, greeting = self.read()
+        from test_auth_switch import greeting_scramble, native_token
+        scramble = greeting_scramble(greeting)
+        caps = (CLIENT_PROTOCOL_41 | CLIENT_SECURE_CONNECTION | CLIENT_PLUGIN_AUTH
+                | CLIENT_TRANSACTIONS | CLIENT_CONNECT_WITH_DB)
+        ext = 0
+        if bulk:
+            ext = MARIADB_CLIENT_STMT_BULK_OPERATIONS
+        else:
+            caps |= CLIENT_LONG_PASSWORD
+        token = native_token(APP_PASSWORD, scramble)
+        hello = (struct.pack("<IIB", caps, 1 << 24, 45) + b"\0" * 19 + struct.pack("<I", ext)
+                 + APP_USER.encode() + b"\0" + bytes([len(token)]) + token
+                 + TEST_DB.encode() + b"\0" + b"mysql_native_password\0")
+        self.write(1, hello)
+        _, ok = self.read()
+        assert ok[0] == 0, ok
+
+    def close(self):
+        try:
+            self.write(0, b"\x01")
+        finally:
+            self.sock.close()
+
+    def write(self, seq, payload):
+        self.sock.sendall(struct.pack("<I", len(payload))[:3] + bytes([seq]) + payload)
+
+    def read(self):
+        while len(self.buf) < 4 or len(self.buf) < 4 + int.from_bytes(self.buf[:3], "little"):
+            chunk = self.sock.recv(1 << 20)
+            assert chunk, "connection closed"
+            self.buf += chunk
+        n = int.from_bytes(self.buf[:3], "little")
+        seq, payload = self.buf[3], self.buf[4:4 + n]
+        self.buf = self.buf[4 + n:]
+        return seq, payload
+
+    def read_ok(self):
+        _, p = self.read()
+        if p[0] == 0xFF:
+            raise ServerError(p)
+        assert p[0] == 0, p
+        return p
+
+    def read_prepare(self):
+        _, p = self.read()
+        if p[0] == 0xFF:
+            raise ServerError(p)
+        stmt, cols, params = struct.unpack_from("<IHH", p, 1)
+        for _ in range(params + (1 if params else 0) + cols + (1 if cols else 0)):
+            self.read()
+        return stmt, cols, params
+
+    def prepare(self, sql):
+        self.write(0, b"\x16" + sql.encode())
+        return self.read_prepare()
+
+    @staticmethod
+    def execute_packet(stmt, params=(), bind=True, cursor=0):
+        """params: (type, value bytes) each; value None = NULL."""
+        p = b"\x17" + struct.pack("<IBI", stmt, cursor, 1)
+        if params:
+            bitmap = bytearray((len(params) + 7) // 8)
+            for i, (_, v) in enumerate(params):
+                if v is None:
+                    bitmap[i // 8] |= 1 << (i % 8)
+            p += bytes(bitmap) + (b"\x01" if bind else b"\x00")
+            if bind:
+                p += b"".join(struct.pack("<BB", t, 0) for t, _ in params)
+            for t, v in params:
+                if v is None:
+                    continue
+                if t == T_LONG:
+                    p += struct.pack("<i", v)
+                elif t == T_LONGLONG:
+                    p += struct.pack("<q", v)
+                else:
+                    p += lenenc(v)
+        return p
+
+    def execute(self, stmt, params=(), bind=True, cursor=0):
+        self.write(0, self.execute_packet(stmt, params, bind, cursor))
+        return self.read_result()
+
+    def read_result(self):
+        """('ok', payload) or ('rows', [row payloads], status)."""
+        _, p = self.read()
+        if p[0] == 0xFF:
+            raise ServerError(p)
+        if p[0] == 0:
+            return ("ok", p)
+        ncols, _ = read_lenenc(p, 0)
+        for _ in range(ncols):
+            self.read()
+        _, eof = self.read()
+        status = struct.unpack_from("<H", eof, 3)[0]
+        if status & SERVER_STATUS_CURSOR_EXISTS:
+            return ("cursor", [], status)
+        rows = []
+        while True:
+            _, p = self.read()
+            if p[0] == 0xFE and len(p) < 9:
+                return ("rows", rows, struct.unpack_from("<H", p, 3)[0])
+            if p[0] == 0xFF:
+                raise ServerError(p)
+            rows.append(p)
+
+    def fetch(self, stmt, n):
+        self.write(0, b"\x1c" + struct.pack("<II", stmt, n))
+        rows = []
+        while True:
+            _, p = self.read()
+            if p[0] == 0xFF:
+                raise ServerError(p)
+            if p[0] == 0xFE and len(p) < 9:
+                return rows, struct.unpack_from("<H", p, 3)[0]
+            rows.append(p)
+
+    def long_data(self, stmt, param, data):
+        self.write(0, b"\x18" + struct.pack("<IH", stmt, param) + data)
+
+    def close_stmt(self, stmt):
+        self.write(0, b"\x19" + struct.pack("<I", stmt))
+
+    def reset_stmt(self, stmt):
+        self.write(0, b"\x1a" + struct.pack("<I", stmt))
+        return self.read_ok()
+
+    def query(self, sql):
+        self.write(0, b"\x03" + sql.encode())
+        _, p = self.read()
+        if p[0] == 0xFF:
+            raise ServerError(p)
+        if p[0] == 0:
+            return []
+        ncols, _ = read_lenenc(p, 0)
+        for _ in range(ncols + 1):
+            self.read()
+        rows = []
+        while True:
+            _, p = self.read()
+            if p[0] == 0xFE and len(p) < 9:
+                return rows
+            vals, pos = [], 0
+            for _ in range(ncols):
+                if p[pos] == 0xFB:
+                    vals.append(None)
+                    pos += 1
+                else:
+                    n, pos = read_lenenc(p, pos)
+                    vals.append(p[pos:pos + n].decode())
+                    pos += n
+            rows.append(vals)
+
+
+def binary_strings(row, ncols):
+    """The string columns of a binary result row (every column a string)."""
+    pos = 1 + (ncols + 7 + 2) // 8
+    out = []
+    for i in range(ncols):
+        if row[1 + (i + 2) // 8] & (1 << ((i + 2) % 8)):
+            out.append(None)
+            continue
+        n, pos = read_lenenc(row, pos)
+        out.append(row[pos:pos + n])
+        pos += n
+    return out
+
+
+def test_executes_without_rebinding_get_the_types_bound_earlier(make_proxy):
+    """The client binds types once (new_params_bound=1) and then sends 0. On another connection
+    the statement is prepared again and knows no types: the proxy binds the recorded ones. With
+    a string and an integer parameter, wrong types would garble the answer."""
+    proxy = tx_proxy(make_proxy, backends=2)
+    stop = threading.Event()
+    others = busy_text_clients(proxy, 6, stop)
+    try:
+        c = Raw(proxy.port)
+        stmt, _, nparams = c.prepare("SELECT CONCAT(?, '/', ?)")
+        assert nparams == 2
+        kind, rows, _ = c.execute(stmt, [(T_VAR_STRING, b"first"), (T_LONGLONG, 1)])
+        assert binary_strings(rows[0], 1) == [b"first/1"]
+        threads = set()
+        for k in range(2, 120):
+            kind, rows, _ = c.execute(stmt, [(T_VAR_STRING, f"v{k}".encode()), (T_LONGLONG, k)],
+                                      bind=False)
+            assert binary_strings(rows[0], 1) == [f"v{k}/{k}".encode()], k
+            if k % 10 == 0:
+                threads.add(c.query("SELECT CONNECTION_ID()")[0][0])
+        c.close()
+    finally:
+        stop.set()
+        for t in others:
+            t.join(30)
+    assert len(threads) > 1, "the session never moved: the test proves nothing"
+    m = proxy.metrics()
+    assert m["ringgate_statement_reprepares_total"] >= 1
+    assert pinned_total(m) == 0
+
+
+def test_send_long_data_then_execute_on_a_busy_pool(make_proxy):
+    proxy = tx_proxy(make_proxy, backends=2)
+    stop = threading.Event()
+    others = busy_text_clients(proxy, 6, stop)
+    try:
+        c = Raw(proxy.port)
+        stmt, _, _ = c.prepare("SELECT CAST(LENGTH(?) AS CHAR), MD5(?)")
+        chunks = [bytes([65 + i]) * 50_000 for i in range(4)]
+        for k in range(5):
+            for ch in chunks:
+                c.long_data(stmt, 0, ch)
+                c.long_data(stmt, 1, ch)
+            time.sleep(0.02)  # the other clients run meanwhile
+            _, rows, _ = c.execute(stmt, [(T_BLOB, b""), (T_BLOB, b"")], bind=True)
+            import hashlib
+            whole = b"".join(chunks)
+            assert binary_strings(rows[0], 2) == [str(len(whole)).encode(),
+                                                  hashlib.md5(whole).hexdigest().encode()], k
+        c.close()
+        # mysql-connector-python sends file-like values as long data.
+        conn = connector(proxy)
+        cur = conn.cursor(prepared=True)
+        cur.execute("SELECT LENGTH(%s)", (io.BytesIO(b"x" * 300_000),))
+        assert cur.fetchall() == [(300000,)]
+        conn.close()
+    finally:
+        stop.set()
+        for t in others:
+            t.join(30)
+    assert pinned_total(proxy.metrics()) == 0
+
+
+def test_a_cursor_is_fetched_on_the_connection_that_opened_it(make_proxy):
+    proxy = tx_proxy(make_proxy, backends=2)
+    stop = threading.Event()
+    others = busy_text_clients(proxy, 6, stop)
+    try:
+        c = Raw(proxy.port)
+        stmt, ncols, _ = c.prepare(f"SELECT CAST(id AS CHAR) FROM {TABLE} ORDER BY id")
+        kind, _, status = c.execute(stmt, cursor=1)  # CURSOR_TYPE_READ_ONLY
+        assert kind == "cursor" and status & SERVER_STATUS_CURSOR_EXISTS
+        got = []
+        while True:
+            rows, status = c.fetch(stmt, 7)
+            got += [int(binary_strings(r, ncols)[0]) for r in rows]
+            time.sleep(0.005)
+            if status & SERVER_STATUS_LAST_ROW_SENT:
+                break
+        assert got == list(range(1, 201))
+        # Open again, fetch a little, reset: the cursor is gone and the session moves on.
+        c.execute(stmt, cursor=1)
+        rows, _ = c.fetch(stmt, 3)
+        assert len(rows) == 3
+        c.reset_stmt(stmt)
+        _, rows, _ = c.execute(stmt)
+        assert len(rows) == 200
+        c.close()
+    finally:
+        stop.set()
+        for t in others:
+            t.join(30)
+    assert pinned_total(proxy.metrics()) == 0
+
+
+def test_last_prepared_id_with_pipelined_prepare_and_bulk_execute(make_proxy):
+    """MariaDB Connector/C sends PREPARE and EXECUTE(0xFFFFFFFF) back to back; BULK_EXECUTE
+    too. The second bulk sends no types: the proxy binds those of the first."""
+    proxy = tx_proxy(make_proxy, backends=2)
+    with direct() as d, d.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {TABLE}_bulk")
+        cur.execute(f"CREATE TABLE {TABLE}_bulk (a INT, b VARCHAR(20))")
+    c = Raw(proxy.port, bulk=True)
+    c.write(0, b"\x16SELECT ? * 2")
+    c.sock.sendall(b"")  # nothing: the execute follows in the same write below
+    c.write(0, Raw.execute_packet(0xFFFFFFFF, [(T_LONGLONG, 21)]))
+    stmt, _, _ = c.read_prepare()
+    _, rows, _ = c.read_result()
+    assert struct.unpack_from("<q", rows[0], 2)[0] == 42
+    ins, _, _ = c.prepare(f"INSERT INTO {TABLE}_bulk VALUES (?, ?)")
+
+    def bulk(stmt_id, rows_, types):
+        p = b"\xfa" + struct.pack("<IH", stmt_id, 128 if types else 0)
+        if types:
+            p += struct.pack("<BBBB", T_LONG, 0, T_VAR_STRING, 0)
+        for a, b in rows_:
+            p += b"\x00" + struct.pack("<i", a) + b"\x00" + lenenc(b.encode())
+        c.write(0, p)
+        return c.read_ok()
+
+    ok = bulk(ins, [(1, "one"), (2, "two"), (3, "three")], True)
+    assert ok[1] == 3, ok
+    stop = threading.Event()
+    others = busy_text_clients(proxy, 6, stop)
+    try:
+        for k in range(20):
+            ok = bulk(0xFFFFFFFF, [(10 + k, f"r{k}")], False)
+            assert ok[1] == 1
+            time.sleep(0.005)
+    finally:
+        stop.set()
+        for t in others:
+            t.join(30)
+    c.close()
+    with direct() as d, d.cursor() as cur:
+        cur.execute(f"SELECT a, b FROM {TABLE}_bulk ORDER BY a")
+        assert cur.fetchall() == ((1, "one"), (2, "two"), (3, "three"),
+                                  *((10 + k, f"r{k}") for k in range(20)))
+
+
+def test_closing_a_statement_spares_another_sessions_same_statement(make_proxy):
+    proxy = tx_proxy(make_proxy, backends=1)
+    before = server_status("Prepared_stmt_count")
+    a, b = Raw(proxy.port), Raw(proxy.port)
+    sql = f"SELECT CAST(owner AS CHAR) FROM {TABLE} WHERE id = ?"
+    sa, _, _ = a.prepare(sql)
+    sb, _, _ = b.prepare(sql)
+    assert server_status("Prepared_stmt_count") - before == 1, "one server statement, shared"
+    a.close_stmt(sa)
+    with pytest.raises(ServerError) as e:
+        a.execute(sa, [(T_LONG, 5)])
+    assert e.value.code == 1243, "a closed id is unknown to its session"
+    # An error holds the connection until the session's next statement (SHOW WARNINGS).
+    a.query("SELECT 1")
+    for k in range(1, 50):
+        _, rows, _ = b.execute(sb, [(T_LONG, k)])
+        assert binary_strings(rows[0], 1) == [str(k % 7).encode()]
+    assert server_status("Prepared_stmt_count") - before == 1
+    a.close()
+    b.close()
+    m = proxy.metrics()
+    assert m["ringgate_client_prepared_statements"] == 0
+
+
+@pytest.mark.parametrize("mode", ["fixed"])  # the slowest test: once is enough
+def test_prepared_stmt_count_bounded_after_10000_distinct_prepares(make_proxy):
+    backends, bound = 4, 16
+    proxy = tx_proxy(make_proxy, backends=backends, extra=["--backend-max-prepared", str(bound)])
+    before = server_status("Prepared_stmt_count")
+
+    def client(i):
+        c = Raw(proxy.port)
+        try:
+            for k in range(2500):
+                n = i * 2500 + k
+                stmt, _, _ = c.prepare(f"SELECT {n} + ?")
+                if k % 25 == 0:
+                    _, rows, _ = c.execute(stmt, [(T_LONGLONG, 1)])
+                    assert struct.unpack_from("<q", rows[0], 2)[0] == n + 1
+                if i % 2 == 0:
+                    c.close_stmt(stmt)  # half the clients close theirs, half do not
+        finally:
+            c.close()
+
+    run_threads(4, client)
+    m = proxy.metrics()
+    assert server_status("Prepared_stmt_count") - before <= bound * backends
+    assert m["ringgate_backend_prepared_statements"] <= bound * backends
+    assert m["ringgate_statement_evictions_total"] >= 10_000 - bound * backends
+    assert m["ringgate_client_prepared_statements"] == 0, "registries leaked"
+
+
+def test_node_mysql2_execute_on_4_backends(make_proxy):
+    node = node_with_mysql2()
+    proxy = tx_proxy(make_proxy, backends=4)
+    stop = threading.Event()
+    others = busy_text_clients(proxy, 10, stop)
+    try:
+        env = dict(os.environ, PORT=str(proxy.port), USER=APP_USER, PASS=APP_PASSWORD, DB=TEST_DB,
+                   TABLE=TABLE, CLIENTS="8", ROUNDS="50")
+        r = subprocess.run([node, "execute.js"], cwd=NODE_DIR, env=env, capture_output=True,
+                           text=True, timeout=120)
+    finally:
+        stop.set()
+        for t in others:
+            t.join(30)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"executes": 800}
+    m = proxy.metrics()
+    assert pinned_total(m) == 0
+    assert m["ringgate_client_prepared_statements"] == 0, "registries leaked"
