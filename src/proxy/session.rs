@@ -461,9 +461,9 @@ impl Session {
             None => self.new_tracker(ctx),
         };
         tracker.capture_commands(multiplex::CAPTURE_LIMIT);
-        // Statement ids are mapped to each connection's.
+        // Statement ids are mapped to each connection's (the registry is
+        // made at the first statement command: an idle session has none).
         tracker.stop_at_statements();
-        self.stmts = Some(Session::new_statement_registry());
         if self.client_leg.is_some() {
             if let Some(reason) = tx.pin(PinReason::CompressedClient) {
                 out.push(SessionAction::Pinned(reason));

@@ -84,6 +84,7 @@ impl Session {
             ));
             return self.close(out);
         }
+        self.stmts.get_or_insert_with(|| Box::new(Registry::new()));
         self.state = State::Statement(Box::new(Flow {
             tracker: Box::new(relay.into_tracker()),
             phase: Phase::Examine,
@@ -353,10 +354,5 @@ impl Session {
         relay.start(data, ctx.now, &mut events);
         self.state = State::Relay(relay);
         self.apply_relay(&mut events, ctx, out);
-    }
-
-    /// The registry of a session in transaction pooling.
-    pub(super) fn new_statement_registry() -> Box<Registry> {
-        Box::new(Registry::new())
     }
 }
