@@ -17,7 +17,8 @@
 # They are fetched once through pip / npm into $RINGGATE_DRIVERS_CACHE (default .cache/drivers).
 # Environment: RINGGATE_SANDBOX_DIR / RINGGATE_SANDBOX_PORT (the sandbox to use; started and
 # stopped again when not already running), RINGGATE_BIN (default $CARGO_TARGET_DIR/debug/ringgate,
-# built when missing), DRIVERS_KEEP=1 keeps the per-run logs.
+# built when missing), DRIVERS_KEEP=1 keeps the per-run logs, RINGGATE_DRIVERS_ARGS adds flags
+# to ringgate's (e.g. "--pooling transaction").
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -147,13 +148,15 @@ start_ringgate() {
     local metrics_port
     metrics_port="$(free_port)"
     # As tests/python/conftest.py starts it, with the default (passthrough) identity: each
-    # client logs in to MariaDB as itself.
+    # client logs in to MariaDB as itself. RINGGATE_DRIVERS_ARGS is split into words on purpose.
+    # shellcheck disable=SC2086
     RUST_LOG="${RUST_LOG:-info}" "$RINGGATE_BIN" \
         --listen "127.0.0.1:$RG_PORT" --workers 2 \
         --backend "127.0.0.1:$SANDBOX_PORT" --users-file "$users" \
         --backend-pool-size 4 --backend-max-connections 500 --backend-wait-timeout 10s \
         --max-connections 1000 --allow-local-infile \
         --metrics-listen "127.0.0.1:$metrics_port" \
+        ${RINGGATE_DRIVERS_ARGS:-} \
         >"$WORK/ringgate.stderr" 2>&1 &
     RG_PID=$!
     local i
