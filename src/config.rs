@@ -321,8 +321,10 @@ pub struct Config {
     /// Drop a connection whose sent data stays unacknowledged this long
     /// (TCP_USER_TIMEOUT; "0" = the kernel's default, about 15 minutes of
     /// retransmissions). Covers a peer that vanished while we were writing,
-    /// which keepalive does not.
-    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    /// which keepalive does not. The default is keepalive's own give-up time
+    /// (idle 60 s + 10 s × 6 probes): a smaller value makes Linux reset an
+    /// idle connection at its first unanswered probe (a warning says so).
+    #[arg(long, default_value = "120s", value_parser = parse_duration, value_name = "DURATION")]
     pub tcp_user_timeout: Duration,
 
     /// Cut a backend that sends nothing for this long while a response is
@@ -614,7 +616,7 @@ mod tests {
         assert_eq!(c.tcp_keepalive_idle, Duration::from_secs(60));
         assert_eq!(c.tcp_keepalive_interval, Duration::from_secs(10));
         assert_eq!(c.tcp_keepalive_count, 6);
-        assert_eq!(c.tcp_user_timeout, Duration::from_secs(60));
+        assert_eq!(c.tcp_user_timeout, Duration::from_secs(120));
         assert_eq!(c.backend_read_timeout, Duration::ZERO);
         assert_eq!(c.backend_identity, BackendIdentity::Passthrough);
     }

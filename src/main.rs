@@ -81,6 +81,9 @@ fn run(config: Config) -> Result<(), RunError> {
     if let Some(warning) = listen_guard::check_listen(config.listen, config.reuse_port_handover)? {
         tracing::warn!("{warning}");
     }
+    if let Some(warning) = ringgate::sockopt::user_timeout_warning(&config) {
+        tracing::warn!("{warning}");
+    }
     let users = Users::load(&config.users_file).map_err(|e| format!("cannot start: {e}"))?;
     if config.backend_identity == BackendIdentity::Shared && users.has_backend_mappings() {
         tracing::warn!(

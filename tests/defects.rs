@@ -615,7 +615,7 @@ const WANT_KEEPALIVE: Keepalive = Keepalive {
     idle: Duration::from_secs(60),
     interval: Duration::from_secs(10),
     count: 6,
-    user_timeout: Some(Duration::from_secs(60)),
+    user_timeout: Some(Duration::from_secs(120)),
 };
 
 /// Every TCP socket of `pid` that has a peer, duplicated into this process with
