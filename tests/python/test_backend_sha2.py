@@ -28,6 +28,9 @@ FOOBAR_VERIFIER = (
     "686F52485A736E4A733368786E427575516C73446469496537"
 )
 PASSWORD = "foobar"
+# The outer's backend logins include full authentications (RSA and sha256-crypt on the inner,
+# a debug build): give them room on a loaded machine.
+OUTER_ARGS = ("--backend-connect-timeout", "30s")
 
 
 def _write_json(path, entries):
@@ -84,7 +87,11 @@ def inner(make_proxy, tmp_path, account):
 
 def test_outer_logs_in_to_a_caching_sha2_backend_by_rsa_full_auth_then_fast_auth(make_proxy, inner, account):
     inner_proxy, _ = inner
-    outer = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password=PASSWORD)
+    # No warm pool: the six clients' backend logins come one at a time (a full authentication
+    # is an RSA decryption and 5000 SHA-256 rounds on the inner's one worker, slow in a debug
+    # build on a loaded machine; eight at once at start-up could outlast the connect timeout).
+    outer = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password=PASSWORD,
+                       extra_args=OUTER_ARGS + ("--backend-pool-size", "0"))
     conns = [outer.connect() for _ in range(6)]
     for conn in conns:
         assert _current_user(conn) == account
@@ -106,7 +113,7 @@ def test_outer_logs_in_to_a_caching_sha2_backend_by_rsa_full_auth_then_fast_auth
 def test_outer_uses_the_configured_public_key_and_a_wrong_one_fails(make_proxy, inner, account, tmp_path):
     inner_proxy, public = inner
     outer = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password=PASSWORD,
-                       extra_args=("--backend-rsa-public-key", str(public)))
+                       extra_args=OUTER_ARGS + ("--backend-rsa-public-key", str(public)))
     conn = outer.connect()
     assert _current_user(conn) == account
     conn.close()
@@ -118,7 +125,7 @@ def test_outer_uses_the_configured_public_key_and_a_wrong_one_fails(make_proxy, 
     _, other = _rsa_key(tmp_path, "other.pem")
     inner_proxy.proc.send_signal(1)
     outer2 = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password=PASSWORD,
-                        extra_args=("--backend-rsa-public-key", str(other), "--backend-pool-size", "0"))
+                        extra_args=OUTER_ARGS + ("--backend-rsa-public-key", str(other), "--backend-pool-size", "0"))
     _wait_for(lambda: "users file reloaded" in inner_proxy.stderr(), inner_proxy)
     with pytest.raises(pymysql.err.OperationalError) as e:
         outer2.connect()
@@ -130,7 +137,8 @@ def test_outer_uses_the_configured_public_key_and_a_wrong_one_fails(make_proxy, 
 
 def test_a_wrong_backend_password_is_the_backends_1045(make_proxy, inner, account):
     inner_proxy, _ = inner
-    outer = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password="not-it")
+    outer = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password="not-it",
+                       extra_args=OUTER_ARGS)
     with pytest.raises(pymysql.err.OperationalError) as e:
         outer.connect()
     _assert_backend_refused(e.value, account)
@@ -147,7 +155,7 @@ def test_passthrough_identity_of_a_caching_sha2_user_through_two_proxies(make_pr
     users = _write_json(tmp_path / "outer.json", {account: [{"MysqlCachingSha2Password": FOOBAR_VERIFIER}]})
     sock = tmp_path / "outer.sock"
     outer = make_proxy(backend=("127.0.0.1", inner_proxy.port), users_file=users, passthrough=True,
-                       extra_args=("--socket", str(sock)))
+                       extra_args=OUTER_ARGS + ("--socket", str(sock)))
     conn = pymysql.connect(unix_socket=str(sock), user=account, password=PASSWORD, connect_timeout=10)
     assert _current_user(conn) == account
     conn.close()
@@ -212,7 +220,8 @@ def test_mariadb_cli_and_connector_python_through_the_chain(make_proxy, inner, a
     import mysql.connector
 
     inner_proxy, _ = inner
-    outer = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password=PASSWORD)
+    outer = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password=PASSWORD,
+                       extra_args=OUTER_ARGS)
     r = outer.cli("--batch", "--skip-column-names", "-e", "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)")
     assert r.stdout.strip() == account
     conn = mysql.connector.connect(host="127.0.0.1", port=outer.port, user="app", password="app-secret",
