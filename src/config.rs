@@ -264,6 +264,15 @@ pub struct Config {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub backend_max_prepared: Option<u64>,
 
+    /// `--pooling transaction`, EXPERIMENTAL: binary prepared statements
+    /// move with the session between backend connections (statement ids
+    /// mapped, re-prepared where missing) instead of pinning the session to
+    /// its connection. Off by default: drivers that pipeline
+    /// COM_STMT_CLOSE with the next command (node mysql2) still fail with it
+    /// (docs/operations.md, "Prepared statements").
+    #[arg(long)]
+    pub tx_move_prepared_statements: bool,
+
     /// How long a client waits for a backend connection when the pool is
     /// saturated, before it gets an error.
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
@@ -506,6 +515,10 @@ impl std::fmt::Debug for Config {
             .field("tcp_keepalive_interval", &self.tcp_keepalive_interval)
             .field("tcp_keepalive_count", &self.tcp_keepalive_count)
             .field("tcp_user_timeout", &self.tcp_user_timeout)
+            .field(
+                "tx_move_prepared_statements",
+                &self.tx_move_prepared_statements,
+            )
             .field("backend_read_timeout", &self.backend_read_timeout)
             .field("max_packet_size", &self.max_packet_size)
             .field("busy_poll_us", &self.busy_poll_us)

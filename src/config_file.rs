@@ -192,6 +192,7 @@ file_config! {
     plain backend_pool_size: usize,
     plain backend_max_connections: usize,
     optional backend_max_prepared: u64,
+    plain tx_move_prepared_statements: bool,
     plain backend_wait_timeout: HumanDuration,
     plain backend_idle_timeout: HumanDuration,
     plain backend_connect_timeout: HumanDuration,

@@ -379,6 +379,9 @@ pub struct TxState {
     /// that uses no table does not clear it, and its own count says 0), so
     /// it is reset before another session gets it.
     diagnostics_dirty: bool,
+    /// Without `--tx-move-prepared-statements`: a binary statement command
+    /// pins the session (its statement ids live on one connection).
+    pub pin_prepared_statements: bool,
 }
 
 impl TxState {
@@ -521,7 +524,9 @@ impl TxState {
             | COM_STMT_SEND_LONG_DATA
             | COM_STMT_CLOSE
             | COM_STMT_RESET
-            | COM_STMT_BULK_EXECUTE => None,
+            | COM_STMT_BULK_EXECUTE => self
+                .pin_prepared_statements
+                .then_some(PinReason::PreparedStatement),
             _ => Some(PinReason::Unclassified),
         };
         if c.command == COM_QUERY && !c.err && c.text.as_deref().is_some_and(ends_table_locks) {

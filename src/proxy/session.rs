@@ -182,6 +182,9 @@ pub struct SessionCtx<'a> {
     pub registry: &'a Registry,
     /// `--rsa-key`: caching_sha2 full authentication over plain TCP.
     pub rsa_key: Option<&'a RsaPrivate>,
+    /// `--tx-move-prepared-statements`: transaction pooling maps statement
+    /// ids across connections instead of pinning at the first prepare.
+    pub move_prepared_statements: bool,
 }
 
 /// What the client told us at login (or in its last COM_CHANGE_USER).
@@ -462,8 +465,13 @@ impl Session {
         };
         tracker.capture_commands(multiplex::CAPTURE_LIMIT);
         // Statement ids are mapped to each connection's (the registry is
-        // made at the first statement command: an idle session has none).
-        tracker.stop_at_statements();
+        // made at the first statement command: an idle session has none);
+        // without the flag the first statement command pins instead.
+        if ctx.move_prepared_statements {
+            tracker.stop_at_statements();
+        } else {
+            tx.pin_prepared_statements = true;
+        }
         if self.client_leg.is_some() {
             if let Some(reason) = tx.pin(PinReason::CompressedClient) {
                 out.push(SessionAction::Pinned(reason));

@@ -27,6 +27,7 @@ pub(super) fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
         read_buffer_size: 16 * 1024,
         registry: &REGISTRY,
         rsa_key: None,
+        move_prepared_statements: true,
     }
 }
 

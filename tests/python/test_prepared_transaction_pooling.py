@@ -67,6 +67,9 @@ def tx_proxy(make_proxy, backends=4, extra=()):
         extra_args=[
             "--backend-max-connections", str(backends),
             "--backend-pool-size", str(backends),
+            # Statement mapping is opt-in (experimental); without it the first
+            # statement command pins (test_transaction_pooling.py).
+            "--tx-move-prepared-statements",
             *extra,
         ],
     )
@@ -164,6 +167,38 @@ def test_prepared_statements_interleaved_with_20_clients_on_4_backends(make_prox
     assert m["ringgate_statement_reprepares_total"] >= 1
     assert m["ringgate_tx_releases_total"] > 100
 
+
+
+def test_without_the_flag_a_prepare_pins_and_statements_stay_on_one_connection(make_proxy):
+    """The default (no --tx-move-prepared-statements): the first statement command pins the
+    session, ids are the server's own, and nothing goes through the statement registry."""
+    proxy = make_proxy(
+        pooling="transaction",
+        workers=1,
+        extra_args=["--backend-max-connections", "2", "--backend-pool-size", "2"],
+    )
+    stop = threading.Event()
+    others = busy_text_clients(proxy, 4, stop)
+    try:
+        c = connector(proxy)
+        try:
+            for k in range(3):
+                cur = c.cursor(prepared=True)
+                cur.execute(f"SELECT id, owner FROM {TABLE} WHERE id = %s", (k + 1,))
+                assert cur.fetchall() == [(k + 1, (k + 1) % 7)]
+                cur.close()
+        finally:
+            c.close()
+    finally:
+        stop.set()
+        for t in others:
+            t.join(30)
+    m = proxy.metrics()
+    assert m['ringgate_sessions_pinned_total{reason="prepared_statement"}'] >= 1, {
+        k: v for k, v in m.items() if "pinned" in k
+    }
+    assert m["ringgate_statement_reprepares_total"] == 0
+    assert client_statements_settle(proxy) == 0
 
 # ---------------------------------------------------------------- a raw binary-protocol client
 
