@@ -153,6 +153,18 @@ pub fn run(cfg: &Config) -> Report {
     if let Some(ca) = &cfg.backend_tls_ca {
         items.push(check_cert_expiry("backend-tls-ca", ca, SystemTime::now()));
     }
+    // The front end's certificates: start-up refuses a broken set, but an
+    // expiry weeks away or a key replaced on disk (read at the next SIGHUP)
+    // is only seen here.
+    if let Some(cert) = &cfg.tls_cert {
+        items.push(check_cert_expiry("tls-cert", cert, SystemTime::now()));
+        if let Some(key) = &cfg.tls_key {
+            items.push(check_key_match(cert, key));
+        }
+    }
+    if let Some(ca) = &cfg.tls_client_ca {
+        items.push(check_cert_expiry("tls-client-ca", ca, SystemTime::now()));
+    }
     Report { items }
 }
 
@@ -1083,6 +1095,21 @@ fn check_cert_expiry(what: &'static str, path: &Path, now: SystemTime) -> Item {
             what,
             format!("{}: {e}", path.display()),
             "replace the certificate (PEM) with a valid one",
+        ),
+    }
+}
+
+/// `--tls-key` is the private key of `--tls-cert`'s first certificate.
+fn check_key_match(cert: &Path, key: &Path) -> Item {
+    match tls::check_key_pair(cert, key) {
+        Ok(()) => Item::ok(
+            "tls-key",
+            format!("{} is the key of {}", key.display(), cert.display()),
+        ),
+        Err(e) => Item::fail(
+            "tls-key",
+            format!("{} and {}: {e}", key.display(), cert.display()),
+            "give --tls-key the private key the --tls-cert certificate was issued for",
         ),
     }
 }

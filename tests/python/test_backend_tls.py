@@ -116,6 +116,45 @@ def test_check_reports_the_ca_expiry_and_an_expired_ca(tls_backend, tmp_path):
     assert f'FAIL  backend-tls-ca {expired}: certificate "CN=expired CA" expired on ' in text, text
 
 
+def self_signed(path, cn, days_left):
+    """A self-signed certificate valid for `days_left` more days (negative: expired)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=30))
+            .not_valid_after(now + datetime.timedelta(days=days_left))
+            .sign(key, hashes.SHA256()))
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return path
+
+
+def test_check_reports_the_front_certificate_its_key_and_the_client_ca(tls_backend, tmp_path):
+    port, tls = tls_backend
+    cert, key, ca = tls / "server.pem", tls / "server.key", tls / "ca.pem"
+    text, _ = check(port, "--tls-cert", str(cert), "--tls-key", str(key), "--tls-client-ca", str(ca))
+    assert "OK    tls-cert " in text and '"CN=localhost", on 20' in text, text
+    assert f"OK    tls-key   {key} is the key of {cert}" in text, text
+    assert "OK    tls-client-ca " in text, text
+    # Another certificate's key: the pair does not match.
+    text, _ = check(port, "--tls-cert", str(cert), "--tls-key", str(tls / "other-ca.key"))
+    assert f"FAIL  tls-key   {tls / 'other-ca.key'} and {cert}: " in text, text
+    # An expired certificate fails; one that expires in 10 days warns.
+    expired = self_signed(tmp_path / "expired.pem", "expired front", -1)
+    text, _ = check(port, "--tls-cert", str(expired))
+    assert f'FAIL  tls-cert  {expired}: certificate "CN=expired front" expired on ' in text, text
+    soon = self_signed(tmp_path / "soon.pem", "soon", 10)
+    text, _ = check(port, "--tls-cert", str(soon))
+    assert f"WARN  tls-cert  {soon}: " in text, text
+    assert "(in 9 days)" in text or "(in 10 days)" in text, text
+
+
 def test_the_proxy_refuses_the_modes_its_backend_leg_cannot_honour(tmp_path):
     for mode in ("required", "verify-ca", "verify-identity"):
         r = subprocess.run([str(ringgate_bin()), "--listen", f"127.0.0.1:{free_port()}", "--users-file",
