@@ -424,13 +424,39 @@ def test_executes_without_rebinding_get_the_types_bound_earlier(make_proxy):
         assert nparams == 2
         kind, rows, _ = c.execute(stmt, [(T_VAR_STRING, b"first"), (T_LONGLONG, 1)])
         assert binary_strings(rows[0], 1) == [b"first/1"]
-        threads = set()
-        for k in range(2, 120):
-            kind, rows, _ = c.execute(stmt, [(T_VAR_STRING, f"v{k}".encode()), (T_LONGLONG, k)],
-                                      bind=False)
-            assert binary_strings(rows[0], 1) == [f"v{k}/{k}".encode()], k
-            if k % 10 == 0:
-                threads.add(c.query("SELECT CONNECTION_ID()")[0][0])
+        # The busy clients stop here: they have another pool key, so on two connections they
+        # evict the session's idle connection (which is how they move it) and would evict the
+        # one held below, or keep the session waiting for one of its own (ERR 1040).
+        stop.set()
+        for t in others:
+            t.join(30)
+        first = c.query("SELECT CONNECTION_ID()")[0][0]
+        threads = {first}
+        # Make the session move for sure (the busy clients alone may leave it on its
+        # connection on a slow run): another client holds the connection the statement was
+        # prepared on in an open transaction, so the next executes run on the other one. A
+        # second raw client has the session's pool key.
+        hold = Raw(proxy.port)
+        held, cur_id = False, None
+        for _ in range(200):
+            hold.query("BEGIN")
+            cur_id = hold.query("SELECT CONNECTION_ID()")[0][0]
+            if cur_id == first:
+                held = True
+                break
+            hold.query("COMMIT")
+        assert held, f"could not take the statement's connection away from the session ({first!r}, last {cur_id!r})"
+        try:
+            for k in range(2, 120):
+                if k == 60:
+                    hold.query("COMMIT")
+                kind, rows, _ = c.execute(stmt, [(T_VAR_STRING, f"v{k}".encode()), (T_LONGLONG, k)],
+                                          bind=False)
+                assert binary_strings(rows[0], 1) == [f"v{k}/{k}".encode()], k
+                if k % 10 == 0:
+                    threads.add(c.query("SELECT CONNECTION_ID()")[0][0])
+        finally:
+            hold.close()
         c.close()
     finally:
         stop.set()
