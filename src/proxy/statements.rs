@@ -279,30 +279,16 @@ pub fn rewrite(
             if buf.len() <= npb_at {
                 return Err(ParseError::Need(npb_at + 1));
             }
-            if buf[npb_at] == 1 {
-                let end = npb_at + 1 + 2 * n;
-                if buf.len() < end {
-                    return Err(ParseError::Need(end));
-                }
-                stmt.types = Some(buf[npb_at + 1..end].to_vec());
-                return Ok(Rewrite {
-                    replaces: 9,
-                    with: with_id(9),
-                });
-            }
-            let Some(types) = stmt
-                .types
-                .as_ref()
-                .filter(|t| t.len() == 2 * n && !server_has_types)
-            else {
-                return Ok(Rewrite {
-                    replaces: 9,
-                    with: with_id(9),
-                });
-            };
-            let mut head = with_id(npb_at + 1);
-            head[npb_at] = 1;
-            insert_types(buf, npb_at + 1, types, head)
+            let bound = buf[npb_at] == 1;
+            bind_types(
+                buf,
+                stmt,
+                npb_at + 1,
+                bound,
+                server_has_types,
+                with_id,
+                |head| head[npb_at] = 1,
+            )
         }
         COM_STMT_BULK_EXECUTE if n > 0 => {
             let flags_at = 9;
@@ -310,31 +296,19 @@ pub fn rewrite(
                 return Err(ParseError::Need(flags_at + 2));
             }
             let flags = u16::from_le_bytes([buf[flags_at], buf[flags_at + 1]]);
-            if flags & BULK_SEND_TYPES_TO_SERVER != 0 {
-                let end = flags_at + 2 + 2 * n;
-                if buf.len() < end {
-                    return Err(ParseError::Need(end));
-                }
-                stmt.types = Some(buf[flags_at + 2..end].to_vec());
-                return Ok(Rewrite {
-                    replaces: 9,
-                    with: with_id(9),
-                });
-            }
-            let Some(types) = stmt
-                .types
-                .as_ref()
-                .filter(|t| t.len() == 2 * n && !server_has_types)
-            else {
-                return Ok(Rewrite {
-                    replaces: 9,
-                    with: with_id(9),
-                });
-            };
-            let mut head = with_id(flags_at + 2);
-            let set = (flags | BULK_SEND_TYPES_TO_SERVER).to_le_bytes();
-            head[flags_at..flags_at + 2].copy_from_slice(&set);
-            insert_types(buf, flags_at + 2, types, head)
+            let bound = flags & BULK_SEND_TYPES_TO_SERVER != 0;
+            bind_types(
+                buf,
+                stmt,
+                flags_at + 2,
+                bound,
+                server_has_types,
+                with_id,
+                |head| {
+                    let set = (flags | BULK_SEND_TYPES_TO_SERVER).to_le_bytes();
+                    head[flags_at..flags_at + 2].copy_from_slice(&set);
+                },
+            )
         }
         COM_STMT_PREPARE => Err(ParseError::Malformed("a prepare has no id to rewrite")),
         _ => Ok(Rewrite {
@@ -346,6 +320,45 @@ pub fn rewrite(
 
 /// `head` (the first `at` bytes, already rewritten) + `types` + whatever
 /// the client sent after `at`, with the packet length grown to match.
+/// The types part that EXECUTE and BULK_EXECUTE share. The types sit (or
+/// would sit) at `types_at`; `bound`: the client sent them, so they are
+/// recorded and only the id changes. Otherwise the recorded types are
+/// inserted there, with `mark_bound` setting the command's own "types
+/// follow" flag in the head, unless the server's statement has them.
+fn bind_types(
+    buf: &[u8],
+    stmt: &mut Statement,
+    types_at: usize,
+    bound: bool,
+    server_has_types: bool,
+    with_id: impl Fn(usize) -> Vec<u8>,
+    mark_bound: impl FnOnce(&mut [u8]),
+) -> Result<Rewrite, ParseError> {
+    let n = usize::from(stmt.params);
+    let id_only = || Rewrite {
+        replaces: 9,
+        with: with_id(9),
+    };
+    if bound {
+        let end = types_at + 2 * n;
+        if buf.len() < end {
+            return Err(ParseError::Need(end));
+        }
+        stmt.types = Some(buf[types_at..end].to_vec());
+        return Ok(id_only());
+    }
+    let Some(types) = stmt
+        .types
+        .as_ref()
+        .filter(|t| t.len() == 2 * n && !server_has_types)
+    else {
+        return Ok(id_only());
+    };
+    let mut head = with_id(types_at);
+    mark_bound(&mut head);
+    insert_types(buf, types_at, types, head)
+}
+
 fn insert_types(
     buf: &[u8],
     at: usize,
