@@ -383,7 +383,9 @@ pub struct Config {
 
     /// PEM certificate chain for TLS with clients (with --tls-key). Clients
     /// that ask (an SSLRequest) get TLS 1.3, or 1.2 if that is all they
-    /// speak. Reloaded on SIGHUP. Needs --read-buffer-size 24576 or more.
+    /// speak. Reloaded on SIGHUP. A whole TLS record must fit in a read
+    /// buffer: without --read-buffer-size, TLS makes it 24576 (and says so
+    /// in the log); a size given below that is refused.
     #[arg(long, value_name = "PATH")]
     pub tls_cert: Option<PathBuf>,
 
@@ -395,6 +397,23 @@ pub struct Config {
     /// by one of them (client certificates are not asked for without it).
     #[arg(long, value_name = "PATH")]
     pub tls_client_ca: Option<PathBuf>,
+
+    /// TLS session resumption with stateless tickets (TLS 1.3 and 1.2),
+    /// whose key all workers share, so a client that reconnects to another
+    /// worker resumes too. The key is random, in memory only, rotated every
+    /// 6 hours and replaced on SIGHUP reload (a ticket lives at most 12
+    /// hours, and none made before a reload resumes after it). `false`:
+    /// no tickets; sessions resume from a shared in-memory cache instead.
+    #[arg(
+        long,
+        default_value_t = true,
+        action = ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub tls_session_tickets: bool,
 
     /// Refuse TCP logins without TLS with MySQL's ERR 3159; unix-socket
     /// clients count as secure (as in MySQL).
@@ -530,6 +549,7 @@ impl std::fmt::Debug for Config {
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)
             .field("tls_client_ca", &self.tls_client_ca)
+            .field("tls_session_tickets", &self.tls_session_tickets)
             .field("require_secure_transport", &self.require_secure_transport)
             .field("metrics_listen", &self.metrics_listen)
             .field("log_level", &self.log_level)
@@ -543,6 +563,23 @@ impl std::fmt::Debug for Config {
 pub const TLS_MIN_READ_BUFFER: u32 = 24576;
 
 impl Config {
+    /// With TLS configured, grow a read-buffer size that came from the
+    /// built-in default (`explicit` false) to [`TLS_MIN_READ_BUFFER`], and
+    /// return the size it replaced: the leg decodes each record in place
+    /// in the connection's read buffer, so a whole record must fit, and a
+    /// user who only added `--tls-cert` should not meet an error first. A
+    /// size the user gave is left alone (and refused by [`Self::tls_files`]
+    /// when too small: they asked for that memory budget).
+    pub fn size_read_buffers_for_tls(&mut self, explicit: bool) -> Option<u32> {
+        let tls = self.tls_cert.is_some() && self.tls_key.is_some();
+        if !tls || explicit || self.read_buffer_size >= TLS_MIN_READ_BUFFER {
+            return None;
+        }
+        let old = self.read_buffer_size;
+        self.read_buffer_size = TLS_MIN_READ_BUFFER;
+        Some(old)
+    }
+
     /// The front end's TLS files, when TLS is configured; an error names a
     /// flag missing its partner or a read buffer too small for a record.
     pub fn tls_files(&self) -> Result<Option<crate::tls::TlsFiles>, String> {
@@ -566,7 +603,8 @@ impl Config {
                 if self.read_buffer_size < TLS_MIN_READ_BUFFER {
                     return Err(format!(
                         "TLS needs --read-buffer-size {TLS_MIN_READ_BUFFER} or more (is {}): \
-                         a whole TLS record must fit in a connection's read buffer",
+                         a whole TLS record must fit in a connection's read buffer (fix: \
+                         raise it, or leave it out and TLS sizes it)",
                         self.read_buffer_size
                     ));
                 }
@@ -574,6 +612,7 @@ impl Config {
                     cert: cert.clone(),
                     key: key.clone(),
                     client_ca: self.tls_client_ca.clone(),
+                    session_tickets: self.tls_session_tickets,
                 }))
             }
         }
@@ -744,5 +783,50 @@ mod tests {
             "16385",
         ]);
         assert!(r.is_err());
+    }
+
+    /// TLS grows the default read-buffer size to hold a record, and only
+    /// the default: a size from the flag or the config file is kept (and
+    /// refused when too small).
+    #[test]
+    fn tls_sizes_the_default_read_buffer_only() {
+        let tls = [
+            "ringgate",
+            "--users-file",
+            "u",
+            "--tls-cert",
+            "c",
+            "--tls-key",
+            "k",
+        ];
+        let inv = crate::config_file::parse(tls).unwrap();
+        assert_eq!(inv.config.read_buffer_size, TLS_MIN_READ_BUFFER);
+        assert_eq!(inv.read_buffer_resized, Some(16384));
+        assert!(inv.config.tls_files().unwrap().is_some());
+
+        let inv =
+            crate::config_file::parse(tls.iter().chain(&["--read-buffer-size", "16384"])).unwrap();
+        assert_eq!(inv.config.read_buffer_size, 16384);
+        assert_eq!(inv.read_buffer_resized, None);
+        let e = inv.config.tls_files().unwrap_err();
+        assert!(e.contains("--read-buffer-size 24576"), "{e}");
+
+        let inv =
+            crate::config_file::parse(tls.iter().chain(&["--read-buffer-size", "65536"])).unwrap();
+        assert_eq!(inv.config.read_buffer_size, 65536);
+
+        let dir = std::env::temp_dir().join(format!("ringgate-tls-size-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("r.toml");
+        std::fs::write(&file, "read-buffer-size = 16384\n").unwrap();
+        let file_arg = file.to_str().unwrap();
+        let inv = crate::config_file::parse(tls.iter().chain(&["--config", file_arg])).unwrap();
+        assert_eq!(inv.config.read_buffer_size, 16384);
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let plain = crate::config_file::parse(["ringgate", "--users-file", "u"]).unwrap();
+        assert_eq!(plain.config.read_buffer_size, 16384);
+        assert_eq!(plain.read_buffer_resized, None);
+        assert!(plain.config.tls_session_tickets);
     }
 }

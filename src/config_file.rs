@@ -85,6 +85,9 @@ pub struct Invocation {
     pub config_path: Option<PathBuf>,
     /// Each setting's key and where its value came from, in flag order.
     origins: Vec<(&'static str, Origin)>,
+    /// TLS grew the default read-buffer size from this many bytes
+    /// ([`Config::size_read_buffers_for_tls`]); `main` logs it.
+    pub read_buffer_resized: Option<u32>,
 }
 
 /// Why the command line could not be parsed.
@@ -215,6 +218,7 @@ file_config! {
     optional tls_cert: PathBuf,
     optional tls_key: PathBuf,
     optional tls_client_ca: PathBuf,
+    plain tls_session_tickets: bool,
     plain require_secure_transport: bool,
     optional metrics_listen: SocketAddr,
     plain log_level: String,
@@ -401,6 +405,9 @@ where
     }
     let mut config = Config::from_arg_matches(m).map_err(CliError::Clap)?;
     file.apply(&mut config, explicit);
+    let read_buffer_resized = config.size_read_buffers_for_tls(
+        explicit("read_buffer_size") || in_file.contains(&"read_buffer_size"),
+    );
     let origins = FileConfig::IDS
         .iter()
         .map(|&id| {
@@ -418,6 +425,7 @@ where
         config,
         config_path,
         origins,
+        read_buffer_resized,
     };
     // --print-config shows the settings even when they conflict (it says
     // so in a comment): it is how one finds out where a value came from.

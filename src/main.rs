@@ -49,6 +49,13 @@ fn main() -> ExitCode {
     if let Some(path) = &inv.config_path {
         tracing::info!(config = %path.display(), "configuration file loaded");
     }
+    if let Some(old) = inv.read_buffer_resized {
+        tracing::info!(
+            "TLS: --read-buffer-size {} instead of the default {old}, so a whole TLS record \
+             fits in a read buffer (give --read-buffer-size to choose; 24576 is the least TLS takes)",
+            config.read_buffer_size
+        );
+    }
     raise_nofile_limit(&config);
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,

@@ -381,6 +381,8 @@ pub struct WorkerMetrics {
     /// TLS sessions that ended on a TLS error (a failed handshake, a bad
     /// record, a refused client certificate).
     pub client_tls_errors_total: AtomicU64,
+    /// Client TLS handshakes completed: [full, resumed].
+    pub client_tls_handshakes_total: [AtomicU64; 2],
     /// Compressed sessions' bytes: [client→proxy wire, client→proxy plain,
     /// proxy→client plain, proxy→client wire].
     pub client_compressed_bytes_total: [AtomicU64; 4],
@@ -467,6 +469,7 @@ impl WorkerMetrics {
             client_compressed_sessions_total: AtomicU64::new(0),
             client_tls_sessions_total: AtomicU64::new(0),
             client_tls_errors_total: AtomicU64::new(0),
+            client_tls_handshakes_total: Default::default(),
             client_compressed_bytes_total: Default::default(),
             pool_waiters: AtomicI64::new(0),
             ring_ebusy_reaps: AtomicU64::new(0),
@@ -581,6 +584,8 @@ pub struct Snapshot {
     pub client_compressed_sessions_total: u64,
     pub client_tls_sessions_total: u64,
     pub client_tls_errors_total: u64,
+    /// As [`WorkerMetrics::client_tls_handshakes_total`].
+    pub client_tls_handshakes_total: [u64; 2],
     /// As [`WorkerMetrics::client_compressed_bytes_total`].
     pub client_compressed_bytes_total: [u64; 4],
     pub pool_waiters: i64,
@@ -784,6 +789,10 @@ impl Metrics {
             client_compressed_sessions_total: u(|w| &w.client_compressed_sessions_total),
             client_tls_sessions_total: u(|w| &w.client_tls_sessions_total),
             client_tls_errors_total: u(|w| &w.client_tls_errors_total),
+            client_tls_handshakes_total: [
+                u(|w| &w.client_tls_handshakes_total[0]),
+                u(|w| &w.client_tls_handshakes_total[1]),
+            ],
             client_compressed_bytes_total: [
                 u(|w| &w.client_compressed_bytes_total[0]),
                 u(|w| &w.client_compressed_bytes_total[1]),

@@ -291,6 +291,15 @@ impl Collector for Exposition {
             "Client TLS sessions ended by a TLS error (failed handshake, bad record, refused client certificate).",
             s.client_tls_errors_total,
         )?;
+        counters(
+            &mut enc,
+            "ringgate_client_tls_handshakes_total",
+            "Client TLS handshakes completed, full or resumed (a session ticket or cached session).",
+            &[
+                ([("kind", "full")], s.client_tls_handshakes_total[0]),
+                ([("kind", "resumed")], s.client_tls_handshakes_total[1]),
+            ],
+        )?;
         let c = &s.client_compressed_bytes_total;
         counters(
             &mut enc,

@@ -23,6 +23,7 @@ fn server() -> TlsLeg<UnbufferedServerConnection> {
         cert: testdata("server.pem"),
         key: testdata("server.key"),
         client_ca: None,
+        session_tickets: true,
     })
     .unwrap();
     TlsLeg::new(UnbufferedServerConnection::new(cfg).unwrap())

@@ -5,6 +5,23 @@
 //! rustls 0.23 with the `ring` provider; TLS 1.3 and 1.2 (1.3 is chosen
 //! whenever the client offers it: rustls prefers the highest version both
 //! sides support). The record layer runs in `proxy::tls_leg`.
+//!
+//! # Session resumption across workers
+//! Workers share one `ServerConfig` (an `Arc`), so whatever resumes a
+//! session is process-wide: a client that reconnects usually lands on
+//! another worker (SO_REUSEPORT) and still resumes. With
+//! `--tls-session-tickets` (the default) that is rustls's stateless ticket
+//! key (ChaCha20-Poly1305, random, in memory only, rotated every 6 hours,
+//! the previous key still accepted: a ticket lives at most 12 hours); the
+//! server keeps nothing per session. Without it, resumption uses a shared
+//! in-memory cache of [`SESSION_CACHE_ENTRIES`] sessions (TLS 1.3 tickets
+//! that name a cache entry, TLS 1.2 session ids; TLS 1.2 clients that take
+//! no tickets use it with tickets on too). Either way a reload
+//! builds a new config with a new key and an empty cache: a session made
+//! under the old certificate or client CA does not resume under the new
+//! one (rustls does not verify a client certificate again on resumption,
+//! so a CA removed on reload must not be bypassed), at the price of one
+//! full handshake per reconnecting client after a reload.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -22,7 +39,15 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
     pub client_ca: Option<PathBuf>,
+    /// `--tls-session-tickets`: resume with stateless tickets (else from
+    /// the shared session cache).
+    pub session_tickets: bool,
 }
+
+/// Sessions the shared cache holds without tickets (rustls's default is
+/// 256, for one process: a reconnect storm of more clients than that
+/// would evict sessions before they resume). A few hundred bytes each.
+pub const SESSION_CACHE_ENTRIES: usize = 8192;
 
 #[derive(Debug, Error)]
 pub enum TlsConfigError {
@@ -46,6 +71,8 @@ pub enum TlsConfigError {
     },
     #[error("--tls-client-ca {path}: {detail}")]
     ClientCa { path: PathBuf, detail: String },
+    #[error("cannot make a TLS session ticket key: {0}")]
+    Ticketer(rustls::Error),
     #[error("--tls-cert {cert} and --tls-key {key} do not go together, or one is not usable: {source} (fix: give the certificate and the key it was made for)")]
     KeyMismatch {
         cert: PathBuf,
@@ -136,7 +163,14 @@ pub fn load_server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsConf
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let config = builder.with_single_cert(chain, key).map_err(mismatch)?;
+    let mut config = builder.with_single_cert(chain, key).map_err(mismatch)?;
+    // Also with tickets: a TLS 1.2 client that does not take tickets
+    // resumes by session id from the cache.
+    config.session_storage = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE_ENTRIES);
+    if files.session_tickets {
+        config.ticketer =
+            rustls::crypto::ring::Ticketer::new().map_err(TlsConfigError::Ticketer)?;
+    }
     Ok(Arc::new(config))
 }
 

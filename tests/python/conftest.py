@@ -219,7 +219,8 @@ class Proxy:
                 "--backend", f"{self.backend['host']}:{self.backend['port']}",
                 "--users-file", str(users_file),
                 "--read-buffers", mode,
-                "--read-buffer-size", str(read_buffer_size),
+                # None: leave ringgate's default (and its TLS sizing) alone.
+                *(("--read-buffer-size", str(read_buffer_size)) if read_buffer_size else ()),
                 "--read-buffer-count", "1024",
                 "--max-connections", "1000",
                 "--backend-pool-size", "4",

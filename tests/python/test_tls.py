@@ -209,7 +209,8 @@ def test_a_bad_certificate_stops_the_start(pki, tmp_path):
         ((*size, "--tls-cert", str(garbage), "--tls-key", str(pki / "server1.key")), "holds no PEM CERTIFICATE"),
         ((*size, "--tls-cert", str(pki / "server1.pem"), "--tls-key", str(pki / "server2.key")), "do not go together"),
         ((*size, "--tls-cert", str(pki / "server1.pem")), "--tls-cert needs --tls-key"),
-        (_tls_args(pki), "--read-buffer-size 24576"),
+        # A size given below a record is refused (left out, TLS sizes it: the resumption test).
+        (("--read-buffer-size", "16384", *_tls_args(pki)), "--read-buffer-size 24576"),
         (("--require-secure-transport",), "would refuse every client"),
     ]
     for args, want in cases:
@@ -217,6 +218,75 @@ def test_a_bad_certificate_stops_the_start(pki, tmp_path):
         assert r.returncode != 0, (args, r.stderr)
         assert "cannot start" in r.stderr or "error" in r.stderr.lower(), r.stderr
         assert want in r.stderr, (args, r.stderr)
+
+
+class _ResumingContext(ssl.SSLContext):
+    """An SSLContext that offers the session it kept from the last connection (PyMySQL wraps its
+    socket with `ctx.wrap_socket` and has no `session=` of its own)."""
+
+    kept = None
+
+    def wrap_socket(self, sock, *args, **kw):
+        kw.setdefault("session", self.kept)
+        return super().wrap_socket(sock, *args, **kw)
+
+
+def _resume_round(proxy, ctx):
+    """One PyMySQL login and query over TLS offering ctx.kept; keeps the new session. Returns
+    whether the handshake resumed."""
+    conn = pymysql.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD, ssl=ctx,
+                           connect_timeout=10)
+    assert _one(conn, "SELECT 3") == (3,)
+    reused = conn._sock.session_reused
+    # TLS 1.3 tickets arrive after the handshake: read by now (the login's OK came behind them).
+    ctx.kept = conn._sock.session
+    conn.close()
+    return reused
+
+
+def _resume_context(pki, ca=1, tls12=False):
+    ctx = _ResumingContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(cafile=str(pki / f"ca{ca}.pem"))
+    if tls12:
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+@pytest.mark.parametrize("tickets", ["true", "false"])
+def test_tls_sessions_resume_on_every_worker(make_proxy, pki, tmp_path, tickets):
+    """PyMySQL reconnects offering its last session and resumes, on whichever of the 2 workers
+    SO_REUSEPORT picks (a per-worker session store would fail about half), with TLS 1.3 and 1.2,
+    stateless tickets (the default) or the shared cache; SIGHUP's reload ends resumption of the
+    sessions made before it. Started without --read-buffer-size: TLS sizes the buffers itself."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_bytes((pki / "server1.pem").read_bytes())
+    key.write_bytes((pki / "server1.key").read_bytes())
+    proxy = make_proxy(extra_args=("--tls-cert", str(cert), "--tls-key", str(key), f"--tls-session-tickets={tickets}"),
+                       read_buffer_size=None)
+    assert "--read-buffer-size 24576 instead of the default 16384" in proxy.stderr(), proxy.stderr_tail()
+    base = proxy.connections_total()
+    n = 0
+    for tls12 in (False, True):
+        ctx = _resume_context(pki, tls12=tls12)
+        assert not _resume_round(proxy, ctx)
+        resumed = [_resume_round(proxy, ctx) for _ in range(8)]
+        assert all(resumed), (tls12, resumed)
+        n += 9
+    m = proxy.metrics()
+    assert m('ringgate_client_tls_handshakes_total{kind="full"}') == 2
+    assert m('ringgate_client_tls_handshakes_total{kind="resumed"}') == 16
+    # A reload (same files here) replaces the key and the cache: the kept session is refused
+    # and the next handshake is full; then sessions resume again.
+    proxy.proc.send_signal(signal.SIGHUP)
+    _wait_log(proxy, "TLS certificate and key reloaded")
+    assert not _resume_round(proxy, ctx)
+    assert _resume_round(proxy, ctx)
+    n += 2
+    m = proxy.metrics()
+    assert m('ringgate_client_tls_handshakes_total{kind="full"}') == 3
+    assert m('ringgate_client_tls_handshakes_total{kind="resumed"}') == 17
+    assert m("ringgate_client_tls_errors_total") == 0
+    proxy.assert_settled(base, n)
 
 
 def _verify_with(proxy, ca):

@@ -59,6 +59,8 @@ pub(super) struct TlsIo {
     failed: Option<i32>,
     /// Bytes behind the SSLRequest are in the buffer, not decoded yet.
     unread: bool,
+    /// The handshake's end was counted (full or resumed).
+    handshake_counted: bool,
 }
 
 impl TlsIo {
@@ -104,6 +106,7 @@ impl Worker {
             waiting: VecDeque::new(),
             failed: None,
             unread,
+            handshake_counted: false,
         }));
         self.metrics()
             .client_tls_sessions_total
@@ -151,6 +154,11 @@ impl Worker {
         };
         let (bytes, plain, wire) = buf.parts_mut();
         let result = tls.leg.input(bytes, plain, wire, &mut tls.next);
+        let finished = (!tls.handshake_counted && !tls.leg.is_handshaking())
+            .then(|| tls.leg.conn().handshake_kind());
+        if finished.is_some() {
+            tls.handshake_counted = true;
+        }
         let outcome = match result {
             Ok(r) => {
                 buf.set_parts(r.plain_end, r.wire_end);
@@ -164,6 +172,12 @@ impl Worker {
             }
             Err(e) => Err(Some(e)),
         };
+        if let Some(kind) = finished {
+            // Resumed: a ticket or a cached session spared the certificate
+            // and the key exchange's signature.
+            let resumed = kind == Some(rustls::HandshakeKind::Resumed);
+            self.metrics().client_tls_handshakes_total[usize::from(resumed)].fetch_add(1, Relaxed);
+        }
         self.tls_kick(sid);
         match outcome {
             Ok(n) => self.tls_deliver(sid, n),
