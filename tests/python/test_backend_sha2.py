@@ -20,14 +20,9 @@ import subprocess
 import pymysql
 import pytest
 
-from conftest import TEST_DB, backend_env
+from helpers import FOOBAR_PASSWORD, FOOBAR_VERIFIER, sandbox_account
 
-# MySQL 8's caching_sha2 verifier of "foobar" (as in test_caching_sha2.py).
-FOOBAR_VERIFIER = (
-    "0x24412430303524031A69251C34295C4B35167C7F1E5A7B63091349503974624D34504B5A424679354856336868"
-    "686F52485A736E4A733368786E427575516C73446469496537"
-)
-PASSWORD = "foobar"
+PASSWORD = FOOBAR_PASSWORD
 # The outer's backend logins include full authentications (RSA and sha256-crypt on the inner,
 # a debug build): give them room on a loaded machine.
 OUTER_ARGS = ("--backend-connect-timeout", "30s")
@@ -61,19 +56,8 @@ def _current_user(conn):
 def account(mode):
     """A MariaDB account `sha2be_<mode>` with the password `foobar`: the inner ringgate logs in to
     the sandbox as it (passthrough), so CURRENT_USER() shows the chain worked end to end."""
-    env = backend_env()
-    user = f"sha2be_{mode}"
-    root = pymysql.connect(host=env["host"], port=env["port"], user=env["user"], password=env["password"],
-                           autocommit=True)
-    with root.cursor() as cur:
-        cur.execute(f"CREATE DATABASE IF NOT EXISTS {TEST_DB}")
-        cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
-        cur.execute(f"CREATE USER '{user}'@'%%' IDENTIFIED BY %s", (PASSWORD,))
-        cur.execute(f"GRANT ALL ON {TEST_DB}.* TO '{user}'@'%'")
-    yield user
-    with root.cursor() as cur:
-        cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
-    root.close()
+    with sandbox_account(f"sha2be_{mode}", PASSWORD) as user:
+        yield user
 
 
 @pytest.fixture

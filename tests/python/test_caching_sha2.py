@@ -16,14 +16,9 @@ import mysql.connector
 import pymysql
 import pytest
 
-from conftest import TEST_DB, backend_env
+from helpers import FOOBAR_PASSWORD, FOOBAR_VERIFIER, sandbox_account
 
-# MySQL 8's caching_sha2 verifier ($A$005$ + salt + sha256-crypt digest) of "foobar", in hex.
-FOOBAR_VERIFIER = (
-    "0x24412430303524031A69251C34295C4B35167C7F1E5A7B63091349503974624D34504B5A424679354856336868"
-    "686F52485A736E4A733368786E427575516C73446469496537"
-)
-PASSWORD = "foobar"
+PASSWORD = FOOBAR_PASSWORD
 
 
 def _users(tmp_path, **entries):
@@ -145,19 +140,8 @@ def test_a_reload_empties_the_cache(sha2_proxy):
 @pytest.fixture
 def backend_account(mode):
     """A real account on the sandbox whose password is `foobar`, for passthrough identity."""
-    env = backend_env()
-    user = f"sha2pt_{mode}"
-    root = pymysql.connect(host=env["host"], port=env["port"], user=env["user"], password=env["password"],
-                           autocommit=True)
-    with root.cursor() as cur:
-        cur.execute(f"CREATE DATABASE IF NOT EXISTS {TEST_DB}")
-        cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
-        cur.execute(f"CREATE USER '{user}'@'%%' IDENTIFIED BY %s", (PASSWORD,))
-        cur.execute(f"GRANT ALL ON {TEST_DB}.* TO '{user}'@'%'")
-    yield user
-    with root.cursor() as cur:
-        cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
-    root.close()
+    with sandbox_account(f"sha2pt_{mode}", PASSWORD) as user:
+        yield user
 
 
 def test_passthrough_logs_in_to_the_backend_after_full_and_fast_auth(make_proxy, tmp_path, backend_account):

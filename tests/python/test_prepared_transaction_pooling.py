@@ -21,17 +21,10 @@ import mysql.connector
 import pymysql
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, NODE_DIR, TEST_DB, backend_env, node_with_mysql2
+from conftest import APP_PASSWORD, APP_USER, NODE_DIR, TEST_DB, node_with_mysql2
+from helpers import direct, run_threads
 
 TABLE = f"{TEST_DB}.txps"
-
-
-def direct(**kw):
-    b = backend_env()
-    return pymysql.connect(
-        host=b["host"], port=b["port"], user=b["user"], password=b["password"], autocommit=True,
-        connect_timeout=10, read_timeout=60, **kw
-    )
 
 
 def server_status(name):
@@ -80,23 +73,6 @@ def connector(proxy, **kw):
         host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD,
         database=TEST_DB, autocommit=True, use_pure=True, connection_timeout=20, **kw
     )
-
-
-def run_threads(n, fn):
-    errors = []
-
-    def wrap(i):
-        try:
-            fn(i)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(f"client {i}: {e!r}")
-
-    threads = [threading.Thread(target=wrap, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors[:5]
 
 
 def busy_text_clients(proxy, n, stop):
@@ -156,7 +132,7 @@ def test_prepared_statements_interleaved_with_20_clients_on_4_backends(make_prox
             finally:
                 c.close()
 
-        run_threads(4, client)
+        run_threads(4, client, timeout=120)
     finally:
         stop.set()
         for t in others:
@@ -620,7 +596,7 @@ def test_prepared_stmt_count_bounded_after_10000_distinct_prepares(make_proxy):
         finally:
             c.close()
 
-    run_threads(4, client)
+    run_threads(4, client, timeout=120)
     m = proxy.metrics()
     assert server_status("Prepared_stmt_count") - before <= bound * backends
     assert m["ringgate_backend_prepared_statements"] <= bound * backends

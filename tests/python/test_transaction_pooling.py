@@ -12,18 +12,11 @@ import time
 import pymysql
 import pytest
 
-from conftest import TEST_DB, backend_env
+from conftest import TEST_DB
+from helpers import direct, run_threads
 
 TABLE = f"{TEST_DB}.txpool"
 AUTO = f"{TEST_DB}.txpool_auto"
-
-
-def direct(**kw):
-    b = backend_env()
-    return pymysql.connect(
-        host=b["host"], port=b["port"], user=b["user"], password=b["password"], autocommit=True,
-        connect_timeout=10, read_timeout=60, **kw
-    )
 
 
 def value(conn, sql, args=None):
@@ -72,23 +65,6 @@ def tx_proxy(make_proxy, backends, workers=1, extra=()):
             *extra,
         ],
     )
-
-
-def run_threads(n, fn):
-    errors = []
-
-    def wrap(i):
-        try:
-            fn(i)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(f"client {i}: {e!r}")
-
-    threads = [threading.Thread(target=wrap, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not errors, f"{len(errors)} clients failed, first: {errors[:5]}"
 
 
 def wait_idle(proxy, timeout=10):
