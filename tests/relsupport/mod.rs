@@ -7,7 +7,7 @@
 use std::fs;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,13 @@ use crate::common::{self, tail, BackendEnv, Proxy, APP_PASSWORD, APP_USER};
 // ---------------------------------------------------------------------------------------------
 // A private MariaDB (never the shared sandbox): for tests that stop or kill the backend.
 // ---------------------------------------------------------------------------------------------
+
+/// Where the private MariaDBs live: `/tmp/rg-own-<test pid>-<tag>`.
+const OWN_DIR_PARENT: &str = "/tmp";
+const OWN_DIR_PREFIX: &str = "rg-own-";
+/// A test that panics keeps its MariaDB's directory (datadir and error log) for debugging; each
+/// is 100+ MB, so only the newest few left by finished test processes survive the next run.
+const KEEP_FAILED_DIRS: usize = 3;
 
 pub struct OwnMariaDb {
     pub dir: PathBuf,
@@ -35,7 +42,12 @@ impl OwnMariaDb {
 
     /// A datadir under /tmp (the socket path must stay short) and a free port; not started.
     pub fn new(tag: &str) -> OwnMariaDb {
-        let dir = PathBuf::from(format!("/tmp/rg-own-{}-{tag}", std::process::id()));
+        static PRUNE: std::sync::Once = std::sync::Once::new();
+        PRUNE.call_once(|| prune_kept_dirs(Path::new(OWN_DIR_PARENT), KEEP_FAILED_DIRS));
+        let dir = PathBuf::from(format!(
+            "{OWN_DIR_PARENT}/{OWN_DIR_PREFIX}{}-{tag}",
+            std::process::id()
+        ));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("create own MariaDB dir");
         OwnMariaDb {
@@ -175,7 +187,48 @@ impl Drop for OwnMariaDb {
         }
         if !std::thread::panicking() {
             let _ = fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!(
+                "keeping {} (datadir, error log) for debugging; the next run deletes all but the \
+                 newest {KEEP_FAILED_DIRS} of these",
+                self.dir.display()
+            );
         }
+    }
+}
+
+/// Deletes the `rg-own-*` directories under `parent` left behind by test processes that have
+/// exited (a panicking test keeps its own), except the newest `keep`. A directory whose test
+/// process or MariaDB is still running belongs to a live run and is never touched. Best effort:
+/// a directory that cannot be read or removed is left.
+fn prune_kept_dirs(parent: &Path, keep: usize) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    let mut left: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let owner: u32 = name
+                .strip_prefix(OWN_DIR_PREFIX)?
+                .split('-')
+                .next()?
+                .parse()
+                .ok()?;
+            let path = e.path();
+            let mysqld = fs::read_to_string(path.join("mysqld.pid"))
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok());
+            if is_alive(owner) || mysqld.is_some_and(is_alive) {
+                return None;
+            }
+            let modified = e.metadata().and_then(|m| m.modified()).ok()?;
+            Some((modified, path))
+        })
+        .collect();
+    left.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    for (_, dir) in left.into_iter().skip(keep) {
+        let _ = fs::remove_dir_all(dir);
     }
 }
 
@@ -765,4 +818,33 @@ impl Drop for GeneralLog {
             .admin
             .exec_drop("SET GLOBAL log_output = ?", (output.as_str(),));
     }
+}
+
+#[test]
+fn prune_kept_dirs_keeps_the_newest_and_those_of_live_processes() {
+    let parent = std::env::temp_dir().join(format!("rg-prune-test-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&parent);
+    // Above Linux's largest pid_max (2^22): never a live process.
+    let dead = |i: u32| parent.join(format!("{OWN_DIR_PREFIX}{}-t{i}", 4_194_400 + i));
+    for i in 0..5 {
+        fs::create_dir_all(dead(i)).expect("create dir");
+        // Distinct modification times, oldest first.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let live = parent.join(format!("{OWN_DIR_PREFIX}{}-mine", std::process::id()));
+    fs::create_dir_all(&live).expect("create dir");
+    let other = parent.join("unrelated");
+    fs::create_dir_all(&other).expect("create dir");
+
+    prune_kept_dirs(&parent, 2);
+
+    let gone: Vec<bool> = (0..5).map(|i| !dead(i).exists()).collect();
+    assert_eq!(
+        gone,
+        [true, true, true, false, false],
+        "only the 2 newest dead dirs stay"
+    );
+    assert!(live.exists(), "a live test process's dir is never pruned");
+    assert!(other.exists(), "only rg-own-* dirs are pruned");
+    let _ = fs::remove_dir_all(&parent);
 }
