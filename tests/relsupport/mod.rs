@@ -226,7 +226,7 @@ fn prune_kept_dirs(parent: &Path, keep: usize) {
             Some((modified, path))
         })
         .collect();
-    left.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    left.sort_unstable_by_key(|d| std::cmp::Reverse(d.0));
     for (_, dir) in left.into_iter().skip(keep) {
         let _ = fs::remove_dir_all(dir);
     }
