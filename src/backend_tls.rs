@@ -113,6 +113,35 @@ pub fn client_config(
     }))
 }
 
+/// Why a backend TLS handshake failed, with what to do about it: the log
+/// line and the client's `backend unavailable` error quote it.
+pub fn handshake_failure(err: &rustls::Error, mode: BackendTls, ca: Option<&Path>) -> String {
+    let ca = ca.map_or_else(|| "(none)".into(), |p| p.display().to_string());
+    let fix = match err {
+        rustls::Error::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        ) => "the certificate does not name the --backend address (verify-identity checks a \
+              subjectAltName IP entry): reissue it with that address, or use --backend-tls \
+              verify-ca"
+            .to_string(),
+        rustls::Error::InvalidCertificate(
+            CertificateError::Expired
+            | CertificateError::ExpiredContext { .. }
+            | CertificateError::NotValidYet
+            | CertificateError::NotValidYetContext { .. },
+        ) => "the server's certificate is expired or not yet valid: renew it".to_string(),
+        rustls::Error::InvalidCertificate(_) => format!(
+            "the server's certificate does not verify against --backend-tls-ca {ca}: give the \
+             CA that signed it (`ringgate check` shows the chain's expiry), or use --backend-tls \
+             required to encrypt without checking it"
+        ),
+        _ => "check the server's TLS set-up (ssl-cert, ssl-key, tls_version) and that \
+              --backend points at it"
+            .to_string(),
+    };
+    format!("TLS handshake with the server failed (--backend-tls {mode}): {err}; {fix}")
+}
+
 /// Every certificate of a PEM file (a CA bundle).
 pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, BackendTlsError> {
     let bad = |reason: String| BackendTlsError::Ca {

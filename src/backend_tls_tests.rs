@@ -126,3 +126,21 @@ fn verify_identity_checks_the_address_too() {
         "{e:?}"
     );
 }
+
+#[test]
+fn a_handshake_failure_names_its_cause_and_its_fix() {
+    use rustls::CertificateError;
+    let ca = Path::new("/etc/ringgate/ca.pem");
+    let unknown = rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer);
+    let msg = handshake_failure(&unknown, BackendTls::VerifyCa, Some(ca));
+    assert!(msg.starts_with("TLS handshake with the server failed (--backend-tls verify-ca): "));
+    assert!(msg.contains("UnknownIssuer"), "{msg}");
+    assert!(msg.contains("does not verify against --backend-tls-ca /etc/ringgate/ca.pem"));
+    let name = rustls::Error::InvalidCertificate(CertificateError::NotValidForName);
+    let msg = handshake_failure(&name, BackendTls::VerifyIdentity, Some(ca));
+    assert!(msg.contains("use --backend-tls verify-ca"), "{msg}");
+    let expired = rustls::Error::InvalidCertificate(CertificateError::Expired);
+    assert!(handshake_failure(&expired, BackendTls::Required, None).contains("renew it"));
+    let other = rustls::Error::General("x".into());
+    assert!(handshake_failure(&other, BackendTls::Required, None).contains("ssl-cert, ssl-key"));
+}

@@ -202,9 +202,8 @@ pub struct Config {
     /// TLS towards the backend, as MySQL's --ssl-mode: disabled, preferred
     /// (TLS if offered), required (TLS, certificate not checked), verify-ca
     /// (chains to --backend-tls-ca), verify-identity (and names the
-    /// --backend address). The proxy's backend leg does not speak TLS yet:
-    /// it takes disabled and preferred (which then stays plain) and refuses
-    /// the others at start-up; `ringgate check` speaks every mode.
+    /// --backend address). Any mode but disabled needs read buffers of
+    /// 24576 bytes or more, as front-end TLS does (the default grows to it).
     #[arg(long, value_enum, default_value_t = BackendTls::Disabled)]
     pub backend_tls: BackendTls,
 
@@ -571,7 +570,8 @@ impl Config {
     /// size the user gave is left alone (and refused by [`Self::tls_files`]
     /// when too small: they asked for that memory budget).
     pub fn size_read_buffers_for_tls(&mut self, explicit: bool) -> Option<u32> {
-        let tls = self.tls_cert.is_some() && self.tls_key.is_some();
+        let tls = (self.tls_cert.is_some() && self.tls_key.is_some())
+            || self.backend_tls != BackendTls::Disabled;
         if !tls || explicit || self.read_buffer_size >= TLS_MIN_READ_BUFFER {
             return None;
         }
@@ -783,6 +783,20 @@ mod tests {
             "16385",
         ]);
         assert!(r.is_err());
+    }
+
+    /// Backend TLS grows the default read-buffer size too.
+    #[test]
+    fn backend_tls_sizes_the_default_read_buffer() {
+        let args = ["ringgate", "--users-file", "u", "--backend-tls", "required"];
+        let inv = crate::config_file::parse(args).unwrap();
+        assert_eq!(inv.config.read_buffer_size, TLS_MIN_READ_BUFFER);
+        assert_eq!(inv.read_buffer_resized, Some(16384));
+        let inv =
+            crate::config_file::parse(args.iter().chain(&["--read-buffer-size", "16384"])).unwrap();
+        assert_eq!(inv.config.read_buffer_size, 16384);
+        let inv = crate::config_file::parse(["ringgate", "--users-file", "u"]).unwrap();
+        assert_eq!(inv.read_buffer_resized, None);
     }
 
     /// TLS grows the default read-buffer size to hold a record, and only

@@ -99,20 +99,7 @@ fn run(config: Config) -> Result<(), RunError> {
             config.users_file.display()
         );
     }
-    match config.backend_tls {
-        BackendTls::Disabled => {}
-        BackendTls::Preferred => tracing::warn!(
-            "--backend-tls preferred: the proxy's backend leg does not speak TLS yet, so backend \
-             connections stay plain (`ringgate check` reports whether the server offers TLS)"
-        ),
-        mode => {
-            return Err(format!(
-                "cannot start: --backend-tls {mode}: the proxy's backend leg does not speak TLS \
-                 yet (only `ringgate check` does); use disabled or preferred"
-            )
-            .into())
-        }
-    }
+    let backend_tls = backend_tls_config(&config)?;
     let rsa_key = match &config.rsa_key {
         Some(path) => Some(Arc::new(
             RsaPrivate::load(path).map_err(|e| format!("cannot start: --rsa-key: {e}"))?,
@@ -176,6 +163,7 @@ fn run(config: Config) -> Result<(), RunError> {
         rsa_key,
         backend_rsa_public_key,
         tls,
+        backend_tls,
     });
     // Each user is itself on the backend: a KILL of another user's session
     // goes to the server, whose own privilege checks decide (CONNECTION
@@ -415,4 +403,36 @@ fn raise_nofile_limit(cfg: &Config) {
             cfg.backend_max_connections
         );
     }
+}
+
+/// `--backend-tls`'s client configuration (None: disabled); a CA file that
+/// does not load, or a read buffer too small for a record, stops the start.
+fn backend_tls_config(
+    config: &Config,
+) -> Result<Option<ringgate::backend_tls::BackendTlsConfig>, String> {
+    if config.backend_tls == BackendTls::Disabled {
+        return Ok(None);
+    }
+    let min = ringgate::config::TLS_MIN_READ_BUFFER;
+    if config.read_buffer_size < min {
+        return Err(format!(
+            "cannot start: --backend-tls {} needs --read-buffer-size {min} or more (is {}): \
+             a whole TLS record must fit in a backend connection's read buffer",
+            config.backend_tls, config.read_buffer_size
+        ));
+    }
+    let tls = ringgate::backend_tls::client_config(
+        config.backend_tls,
+        config.backend_tls_ca.as_deref(),
+        config.backend.ip(),
+    )
+    .map_err(|e| format!("cannot start: {e}"))?;
+    if let Some(t) = &tls {
+        tracing::info!(
+            backend_tls = %t.mode,
+            ca = ?config.backend_tls_ca,
+            "backend TLS on (TLS 1.3 and 1.2)"
+        );
+    }
+    Ok(tls)
 }

@@ -248,6 +248,19 @@ fn new_hdr() -> Histogram<u64> {
         .expect("constant histogram bounds are valid")
 }
 
+/// The `reason` labels of `ringgate_backend_tls_errors_total`.
+pub const BACKEND_TLS_ERRORS: [&str; 3] = ["unavailable", "handshake", "record"];
+/// Index into [`BACKEND_TLS_ERRORS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendTlsError {
+    /// `required` or stricter, and the server's greeting offers no TLS.
+    Unavailable = 0,
+    /// The handshake failed (certificate refused, protocol error).
+    Handshake = 1,
+    /// A record did not decode (or could not be sealed) after the handshake.
+    Record = 2,
+}
+
 /// The `kind` labels of `ringgate_internal_queries_total`: statements
 /// transaction pooling runs on a backend connection for a session, besides
 /// the session's own (see [`InternalQuery`]).
@@ -383,6 +396,10 @@ pub struct WorkerMetrics {
     pub client_tls_errors_total: AtomicU64,
     /// Client TLS handshakes completed: [full, resumed].
     pub client_tls_handshakes_total: [AtomicU64; 2],
+    /// Backend connections whose TLS handshake completed (`--backend-tls`).
+    pub backend_tls_sessions_total: AtomicU64,
+    /// Backend TLS failures, indexed like [`BACKEND_TLS_ERRORS`].
+    pub backend_tls_errors_total: [AtomicU64; BACKEND_TLS_ERRORS.len()],
     /// Compressed sessions' bytes: [client→proxy wire, client→proxy plain,
     /// proxy→client plain, proxy→client wire].
     pub client_compressed_bytes_total: [AtomicU64; 4],
@@ -470,6 +487,8 @@ impl WorkerMetrics {
             client_tls_sessions_total: AtomicU64::new(0),
             client_tls_errors_total: AtomicU64::new(0),
             client_tls_handshakes_total: Default::default(),
+            backend_tls_sessions_total: AtomicU64::new(0),
+            backend_tls_errors_total: Default::default(),
             client_compressed_bytes_total: Default::default(),
             pool_waiters: AtomicI64::new(0),
             ring_ebusy_reaps: AtomicU64::new(0),
@@ -586,6 +605,9 @@ pub struct Snapshot {
     pub client_tls_errors_total: u64,
     /// As [`WorkerMetrics::client_tls_handshakes_total`].
     pub client_tls_handshakes_total: [u64; 2],
+    pub backend_tls_sessions_total: u64,
+    /// As [`WorkerMetrics::backend_tls_errors_total`].
+    pub backend_tls_errors_total: [u64; BACKEND_TLS_ERRORS.len()],
     /// As [`WorkerMetrics::client_compressed_bytes_total`].
     pub client_compressed_bytes_total: [u64; 4],
     pub pool_waiters: i64,
@@ -792,6 +814,12 @@ impl Metrics {
             client_tls_handshakes_total: [
                 u(|w| &w.client_tls_handshakes_total[0]),
                 u(|w| &w.client_tls_handshakes_total[1]),
+            ],
+            backend_tls_sessions_total: u(|w| &w.backend_tls_sessions_total),
+            backend_tls_errors_total: [
+                u(|w| &w.backend_tls_errors_total[0]),
+                u(|w| &w.backend_tls_errors_total[1]),
+                u(|w| &w.backend_tls_errors_total[2]),
             ],
             client_compressed_bytes_total: [
                 u(|w| &w.client_compressed_bytes_total[0]),

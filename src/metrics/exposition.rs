@@ -23,7 +23,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::{
-    connect_bucket_bounds, AuthPath, RejectReason, Snapshot, INTERNAL_QUERY_KINDS, PIN_REASONS,
+    connect_bucket_bounds, AuthPath, RejectReason, Snapshot, BACKEND_TLS_ERRORS,
+    INTERNAL_QUERY_KINDS, PIN_REASONS,
 };
 
 /// Writes `snapshot` as Prometheus text.
@@ -298,6 +299,25 @@ impl Collector for Exposition {
             &[
                 ([("kind", "full")], s.client_tls_handshakes_total[0]),
                 ([("kind", "resumed")], s.client_tls_handshakes_total[1]),
+            ],
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_backend_tls_sessions_total",
+            "Backend connections whose TLS handshake completed (--backend-tls).",
+            s.backend_tls_sessions_total,
+        )?;
+        let e = &s.backend_tls_errors_total;
+        counters(
+            &mut enc,
+            "ringgate_backend_tls_errors_total",
+            "Backend TLS failures: the server offers no TLS under --backend-tls required or \
+             stricter (unavailable), the handshake failed, e.g. a certificate refused \
+             (handshake), or a record did not decode on an open connection (record).",
+            &[
+                ([("reason", BACKEND_TLS_ERRORS[0])], e[0]),
+                ([("reason", BACKEND_TLS_ERRORS[1])], e[1]),
+                ([("reason", BACKEND_TLS_ERRORS[2])], e[2]),
             ],
         )?;
         let c = &s.client_compressed_bytes_total;

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-const ALL_NAMES: [(&str, &str); 41] = [
+const ALL_NAMES: [(&str, &str); 43] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
@@ -38,6 +38,8 @@ const ALL_NAMES: [(&str, &str); 41] = [
     ("ringgate_client_tls_sessions_total", "counter"),
     ("ringgate_client_tls_errors_total", "counter"),
     ("ringgate_client_tls_handshakes_total", "counter"),
+    ("ringgate_backend_tls_sessions_total", "counter"),
+    ("ringgate_backend_tls_errors_total", "counter"),
     ("ringgate_client_compressed_bytes_total", "counter"),
     ("ringgate_pool_waiters", "gauge"),
     ("ringgate_ring_ebusy_reaps_total", "counter"),

@@ -176,7 +176,7 @@ enum State {
 }
 
 /// Whether the login asks for TLS (`--backend-tls`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum TlsWish {
     /// Never (`disabled`).
     #[default]

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::ids::{LeaseSetup, PoolKey, Settings, ANY_SETTINGS};
+use super::ids::{LeaseSetup, PoolKey, Settings, TlsWish, ANY_SETTINGS};
 use crate::mysql::auth::Credential;
 use crate::mysql::client_login::{ClientLogin, LoginError, LoginParams, LoginStep};
 use crate::mysql::client_sha2::FullAuthTransport;
@@ -46,8 +46,12 @@ pub enum BackendOp {
     Read,
     /// Forget the backend buffer's bytes.
     Clear,
-    /// Write these bytes (whole packets).
+    /// Write these bytes (whole packets; through TLS once it runs).
     Send(Vec<u8>),
+    /// The SSLRequest is out: run the TLS handshake as a client on the
+    /// socket, then call [`BackendConn::on_tls`]. From here on every
+    /// `Read` delivers plaintext and every `Send` is sealed.
+    StartTls,
     /// Shut the socket down and free the connection once every operation
     /// naming it has completed.
     Close,
@@ -90,6 +94,19 @@ pub enum BackendEvent {
     Statement(statements::StatementReply),
     /// Broken: closed, and to be forgotten.
     Failed { cause: String },
+    /// Something about backend TLS the pool counts or logs.
+    Tls(TlsNote),
+}
+
+/// See [`BackendEvent::Tls`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsNote {
+    /// `--backend-tls preferred` and the greeting offers no TLS: this
+    /// connection logs in plain.
+    PlainFallback,
+    /// `required` or stricter and the greeting offers no TLS (the open
+    /// fails; `OpenFailed` follows).
+    Unavailable,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,6 +130,12 @@ enum State {
         writing: bool,
         answered: bool,
         consumed: usize,
+    },
+    /// The SSLRequest is going out (`writing`), then the driver runs the
+    /// TLS handshake; the login continues inside TLS ([`BackendConn::on_tls`]).
+    TlsHandshake {
+        login: Box<ClientLogin>,
+        writing: bool,
     },
     /// COM_INIT_DB for the schema a lease asked for; `then`: the setup
     /// statements to run next (transaction pooling).
@@ -180,6 +203,8 @@ pub struct BackendConn {
     statements: statements::BackendStatements,
     /// Statements closed by the prepare in flight (for the gauge).
     pending_evicted: usize,
+    /// The login went through TLS: the socket carries TLS records.
+    tls: bool,
 }
 
 /// The proxy-internal statements a lease sent before the command (for
@@ -218,7 +243,15 @@ impl BackendConn {
             known_last_insert_id: None,
             statements: statements::BackendStatements::new(statements::DEFAULT_MAX_PREPARED),
             pending_evicted: 0,
+            tls: false,
         }
+    }
+
+    /// The connection runs TLS (its handshake completed); the driver keeps
+    /// the record layer itself (`worker/backend_tls_io.rs`).
+    #[cfg(test)]
+    pub fn tls_active(&self) -> bool {
+        self.tls
     }
 
     /// The fingerprint of the session settings it carries (0: none).
@@ -270,7 +303,10 @@ impl BackendConn {
     pub fn is_opening(&self) -> bool {
         matches!(
             self.state,
-            State::Connecting | State::LoggingIn { .. } | State::Probing
+            State::Connecting
+                | State::LoggingIn { .. }
+                | State::TlsHandshake { .. }
+                | State::Probing
         )
     }
 
@@ -352,7 +388,9 @@ impl BackendConn {
         // Negotiated as the client chose them: they are in the pool key.
         .with_ext_capabilities(self.key.ext_caps)
         .with_connect_attrs(std::mem::take(&mut self.connect_attrs))
-        .with_full_auth_transport(creds.transport.clone());
+        .with_full_auth_transport(creds.transport.clone())
+        // As the pool stamped its --backend-tls on the key.
+        .with_tls(self.key.tls);
         self.state = State::LoggingIn {
             login: Box::new(login),
             writing: false,
@@ -375,6 +413,13 @@ impl BackendConn {
         if let State::LoggingIn { consumed, .. } = &mut self.state {
             // The Clear below empties the buffer.
             *consumed = 0;
+        }
+        if let State::TlsHandshake { writing, .. } = &mut self.state {
+            // The SSLRequest is out: the handshake runs on the socket.
+            *writing = false;
+            out.push(BackendOut::Op(BackendOp::Clear));
+            out.push(BackendOut::Op(BackendOp::StartTls));
+            return;
         }
         let writing = match &mut self.state {
             State::LoggingIn { writing, .. }
@@ -513,12 +558,24 @@ impl BackendConn {
             consumed += used;
             match login.on_packet(pkt.seq, pkt.payload) {
                 Ok(LoginStep::Wait) => continue,
-                // The proxy's logins never ask for TLS (start-up refuses a
-                // --backend-tls that needs it).
-                Ok(LoginStep::StartTls(_)) => {
-                    return self.fail("TLS on the backend leg is not implemented".into(), out)
+                Ok(LoginStep::StartTls(bytes)) => {
+                    let State::LoggingIn { login, .. } =
+                        std::mem::replace(&mut self.state, State::Closed)
+                    else {
+                        return;
+                    };
+                    self.state = State::TlsHandshake {
+                        login,
+                        writing: true,
+                    };
+                    self.since = now;
+                    out.push(BackendOut::Op(BackendOp::Send(bytes)));
                 }
                 Ok(LoginStep::Send(bytes)) => {
+                    if !*answered && self.key.tls == TlsWish::Preferred {
+                        // The answer to the greeting, in plain.
+                        out.push(BackendOut::Event(BackendEvent::Tls(TlsNote::PlainFallback)));
+                    }
                     *writing = true;
                     *answered = true;
                     self.since = now;
@@ -547,6 +604,14 @@ impl BackendConn {
                     let cause =
                         format!("the server refused the login: {code} ({sqlstate}) {message}");
                     self.fail_with(cause, refused, out)
+                }
+                Err(e @ LoginError::TlsUnavailable(_)) => {
+                    out.push(BackendOut::Event(BackendEvent::Tls(TlsNote::Unavailable)));
+                    let cause = format!(
+                        "{e}; turn TLS on in the server (ssl-cert/ssl-key) or run ringgate \
+                         with --backend-tls preferred or disabled"
+                    );
+                    self.fail(cause, out)
                 }
                 Err(e) => self.fail(format!("login: {e}"), out),
             }
@@ -626,6 +691,38 @@ impl BackendConn {
         self.since = now;
         out.push(BackendOut::Op(BackendOp::Clear));
         out.push(BackendOut::Op(BackendOp::Send(bytes)));
+    }
+
+    /// The TLS handshake that [`BackendOp::StartTls`] asked for ended:
+    /// with `Ok`, the login's HandshakeResponse goes out through TLS;
+    /// `Err` names the cause (and its fix) and fails the open.
+    pub fn on_tls(&mut self, result: Result<(), String>, now: Instant, out: &mut Vec<BackendOut>) {
+        let State::TlsHandshake { writing: false, .. } = self.state else {
+            return self.fail("TLS handshake outside the login".into(), out);
+        };
+        if let Err(cause) = result {
+            return self.fail(cause, out);
+        }
+        let State::TlsHandshake { mut login, .. } =
+            std::mem::replace(&mut self.state, State::Closed)
+        else {
+            return;
+        };
+        match login.on_tls_established() {
+            Ok(LoginStep::Send(bytes)) => {
+                self.tls = true;
+                self.state = State::LoggingIn {
+                    login,
+                    writing: true,
+                    answered: true,
+                    consumed: 0,
+                };
+                self.since = now;
+                out.push(BackendOut::Op(BackendOp::Send(bytes)));
+            }
+            Ok(step) => self.fail(format!("login after TLS: unexpected {step:?}"), out),
+            Err(e) => self.fail(format!("login: {e}"), out),
+        }
     }
 
     /// Answers to the setup statements (`Replaying`): every one must be OK.
@@ -837,6 +934,7 @@ impl BackendConn {
             State::Connecting
                 | State::Probing
                 | State::LoggingIn { .. }
+                | State::TlsHandshake { .. }
                 | State::SelectingSchema { .. }
                 | State::Replaying { .. }
                 | State::Resetting { .. }

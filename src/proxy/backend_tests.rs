@@ -528,3 +528,144 @@ fn caching_sha2_full_auth_refused_passes_the_servers_err_and_logs_no_secret() {
     )));
     assert!(!format!("{out:?}").contains("secret"));
 }
+
+// ---- backend TLS (`--backend-tls`) ----
+
+/// A greeting that offers TLS.
+fn tls_greeting() -> Vec<u8> {
+    let mut g = greeting();
+    // Capability flags (lower 16 bits) follow the protocol version, the
+    // NUL-terminated version, the 4-byte id, 8 scramble bytes and a filler.
+    let at = 4 + 1 + "10.11.0-MariaDB".len() + 1 + 4 + 8 + 1;
+    let caps = u16::from_le_bytes([g[at], g[at + 1]]) | CLIENT_SSL as u16;
+    g[at..at + 2].copy_from_slice(&caps.to_le_bytes());
+    g
+}
+
+/// Connect and read `greeting` with `tls` stamped on the key.
+fn greeted(tls: TlsWish, greeting: &[u8], now: Instant) -> (BackendConn, Vec<BackendOut>) {
+    let mut out = Vec::new();
+    let key = PoolKey {
+        tls,
+        ..PoolKey::default_warm()
+    };
+    let mut c = BackendConn::open(key, now, &mut out);
+    out.clear();
+    c.on_connect(0, Some(&creds()), Duration::from_secs(1), now, &mut out);
+    out.clear();
+    c.on_read(greeting.len() as i32, greeting, CAP, now, &mut out);
+    (c, out)
+}
+
+#[test]
+fn tls_login_sends_the_ssl_request_runs_the_handshake_then_logs_in_inside_it() {
+    let now = Instant::now();
+    let (mut c, out) = greeted(TlsWish::Required, &tls_greeting(), now);
+    let sent = sends(&out);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].len(),
+        4 + 32,
+        "the SSLRequest: the response's first 32 bytes"
+    );
+    assert!(c.is_opening());
+    let mut out = Vec::new();
+    c.on_write(sent[0].len() as i32, &mut out);
+    assert_eq!(
+        out,
+        vec![
+            BackendOut::Op(BackendOp::Clear),
+            BackendOut::Op(BackendOp::StartTls)
+        ]
+    );
+    assert!(!c.tls_active());
+    out.clear();
+    c.on_tls(Ok(()), now, &mut out);
+    let response = sends(&out);
+    assert_eq!(response.len(), 1, "the HandshakeResponse, through TLS");
+    assert_eq!(response[0][3], 2, "sequence id 2, after the SSLRequest's 1");
+    assert!(c.tls_active());
+    out.clear();
+    c.on_write(response[0].len() as i32, &mut out);
+    let ok = framed(3, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
+    c.on_read(ok.len() as i32, &ok, CAP, now, &mut out);
+    assert!(has_event(&out, |e| matches!(e, BackendEvent::Ready { .. })));
+}
+
+#[test]
+fn a_failed_tls_handshake_fails_the_open_with_its_cause() {
+    let now = Instant::now();
+    let (mut c, out) = greeted(TlsWish::Required, &tls_greeting(), now);
+    let mut out2 = Vec::new();
+    c.on_write(sends(&out)[0].len() as i32, &mut out2);
+    out2.clear();
+    c.on_tls(
+        Err("TLS handshake with the server failed: UnknownIssuer".into()),
+        now,
+        &mut out2,
+    );
+    assert!(out2.contains(&BackendOut::Op(BackendOp::Close)));
+    assert!(has_event(&out2, |e| matches!(e,
+        BackendEvent::OpenFailed { cause, login_refused: None } if cause.contains("UnknownIssuer"))));
+    assert!(c.is_closed());
+}
+
+#[test]
+fn a_stalled_tls_handshake_is_cut_by_the_tick() {
+    let now = Instant::now();
+    let (mut c, out) = greeted(TlsWish::Required, &tls_greeting(), now);
+    let mut out2 = Vec::new();
+    c.on_write(sends(&out)[0].len() as i32, &mut out2);
+    out2.clear();
+    c.on_tick(
+        now + Duration::from_secs(5),
+        Duration::from_secs(1),
+        &mut out2,
+    );
+    assert!(has_event(&out2, |e| matches!(
+        e,
+        BackendEvent::OpenFailed { .. }
+    )));
+    // The driver's late answer finds it closed and changes nothing.
+    out2.clear();
+    c.on_tls(Ok(()), now, &mut out2);
+    assert!(out2.is_empty(), "{out2:?}");
+}
+
+#[test]
+fn required_tls_from_a_server_without_it_fails_and_is_counted() {
+    let now = Instant::now();
+    let (c, out) = greeted(TlsWish::Required, &greeting(), now);
+    assert!(sends(&out).is_empty(), "nothing is sent in plain");
+    assert!(has_event(&out, |e| *e == BackendEvent::Tls(TlsNote::Unavailable)));
+    assert!(has_event(&out, |e| matches!(e,
+        BackendEvent::OpenFailed { cause, .. } if cause.contains("does not offer TLS")
+            && cause.contains("--backend-tls preferred or disabled"))));
+    assert!(c.is_closed());
+}
+
+#[test]
+fn preferred_tls_falls_back_to_plain_and_says_so() {
+    let now = Instant::now();
+    let (c, out) = greeted(TlsWish::Preferred, &greeting(), now);
+    assert_eq!(sends(&out).len(), 1, "the HandshakeResponse, in plain");
+    assert!(has_event(&out, |e| *e == BackendEvent::Tls(TlsNote::PlainFallback)));
+    assert!(!c.tls_active());
+    // Offered: TLS.
+    let (_, out) = greeted(TlsWish::Preferred, &tls_greeting(), now);
+    assert_eq!(sends(&out)[0].len(), 4 + 32, "the SSLRequest");
+    assert!(!has_event(&out, |e| matches!(e, BackendEvent::Tls(_))));
+}
+
+#[test]
+fn tls_disabled_never_asks_for_it() {
+    let now = Instant::now();
+    let (_, out) = greeted(TlsWish::Off, &tls_greeting(), now);
+    let sent = sends(&out);
+    assert_eq!(sent.len(), 1);
+    assert!(
+        sent[0].len() > 4 + 32,
+        "a whole HandshakeResponse, in plain"
+    );
+    assert!(!has_event(&out, |e| matches!(e, BackendEvent::Tls(_))));
+}

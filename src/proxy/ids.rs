@@ -4,6 +4,8 @@
 
 use std::time::Instant;
 
+pub use crate::mysql::client_login::TlsWish;
+
 pub use super::tx_settings::Settings;
 
 use crate::mysql::constants::{
@@ -43,13 +45,16 @@ impl IdentityId {
 /// extended capabilities it negotiated (`MIRRORED_EXT_CAPS`: a client that
 /// did not ask for extended metadata must never get a connection that
 /// sends it), and the backend account it is logged in as (so that one
-/// user's connection is never leased to another).
+/// user's connection is never leased to another), and whether it asks the
+/// server for TLS (`--backend-tls`: a TLS connection and a plain one are
+/// never leased in place of each other; the pool stamps it on every key).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PoolKey {
     pub caps: u32,
     pub collation: u8,
     pub ext_caps: u32,
     pub identity: IdentityId,
+    pub tls: TlsWish,
 }
 
 impl PoolKey {
@@ -62,6 +67,7 @@ impl PoolKey {
             collation: UTF8MB4_GENERAL_CI,
             ext_caps: 0,
             identity: IdentityId::SHARED,
+            tls: TlsWish::Off,
         }
     }
 }

@@ -79,6 +79,9 @@ pub struct Shared {
     /// Front-end TLS (`--tls-cert`, `--tls-key`); its config is swapped
     /// whole on SIGHUP and read once per SSLRequest.
     pub tls: Option<crate::tls::TlsState>,
+    /// `--backend-tls` (None: disabled): the rustls client configuration
+    /// every backend connection's TLS handshake uses.
+    pub backend_tls: Option<crate::backend_tls::BackendTlsConfig>,
 }
 
 impl Shared {

@@ -13,15 +13,18 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::backend::{BackendConn, BackendCredentials, BackendEvent, BackendOp, BackendOut};
+use super::backend::{
+    BackendConn, BackendCredentials, BackendEvent, BackendOp, BackendOut, TlsNote,
+};
 use super::conn_io::ConnIo;
 use super::identity::{BackendLogin, Identities, IdentityMode};
 use super::ids::{
-    BackendId, IdentityId, LeaseRequest, PoolKey, SessionId, Settings, Waiter, ANY_SETTINGS,
+    BackendId, IdentityId, LeaseRequest, PoolKey, SessionId, Settings, TlsWish, Waiter,
+    ANY_SETTINGS,
 };
 use super::slab::Slab;
 use super::{try_reserve, unreserve};
-use crate::metrics::{InternalQuery, Metrics, RejectReason, WorkerMetrics};
+use crate::metrics::{BackendTlsError, InternalQuery, Metrics, RejectReason, WorkerMetrics};
 use crate::mysql::client_sha2::FullAuthTransport;
 use crate::mysql::constants::ER_CON_COUNT_ERROR;
 use crate::mysql::reply::err_payload;
@@ -48,6 +51,8 @@ pub struct PoolConfig {
     /// How caching_sha2 full authentication sends the password to the
     /// backend (`--backend-rsa-public-key`).
     pub full_auth: FullAuthTransport,
+    /// `--backend-tls`, as the login asks for it; stamped on every key.
+    pub tls: TlsWish,
 }
 
 /// A backend connection and its I/O.
@@ -153,6 +158,8 @@ pub struct Pool {
     /// before any client logged in with passthrough identity (there is no
     /// account to log in as yet) and after its identity was refused.
     warm_key: Option<PoolKey>,
+    /// `--backend-tls preferred` fell back to plain once: logged.
+    plain_fallback_logged: bool,
     /// Who connections log in as (see `identity`).
     identities: Identities,
     /// A backend greeting was seen (by a login or a probe).
@@ -196,7 +203,10 @@ impl Pool {
         worker: usize,
     ) -> Pool {
         let warm_key = match cfg.identity {
-            IdentityMode::Shared(_) => Some(PoolKey::default_warm()),
+            IdentityMode::Shared(_) => Some(PoolKey {
+                tls: cfg.tls,
+                ..PoolKey::default_warm()
+            }),
             IdentityMode::Passthrough => None,
         };
         let identities = Identities::new(cfg.identity.clone());
@@ -208,6 +218,7 @@ impl Pool {
             dirty: false,
             open_count,
             warm_key,
+            plain_fallback_logged: false,
             identities,
             probed: false,
             retry_at: None,
@@ -301,7 +312,16 @@ impl Pool {
     }
 
     pub fn set_warm_key(&mut self, key: PoolKey) {
-        self.warm_key = Some(key);
+        self.warm_key = Some(self.stamp(key));
+    }
+
+    /// The key with this pool's backend TLS: sessions do not know it, and
+    /// a connection is leased only to a key that asks for the same.
+    fn stamp(&self, key: PoolKey) -> PoolKey {
+        PoolKey {
+            tls: self.cfg.tls,
+            ..key
+        }
     }
 
     /// The identity a client that logged in runs as on the backend (one
@@ -318,7 +338,8 @@ impl Pool {
     // ---- leasing ----
 
     /// Find or open a connection for `req`, or queue it.
-    pub fn lease(&mut self, req: LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) {
+    pub fn lease(&mut self, mut req: LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) {
+        req.key = self.stamp(req.key);
         if !self.try_lease(&req, now, out) {
             self.m().pool_waiters.fetch_add(1, Relaxed);
             self.waiters.push_back(Waiter {
@@ -803,6 +824,23 @@ impl Pool {
         self.apply(id, bo, now, out);
     }
 
+    /// The TLS handshake of a connection's login ended (see
+    /// [`BackendConn::on_tls`]).
+    pub fn on_tls(
+        &mut self,
+        id: BackendId,
+        result: Result<(), String>,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        let mut bo = Vec::new();
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        p.conn.on_tls(result, now, &mut bo);
+        self.apply(id, bo, now, out);
+    }
+
     /// Carry out what a connection asked for and answer its events.
     fn apply(
         &mut self,
@@ -979,6 +1017,22 @@ impl Pool {
                 };
                 out.push(PoolEvent::Statement { session, reply });
             }
+            BackendEvent::Tls(TlsNote::Unavailable) => {
+                self.m().backend_tls_errors_total[BackendTlsError::Unavailable as usize]
+                    .fetch_add(1, Relaxed);
+            }
+            BackendEvent::Tls(TlsNote::PlainFallback) => {
+                if !self.plain_fallback_logged {
+                    self.plain_fallback_logged = true;
+                    tracing::info!(
+                        worker = self.worker,
+                        backend = %self.cfg.backend,
+                        "the server offers no TLS (no CLIENT_SSL in its greeting): \
+                         --backend-tls preferred logs in in plain; turn TLS on in the server, \
+                         or use --backend-tls required to refuse plain connections"
+                    );
+                }
+            }
             BackendEvent::Failed { cause } => {
                 tracing::debug!(worker = self.worker, "backend connection lost: {cause}");
                 let Some(p) = self.slots.get_mut(id.index, id.generation) else {
@@ -1142,7 +1196,7 @@ impl Pool {
             .values()
             .any(|p| p.conn.key().identity == IdentityId::SHARED && !p.conn.is_closed());
         if !probing && try_reserve(&self.open_count, self.cfg.max_connections) {
-            self.open(PoolKey::default_warm(), None, out);
+            self.open(self.stamp(PoolKey::default_warm()), None, out);
         }
     }
 

@@ -60,6 +60,7 @@ impl Harness {
                 idle_timeout: Duration::from_secs(60),
                 connect_timeout: Duration::from_secs(2),
                 full_auth: Default::default(),
+                tls: Default::default(),
             },
             Arc::clone(&open),
             Arc::clone(&metrics),

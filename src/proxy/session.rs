@@ -835,6 +835,8 @@ impl Session {
             collation: hello.charset,
             ext_caps: ext,
             identity: IdentityId::SHARED,
+            // The pool stamps its --backend-tls on every key it is given.
+            tls: Default::default(),
         };
         self.client_caps = caps;
         self.tracker = Some(self.new_tracker(ctx));

@@ -34,6 +34,9 @@ pub enum OpTag {
     TlsWrite = 16,
     /// Fixed mode: an idle client's readability poll (it holds no slot).
     ClientPoll = 17,
+    /// Backend TLS: a backend connection's ciphertext written to the
+    /// server (backend token).
+    BackendTlsWrite = 18,
 }
 
 impl OpTag {
@@ -56,6 +59,7 @@ impl OpTag {
             15 => OpTag::BackendRecvCancel,
             16 => OpTag::TlsWrite,
             17 => OpTag::ClientPoll,
+            18 => OpTag::BackendTlsWrite,
             _ => return None,
         })
     }

@@ -1,10 +1,9 @@
 """`--backend-tls` and `--backend-tls-ca` against MariaDB's own TLS (issue 14, items 4-5).
 
 A second, private MariaDB sandbox with ssl-ca/ssl-cert/ssl-key (scripts/mariadb-sandbox.sh with
-RINGGATE_SANDBOX_TLS=1, certificates made by openssl) is started for this module. What speaks
-TLS to it today is `ringgate check`, with the login code the proxy uses (SSLRequest, TLS handshake
-with rustls, the HandshakeResponse through TLS); the proxy's own backend leg does not speak TLS
-yet and refuses the modes that need it at start-up. The main sandbox (no TLS) serves the
+RINGGATE_SANDBOX_TLS=1, certificates made by openssl) is started for this module. `ringgate check`
+and the proxy's backend leg both speak TLS to it (SSLRequest, TLS handshake with rustls, the
+HandshakeResponse and everything after it through TLS). The main sandbox (no TLS) serves the
 "server without TLS" cases.
 """
 
@@ -15,9 +14,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import hashlib
+import pymysql
 import pytest
 
-from conftest import REPO_ROOT, USERS_FILE, backend_env, free_port, ringgate_bin
+from conftest import REPO_ROOT, TEST_DB, USERS_FILE, Proxy, backend_env, free_port, ringgate_bin
 
 SANDBOX = REPO_ROOT / "scripts" / "mariadb-sandbox.sh"
 
@@ -155,11 +156,139 @@ def test_check_reports_the_front_certificate_its_key_and_the_client_ca(tls_backe
     assert "(in 9 days)" in text or "(in 10 days)" in text, text
 
 
-def test_the_proxy_refuses_the_modes_its_backend_leg_cannot_honour(tmp_path):
-    for mode in ("required", "verify-ca", "verify-identity"):
-        r = subprocess.run([str(ringgate_bin()), "--listen", f"127.0.0.1:{free_port()}", "--users-file",
-                            str(USERS_FILE), "--backend", f"127.0.0.1:{backend_env()['port']}",
-                            "--backend-tls", mode], capture_output=True, text=True, timeout=30)
-        assert r.returncode != 0
-        assert (f"cannot start: --backend-tls {mode}: the proxy's backend leg does not speak TLS yet"
-                in r.stderr), r.stderr
+# ---- the proxy's backend leg over TLS ----
+
+TLS_BUFFER = 32768  # a TLS record must fit a read buffer (>= 24576)
+
+
+def _tls_proxy(factory, tls_backend, *args, **kw):
+    port, _ = tls_backend
+    return factory(backend=("127.0.0.1", port), read_buffer_size=TLS_BUFFER, extra_args=args, **kw)
+
+
+def _value(conn, sql, args=None):
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        row = cur.fetchone()
+        return row[-1] if row else None
+
+
+def _backend_tls_metric(proxy, name):
+    return proxy.metrics()(name)
+
+
+@pytest.mark.parametrize("pooling", ["session", "transaction"])
+def test_proxy_backend_tls_is_encrypted_and_byte_exact(make_proxy, tls_backend, pooling):
+    """--backend-tls verify-ca (session pooling) and required (transaction pooling) in every
+    buffer mode: the server sees TLS on the proxy's connections (Ssl_cipher, Ssl_version), and a
+    4 MiB insert and a 5 MB result cross it byte for byte."""
+    port, tls = tls_backend
+    args = (("--backend-tls", "verify-ca", "--backend-tls-ca", str(tls / "ca.pem")) if pooling == "session"
+            else ("--backend-tls", "required"))
+    proxy = _tls_proxy(make_proxy, tls_backend, *args, pooling=pooling)
+    conn = proxy.connect(database=TEST_DB)
+    assert _value(conn, "SHOW STATUS LIKE 'Ssl_cipher'"), "the backend session is not encrypted"
+    assert _value(conn, "SHOW STATUS LIKE 'Ssl_version'") in ("TLSv1.3", "TLSv1.2")
+    table = f"backend_tls_{proxy.mode}_{pooling}"
+    blob = os.urandom(4 << 20)
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {table} (id INT PRIMARY KEY, data LONGBLOB)")
+        cur.execute(f"DELETE FROM {table}")
+        cur.execute(f"INSERT INTO {table} VALUES (1, %s)", (blob,))
+        conn.commit()
+        cur.execute(f"SELECT SHA2(data, 256), data FROM {table} WHERE id = 1")
+        digest, back = cur.fetchone()
+        assert digest == hashlib.sha256(blob).hexdigest(), "the insert arrived altered"
+        assert back == blob, "the result came back altered"
+        cur.execute("SELECT seq, REPEAT(CHAR(65 + seq % 26), 1000) FROM seq_1_to_5000")
+        rows = cur.fetchall()
+        assert len(rows) == 5000
+        assert all(bytes(r[1]) == bytes([65 + r[0] % 26]) * 1000 for r in rows), rows[:1]
+        cur.execute(f"DROP TABLE {table}")
+    conn.close()
+    # The mariadb CLI through the same proxy.
+    r = proxy.cli("--batch", "--skip-column-names", "-e", "SHOW STATUS LIKE 'Ssl_cipher'")
+    assert r.stdout.split("\t")[1].strip(), r.stdout
+    assert _backend_tls_metric(proxy, "ringgate_backend_tls_sessions_total") >= 1
+    assert _backend_tls_metric(proxy, 'ringgate_backend_tls_errors_total{reason="handshake"}') == 0
+
+
+def _settled_and_closed(proxy):
+    try:
+        proxy.assert_settled()
+    finally:
+        proxy.close()
+
+
+def test_verify_ca_with_another_ca_fails_cleanly(tls_backend):
+    """A CA that did not sign the server's certificate: the client gets the usual backend-unavailable
+    error, the log says why and what to do, the metric counts it, nothing leaks."""
+    _, tls = tls_backend
+    proxy = _tls_proxy(Proxy, tls_backend, "--backend-tls", "verify-ca", "--backend-tls-ca",
+                       str(tls / "other-ca.pem"), mode="fixed")
+    try:
+        with pytest.raises(pymysql.err.OperationalError) as e:
+            proxy.connect()
+        assert e.value.args[0] == 1105, e.value.args
+        assert " unavailable: " in e.value.args[1] and "UnknownIssuer" in e.value.args[1], e.value.args
+        log = proxy.stderr()
+        assert "TLS handshake with the server failed (--backend-tls verify-ca)" in log, log
+        assert f"does not verify against --backend-tls-ca {tls / 'other-ca.pem'}" in log, log
+        assert _backend_tls_metric(proxy, 'ringgate_backend_tls_errors_total{reason="handshake"}') >= 1
+        assert _backend_tls_metric(proxy, "ringgate_backend_tls_sessions_total") == 0
+    finally:
+        _settled_and_closed(proxy)
+
+
+def test_verify_identity_checks_the_backend_address(tls_backend):
+    """The sandbox's certificate names 127.0.0.1 (a SAN IP entry): verify-identity passes."""
+    _, tls = tls_backend
+    proxy = _tls_proxy(Proxy, tls_backend, "--backend-tls", "verify-identity", "--backend-tls-ca",
+                       str(tls / "ca.pem"), mode="heap")
+    try:
+        conn = proxy.connect()
+        assert _value(conn, "SHOW STATUS LIKE 'Ssl_cipher'")
+        conn.close()
+    finally:
+        _settled_and_closed(proxy)
+
+
+def test_required_against_a_plain_server_fails_cleanly_and_preferred_falls_back(tls_backend):
+    plain = ("127.0.0.1", backend_env()["port"])
+    proxy = Proxy("fixed", backend=plain, read_buffer_size=TLS_BUFFER, extra_args=("--backend-tls", "required"))
+    try:
+        with pytest.raises(pymysql.err.OperationalError) as e:
+            proxy.connect()
+        assert e.value.args[0] == 1105 and "does not offer TLS" in e.value.args[1], e.value.args
+        log = proxy.stderr()
+        assert "the server does not offer TLS (no CLIENT_SSL in its greeting" in log, log
+        assert "turn TLS on in the server (ssl-cert/ssl-key) or run ringgate with --backend-tls preferred" in log
+        assert _backend_tls_metric(proxy, 'ringgate_backend_tls_errors_total{reason="unavailable"}') >= 1
+    finally:
+        _settled_and_closed(proxy)
+    proxy = Proxy("fixed", backend=plain, read_buffer_size=TLS_BUFFER, extra_args=("--backend-tls", "preferred"))
+    try:
+        conn = proxy.connect()
+        assert _value(conn, "SHOW STATUS LIKE 'Ssl_cipher'") == ""
+        conn.close()
+        assert "--backend-tls preferred logs in in plain" in proxy.stderr()
+        assert _backend_tls_metric(proxy, "ringgate_backend_tls_sessions_total") == 0
+    finally:
+        _settled_and_closed(proxy)
+    # preferred against the TLS server: TLS.
+    proxy = _tls_proxy(Proxy, tls_backend, "--backend-tls", "preferred", mode="ring")
+    try:
+        conn = proxy.connect()
+        assert _value(conn, "SHOW STATUS LIKE 'Ssl_cipher'")
+        conn.close()
+    finally:
+        _settled_and_closed(proxy)
+
+
+def test_backend_tls_needs_a_read_buffer_that_holds_a_record():
+    r = subprocess.run([str(ringgate_bin()), "--listen", f"127.0.0.1:{free_port()}", "--users-file",
+                        str(USERS_FILE), "--backend", f"127.0.0.1:{backend_env()['port']}",
+                        "--backend-tls", "required", "--read-buffer-size", "16384"], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode != 0
+    assert "cannot start: --backend-tls required needs --read-buffer-size 24576 or more" in r.stderr, r.stderr

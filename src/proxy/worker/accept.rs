@@ -188,6 +188,7 @@ impl Worker {
             leg: None,
             tls: None,
             idle_wait: Default::default(),
+            down_cancelled: false,
         });
         let sid = SessionId { index, generation };
         self.session_q.extend(out.into_iter().map(|a| (sid, a)));

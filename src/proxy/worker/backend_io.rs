@@ -23,6 +23,12 @@ impl Worker {
             return;
         };
         b.io.op_done();
+        if self.backend_tls_on(bid) {
+            return self.backend_tls_own_read(bid, res);
+        }
+        let Some(b) = self.pool.get_mut(bid) else {
+            return;
+        };
         if let Some(buf) = b.io.buf.as_mut() {
             buf.complete(res.max(0) as usize);
         }
@@ -65,6 +71,7 @@ impl Worker {
         if !b.conn.is_closed() || !b.io.quiescent() {
             return;
         }
+        self.backend_tls_forget(bid);
         if let Some(mut p) = self.pool.remove(bid) {
             if let (Some(recv), Some(ring)) = (p.io.recv.as_mut(), self.buffers.buf_ring()) {
                 recv.drain_into(ring);
@@ -207,6 +214,20 @@ impl Worker {
     }
 
     pub(super) fn backend_op(&mut self, bid: BackendId, op: BackendOp) {
+        if self.backend_tls_on(bid) {
+            match op {
+                BackendOp::Send(bytes) => return self.backend_tls_send_own(bid, &bytes),
+                BackendOp::Read if !self.backend_tls_room(bid) => {
+                    // A partial record fills the buffer beside the plaintext.
+                    let mut events = Vec::new();
+                    self.pool
+                        .on_read(bid, -libc::EMSGSIZE, self.now, &mut events);
+                    self.pool_q.extend(events);
+                    return;
+                }
+                _ => {}
+            }
+        }
         let connect_timeout = self.connect_timeout;
         let addr = self.backend_addr;
         let Some(b) = self.pool.get_mut(bid) else {
@@ -246,6 +267,7 @@ impl Worker {
                 b.io.op_started();
                 self.submit(sqe);
             }
+            BackendOp::StartTls => self.backend_start_tls(bid),
             BackendOp::Close => {
                 b.io.shutdown();
                 self.try_finish_backend(Some(bid));

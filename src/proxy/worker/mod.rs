@@ -13,6 +13,7 @@
 
 mod accept;
 mod backend_io;
+mod backend_tls_io;
 mod idle_io;
 mod leg;
 mod ring_io;
@@ -33,7 +34,9 @@ use super::backend::BackendOp;
 use super::conn_io::ConnIo;
 use super::connect_attrs;
 use super::identity::{BackendLogin, IdentityMode};
-use super::ids::{BackendId, LeaseRequest, LeaseSetup, PoolKey, SessionId, Settings, ANY_SETTINGS};
+use super::ids::{
+    BackendId, LeaseRequest, LeaseSetup, PoolKey, SessionId, Settings, TlsWish, ANY_SETTINGS,
+};
 use super::listen::{self, ListenError};
 use super::pool::{Pool, PoolConfig, PoolEvent};
 use super::registry::{ConnectionIds, Registration};
@@ -159,6 +162,9 @@ struct SessionSlot {
     tls: Option<Box<tls_io::TlsIo>>,
     /// Fixed mode: waiting for the client's next bytes without a slot.
     idle_wait: idle_io::IdleWait,
+    /// The relay cancelled its backend read (`CancelReadBackend`): a TLS
+    /// backend's read that completed a partial record is not read again.
+    down_cancelled: bool,
 }
 
 pub struct Worker {
@@ -202,6 +208,9 @@ pub struct Worker {
     idle_poll: bool,
     /// Readable clients waiting for a free slot, in arrival order.
     slot_waiters: VecDeque<SessionId>,
+    /// Backend TLS (`backend_tls_io.rs`) of the connections that run it,
+    /// by (index, generation).
+    backend_tls: std::collections::HashMap<(u32, u32), Box<backend_tls_io::BackendTlsIo>>,
 }
 
 /// Register the worker's provided-buffer ring and check that multishot
@@ -337,6 +346,11 @@ impl Worker {
                     secure: false,
                     server_key: shared.backend_rsa_public_key.clone(),
                 },
+                tls: match &shared.backend_tls {
+                    None => TlsWish::Off,
+                    Some(t) if t.required() => TlsWish::Required,
+                    Some(_) => TlsWish::Preferred,
+                },
             },
             Arc::clone(&shared.backends),
             Arc::clone(&shared.metrics),
@@ -380,6 +394,7 @@ impl Worker {
             ring_pending: std::collections::HashMap::new(),
             idle_poll: buffers_mode == BufferMode::Fixed && !shared.config.hold_idle_slots,
             slot_waiters: VecDeque::new(),
+            backend_tls: std::collections::HashMap::new(),
             shared,
         };
         Ok((worker, startup))
@@ -460,6 +475,7 @@ impl Worker {
             OpTag::BackendConnect => self.on_backend_connect(bid, res),
             OpTag::BackendRead => self.on_backend_read(bid, res),
             OpTag::BackendWrite => self.on_backend_write(bid, res),
+            OpTag::BackendTlsWrite => self.on_backend_tls_write(bid, res),
             OpTag::Ignore => {}
         }
     }

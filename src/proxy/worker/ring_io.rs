@@ -97,6 +97,14 @@ impl Worker {
             // transform anyway: its session reads as in heap mode.
             return false;
         }
+        let backend = slot.backend;
+        if side == Side::Backend && backend.is_some_and(|b| self.backend_tls_on(b)) {
+            // So does backend TLS, on the backend's side.
+            return false;
+        }
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return true;
+        };
         let io = match side {
             Side::Client => &mut slot.io,
             Side::Backend => match slot.backend.and_then(|b| self.pool.get_mut(b)) {

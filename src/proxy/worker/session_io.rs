@@ -79,12 +79,18 @@ impl Worker {
     }
 
     pub(super) fn on_up_write(&mut self, sid: SessionId, res: i32) {
+        self.up_write_done(sid, res, false)
+    }
+
+    /// An up write completed; `sealed`: it went through backend TLS, which
+    /// wrote a sealed copy (the source was never in flight).
+    pub(super) fn up_write_done(&mut self, sid: SessionId, res: i32, sealed: bool) {
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
         slot.relay_ops -= 1;
         // Ring mode: the write sent a ring chunk (never behind a leg).
-        if slot.leg.is_some() || !self.ring_write_done(sid, Side::Client) {
+        if !sealed && (slot.leg.is_some() || !self.ring_write_done(sid, Side::Client)) {
             let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
                 return;
             };
@@ -150,6 +156,7 @@ impl Worker {
         slot.relay_ops -= 1;
         let closing = slot.closing;
         let backend = slot.backend;
+        let tls = backend.is_some_and(|b| self.backend_tls_on(b));
         let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) else {
             return;
         };
@@ -157,11 +164,27 @@ impl Worker {
         let Some(buf) = b.io.buf.as_mut() else {
             return;
         };
-        buf.complete(res.max(0) as usize);
+        let mut res = res;
         if closing {
+            match tls {
+                true => buf.complete_wire(res.max(0) as usize),
+                false => buf.complete(res.max(0) as usize),
+            }
             self.try_finish_session(sid);
             return self.try_finish_backend(backend);
         }
+        match (tls, backend) {
+            // Ciphertext: decoded in place, or read again for a whole record.
+            (true, Some(bid)) => {
+                if !self.backend_tls_down_read(sid, bid, &mut res) {
+                    return;
+                }
+            }
+            _ => buf.complete(res.max(0) as usize),
+        }
+        let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) else {
+            return;
+        };
         let mut out = std::mem::take(&mut self.action_scratch);
         let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
         let data = b.io.buf.as_ref().map_or(&[][..], |b| b.filled());
@@ -431,6 +454,7 @@ impl Worker {
                 self.relay_submit(sid, RelayIo::UpWrite { pos: 0, end })
             }
             SessionAction::Relay(RelayOp::ReadBackend) => {
+                slot.down_cancelled = false;
                 if !self.ring_read(sid, Side::Backend) {
                     self.relay_submit(sid, RelayIo::DownRead)
                 }
@@ -459,6 +483,7 @@ impl Worker {
                 }
             }
             SessionAction::Relay(RelayOp::CancelReadBackend) => {
+                slot.down_cancelled = true;
                 // The cancel names the read's user_data, not a socket or a
                 // buffer: the read's own completion (-ECANCELED) is what
                 // lets the backend go.
@@ -716,6 +741,15 @@ impl Worker {
         };
         let user_data = Token::new(tag, sid.index, sid.generation).into();
         let has_leg = slot.leg.is_some();
+        if let (Some(bid), RelayIo::UpWrite { pos, end }) = (slot.backend, io) {
+            if self.backend_tls_on(bid) {
+                // Backend TLS: the write sends a sealed copy of those bytes.
+                return self.backend_tls_up_write(sid, bid, pos, end);
+            }
+        }
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
         if let (Some(_), RelayIo::DownWrite { pos, end }) = (slot.tls.as_ref(), io) {
             // Behind TLS the write sends a sealed copy of those bytes.
             slot.io.op_started();
