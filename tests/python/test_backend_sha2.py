@@ -218,3 +218,37 @@ def test_mariadb_cli_and_connector_python_through_the_chain(make_proxy, inner, a
     assert _auth(inner_proxy, "caching_sha2_full") >= 1
     for p in (outer, inner_proxy):
         assert PASSWORD not in p.stderr()
+
+
+def test_passthrough_caching_sha2_full_auth_over_backend_tls(make_proxy, account, tmp_path):
+    """Per-user passthrough with backend TLS: the client logs in to the outer over TLS by
+    caching_sha2 full authentication (the outer learns the cleartext), and the outer logs in to the
+    inner as that user inside TLS (--backend-tls verify-identity), by full authentication with the
+    cleartext as is: the inner has no --rsa-key and requires secure transport, so nothing but TLS
+    could carry it.
+
+        client --TLS--> outer --TLS, caching_sha2 full--> inner (--tls-cert, no RSA) --> MariaDB
+    """
+    from test_tls import _ca, _leaf
+
+    _ca(tmp_path, "ca")
+    _leaf(tmp_path, "server", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    ca, cert, key = (str(tmp_path / n) for n in ("ca.pem", "server.pem", "server.key"))
+    front_tls = ("--tls-cert", cert, "--tls-key", key)
+    users = {account: [{"MysqlCachingSha2Password": FOOBAR_VERIFIER}]}
+    inner = make_proxy(users_file=_write_json(tmp_path / "inner.json", users), passthrough=True, workers=1,
+                       read_buffer_size=32768, extra_args=front_tls + ("--require-secure-transport",))
+    outer = make_proxy(backend=("127.0.0.1", inner.port), users_file=_write_json(tmp_path / "outer.json", users),
+                       passthrough=True, read_buffer_size=32768,
+                       extra_args=OUTER_ARGS + front_tls + ("--backend-pool-size", "0", "--backend-tls",
+                                                            "verify-identity", "--backend-tls-ca", ca))
+    conn = pymysql.connect(host="127.0.0.1", port=outer.port, user=account, password=PASSWORD,
+                           ssl={"ca": ca}, connect_timeout=10)
+    assert _current_user(conn) == account
+    conn.close()
+    assert _auth(outer, "caching_sha2_full") == 1
+    assert _auth(inner, "caching_sha2_full") >= 1, inner.stderr_tail()
+    assert outer.metrics()("ringgate_backend_tls_sessions_total") >= 1
+    assert inner.metrics()("ringgate_client_tls_sessions_total") >= 1
+    for p in (outer, inner):
+        assert PASSWORD not in p.stderr()
