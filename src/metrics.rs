@@ -329,6 +329,8 @@ pub struct WorkerMetrics {
     pub ring_buffers_in_use: AtomicI64,
     /// Multishot receives ended by an empty ring (-ENOBUFS).
     pub ring_enobufs_total: AtomicU64,
+    /// Bytes copied from ring buffers into a connection's own buffer.
+    pub ring_copied_bytes_total: AtomicU64,
     /// Fixed mode: readable idle clients that found no free slot and
     /// waited for one.
     pub slot_waits_total: AtomicU64,
@@ -460,6 +462,7 @@ impl WorkerMetrics {
             ring_buffers_total: AtomicU64::new(0),
             ring_buffers_in_use: AtomicI64::new(0),
             ring_enobufs_total: AtomicU64::new(0),
+            ring_copied_bytes_total: AtomicU64::new(0),
             slot_waits_total: AtomicU64::new(0),
             clients_polling: AtomicI64::new(0),
             client_connections: AtomicI64::new(0),
@@ -573,6 +576,7 @@ pub struct Snapshot {
     pub ring_buffers_total: u64,
     pub ring_buffers_in_use: i64,
     pub ring_enobufs_total: u64,
+    pub ring_copied_bytes_total: u64,
     pub slot_waits_total: u64,
     pub clients_polling: i64,
     pub client_connections: i64,
@@ -785,6 +789,7 @@ impl Metrics {
             ring_buffers_total: u(|w| &w.ring_buffers_total),
             ring_buffers_in_use: i(|w| &w.ring_buffers_in_use),
             ring_enobufs_total: u(|w| &w.ring_enobufs_total),
+            ring_copied_bytes_total: u(|w| &w.ring_copied_bytes_total),
             slot_waits_total: u(|w| &w.slot_waits_total),
             clients_polling: i(|w| &w.clients_polling),
             client_connections: i(|w| &w.client_connections),

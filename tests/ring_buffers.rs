@@ -184,3 +184,47 @@ fn no_incremental_consumption_keeps_the_ring_with_one_log_line() {
     );
     works(&mut proxy, Mode::Ring);
 }
+
+/// A large result in ring mode goes from the backend's ring buffers straight to the client:
+/// no byte of it is copied in userspace (`ringgate_read_buffer_ring_copied_bytes_total`),
+/// although with incremental consumption every 16 KiB chunk of it ends its ring buffer with
+/// more bytes behind it (the case a client command is joined for). The rows are checked byte
+/// by byte, with a pattern whose period (37) does not divide the buffer size, so a chunk
+/// forwarded twice, out of order or short would show; afterwards every buffer is back.
+#[test]
+fn large_results_are_sent_from_the_ring_without_a_copy() {
+    const PATTERN: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789!";
+    let mut proxy = Proxy::start_with(ProxyOpts::new(Mode::Ring));
+    let base = baseline(&mut proxy);
+    let copied0 = proxy
+        .metrics()
+        .get("ringgate_read_buffer_ring_copied_bytes_total");
+    let mut relayed = 0;
+    {
+        let mut c = proxy.connect_app();
+        for (reps, round) in [(1, 0), (113_000, 1), (4 * MIB / PATTERN.len(), 2)] {
+            let row: Option<Vec<u8>> = c
+                .query_first(format!(
+                    "SELECT REPEAT('{}', {reps})",
+                    std::str::from_utf8(PATTERN).unwrap()
+                ))
+                .unwrap();
+            let row = row.expect("a row");
+            assert_eq!(row.len(), reps * PATTERN.len(), "round {round}: length");
+            if let Some(i) = (0..row.len()).find(|&i| row[i] != PATTERN[i % PATTERN.len()]) {
+                panic!("round {round}: byte {i} of {} is wrong", row.len());
+            }
+            relayed += row.len();
+        }
+    }
+    let copied = proxy
+        .metrics()
+        .get("ringgate_read_buffer_ring_copied_bytes_total")
+        - copied0;
+    eprintln!("{relayed} result bytes relayed, {copied} bytes copied out of the ring");
+    assert!(
+        copied < 4096.0,
+        "{copied} of {relayed} result bytes were copied in userspace on the relay path"
+    );
+    assert_no_leaks(&mut proxy, &base, 1);
+}

@@ -117,6 +117,14 @@ impl Collector for Exposition {
              re-armed, or served by a plain read, when the relay next reads.",
             s.ring_enobufs_total,
         )?;
+        counter(
+            &mut enc,
+            "ringgate_read_buffer_ring_copied_bytes_total",
+            "Bytes copied out of ring buffers into a connection's own buffer (a client command \
+             cut at a ring buffer's end, bytes kept across reads); relayed results are sent \
+             straight from the ring and copy none.",
+            s.ring_copied_bytes_total,
+        )?;
 
         gauge(
             &mut enc,

@@ -82,6 +82,17 @@ fn on_cqe(recv: &mut RingRecv, ring: &mut BufRing, res: i32, flags: u32, wm: &Wo
     }
 }
 
+/// Count bytes copied out of ring buffers into a connection's own buffer:
+/// the relay path is meant to copy none, and the tests check that a large
+/// result costs none.
+fn copied(shared: &Shared, worker: usize, n: usize) {
+    shared
+        .metrics
+        .worker(worker)
+        .ring_copied_bytes_total
+        .fetch_add(n as u64, Relaxed);
+}
+
 impl Worker {
     /// A relay read of `side` in ring mode. False when the worker is not in
     /// ring mode (the caller reads as the other modes do).
@@ -121,6 +132,7 @@ impl Worker {
                 let buf = self.buffers.ensure(&mut io.buf, Owner::Backend);
                 if let Some(ring) = self.buffers.buf_ring() {
                     buf.append(ring.bytes(&chunk));
+                    copied(&self.shared, self.id, chunk.len());
                 }
             }
             if let Some(ring) = self.buffers.buf_ring() {
@@ -214,8 +226,12 @@ impl Worker {
             Side::Client => Owner::Client,
             Side::Backend => Owner::Backend,
         };
-        if recv.queue.front().is_some_and(|c| c.is_tail()) && (recv.queue.len() >= 2 || !recv.armed)
-        {
+        // Only the client's commands need the join below: the tracker
+        // follows server bytes across any cut, so a backend's chunks (a
+        // large result: every 16 KiB chunk ends its buffer) go out as they
+        // are, without a copy.
+        let join = side == Side::Client && recv.queue.front().is_some_and(|c| c.is_tail());
+        if join && (recv.queue.len() >= 2 || !recv.armed) {
             // The join below needs the connection's own buffer.
             self.buffers.ensure(&mut io.buf, owner);
         }
@@ -226,9 +242,10 @@ impl Worker {
         // end inside a packet header (a 5-byte COM_QUIT cut 3 + 2 would
         // have its first bytes forwarded alone, and the connection could
         // not be reused): join it with what follows in the connection's own
-        // buffer (a copy once per ring buffer's worth of traffic).
+        // buffer (a copy of up to a read buffer per ring buffer's worth of
+        // client traffic).
         let mut joined = false;
-        if recv.queue.front().is_some_and(|c| c.is_tail()) {
+        if join {
             if recv.queue.len() < 2 && recv.armed {
                 // The continuation's CQE is on its way.
                 recv.waiting = true;
@@ -242,6 +259,7 @@ impl Worker {
                     };
                     let n = c.len().min(buf.capacity() - buf.filled_len());
                     buf.append(&ring.bytes(&c)[..n]);
+                    copied(&self.shared, self.id, n);
                     joined = true;
                     if n == c.len() {
                         let _ = ring.put(c);
@@ -269,6 +287,7 @@ impl Worker {
                     let mut chunk = chunk;
                     let n = chunk.len().min(buf.capacity() - buf.filled_len());
                     buf.append(&ring.bytes(&chunk)[..n]);
+                    copied(&self.shared, self.id, n);
                     if n == chunk.len() {
                         let _ = ring.put(chunk);
                     } else {
@@ -457,6 +476,7 @@ impl Worker {
             let buf = self.buffers.ensure(&mut io.buf, owner);
             if let Some(ring) = self.buffers.buf_ring() {
                 buf.append(&ring.bytes(&chunk)[end..]);
+                copied(&self.shared, self.id, chunk.len() - end);
             }
         }
         let Some(ring) = self.buffers.buf_ring() else {
@@ -487,6 +507,7 @@ impl Worker {
             return;
         };
         buf.append(ring.bytes(&chunk));
+        copied(&self.shared, self.id, chunk.len());
         let _ = ring.put(chunk);
     }
 
