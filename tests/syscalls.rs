@@ -70,6 +70,14 @@ fn counts_per_query(mode: Mode) {
         (min_sqes..8.0).contains(&sqes),
         "{sqes} SQEs per query in {mode:?}"
     );
+    if mode == Mode::Fixed {
+        // An idle client's multishot poll stays armed across queries: no poll SQE per query
+        // (a one-shot poll per client read made it 5.4).
+        assert!(
+            sqes < 4.8,
+            "{sqes} SQEs per query in fixed mode: is the idle poll re-armed per query?"
+        );
+    }
     assert!((1.0..8.0).contains(&enters), "{enters} enters per query");
     assert!(waits <= enters && waits >= 0.5, "{waits} waits per query");
     // Off by default: no poll happened.

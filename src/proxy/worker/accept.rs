@@ -189,6 +189,7 @@ impl Worker {
             tls: None,
             idle_wait: Default::default(),
             down_cancelled: false,
+            poll: Default::default(),
         });
         let sid = SessionId { index, generation };
         self.session_q.extend(out.into_iter().map(|a| (sid, a)));

@@ -2,12 +2,35 @@
 //!
 //! A client read that would start on an empty buffer (between commands, or
 //! while the answer to a forwarded command is still coming) gives the
-//! client's slot back and waits for readability with a one-shot POLL_ADD,
-//! which names the fd and no memory. When the poll completes the client
-//! takes a slot and reads with READ_FIXED as before. So 10,000 idle clients
-//! hold no slot between them, for one more SQE per client read
-//! (docs/benchmarks.md has the figures; `--hold-idle-slots` keeps the old
-//! behaviour).
+//! client's slot back and waits for readability with a poll, which names
+//! the fd and no memory. When the poll reports readability the client takes
+//! a slot and reads with READ_FIXED as before. So 10,000 idle clients hold
+//! no slot between them (docs/benchmarks.md has the cost per query;
+//! `--hold-idle-slots` keeps the old behaviour).
+//!
+//! The poll is multishot (IORING_POLL_ADD_MULTI): armed at the client's
+//! first idle read, it stays armed until the session closes, so a query
+//! costs no poll SQE. It keeps firing, so the state machine must cope:
+//! - A readiness CQE while the client is not waiting ([`IdleWait::None`]:
+//!   a read is in flight, or the session reads for itself) is remembered
+//!   ([`PollState::readable`]); the next idle read then reads at once
+//!   instead of waiting for a wake-up that already happened.
+//! - Readiness may be stale (the read in flight took the bytes), so a read
+//!   after a poll is READ_FIXED with RWF_NOWAIT: -EAGAIN gives the slot
+//!   back and waits on the poll again, with no new SQE.
+//! - A read that filled the buffer may have left bytes in the socket that
+//!   will raise no new wake-up: it counts as readable too.
+//! - The peer's FIN often shares a wake-up with its last bytes, and the read
+//!   that returns the bytes leaves the EOF unread: the poll asks for
+//!   POLLRDHUP, and once a CQE reports it (or POLLHUP/POLLERR) every idle
+//!   read reads at once ([`PollState::hup`]).
+//! - A CQE without IORING_CQE_F_MORE ends the poll (the kernel may end a
+//!   multishot, e.g. on CQ overflow); the next idle read arms a new one.
+//! - Close cancels it; the session is freed only after its last CQE (it is
+//!   counted by `ConnIo::op_started` like any operation on the fd).
+//!
+//! A kernel that refuses a multishot poll (EINVAL, before 5.13) makes the
+//! worker use one-shot polls (one SQE per idle read), with one log line.
 //!
 //! Slot exhaustion queues, never fails: a readable client that finds no free
 //! slot waits in FIFO order (`ringgate_read_buffer_slot_waits_total`) and
@@ -15,12 +38,10 @@
 //! Slots that are never given back (backend connections hold theirs for
 //! life) cannot stall it: a client still waiting at the next tick reads
 //! into a heap buffer, counted as a heap fallback.
-//!
-//! A poll is an operation on the client's fd like a read: counted by
-//! `ConnIo::op_started`, so a closing session waits for its completion
-//! (the shutdown at close completes it with POLLHUP).
 
 use std::sync::atomic::Ordering::Relaxed;
+
+use io_uring::cqueue;
 
 use super::*;
 
@@ -34,6 +55,22 @@ pub(super) enum IdleWait {
     Polling,
     /// Readable, queued in `Worker::slot_waiters` for a free slot.
     ForSlot,
+}
+
+/// A client's multishot poll.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct PollState {
+    /// A multishot poll names the fd (one operation on it).
+    pub armed: bool,
+    /// The socket may hold bytes no read has seen: a readiness CQE came
+    /// while the client was not waiting, or a read filled its buffer.
+    pub readable: bool,
+    /// The read in flight is RWF_NOWAIT: -EAGAIN means "wait again".
+    pub nowait_read: bool,
+    /// A CQE reported the peer's FIN, a hang-up or an error: no wake-up
+    /// will announce it again, so every idle read from now on reads at once
+    /// (and finds the EOF or the error behind any last bytes).
+    pub hup: bool,
 }
 
 impl Worker {
@@ -66,39 +103,170 @@ impl Worker {
         if slot.idle_wait != IdleWait::None {
             return true;
         }
+        if slot.poll.armed && (slot.poll.readable || slot.poll.hup) {
+            // A wake-up already came: read now (RWF_NOWAIT, in case the
+            // bytes were read meanwhile), keeping the slot.
+            self.submit_idle_read(sid);
+            return true;
+        }
         self.buffers.give_back_empty(&mut slot.io.buf);
-        slot.idle_wait = IdleWait::Polling;
-        slot.io.op_started();
-        let token = Token::new(OpTag::ClientPoll, sid.index, sid.generation);
-        let sqe = ops::poll_readable(slot.io.fd(), token);
-        self.metrics().clients_polling.fetch_add(1, Relaxed);
-        self.submit(sqe);
+        self.wait_readable(sid);
         true
     }
 
-    /// The client became readable (or its socket was shut down, or the
-    /// poll failed): take a slot and read, or queue for one.
-    pub(super) fn on_client_poll(&mut self, sid: SessionId, res: i32) {
+    /// Wait for readability without a slot: on the armed multishot poll,
+    /// or arm a poll.
+    fn wait_readable(&mut self, sid: SessionId) {
+        let multi = self.poll_multi;
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
-        slot.io.op_done();
+        slot.idle_wait = IdleWait::Polling;
+        self.shared
+            .metrics
+            .worker(self.id)
+            .clients_polling
+            .fetch_add(1, Relaxed);
+        if slot.poll.armed {
+            return;
+        }
+        slot.io.op_started();
+        let token = Token::new(OpTag::ClientPoll, sid.index, sid.generation);
+        let sqe = if multi {
+            slot.poll.armed = true;
+            ops::poll_readable_multi(slot.io.fd(), token)
+        } else {
+            ops::poll_readable(slot.io.fd(), token)
+        };
+        self.submit(sqe);
+    }
+
+    /// A client read once a poll said readable: RWF_NOWAIT while the
+    /// multishot poll stays armed (so -EAGAIN can go back to it), else a
+    /// plain read.
+    fn submit_idle_read(&mut self, sid: SessionId) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        let empty = slot
+            .io
+            .buf
+            .as_ref()
+            .is_some_and(|b| b.filled_len() == 0 && b.wire_len() == 0);
+        if !(slot.poll.armed && empty) {
+            return self.submit_client_read(sid);
+        }
+        slot.poll.readable = false;
+        slot.poll.nowait_read = true;
+        let fd = slot.io.fd();
+        let buf = self.buffers.ensure(&mut slot.io.buf, Owner::Client);
+        let token = Token::new(OpTag::ClientRead, sid.index, sid.generation);
+        let sqe = buf.read_sqe_nowait(fd, token.into());
+        slot.io.op_started();
+        self.submit(sqe);
+    }
+
+    /// A client read completed (before the session sees it): true when it
+    /// was a RWF_NOWAIT read that found nothing, and the client waits on
+    /// its poll again without its slot.
+    pub(super) fn idle_read_done(&mut self, sid: SessionId, res: i32) -> bool {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return false;
+        };
+        let nowait = std::mem::take(&mut slot.poll.nowait_read);
+        if slot.closing {
+            return false;
+        }
+        if let Some(b) = slot.io.buf.as_ref() {
+            if res > 0 && b.filled_len() + b.wire_len() >= b.capacity() {
+                // Bytes may be left in the socket, and no new wake-up
+                // would say so.
+                slot.poll.readable = true;
+            }
+        }
+        if !(nowait && res == -libc::EAGAIN) {
+            return false;
+        }
+        self.buffers.give_back_empty(&mut slot.io.buf);
+        if slot.io.buf.is_some() {
+            // Not empty after all (never on this path): read as usual.
+            slot.poll.readable = true;
+            self.submit_client_read(sid);
+            return true;
+        }
+        self.wait_readable(sid);
+        true
+    }
+
+    /// The session closes: end its multishot poll (its last CQE lets the
+    /// session be freed).
+    pub(super) fn cancel_idle_poll(&mut self, sid: SessionId) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        if slot.poll.armed {
+            let target = Token::new(OpTag::ClientPoll, sid.index, sid.generation);
+            let me = Token::new(OpTag::Ignore, sid.index, sid.generation);
+            self.submit(ops::cancel_user_data(target.into(), me));
+        }
+    }
+
+    /// A CQE of the client's poll: readable (or its socket was shut down,
+    /// or the poll failed or ended). A client waiting for it takes a slot
+    /// and reads, or queues for one; any other client remembers it.
+    pub(super) fn on_client_poll(&mut self, sid: SessionId, res: i32, flags: u32) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        let ended = !cqueue::more(flags);
+        if ended {
+            slot.io.op_done();
+            slot.poll.armed = false;
+        }
+        if slot.closing {
+            if slot.idle_wait == IdleWait::Polling {
+                slot.idle_wait = IdleWait::None;
+                self.metrics().clients_polling.fetch_sub(1, Relaxed);
+            }
+            return self.try_finish_session(sid);
+        }
+        if res > 0 && res & i32::from(libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 {
+            slot.poll.hup = true;
+        }
+        if ended && res == -libc::EINVAL && self.poll_multi {
+            // This kernel has no multishot poll: one-shot from now on.
+            self.poll_multi = false;
+            if self.id == 0 {
+                tracing::info!(
+                    "idle clients wait with one-shot polls (multishot POLL_ADD needs Linux 5.13+)"
+                );
+            }
+            if slot.idle_wait == IdleWait::Polling {
+                slot.idle_wait = IdleWait::None;
+                self.metrics().clients_polling.fetch_sub(1, Relaxed);
+                self.wait_readable(sid);
+            }
+            return;
+        }
+        if slot.idle_wait != IdleWait::Polling {
+            // Not waiting: a read is in flight or queued, or the session
+            // reads for itself. Remember it for the next idle read.
+            slot.poll.readable = true;
+            return;
+        }
         slot.idle_wait = IdleWait::None;
         self.metrics().clients_polling.fetch_sub(1, Relaxed);
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
-        if slot.closing {
-            return self.try_finish_session(sid);
-        }
-        if res < 0 {
+        if res < 0 && res != -libc::ECANCELED {
             // The poll itself failed: the session sees it as a failed read.
             return self.with_session(sid, |s, _, ctx, out| s.on_client_read(res, &[], ctx, out));
         }
         match self.buffers.try_acquire_slot(Owner::Client) {
             Some(buf) => {
                 slot.io.buf = Some(buf);
-                self.submit_client_read(sid);
+                self.submit_idle_read(sid);
             }
             None => {
                 slot.idle_wait = IdleWait::ForSlot;
@@ -132,7 +300,7 @@ impl Worker {
             if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
                 slot.idle_wait = IdleWait::None;
                 slot.io.buf = Some(buf);
-                self.submit_client_read(sid);
+                self.submit_idle_read(sid);
             } else if self.buffers.release(buf).is_err() {
                 debug_assert!(false, "a fresh buffer is never in flight");
             }

@@ -165,6 +165,8 @@ struct SessionSlot {
     /// The relay cancelled its backend read (`CancelReadBackend`): a TLS
     /// backend's read that completed a partial record is not read again.
     down_cancelled: bool,
+    /// Fixed mode: the client's multishot poll.
+    poll: idle_io::PollState,
 }
 
 pub struct Worker {
@@ -206,6 +208,8 @@ pub struct Worker {
     /// Fixed mode without --hold-idle-slots: idle clients give their slot
     /// back and wait for readability with a poll (`idle_io.rs`).
     idle_poll: bool,
+    /// Idle polls are multishot (until a kernel refuses one with EINVAL).
+    poll_multi: bool,
     /// Readable clients waiting for a free slot, in arrival order.
     slot_waiters: VecDeque<SessionId>,
     /// Backend TLS (`backend_tls_io.rs`) of the connections that run it,
@@ -393,6 +397,7 @@ impl Worker {
             action_scratch: Vec::new(),
             ring_pending: std::collections::HashMap::new(),
             idle_poll: buffers_mode == BufferMode::Fixed && !shared.config.hold_idle_slots,
+            poll_multi: true,
             slot_waiters: VecDeque::new(),
             backend_tls: std::collections::HashMap::new(),
             shared,
@@ -471,7 +476,7 @@ impl Worker {
             OpTag::ClientRecv => self.on_client_recv(sid, res, flags),
             OpTag::BackendRecv => self.on_backend_recv(bid, res, flags),
             OpTag::BackendRecvCancel => self.on_backend_recv_cancel(bid, res),
-            OpTag::ClientPoll => self.on_client_poll(sid, res),
+            OpTag::ClientPoll => self.on_client_poll(sid, res, flags),
             OpTag::BackendConnect => self.on_backend_connect(bid, res),
             OpTag::BackendRead => self.on_backend_read(bid, res),
             OpTag::BackendWrite => self.on_backend_write(bid, res),

@@ -29,6 +29,12 @@ impl Worker {
                 None => buf.complete(res.max(0) as usize),
             }
         }
+        if self.idle_poll && self.idle_read_done(sid, res) {
+            return;
+        }
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
         if slot.closing {
             return self.try_finish_session(sid);
         }
@@ -627,8 +633,15 @@ impl Worker {
             SessionAction::StartClientLeg(kind) => self.start_client_leg(sid, kind),
             SessionAction::StartTls => self.start_tls(sid),
             SessionAction::Close => {
+                let first = !slot.closing;
                 slot.closing = true;
                 slot.io.shutdown();
+                if first && slot.poll.armed {
+                    self.cancel_idle_poll(sid);
+                }
+                let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+                    return;
+                };
                 if slot.relay_ops > 0 {
                     // Normally unreachable (the relay releases first); make
                     // the relay's operations on the backend complete now.
@@ -712,6 +725,8 @@ impl Worker {
             return;
         };
         let fd = slot.io.fd();
+        // This read sees every byte that a readiness report so far was about.
+        slot.poll.readable = false;
         let buf = self.buffers.ensure(&mut slot.io.buf, Owner::Client);
         let token = Token::new(OpTag::ClientRead, sid.index, sid.generation);
         let sqe = buf.read_sqe(fd, token.into());
