@@ -11,7 +11,10 @@
 //!
 //! Options (each also as an environment variable):
 //!   --profile quick|full|smoke       BENCH_PROFILE      (default quick)
-//!   --targets fixed,busy,ring,heap,direct,haproxy   BENCH_TARGETS
+//!   --targets fixed,busy,hold,ring,heap,direct,haproxy   BENCH_TARGETS (hold = fixed with
+//!                   --hold-idle-slots; not in the default set)
+//!   --select-concurrency 1,32  point-select concurrencies   BENCH_SELECT_CONC
+//!   --ringgate-args "FLAGS"  extra flags for every ringgate target   BENCH_RINGGATE_ARGS
 //!   --busy-poll-us N  the busy target's --busy-poll-us   BENCH_BUSY_POLL_US (default 100)
 //!   --scenarios connect,point-select,large-result   BENCH_SCENARIOS
 //!   --rate N        open loop, N operations/s per cell, coordinated-omission corrected  BENCH_RATE
@@ -21,7 +24,7 @@
 //!   --ringgate-bin PATH  RINGGATE_BIN   (default target/release/ringgate)
 //!   --mysql-port N  BENCH_MYSQL_PORT    (default 3408; sandbox in target/bench-mariadb)
 //!   --base-port N   BENCH_BASE_PORT     (default 16400: haproxy +0, fixed +1, heap +2, ring +3,
-//!                                       busy +4, metrics +11/+12/+13/+14)
+//!                                       busy +4, hold +5, metrics +11/+12/+13/+14/+15)
 //! load: --host H --port P --user U --password PW --db D --scenario S --concurrency N
 //!       [--row-bytes N] [--table-size N] [--duration S] [--warmup S] [--rate N]
 
@@ -488,12 +491,15 @@ struct Ports {
     heap_metrics: u16,
     ring_metrics: u16,
     busy_metrics: u16,
+    hold: u16,
+    hold_metrics: u16,
 }
 
 /// The buffer mode of a ringgate target: its name, except `busy`, which is
-/// `fixed` with `--busy-poll-us`.
+/// `fixed` with `--busy-poll-us`, and `hold`, which is `fixed` with
+/// `--hold-idle-slots` (an idle client keeps its slot instead of polling).
 fn ringgate_mode(name: &str) -> &str {
-    if name == "busy" {
+    if name == "busy" || name == "hold" {
         "fixed"
     } else {
         name
@@ -1183,12 +1189,23 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
             .filter(|s| !s.is_empty())
             .collect();
         for t in &prof.targets {
-            if !["fixed", "busy", "ring", "heap", "direct", "haproxy"].contains(&t.as_str()) {
+            if !["fixed", "busy", "hold", "ring", "heap", "direct", "haproxy"].contains(&t.as_str())
+            {
                 return Err(format!(
-                    "unknown target {t:?} (fixed, busy, ring, heap, direct, haproxy)"
+                    "unknown target {t:?} (fixed, busy, hold, ring, heap, direct, haproxy)"
                 ));
             }
         }
+    }
+    if let Some(c) = args.get("select-concurrency", "BENCH_SELECT_CONC") {
+        prof.select = c
+            .split(',')
+            .map(|x| {
+                x.trim()
+                    .parse()
+                    .map_err(|_| format!("bad concurrency {x:?}"))
+            })
+            .collect::<Res<_>>()?;
     }
     let scenarios: Vec<Scenario> = match args.get("scenarios", "BENCH_SCENARIOS") {
         Some(s) => s
@@ -1244,7 +1261,7 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
     if prof
         .targets
         .iter()
-        .any(|t| ["fixed", "busy", "heap", "ring"].contains(&t.as_str()))
+        .any(|t| ["fixed", "busy", "hold", "heap", "ring"].contains(&t.as_str()))
         && !bin.is_file()
     {
         return Err(format!(
@@ -1275,11 +1292,28 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
         heap_metrics: base + 12,
         ring_metrics: base + 13,
         busy_metrics: base + 14,
+        hold: base + 5,
+        hold_metrics: base + 15,
     };
     let busy_poll_us: u32 = args
         .num("busy-poll-us", "BENCH_BUSY_POLL_US")?
         .unwrap_or(100);
-    let busy_args = ["--busy-poll-us".to_string(), busy_poll_us.to_string()];
+    // Flags for every ringgate target (an A/B of --read-buffer-size, say).
+    let common: Vec<String> = args
+        .get("ringgate-args", "BENCH_RINGGATE_ARGS")
+        .map(|a| a.split_whitespace().map(String::from).collect())
+        .unwrap_or_default();
+    let with = |extra: &[&str]| -> Vec<String> {
+        common
+            .iter()
+            .cloned()
+            .chain(extra.iter().map(|s| s.to_string()))
+            .collect()
+    };
+    let busy_us = busy_poll_us.to_string();
+    let busy_args = with(&["--busy-poll-us", &busy_us]);
+    let hold_args = with(&["--hold-idle-slots"]);
+    let plain_args = with(&[]);
     let mut targets = Vec::new();
     let mut warnings = Vec::new();
     for name in &prof.targets {
@@ -1293,7 +1327,7 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
                 &users,
                 &run_dir,
                 &prof,
-                &[],
+                &plain_args,
             )?,
             "heap" => start_ringgate(
                 "heap",
@@ -1304,7 +1338,7 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
                 &users,
                 &run_dir,
                 &prof,
-                &[],
+                &plain_args,
             )?,
             "ring" => start_ringgate(
                 "ring",
@@ -1315,7 +1349,7 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
                 &users,
                 &run_dir,
                 &prof,
-                &[],
+                &plain_args,
             )?,
             "busy" => start_ringgate(
                 "busy",
@@ -1327,6 +1361,17 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
                 &run_dir,
                 &prof,
                 &busy_args,
+            )?,
+            "hold" => start_ringgate(
+                "hold",
+                &bin,
+                ports.hold,
+                ports.hold_metrics,
+                &backend,
+                &users,
+                &run_dir,
+                &prof,
+                &hold_args,
             )?,
             "haproxy" => start_haproxy(ports.haproxy, &backend, &run_dir, &prof)?,
             _ => Target {
