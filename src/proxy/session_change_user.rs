@@ -8,10 +8,16 @@
 //!    connection's login (`mysql::change_user`). A malformed one gets what
 //!    MariaDB answers, ERR 1047 "Unknown command".
 //! 2. The credentials are checked against the users file exactly as at
-//!    login, with the greeting's scramble; a client that computed its
-//!    response for another plugin is switched to mysql_native_password
-//!    (AuthSwitchRequest with the same scramble). Passthrough identity
-//!    recovers the new user's backend credential from the response.
+//!    login, with the greeting's scramble. A caching_sha2_password response
+//!    for a user with caching_sha2 entries runs that plugin's exchange as
+//!    the login does (`session_sha2.rs`): fast authentication (0x01 0x03
+//!    before the OK), or 0x01 0x04 and the cleartext password over TLS or
+//!    the unix socket (RSA-encrypted with `--rsa-key`); a native token for
+//!    a user with only caching_sha2 verifiers is switched to
+//!    caching_sha2_password; a response for any other plugin is switched to
+//!    mysql_native_password (AuthSwitchRequest with the same scramble).
+//!    Passthrough identity recovers the new user's backend credential from
+//!    what the exchange proved.
 //! 3. The current backend is reset in place (COM_RESET_CONNECTION, through
 //!    the pool: [`SessionAction::ResetBackend`]): the old session's state
 //!    is gone whatever the verdict, as on MariaDB, and the reset tells the
@@ -38,6 +44,13 @@
 
 use super::*;
 use crate::mysql::change_user::{parse_change_user, ChangeUser};
+use crate::mysql::caching_sha2::{
+    CACHING_SHA2_PASSWORD, FAST_AUTH_SUCCESS, PERFORM_FULL_AUTHENTICATION, REQUEST_PUBLIC_KEY,
+};
+use crate::mysql::users::Sha2Fast;
+
+/// AuthMoreData's header byte.
+const AUTH_MORE_DATA: u8 = 0x01;
 
 /// Where a COM_CHANGE_USER stands.
 #[derive(Clone, Copy)]
@@ -88,6 +101,9 @@ pub(super) struct Flow {
     /// The old login, key and schema (as the reset reported it), kept to
     /// go back to when the new user's lease fails.
     old: Option<(Login, PoolKey, Option<String>)>,
+    /// caching_sha2_password's exchange, when the change runs it
+    /// (`FastOk`: 0x01 0x03 goes out before the OK).
+    sha2: Sha2Phase,
 }
 
 impl Flow {
@@ -143,6 +159,7 @@ impl Session {
             request: None,
             since: ctx.now,
             old: None,
+            sha2: Sha2Phase::Off,
         }));
         out.push(SessionAction::ExamineBuffer);
     }
@@ -211,27 +228,135 @@ impl Session {
                 return self.refuse(err_payload(ER_UNKNOWN_COM_ERROR, UNKNOWN_COMMAND), out);
             }
         };
-        let switch = self.client_caps & CLIENT_PLUGIN_AUTH != 0
-            && request
-                .auth_plugin
-                .as_deref()
-                .is_some_and(|p| p != NATIVE_PASSWORD && !p.is_empty());
+        let plugin_auth = self.client_caps & CLIENT_PLUGIN_AUTH != 0;
+        let plugin = request
+            .auth_plugin
+            .as_deref()
+            .filter(|_| plugin_auth)
+            .unwrap_or("");
+        // An empty caching_sha2 response (MySQL 8 clients before 8.0.25
+        // send one first) is switched like another plugin's.
+        let sha2 = plugin == CACHING_SHA2_PASSWORD
+            && !request.auth_response.is_empty()
+            && ctx.users.sha2_capable(&request.user);
+        let to_sha2 = !sha2 && plugin_auth && ctx.users.sha2_only(&request.user);
+        let switch = !sha2 && !to_sha2 && plugin != NATIVE_PASSWORD && !plugin.is_empty();
         let token = request.auth_response.clone();
         if let Some(flow) = self.flow() {
             flow.request = Some(request);
         }
+        if sha2 {
+            return self.change_user_sha2_fast(&token, ctx, out);
+        }
+        if to_sha2 {
+            // Only caching_sha2 verifiers: switch to that plugin, as MySQL
+            // switches to the account's (the answer is a fast-auth scramble).
+            let switch =
+                handshake::build_auth_switch_request(CACHING_SHA2_PASSWORD, &self.scramble);
+            return self.change_user_ask(&switch, Sha2Phase::Switched, out);
+        }
         if !switch {
             return self.change_user_verify(&token, ctx, out);
         }
-        // A response computed for another plugin (caching_sha2_password):
-        // ask for mysql_native_password with the scramble it already has.
+        // A response computed for another plugin: ask for
+        // mysql_native_password with the scramble it already has.
         let switch = handshake::build_auth_switch_request(NATIVE_PASSWORD, &self.scramble);
-        let (bytes, next) = packet(self.seq, &switch);
+        self.change_user_ask(&switch, Sha2Phase::Off, out)
+    }
+
+    /// Send a packet the client answers (an AuthSwitchRequest, 0x01 0x04,
+    /// the public key); `sha2` says how the answer is read.
+    fn change_user_ask(&mut self, payload: &[u8], sha2: Sha2Phase, out: &mut Vec<SessionAction>) {
+        let (bytes, next) = packet(self.seq, payload);
         self.seq = next;
         if let Some(flow) = self.flow() {
             flow.phase = Phase::AuthSwitch;
+            flow.sha2 = sha2;
         }
         out.push(SessionAction::SendClient(bytes));
+    }
+
+    /// caching_sha2 fast authentication of the change's response (or of
+    /// the answer to the switch to caching_sha2).
+    fn change_user_sha2_fast(
+        &mut self,
+        token: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        let Some(user) = self
+            .flow()
+            .and_then(|f| f.request.as_ref())
+            .map(|r| r.user.clone())
+        else {
+            return self.close(out);
+        };
+        match ctx.users.sha2_fast(&user, &self.scramble, token) {
+            Sha2Fast::Accepted(auth) => {
+                if let Some(flow) = self.flow() {
+                    flow.sha2 = Sha2Phase::FastOk;
+                }
+                self.change_user_accept(auth, !token.is_empty(), out)
+            }
+            Sha2Fast::FullAuth => self.change_user_ask(
+                &[AUTH_MORE_DATA, PERFORM_FULL_AUTHENTICATION],
+                Sha2Phase::FullAuth,
+                out,
+            ),
+            Sha2Fast::Refused => self.change_user_denied(!token.is_empty(), out),
+        }
+    }
+
+    /// caching_sha2 full authentication: the answer to 0x01 0x04 (or to
+    /// the public key).
+    fn change_user_sha2_full(
+        &mut self,
+        payload: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        let Some(flow) = self.flow() else {
+            return self.close(out);
+        };
+        let phase = flow.sha2;
+        let Some(user) = flow.request.as_ref().map(|r| r.user.clone()) else {
+            return self.close(out);
+        };
+        let decrypted;
+        let password = if self.secure {
+            // TLS or the unix socket: the password, NUL-terminated.
+            payload.strip_suffix(&[0]).unwrap_or(payload)
+        } else if let Some(key) = ctx.rsa_key {
+            if payload == [REQUEST_PUBLIC_KEY] && phase == Sha2Phase::FullAuth {
+                let mut more = vec![AUTH_MORE_DATA];
+                more.extend_from_slice(key.public_pem().as_bytes());
+                return self.change_user_ask(&more, Sha2Phase::KeySent, out);
+            }
+            match key.decrypt_password(payload, &self.scramble) {
+                Ok(p) => {
+                    decrypted = p;
+                    &decrypted[..]
+                }
+                Err(e) => {
+                    out.push(SessionAction::Log(format!(
+                        "COM_CHANGE_USER caching_sha2_password full authentication: {e}"
+                    )));
+                    return self.change_user_denied(true, out);
+                }
+            }
+        } else {
+            out.push(SessionAction::Log(
+                "COM_CHANGE_USER caching_sha2_password full authentication over TCP needs TLS or \
+                 RSA keys: start ringgate with --rsa-key or --tls-cert/--tls-key (or use the unix \
+                 socket, or a cached fast auth)"
+                    .into(),
+            ));
+            return self.change_user_denied(true, out);
+        };
+        match ctx.users.authenticate_cleartext(&user, password) {
+            Some(auth) => self.change_user_accept(auth, true, out),
+            None => self.change_user_denied(true, out),
+        }
     }
 
     fn read_switch_response(
@@ -253,28 +378,59 @@ impl Session {
         self.seq = pkt.seq.wrapping_add(1);
         let token = pkt.payload.to_vec();
         out.push(SessionAction::Consume(consumed));
-        self.change_user_verify(&token, ctx, out)
+        match self.flow().map(|f| f.sha2) {
+            Some(Sha2Phase::Switched) => self.change_user_sha2_fast(&token, ctx, out),
+            Some(Sha2Phase::FullAuth | Sha2Phase::KeySent) => {
+                self.change_user_sha2_full(&token, ctx, out)
+            }
+            _ => self.change_user_verify(&token, ctx, out),
+        }
     }
 
     /// Check the credentials, as at login.
     fn change_user_verify(&mut self, token: &[u8], ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
+        let Some((user, empty)) = self
+            .flow()
+            .and_then(|f| f.request.as_ref())
+            .map(|r| (r.user.clone(), r.auth_response.is_empty()))
+        else {
+            return self.close(out);
+        };
+        let used_password = !token.is_empty() || !empty;
+        match ctx.users.authenticate(&user, &self.scramble, token) {
+            Some(auth) => self.change_user_accept(auth, used_password, out),
+            None => self.change_user_denied(used_password, out),
+        }
+    }
+
+    /// The credentials failed: 1045 once the old session is reset.
+    fn change_user_denied(&mut self, used_password: bool, out: &mut Vec<SessionAction>) {
         let Some(request) = self.flow().and_then(|f| f.request.take()) else {
             return self.close(out);
         };
-        let used_password = !token.is_empty() || !request.auth_response.is_empty();
-        let Some(auth) = ctx.users.authenticate(&request.user, &self.scramble, token) else {
-            // The server's wording; the same for an unknown user, so the
-            // answer does not reveal which users exist.
-            let msg = format!(
-                "Access denied for user '{}'@'{}' (using password: {})",
-                request.user,
-                self.peer_host,
-                if used_password { "YES" } else { "NO" }
-            );
-            out.push(SessionAction::Log(format!(
-                "COM_CHANGE_USER refused (ERR 1045): {msg}"
-            )));
-            return self.refuse(err_payload(ER_ACCESS_DENIED_ERROR, &msg), out);
+        // The server's wording; the same for an unknown user, so the
+        // answer does not reveal which users exist.
+        let msg = format!(
+            "Access denied for user '{}'@'{}' (using password: {})",
+            request.user,
+            self.peer_host,
+            if used_password { "YES" } else { "NO" }
+        );
+        out.push(SessionAction::Log(format!(
+            "COM_CHANGE_USER refused (ERR 1045): {msg}"
+        )));
+        self.refuse(err_payload(ER_ACCESS_DENIED_ERROR, &msg), out)
+    }
+
+    /// The credentials passed: find the new user's backend identity.
+    fn change_user_accept(
+        &mut self,
+        auth: Authenticated,
+        used_password: bool,
+        out: &mut Vec<SessionAction>,
+    ) {
+        let Some(request) = self.flow().and_then(|f| f.request.take()) else {
+            return self.close(out);
         };
         let old_attrs = self.connect_attrs().to_vec();
         let login = Login {
@@ -400,9 +556,17 @@ impl Session {
         match std::mem::replace(&mut flow.phase, Phase::Replying) {
             Phase::Leasing => {
                 flow.old = None;
+                // After a caching_sha2 fast authentication, 0x01 0x03 first.
+                let mut bytes = Vec::new();
+                if std::mem::take(&mut flow.sha2) == Sha2Phase::FastOk {
+                    let (fast, next) = packet(self.seq, &[AUTH_MORE_DATA, FAST_AUTH_SUCCESS]);
+                    self.seq = next;
+                    bytes = fast;
+                }
                 let ok = ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0);
-                let (bytes, next) = packet(self.seq, &ok);
+                let (ok, next) = packet(self.seq, &ok);
                 self.seq = next;
+                bytes.extend_from_slice(&ok);
                 out.push(SessionAction::SendClient(bytes));
             }
             Phase::Restoring => match std::mem::replace(&mut flow.verdict, Verdict::Pending) {

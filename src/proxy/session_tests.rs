@@ -347,6 +347,33 @@ fn relaying(u: &Users, now: Instant) -> Session {
     s
 }
 
+/// As [`relaying`], for a client on the unix socket (a secure transport).
+fn relaying_secure(u: &Users, now: Instant) -> Session {
+    let mut out = Vec::new();
+    let mut s = Session::new(
+        NewSession {
+            scramble: SCRAMBLE,
+            connection_id: 1,
+            capabilities: PROXY_CAPS | PASSTHROUGH_CAPS,
+            ext_capabilities: 0,
+            server_version: "10.11.0-MariaDB".into(),
+            peer_host: UNIX_PEER_HOST.into(),
+            now,
+            over_limit: false,
+            transaction_pooling: false,
+            require_secure_transport: false,
+        },
+        &mut out,
+    );
+    login(&mut s, &hello("pw", "mysql_native_password"), u, now);
+    out.clear();
+    s.on_leased(&[], &ctx(u, now), &mut out);
+    let ok = sent(&out);
+    s.on_client_write(ok[0].len() as i32, &[], &ctx(u, now), &mut out);
+    assert!(s.is_relaying());
+    s
+}
+
 fn query(sql: &str) -> Vec<u8> {
     let mut payload = vec![COM_QUERY];
     payload.extend_from_slice(sql.as_bytes());
@@ -1335,4 +1362,101 @@ fn mysql_clear_password_only_over_a_secure_transport() {
             assert!(!line.contains("nope"), "{line}");
         }
     }
+}
+
+fn sha2_users() -> Users {
+    // MySQL 8's caching_sha2 verifier of "foobar" for bob.
+    Users::parse(
+        r#"{"app": [{"Password": "pw"}], "bob": [{"MysqlCachingSha2Password": "0x24412430303524031A69251C34295C4B35167C7F1E5A7B63091349503974624D34504B5A424679354856336868686F52485A736E4A733368786E427575516C73446469496537"}]}"#,
+    )
+    .unwrap()
+}
+
+fn sha2_change_user_packet(user: &str, password: &str) -> Vec<u8> {
+    use crate::mysql::change_user::{build_change_user, ChangeUser};
+    let payload = build_change_user(
+        &ChangeUser {
+            user: user.into(),
+            auth_response: crate::mysql::caching_sha2::scramble(password.as_bytes(), &SCRAMBLE),
+            database: None,
+            charset: Some(45),
+            auth_plugin: Some("caching_sha2_password".into()),
+            connect_attrs: Vec::new(),
+        },
+        PROXY_CAPS,
+    );
+    let mut v = Vec::new();
+    write_packet(&mut v, 0, &payload);
+    v
+}
+
+#[test]
+fn change_user_to_a_caching_sha2_user_runs_full_then_fast_authentication() {
+    let now = Instant::now();
+    let u = sha2_users();
+    // Over the unix socket (secure): the cleartext may come.
+    let mut s = relaying_secure(&u, now);
+    let cu = sha2_change_user_packet("bob", "foobar");
+    let mut out = send_change_user(&mut s, &cu, &u, now);
+    let more = &sent(&out)[0];
+    assert_eq!(&more[3..], &[1, 0x01, 0x04], "perform full authentication");
+    out.clear();
+    s.on_client_write(more.len() as i32, &[], &ctx(&u, now), &mut out);
+    assert_eq!(out, vec![SessionAction::ReadClient]);
+    out.clear();
+    let mut answer = Vec::new();
+    write_packet(&mut answer, 2, b"foobar\0");
+    s.on_client_read(answer.len() as i32, &answer, &ctx(&u, now), &mut out);
+    let auth = out.iter().find_map(|a| match a {
+        SessionAction::Authenticated(auth) => Some(auth.clone()),
+        _ => None,
+    });
+    assert_eq!(auth.expect("accepted").backend_user, "bob");
+    out.clear();
+    s.on_identity(IdentityId(9), &mut out);
+    s.on_relet(None, &mut out);
+    out.clear();
+    s.on_leased(&[], &ctx(&u, now), &mut out);
+    let ok = &sent(&out)[0];
+    assert_eq!((ok[3], ok[4]), (3, 0x00), "OK after the full authentication");
+    out.clear();
+    s.on_client_write(ok.len() as i32, &[], &ctx(&u, now), &mut out);
+    assert!(s.is_relaying());
+
+    // Again: the cache holds bob now, so fast authentication, with
+    // 0x01 0x03 before the OK.
+    let mut out = send_change_user(&mut s, &cu, &u, now);
+    assert!(out
+        .iter()
+        .any(|a| matches!(a, SessionAction::Authenticated(_))));
+    out.clear();
+    s.on_identity(IdentityId(9), &mut out);
+    s.on_relet(None, &mut out);
+    out.clear();
+    s.on_leased(&[], &ctx(&u, now), &mut out);
+    let reply = &sent(&out)[0];
+    assert_eq!(&reply[..6], &[2, 0, 0, 1, 0x01, 0x03], "fast auth success first");
+    assert_eq!((reply[9], reply[10]), (2, 0x00), "then the OK");
+}
+
+#[test]
+fn change_user_caching_sha2_full_authentication_over_plain_tcp_is_1045() {
+    let now = Instant::now();
+    let u = sha2_users();
+    let mut s = relaying(&u, now);
+    let cu = sha2_change_user_packet("bob", "foobar");
+    let mut out = send_change_user(&mut s, &cu, &u, now);
+    let more = &sent(&out)[0];
+    out.clear();
+    s.on_client_write(more.len() as i32, &[], &ctx(&u, now), &mut out);
+    out.clear();
+    let mut answer = Vec::new();
+    write_packet(&mut answer, 2, b"foobar\0");
+    s.on_client_read(answer.len() as i32, &answer, &ctx(&u, now), &mut out);
+    assert!(!out
+        .iter()
+        .any(|a| matches!(a, SessionAction::Authenticated(_))));
+    assert!(out.iter().any(|a| matches!(a,
+        SessionAction::Log(m) if m.contains("needs TLS or RSA keys"))));
+    assert!(out.contains(&SessionAction::ResetBackend));
 }

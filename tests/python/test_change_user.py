@@ -327,3 +327,49 @@ def test_node_mysql2_change_user_matches_mariadb(make_proxy, accounts):
     assert through == direct
     proxy.assert_settled(base, 1)
     _server_threads_match_ringgate(proxy, (accounts["a"][0], accounts["b"][0]))
+
+
+# MySQL 8's caching_sha2 verifier of "foobar" (as in test_caching_sha2.py).
+FOOBAR_VERIFIER = (
+    "0x24412430303524031A69251C34295C4B35167C7F1E5A7B63091349503974624D34504B5A424679354856336868"
+    "686F52485A736E4A733368786E427575516C73446469496537"
+)
+
+
+def test_change_user_to_a_caching_sha2_user(make_proxy, accounts, mode, tmp_path):
+    """COM_CHANGE_USER for a user whose users-file entry is a caching_sha2 verifier: the first
+    change is a full authentication (0x01 0x04, the cleartext over the unix socket), which fills
+    the cache; the next change to it is a fast authentication (0x01 0x03 before the OK). The
+    backend switches to that account (passthrough, with the password the full authentication
+    proved). A wrong password is 1045 and the session stays the old user's."""
+    sha2_user = f"cus_{mode}"
+    root = _root()
+    with root.cursor() as cur:
+        cur.execute(f"DROP USER IF EXISTS '{sha2_user}'@'%'")
+        cur.execute(f"CREATE USER '{sha2_user}'@'%%' IDENTIFIED BY %s", ("foobar",))
+        cur.execute(f"GRANT ALL ON {TEST_DB}.* TO '{sha2_user}'@'%'")
+    ua, pa = accounts["a"]
+    users = tmp_path / "sha2-users.json"
+    users.write_text(json.dumps({ua: [{"Password": pa}], sha2_user: [{"MysqlCachingSha2Password": FOOBAR_VERIFIER}]}))
+    sock = tmp_path / "rg.sock"
+    proxy = make_proxy(users_file=users, passthrough=True, extra_args=("--socket", str(sock)))
+    try:
+        cn = mysql.connector.connect(unix_socket=str(sock), user=ua, password=pa, use_pure=True,
+                                     auth_plugin="caching_sha2_password")
+        assert _one(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (ua,)
+        cn.cmd_change_user(username=sha2_user, password="foobar", database=TEST_DB)
+        assert _one(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1), DATABASE()") == (sha2_user, TEST_DB)
+        cn.cmd_change_user(username=ua, password=pa)
+        assert _one(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (ua,)
+        # From the cache now: fast authentication.
+        cn.cmd_change_user(username=sha2_user, password="foobar")
+        assert _one(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (sha2_user,)
+        with pytest.raises(mysql.connector.Error) as e:
+            cn.cmd_change_user(username=sha2_user, password="not-foobar")
+        assert e.value.errno == 1045, e.value
+        cn.close()
+        assert "foobar" not in proxy.stderr()
+    finally:
+        with root.cursor() as cur:
+            cur.execute(f"DROP USER IF EXISTS '{sha2_user}'@'%'")
+        root.close()
