@@ -112,6 +112,17 @@ pub enum Credential {
     Hashes { native: Stage1, sha2: Sha2Stage1 },
 }
 
+/// A cleartext password is overwritten when its last copy goes, so it does
+/// not linger in freed heap memory (the hashes are `Copy` arrays and are
+/// not covered).
+impl Drop for Credential {
+    fn drop(&mut self) {
+        if let Credential::Plaintext(p) = self {
+            zeroize::Zeroize::zeroize(p);
+        }
+    }
+}
+
 impl Credential {
     /// The auth response for `scramble`. By protocol convention the empty
     /// password is sent as an empty response, not as a 20-byte token.

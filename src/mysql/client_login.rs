@@ -525,7 +525,12 @@ impl ClientLogin {
                     ));
                 };
                 match exchange.on_more_data(&data, &self.params.credential, &self.transport)? {
-                    Sha2Next::Send(bytes) => self.send(auth, seq, &bytes),
+                    Sha2Next::Send(mut bytes) => {
+                        let step = self.send(auth, seq, &bytes);
+                        // Over TLS the payload is the cleartext password.
+                        zeroize::Zeroize::zeroize(&mut bytes);
+                        step
+                    }
                     Sha2Next::Wait => {
                         self.state = auth.into_state(seq.wrapping_add(1));
                         Ok(LoginStep::Wait)

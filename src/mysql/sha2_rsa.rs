@@ -128,14 +128,19 @@ impl RsaPrivate {
     /// The server side: the client's password from its ciphertext (without
     /// the trailing NUL). Runs one RSA private-key operation (about a
     /// millisecond for 2048 bits).
-    pub fn decrypt_password(&self, ciphertext: &[u8], nonce: &[u8]) -> Result<Vec<u8>, RsaError> {
+    pub fn decrypt_password(
+        &self,
+        ciphertext: &[u8],
+        nonce: &[u8],
+    ) -> Result<zeroize::Zeroizing<Vec<u8>>, RsaError> {
         if ciphertext.len() != self.key.size() || nonce.is_empty() {
             return Err(RsaError::Decrypt);
         }
-        let mut plain = self
-            .key
-            .decrypt(Oaep::new::<sha1::Sha1>(), ciphertext)
-            .map_err(|_| RsaError::Decrypt)?;
+        let mut plain = zeroize::Zeroizing::new(
+            self.key
+                .decrypt(Oaep::new::<sha1::Sha1>(), ciphertext)
+                .map_err(|_| RsaError::Decrypt)?,
+        );
         xor_nonce(&mut plain, nonce);
         match plain.pop() {
             Some(0) => Ok(plain),
@@ -229,7 +234,7 @@ mod tests {
         for pw in [&b"secret"[..], b"", &long] {
             let c = public.encrypt_password(pw, NONCE).unwrap();
             assert_eq!(c.len(), 128);
-            assert_eq!(private.decrypt_password(&c, NONCE).unwrap(), pw);
+            assert_eq!(private.decrypt_password(&c, NONCE).unwrap().as_slice(), pw);
         }
         // OAEP is randomised: two encryptions differ.
         assert_ne!(

@@ -43,10 +43,10 @@
 //! connection after the ERR.
 
 use super::*;
-use crate::mysql::change_user::{parse_change_user, ChangeUser};
 use crate::mysql::caching_sha2::{
     CACHING_SHA2_PASSWORD, FAST_AUTH_SUCCESS, PERFORM_FULL_AUTHENTICATION, REQUEST_PUBLIC_KEY,
 };
+use crate::mysql::change_user::{parse_change_user, ChangeUser};
 use crate::mysql::users::Sha2Fast;
 
 /// AuthMoreData's header byte.

@@ -1418,7 +1418,11 @@ fn change_user_to_a_caching_sha2_user_runs_full_then_fast_authentication() {
     out.clear();
     s.on_leased(&[], &ctx(&u, now), &mut out);
     let ok = &sent(&out)[0];
-    assert_eq!((ok[3], ok[4]), (3, 0x00), "OK after the full authentication");
+    assert_eq!(
+        (ok[3], ok[4]),
+        (3, 0x00),
+        "OK after the full authentication"
+    );
     out.clear();
     s.on_client_write(ok.len() as i32, &[], &ctx(&u, now), &mut out);
     assert!(s.is_relaying());
@@ -1435,7 +1439,11 @@ fn change_user_to_a_caching_sha2_user_runs_full_then_fast_authentication() {
     out.clear();
     s.on_leased(&[], &ctx(&u, now), &mut out);
     let reply = &sent(&out)[0];
-    assert_eq!(&reply[..6], &[2, 0, 0, 1, 0x01, 0x03], "fast auth success first");
+    assert_eq!(
+        &reply[..6],
+        &[2, 0, 0, 1, 0x01, 0x03],
+        "fast auth success first"
+    );
     assert_eq!((reply[9], reply[10]), (2, 0x00), "then the OK");
 }
 

@@ -216,7 +216,7 @@ impl Worker {
     pub(super) fn backend_op(&mut self, bid: BackendId, op: BackendOp) {
         if self.backend_tls_on(bid) {
             match op {
-                BackendOp::Send(bytes) => return self.backend_tls_send_own(bid, &bytes),
+                BackendOp::Send(bytes) => return self.backend_tls_send_own(bid, bytes),
                 BackendOp::Read if !self.backend_tls_room(bid) => {
                     // A partial record fills the buffer beside the plaintext.
                     let mut events = Vec::new();

@@ -304,11 +304,15 @@ impl Worker {
     }
 
     /// `BackendOp::Send` on a TLS connection: seal and queue the packet.
-    pub(super) fn backend_tls_send_own(&mut self, bid: BackendId, bytes: &[u8]) {
+    pub(super) fn backend_tls_send_own(&mut self, bid: BackendId, mut bytes: Vec<u8>) {
         let Some(tls) = self.backend_tls.get_mut(&tls_key(bid)) else {
             return;
         };
-        match seal(tls, BackendUpper::Own, bytes) {
+        let sealed = seal(tls, BackendUpper::Own, &bytes);
+        // The login's packets may hold the cleartext password (full
+        // authentication inside TLS): only the sealed copy stays.
+        zeroize::Zeroize::zeroize(&mut bytes);
+        match sealed {
             Ok(()) => self.backend_tls_kick(bid),
             Err(e) => self.backend_upper_done(bid, BackendUpper::Own, e),
         }
