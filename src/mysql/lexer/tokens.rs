@@ -1,0 +1,243 @@
+//! The tokenizer under [`classify`](super::classify): MySQL's quoting, comment and
+//! executable-comment rules, which decide where a statement's code is. Kept apart from the
+//! classifier because it is the part that must match the server byte for byte (the fuzz target
+//! drives it directly), while the classifier only looks at the tokens.
+
+use super::{LexError, LexOptions};
+
+/// Token kinds. Keywords, identifiers and numbers are all `Word`: the
+/// classifier only compares words with keywords.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// `[A-Za-z0-9_$]` and bytes ≥ 0x80.
+    Word,
+    /// `` `…` `` (or `"…"` under ANSI_QUOTES).
+    QuotedIdent,
+    /// `'…'` (or `"…"` without ANSI_QUOTES).
+    String,
+    /// `@name`, `@'name'`, `` @`name` ``, `@"name"`.
+    UserVar,
+    /// `@@name`, `@@session.name`, `@@global.name`, `@@local.name`.
+    SysVar,
+    /// Any other single byte, or `:=`.
+    Punct,
+    /// A top-level `;`.
+    Semicolon,
+}
+
+/// One token: its kind and its bytes in the text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Token {
+    pub kind: TokenKind,
+    pub start: usize,
+    pub end: usize,
+}
+
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
+}
+
+/// Tokenizes `sql`, skipping whitespace and comments; the contents of
+/// executable comments are tokens like any other code.
+pub fn tokenize(sql: &[u8], opts: &LexOptions) -> Result<Vec<Token>, LexError> {
+    if !opts.ascii_safe_charset && sql.iter().any(|&b| b >= 0x80) {
+        return Err(LexError::UnsafeMultibyte);
+    }
+    let mut toks = Vec::new();
+    let mut i = 0;
+    let mut in_exec_comment = false;
+    let at = |j: usize| sql.get(j).copied();
+    while let Some(b) = at(i) {
+        let start = i;
+        let kind = match b {
+            b' ' | b'\t' | b'\n' | b'\r' | 0x0B | 0x0C => {
+                i += 1;
+                continue;
+            }
+            b'#' => {
+                i = skip_line(sql, i);
+                continue;
+            }
+            b'-' if at(i + 1) == Some(b'-') && at(i + 2).is_none_or(|c| c <= b' ') => {
+                i = skip_line(sql, i);
+                continue;
+            }
+            b'*' if in_exec_comment && at(i + 1) == Some(b'/') => {
+                in_exec_comment = false;
+                i += 2;
+                continue;
+            }
+            b'/' if at(i + 1) == Some(b'*') => {
+                let exec = match (at(i + 2), at(i + 3)) {
+                    (Some(b'!'), _) => Some(i + 3),
+                    (Some(b'M'), Some(b'!')) => Some(i + 4),
+                    _ => None,
+                };
+                match exec {
+                    Some(mut j) => {
+                        if in_exec_comment {
+                            return Err(LexError::OddExecutableComment);
+                        }
+                        // The optional version: 5 digits (MySQL) or 6 (MariaDB).
+                        let mut digits = 0;
+                        while digits < 6 && at(j).is_some_and(|c| c.is_ascii_digit()) {
+                            j += 1;
+                            digits += 1;
+                        }
+                        in_exec_comment = true;
+                        i = j;
+                    }
+                    None => {
+                        let close = find(sql, i + 2, b"*/").ok_or(LexError::UnterminatedComment)?;
+                        i = close + 2;
+                    }
+                }
+                continue;
+            }
+            b'\'' => {
+                i = skip_quoted(sql, i, b'\'', !opts.no_backslash_escapes)
+                    .ok_or(LexError::UnterminatedString)?;
+                TokenKind::String
+            }
+            b'"' if opts.ansi_quotes => {
+                i = skip_quoted(sql, i, b'"', false).ok_or(LexError::UnterminatedIdentifier)?;
+                TokenKind::QuotedIdent
+            }
+            b'"' => {
+                i = skip_quoted(sql, i, b'"', !opts.no_backslash_escapes)
+                    .ok_or(LexError::UnterminatedString)?;
+                TokenKind::String
+            }
+            b'`' => {
+                i = skip_quoted(sql, i, b'`', false).ok_or(LexError::UnterminatedIdentifier)?;
+                TokenKind::QuotedIdent
+            }
+            b'@' if at(i + 1) == Some(b'@') => {
+                i += 2;
+                // scope.name, name, or a quoted name; each part a word or `…`.
+                for part in 0..2 {
+                    match at(i) {
+                        Some(b'`') => {
+                            i = skip_quoted(sql, i, b'`', false)
+                                .ok_or(LexError::UnterminatedIdentifier)?;
+                        }
+                        _ => {
+                            while at(i).is_some_and(is_word_byte) {
+                                i += 1;
+                            }
+                        }
+                    }
+                    if part == 0 && at(i) == Some(b'.') {
+                        i += 1;
+                    } else {
+                        break;
+                    }
+                }
+                TokenKind::SysVar
+            }
+            b'@' => {
+                // `'user'@'host'` and `user@host`: an `@` glued to the end of
+                // a name is the user/host separator, not a variable.
+                let glued = toks.last().is_some_and(|t: &Token| {
+                    t.end == i
+                        && matches!(
+                            t.kind,
+                            TokenKind::Word | TokenKind::String | TokenKind::QuotedIdent
+                        )
+                });
+                match at(i + 1) {
+                    _ if glued => {
+                        i += 1;
+                        TokenKind::Punct
+                    }
+                    Some(q @ (b'\'' | b'"' | b'`')) => {
+                        let esc = q != b'`' && !opts.no_backslash_escapes;
+                        i = skip_quoted(sql, i + 1, q, esc)
+                            .ok_or(LexError::UnterminatedIdentifier)?;
+                        TokenKind::UserVar
+                    }
+                    Some(c) if is_word_byte(c) || c == b'.' => {
+                        i += 1;
+                        while at(i).is_some_and(|c| is_word_byte(c) || c == b'.') {
+                            i += 1;
+                        }
+                        TokenKind::UserVar
+                    }
+                    _ => {
+                        i += 1;
+                        TokenKind::Punct
+                    }
+                }
+            }
+            b':' if at(i + 1) == Some(b'=') => {
+                i += 2;
+                TokenKind::Punct
+            }
+            b';' => {
+                if in_exec_comment {
+                    return Err(LexError::OddExecutableComment);
+                }
+                i += 1;
+                TokenKind::Semicolon
+            }
+            c if is_word_byte(c) => {
+                while at(i).is_some_and(is_word_byte) {
+                    i += 1;
+                }
+                TokenKind::Word
+            }
+            _ => {
+                i += 1;
+                TokenKind::Punct
+            }
+        };
+        toks.push(Token {
+            kind,
+            start,
+            end: i,
+        });
+    }
+    if in_exec_comment {
+        return Err(LexError::UnterminatedComment);
+    }
+    Ok(toks)
+}
+
+/// The index just past the end of the line that starts at `i` (or the end).
+fn skip_line(sql: &[u8], i: usize) -> usize {
+    match sql
+        .get(i..)
+        .and_then(|r| r.iter().position(|&c| c == b'\n'))
+    {
+        Some(p) => i + p + 1,
+        None => sql.len(),
+    }
+}
+
+fn find(sql: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
+    sql.get(from..)?
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|p| from + p)
+}
+
+/// The index just past the closing quote of the quoted text opening at `i`
+/// (a doubled quote is part of the text; with `backslash`, `\` escapes the
+/// next byte). None when unterminated.
+fn skip_quoted(sql: &[u8], i: usize, q: u8, backslash: bool) -> Option<usize> {
+    let mut j = i + 1;
+    loop {
+        let c = *sql.get(j)?;
+        if backslash && c == b'\\' {
+            j += 2;
+        } else if c == q {
+            if sql.get(j + 1) == Some(&q) {
+                j += 2;
+            } else {
+                return Some(j + 1);
+            }
+        } else {
+            j += 1;
+        }
+    }
+}
