@@ -48,6 +48,10 @@ impl Harness {
     }
 
     fn with_identity(identity: IdentityMode, max: usize, pool_size: usize) -> Harness {
+        Harness::with_tls(identity, max, pool_size, TlsWish::Off)
+    }
+
+    fn with_tls(identity: IdentityMode, max: usize, pool_size: usize, tls: TlsWish) -> Harness {
         let metrics = Metrics::new(1, BufferMode::Heap);
         let open = Arc::new(AtomicUsize::new(0));
         let pool = Pool::new(
@@ -60,7 +64,7 @@ impl Harness {
                 idle_timeout: Duration::from_secs(60),
                 connect_timeout: Duration::from_secs(2),
                 full_auth: Default::default(),
-                tls: Default::default(),
+                tls,
             },
             Arc::clone(&open),
             Arc::clone(&metrics),
@@ -522,4 +526,29 @@ fn a_relet_while_draining_closes_and_fails_the_session() {
     let ev = h.drive(out);
     assert_eq!(failed(&ev), Some((sid(1), 1105)));
     assert_eq!(h.pool.len(), 0);
+}
+
+#[test]
+fn the_pool_stamps_its_backend_tls_on_every_key() {
+    let shared = IdentityMode::Shared(BackendLogin {
+        user: "bench".into(),
+        credential: Credential::Plaintext(b"pw".to_vec()),
+    });
+    // The canned server offers no TLS: `preferred` logs in in plain.
+    let mut h = Harness::with_tls(shared, 2, 0, TlsWish::Preferred);
+    let unstamped = PoolKey::default_warm();
+    assert_eq!(unstamped.tls, TlsWish::Off, "sessions do not know it");
+    let (_, b) = leased(&h.lease(req(1, unstamped))).expect("leased");
+    let key = h.pool.get_mut(b).unwrap().conn.key();
+    assert_eq!(
+        key.tls,
+        TlsWish::Preferred,
+        "opened with the pool's TLS wish"
+    );
+    assert_eq!(h.pool.first_waiter(key), None);
+    h.release(b, true);
+    // The next lease of the same session key finds it (the same stamp).
+    let (_, again) = leased(&h.lease(req(2, unstamped))).expect("leased");
+    assert_eq!(again, b);
+    h.release(again, true);
 }
