@@ -5,7 +5,7 @@
 #   scripts/ensure-deps.sh           # mariadb-server, mariadb-client, util-linux tools, nodejs, npm,
 #                                    # PyMySQL, pytest, mysql-connector-python, node mysql2
 #                                    # (tests/node), rustfmt + clippy (rustup components)
-#   scripts/ensure-deps.sh --bench   # ... plus haproxy and sysbench
+#   scripts/ensure-deps.sh --bench   # ... plus haproxy and sysbench (openssl is in the base list)
 set -euo pipefail
 
 BENCH=0
@@ -36,6 +36,8 @@ CHECKS=(
     # node mysql2 (tests/node) and the driver suites of `make drivers` (scripts/drivers.sh).
     "nodejs:node"
     "npm:npm"
+    # Certificates for the TLS tests and the bench's TLS section (mariadb-sandbox.sh, test_tls.py).
+    "openssl:openssl"
 )
 if [ "$BENCH" = 1 ]; then
     CHECKS+=("haproxy:haproxy" "sysbench:sysbench")

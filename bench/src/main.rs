@@ -16,7 +16,7 @@
 //!   --select-concurrency 1,32  point-select concurrencies   BENCH_SELECT_CONC
 //!   --ringgate-args "FLAGS"  extra flags for every ringgate target   BENCH_RINGGATE_ARGS
 //!   --busy-poll-us N  the busy target's --busy-poll-us   BENCH_BUSY_POLL_US (default 100)
-//!   --scenarios connect,point-select,large-result   BENCH_SCENARIOS
+//!   --scenarios connect,point-select,large-result,tls   BENCH_SCENARIOS (tls: src/tls.rs)
 //!   --rate N        open loop, N operations/s per cell, coordinated-omission corrected  BENCH_RATE
 //!   --rounds N      BENCH_ROUNDS        --duration SECS  BENCH_DURATION (per round)
 //!   --warmup SECS   BENCH_WARMUP        --sysbench on|off BENCH_SYSBENCH
@@ -37,6 +37,7 @@ mod procs;
 mod report;
 mod schedule;
 mod sysbench;
+mod tls;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -400,7 +401,9 @@ fn start_backend(root: &Path, prof: &Profile, args: &Args) -> Res<(Backend, bool
         Command::new(&script)
             .arg("start")
             .arg(&dir)
-            .arg(port.to_string()),
+            .arg(port.to_string())
+            // MariaDB's own TLS, for the TLS section (tls.rs).
+            .env("RINGGATE_SANDBOX_TLS", "1"),
     )?;
     Ok((
         Backend {
@@ -499,7 +502,7 @@ struct Ports {
 /// `fixed` with `--busy-poll-us`, and `hold`, which is `fixed` with
 /// `--hold-idle-slots` (an idle client keeps its slot instead of polling).
 fn ringgate_mode(name: &str) -> &str {
-    if name == "busy" || name == "hold" {
+    if name == "busy" || name == "hold" || name == "tls" {
         "fixed"
     } else {
         name
@@ -1207,9 +1210,12 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
             })
             .collect::<Res<_>>()?;
     }
-    let scenarios: Vec<Scenario> = match args.get("scenarios", "BENCH_SCENARIOS") {
+    let (run_tls, scenario_list) =
+        tls::split_scenarios(args.get("scenarios", "BENCH_SCENARIOS").as_deref());
+    let scenarios: Vec<Scenario> = match scenario_list {
         Some(s) => s
             .split(',')
+            .filter(|x| !x.trim().is_empty())
             .map(|x| Scenario::parse(x).ok_or(format!("unknown scenario {x:?}")))
             .collect::<Res<_>>()?,
         None => vec![
@@ -1549,6 +1555,17 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
         }
     }
 
+    let tls_report = if run_tls {
+        Some(
+            tls::section(
+                &root, &bin, &backend, &users, &run_dir, &out_dir, &prof, base, own_server,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+
     // sysbench, interleaved over targets.
     let mut sb = Vec::new();
     if prof.sysbench && !targets.is_empty() {
@@ -1686,6 +1703,9 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
     }
     println!();
     print!("{}", report::table(&summary, false));
+    if let Some(r) = &tls_report {
+        print!("\n{}", r.table());
+    }
     for w in &summary.warnings {
         println!("WARNING: {w}");
     }
@@ -1724,15 +1744,19 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
                     .map(|r| format!("sysbench {} / {}: {:?}", r.test, r.target, r.failed)),
             )
             .chain(leaks.iter().map(|l| format!("leak check: {l}")))
+            .chain(tls_report.iter().flat_map(|r| r.problems()))
             .collect();
         // One leak check per ringgate target counts as a check of its own.
-        let n = summary.records.len() + summary.sysbench.len() + summary.after_run.len();
+        let n = summary.records.len()
+            + summary.sysbench.len()
+            + summary.after_run.len()
+            + tls_report.as_ref().map_or(0, |r| r.records.len() + 1);
         println!(
             "bench-smoke: {} passed, {} failed",
             n - bad.len(),
             bad.len()
         );
-        if summary.records.is_empty() {
+        if summary.records.is_empty() && tls_report.is_none() {
             return Err("smoke run failed: it measured nothing (no scenario cell ran)".into());
         }
         if !bad.is_empty() {
