@@ -764,8 +764,12 @@ impl TlsReport {
             );
         }
         let find = |t: &str, m: Mode| self.records.iter().find(|r| r.target == t && r.mode == m);
-        let mut targets: Vec<&str> = self.records.iter().map(|r| r.target.as_str()).collect();
-        targets.dedup();
+        let mut targets: Vec<&str> = Vec::new();
+        for r in &self.records {
+            if !targets.contains(&r.target.as_str()) {
+                targets.push(&r.target);
+            }
+        }
         for t in targets {
             let ratio = |a: Mode, b: Mode, f: &dyn Fn(&TlsRecord) -> Option<f64>| match (
                 find(t, a).and_then(f),
