@@ -132,7 +132,7 @@ def test_prepared_statements_interleaved_with_20_clients_on_4_backends(make_prox
             finally:
                 c.close()
 
-        run_threads(4, client, timeout=120)
+        run_threads(4, client)
     finally:
         stop.set()
         for t in others:
@@ -577,7 +577,10 @@ def test_closing_a_statement_spares_another_sessions_same_statement(make_proxy):
 
 
 @pytest.mark.parametrize("mode", ["fixed"])  # the slowest test: once is enough
-def test_prepared_stmt_count_bounded_after_10000_distinct_prepares(make_proxy):
+def test_prepared_stmt_count_bounded_after_2000_distinct_prepares(make_proxy):
+    # 2000 prepares turn the 64 statements the bound allows over 30 times, and without the
+    # bound the 1000 that half the clients never close would stay on the server: 10,000 (as
+    # before) proved nothing more and took 50 s to 140 s of make test.
     backends, bound = 4, 16
     proxy = tx_proxy(make_proxy, backends=backends, extra=["--backend-max-prepared", str(bound)])
     before = server_status("Prepared_stmt_count")
@@ -585,8 +588,8 @@ def test_prepared_stmt_count_bounded_after_10000_distinct_prepares(make_proxy):
     def client(i):
         c = Raw(proxy.port)
         try:
-            for k in range(2500):
-                n = i * 2500 + k
+            for k in range(500):
+                n = i * 500 + k
                 stmt, _, _ = c.prepare(f"SELECT {n} + ?")
                 if k % 25 == 0:
                     _, rows, _ = c.execute(stmt, [(T_LONGLONG, 1)])
@@ -596,11 +599,11 @@ def test_prepared_stmt_count_bounded_after_10000_distinct_prepares(make_proxy):
         finally:
             c.close()
 
-    run_threads(4, client, timeout=120)
+    run_threads(4, client)
     m = proxy.metrics()
     assert server_status("Prepared_stmt_count") - before <= bound * backends
     assert m["ringgate_backend_prepared_statements"] <= bound * backends
-    assert m["ringgate_statement_evictions_total"] >= 10_000 - bound * backends
+    assert m["ringgate_statement_evictions_total"] >= 2_000 - bound * backends
     assert client_statements_settle(proxy) == 0, "registries leaked"
 
 
