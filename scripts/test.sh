@@ -13,12 +13,20 @@ REPO_ROOT="$(pwd)"
 . scripts/sandbox-defaults.sh
 
 step() { printf '\n==> %s\n' "$*"; }
+# How long each step took, for the summary: make test has a 15-minute budget in CI, and this
+# says where it goes (pytest also lists its slowest tests).
+took() {
+    local s=$((SECONDS - $1))
+    printf '%dm%02ds' $((s / 60)) $((s % 60))
+}
 
 step "ensure-deps"
 scripts/ensure-deps.sh
 
 step "cargo build"
+T=$SECONDS
 cargo build
+BUILD_TOOK=$(took "$T")
 
 STARTED_SANDBOX=0
 cleanup() {
@@ -49,10 +57,12 @@ export RUST_LOG="${RUST_LOG:-info}"
 
 LINT_RC=0
 step "cargo fmt --check and clippy"
+T=$SECONDS
 # ensure-deps.sh installed rustfmt and clippy (or failed): never skip the lint. Without them
 # these commands fail, and the summary says FAILED.
 cargo fmt --all -- --check || LINT_RC=$?
 cargo clippy --workspace --all-targets -- -D warnings || LINT_RC=$?
+LINT_TOOK=$(took "$T")
 
 # Each step's output is also kept in LOGS, so that the summary can say how many tests ran:
 # a step that exits 0 having run no test (a CARGO_TEST_ARGS filter that matches nothing, every
@@ -61,6 +71,7 @@ LOGS="$(mktemp -d)"
 
 CARGO_RC=0
 step "cargo test"
+T=$SECONDS
 set +e
 # --no-fail-fast: one failing test binary must not hide the suites after it
 # (cargo stops at the first by default, and the summary would count only
@@ -69,6 +80,7 @@ set +e
 cargo test --no-fail-fast ${CARGO_TEST_ARGS:-} 2>&1 | tee "$LOGS/cargo-test.log"
 CARGO_RC=${PIPESTATUS[0]}
 set -e
+CARGO_TOOK=$(took "$T")
 # "test result: ok. 12 passed; 0 failed; 1 ignored; ..." once per test binary.
 CARGO_COUNTS=$(awk '/^test result:/ {
         for (i = 1; i <= NF; i++) {
@@ -84,11 +96,13 @@ fi
 
 PYTEST_RC=0
 step "pytest tests/python"
+T=$SECONDS
 set +e
 # shellcheck disable=SC2086
-python3 -m pytest tests/python -q -rs ${PYTEST_ARGS:-} 2>&1 | tee "$LOGS/pytest.log"
+python3 -m pytest tests/python -q -rs --durations=20 ${PYTEST_ARGS:-} 2>&1 | tee "$LOGS/pytest.log"
 PYTEST_RC=${PIPESTATUS[0]}
 set -e
+PYTEST_TOOK=$(took "$T")
 # pytest's closing line, e.g. "42 passed, 2 skipped in 31.20s" (counts only, no timing).
 PYTEST_COUNTS=$(tail -n 1 "$LOGS/pytest.log" | sed -E 's/^=+ //; s/ in [0-9.]+s.*$//')
 if [ "$PYTEST_RC" = 5 ]; then
@@ -105,10 +119,12 @@ fi
 
 BENCH_RC=0
 step "bench smoke (fixed + direct, a few seconds each)"
+T=$SECONDS
 set +e
 make bench-smoke 2>&1 | tee "$LOGS/bench-smoke.log"
 BENCH_RC=${PIPESTATUS[0]}
 set -e
+BENCH_TOOK=$(took "$T")
 # Its closing line: "bench-smoke: 6 passed, 0 failed" (the smoke fails itself when it ran none).
 BENCH_COUNTS=$(sed -n 's/^bench-smoke: //p' "$LOGS/bench-smoke.log" | tail -n 1)
 
@@ -122,10 +138,11 @@ status() {
     *) echo "FAILED (exit $1${2:+; $2})" ;;
     esac
 }
-echo "fmt/clippy:  $(status "$LINT_RC")"
-echo "cargo test:  $(status "$CARGO_RC" "$CARGO_COUNTS")"
-echo "pytest:      $(status "$PYTEST_RC" "$PYTEST_COUNTS")"
-echo "bench smoke: $(status "$BENCH_RC" "$BENCH_COUNTS")"
+echo "fmt/clippy:  $(status "$LINT_RC") [$LINT_TOOK]"
+echo "cargo test:  $(status "$CARGO_RC" "$CARGO_COUNTS") [$CARGO_TOOK]"
+echo "pytest:      $(status "$PYTEST_RC" "$PYTEST_COUNTS") [$PYTEST_TOOK]"
+echo "bench smoke: $(status "$BENCH_RC" "$BENCH_COUNTS") [$BENCH_TOOK]"
+echo "time:        cargo build $BUILD_TOOK, whole run $(took 0)"
 if [ "$LINT_RC" != 0 ] || [ "$CARGO_RC" != 0 ] || [ "$PYTEST_RC" != 0 ] || [ "$BENCH_RC" != 0 ]; then
     exit 1
 fi
