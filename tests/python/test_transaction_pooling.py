@@ -328,7 +328,9 @@ def test_no_leak_after_churn(make_proxy):
     proxy = tx_proxy(make_proxy, 16, workers=2)
 
     def churn(i):
-        for j in range(25):
+        # 40 x 12 connects: every kind of session below several times per client; 40 x 25 took
+        # a minute of make test per buffer mode for the same kinds of session.
+        for j in range(12):
             with proxy.connect(autocommit=(j % 2 == 0)) as c:
                 value(c, "SELECT 1")
                 if j % 5 == 0:
@@ -337,8 +339,13 @@ def test_no_leak_after_churn(make_proxy):
                     value(c, "BEGIN")  # left open: rolled back by the reset
 
     run_threads(40, churn)
-    m = wait_idle(proxy)
-    assert m("ringgate_client_connections") == 0
+    wait_idle(proxy)
+    # The last clients' COM_QUIT and FIN may still be on their way when the threads return:
+    # ringgate must get to 0 soon, not at the instant the test looks (a loaded run saw 1).
+    deadline = time.monotonic() + 10
+    while proxy.metrics()("ringgate_client_connections") != 0:
+        assert time.monotonic() < deadline, "client connections left after the churn"
+        time.sleep(0.05)
     with direct() as c:
         threads = value(c, "SELECT COUNT(*) FROM information_schema.PROCESSLIST")
     assert threads <= 16 + 5, f"{threads} server threads"
