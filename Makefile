@@ -48,14 +48,18 @@ clean:
 
 # Benchmark (issue 3): MariaDB sandbox + HAProxy + ringgate fixed/ring/heap + direct, interleaved
 # rounds, sysbench; prints a table and writes bench/results/<timestamp>/ (see docs/benchmarks.md).
-# BENCH_PROFILE=quick|full, BENCH_TARGETS=fixed,ring,heap,direct,haproxy,
-# BENCH_SCENARIOS=connect,point-select,large-result, BENCH_RATE=N (open loop), BENCH_SYSBENCH=off.
+# BENCH_PROFILE=quick|full, BENCH_TARGETS=fixed,busy,tx,ring,heap,direct,haproxy (tx = fixed with
+# --pooling transaction), BENCH_SCENARIOS=connect,point-select,large-result,many-clients,idle-10k,
+# idle-max: the last three start their own ringgates (bench/src/mux.rs); idle-max holds ~19,000 idle
+# clients for 200 s and runs only when named or with BENCH_PROFILE=full. BENCH_RATE=N (open loop),
+# BENCH_SYSBENCH=off. Idle scenarios need fds: the bench raises its soft RLIMIT_NOFILE to the hard one.
 .PHONY: bench bench-smoke
 bench:
 	cargo build --release -p ringgate -p ringgate-bench
 	RINGGATE_BIN="$${RINGGATE_BIN:-$(TARGET_DIR)/release/ringgate}" $(TARGET_DIR)/release/ringgate-bench run
 
-# The bench's unit tests and a few-seconds smoke run (fixed + direct, debug builds). Reuses the
+# The bench's unit tests and a few-seconds smoke run (fixed + direct, and 200 idle clients through a
+# transaction-pooling ringgate; debug builds). Reuses the
 # MariaDB from RINGGATE_TEST_MYSQL_* (scripts/mariadb-sandbox.sh env) when set, else starts one.
 bench-smoke:
 	cargo test -p ringgate-bench

@@ -1,9 +1,11 @@
 //! ringgate-bench: `make bench`.
 //!
 //!   ringgate-bench run   [options]   the whole benchmark: MariaDB sandbox, HAProxy, ringgate
-//!                                    fixed + busy (fixed with --busy-poll-us) + ring + heap, direct;
-//!                                    scenarios in interleaved rounds;
-//!                                    sysbench; results under bench/results/<timestamp>/
+//!                                    fixed + busy (fixed with --busy-poll-us) + tx (fixed with
+//!                                    --pooling transaction) + ring + heap, direct;
+//!                                    scenarios in interleaved rounds; sysbench; then the
+//!                                    transaction-pooling scenarios (mux.rs) with their own
+//!                                    ringgates; results under bench/results/<timestamp>/
 //!   ringgate-bench smoke [options]   the same with the smoke profile (a few seconds per
 //!                                    scenario, fixed + direct), reusing a running sandbox
 //!                                    when RINGGATE_TEST_MYSQL_PORT etc. are set
@@ -11,12 +13,14 @@
 //!
 //! Options (each also as an environment variable):
 //!   --profile quick|full|smoke       BENCH_PROFILE      (default quick)
-//!   --targets fixed,busy,hold,ring,heap,direct,haproxy   BENCH_TARGETS (hold = fixed with
-//!                   --hold-idle-slots; not in the default set)
+//!   --targets fixed,busy,hold,tx,ring,heap,direct,haproxy   BENCH_TARGETS (hold = fixed with
+//!                   --hold-idle-slots, not in the default set; tx = fixed with --pooling transaction)
 //!   --select-concurrency 1,32  point-select concurrencies   BENCH_SELECT_CONC
 //!   --ringgate-args "FLAGS"  extra flags for every ringgate target   BENCH_RINGGATE_ARGS
 //!   --busy-poll-us N  the busy target's --busy-poll-us   BENCH_BUSY_POLL_US (default 100)
-//!   --scenarios connect,point-select,large-result,tls   BENCH_SCENARIOS (tls: src/tls.rs)
+//!   --scenarios connect,point-select,large-result,tls,many-clients,idle-10k,idle-max
+//!                   BENCH_SCENARIOS (tls: src/tls.rs; default: all but idle-max, which the full
+//!                   profile adds; knobs of the last three: see mux.rs)
 //!   --rate N        open loop, N operations/s per cell, coordinated-omission corrected  BENCH_RATE
 //!   --rounds N      BENCH_ROUNDS        --duration SECS  BENCH_DURATION (per round)
 //!   --warmup SECS   BENCH_WARMUP        --sysbench on|off BENCH_SYSBENCH
@@ -24,7 +28,8 @@
 //!   --ringgate-bin PATH  RINGGATE_BIN   (default target/release/ringgate)
 //!   --mysql-port N  BENCH_MYSQL_PORT    (default 3408; sandbox in target/bench-mariadb)
 //!   --base-port N   BENCH_BASE_PORT     (default 16400: haproxy +0, fixed +1, heap +2, ring +3,
-//!                                       busy +4, hold +5, metrics +11/+12/+13/+14/+15)
+//!                                       busy +4, hold +5, tx +6, metrics +11..+16; mux.rs's
+//!                                       ringgates +20..+25, metrics +30..+35)
 //! load: --host H --port P --user U --password PW --db D --scenario S --concurrency N
 //!       [--row-bytes N] [--table-size N] [--duration S] [--warmup S] [--rate N]
 
@@ -32,8 +37,12 @@
 
 mod checks;
 mod hist;
+mod idle;
 mod load;
+mod many_clients;
+mod mux;
 mod procs;
+mod rawclient;
 mod report;
 mod schedule;
 mod sysbench;
@@ -82,7 +91,7 @@ struct Profile {
 
 fn profile(name: &str) -> Res<Profile> {
     let all = || {
-        ["fixed", "busy", "ring", "heap", "direct", "haproxy"]
+        ["fixed", "busy", "tx", "ring", "heap", "direct", "haproxy"]
             .iter()
             .map(|s| s.to_string())
             .collect()
@@ -490,22 +499,25 @@ struct Ports {
     heap: u16,
     ring: u16,
     busy: u16,
+    tx: u16,
     fixed_metrics: u16,
     heap_metrics: u16,
     ring_metrics: u16,
     busy_metrics: u16,
     hold: u16,
     hold_metrics: u16,
+    tx_metrics: u16,
 }
 
 /// The buffer mode of a ringgate target: its name, except `busy`, which is
-/// `fixed` with `--busy-poll-us`, and `hold`, which is `fixed` with
-/// `--hold-idle-slots` (an idle client keeps its slot instead of polling).
+/// `fixed` with `--busy-poll-us`, `hold`, which is `fixed` with
+/// `--hold-idle-slots` (an idle client keeps its slot instead of polling), and `tx`, `fixed`
+/// with `--pooling transaction`; the scenarios of mux.rs name theirs `MODE-what`
+/// (`ring-idle-max`).
 fn ringgate_mode(name: &str) -> &str {
-    if name == "busy" || name == "hold" || name == "tls" {
-        "fixed"
-    } else {
-        name
+    match name {
+        "busy" | "hold" | "tx" | "tls" => "fixed",
+        n => n.split_once('-').map_or(n, |(m, _)| m),
     }
 }
 
@@ -560,12 +572,17 @@ fn start_ringgate(
         .arg(users)
         .arg("--read-buffers")
         .arg(ringgate_mode(name))
-        .args(extra)
-        .arg("--max-connections")
-        .arg((conc * 2 + 64).to_string())
-        .arg("--backend-max-connections")
-        .arg((conc + 64).to_string())
-        .arg("--metrics-listen")
+        .args(extra);
+    // The limits fit the profile's concurrency unless the caller sets its own (mux.rs).
+    if !extra.iter().any(|a| a == "--max-connections") {
+        cmd.arg("--max-connections")
+            .arg((conc * 2 + 64).to_string());
+    }
+    if !extra.iter().any(|a| a == "--backend-max-connections") {
+        cmd.arg("--backend-max-connections")
+            .arg((conc + 64).to_string());
+    }
+    cmd.arg("--metrics-listen")
         .arg(addr(metrics_port).to_string())
         .arg("--log-level")
         .arg("warn")
@@ -1192,10 +1209,13 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
             .filter(|s| !s.is_empty())
             .collect();
         for t in &prof.targets {
-            if !["fixed", "busy", "hold", "ring", "heap", "direct", "haproxy"].contains(&t.as_str())
+            if ![
+                "fixed", "busy", "hold", "tx", "ring", "heap", "direct", "haproxy",
+            ]
+            .contains(&t.as_str())
             {
                 return Err(format!(
-                    "unknown target {t:?} (fixed, busy, hold, ring, heap, direct, haproxy)"
+                    "unknown target {t:?} (fixed, busy, hold, tx, ring, heap, direct, haproxy)"
                 ));
             }
         }
@@ -1212,17 +1232,26 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
     }
     let (run_tls, scenario_list) =
         tls::split_scenarios(args.get("scenarios", "BENCH_SCENARIOS").as_deref());
-    let scenarios: Vec<Scenario> = match scenario_list {
-        Some(s) => s
-            .split(',')
-            .filter(|x| !x.trim().is_empty())
-            .map(|x| Scenario::parse(x).ok_or(format!("unknown scenario {x:?}")))
-            .collect::<Res<_>>()?,
-        None => vec![
-            Scenario::Connect,
-            Scenario::PointSelect,
-            Scenario::LargeResult,
-        ],
+    let (scenarios, extras): (Vec<Scenario>, Vec<mux::Extra>) = match scenario_list {
+        Some(s) => {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for x in s.split(',').filter(|x| !x.trim().is_empty()) {
+                match (Scenario::parse(x), mux::Extra::parse(x)) {
+                    (Some(sc), _) => a.push(sc),
+                    (None, Some(e)) => b.push(e),
+                    _ => return Err(format!("unknown scenario {x:?}")),
+                }
+            }
+            (a, b)
+        }
+        None => (
+            vec![
+                Scenario::Connect,
+                Scenario::PointSelect,
+                Scenario::LargeResult,
+            ],
+            mux::Extra::defaults(&prof.name),
+        ),
     };
     let rate: Option<f64> = args.num("rate", "BENCH_RATE")?;
     let smoke = prof.name == "smoke";
@@ -1264,10 +1293,11 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
         .get("ringgate-bin", "RINGGATE_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target/release/ringgate"));
-    if prof
+    if (prof
         .targets
         .iter()
-        .any(|t| ["fixed", "busy", "hold", "heap", "ring"].contains(&t.as_str()))
+        .any(|t| ["fixed", "busy", "hold", "tx", "heap", "ring"].contains(&t.as_str()))
+        || !extras.is_empty())
         && !bin.is_file()
     {
         return Err(format!(
@@ -1294,12 +1324,14 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
         heap: base + 2,
         ring: base + 3,
         busy: base + 4,
+        tx: base + 6,
         fixed_metrics: base + 11,
         heap_metrics: base + 12,
         ring_metrics: base + 13,
         busy_metrics: base + 14,
         hold: base + 5,
         hold_metrics: base + 15,
+        tx_metrics: base + 16,
     };
     let busy_poll_us: u32 = args
         .num("busy-poll-us", "BENCH_BUSY_POLL_US")?
@@ -1319,6 +1351,7 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
     let busy_us = busy_poll_us.to_string();
     let busy_args = with(&["--busy-poll-us", &busy_us]);
     let hold_args = with(&["--hold-idle-slots"]);
+    let tx_args = with(&["--pooling", "transaction"]);
     let plain_args = with(&[]);
     let mut targets = Vec::new();
     let mut warnings = Vec::new();
@@ -1378,6 +1411,17 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
                 &run_dir,
                 &prof,
                 &hold_args,
+            )?,
+            "tx" => start_ringgate(
+                "tx",
+                &bin,
+                ports.tx,
+                ports.tx_metrics,
+                &backend,
+                &users,
+                &run_dir,
+                &prof,
+                &tx_args,
             )?,
             "haproxy" => start_haproxy(ports.haproxy, &backend, &run_dir, &prof)?,
             _ => Target {
@@ -1579,6 +1623,23 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
     }
     let _ = admin.disconnect().await;
 
+    // The transaction-pooling scenarios (mux.rs), each with its own ringgate(s).
+    let mux = if extras.is_empty() {
+        None
+    } else {
+        let ctx = mux::Ctx {
+            bin: &bin,
+            backend: &backend,
+            users: &users,
+            run_dir: &run_dir,
+            prof: &prof,
+            base_port: base,
+        };
+        let m = mux::run(&ctx, &extras).await;
+        warnings.extend(m.warnings.iter().cloned());
+        Some(m)
+    };
+
     // Results.
     let mut records = Vec::new();
     let mut by_scenario: BTreeMap<Scenario, Vec<report::Panel>> = BTreeMap::new();
@@ -1686,6 +1747,7 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
         records,
         sysbench: sb,
         after_run,
+        mux,
         warnings,
         elapsed_s: t_start.elapsed().as_secs_f64(),
     };
@@ -1745,12 +1807,17 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
             )
             .chain(leaks.iter().map(|l| format!("leak check: {l}")))
             .chain(tls_report.iter().flat_map(|r| r.problems()))
+            .chain(summary.mux.iter().flat_map(|m| m.problems()))
             .collect();
         // One leak check per ringgate target counts as a check of its own.
         let n = summary.records.len()
             + summary.sysbench.len()
             + summary.after_run.len()
-            + tls_report.as_ref().map_or(0, |r| r.records.len() + 1);
+            + tls_report.as_ref().map_or(0, |r| r.records.len() + 1)
+            + summary
+                .mux
+                .as_ref()
+                .map_or(0, |m| m.many_clients.len() + m.idle.len());
         println!(
             "bench-smoke: {} passed, {} failed",
             n - bad.len(),

@@ -96,6 +96,12 @@ pub fn wait_child(pid: u32, within: Duration) -> Option<std::process::ExitStatus
     }
 }
 
+/// Stops the registered child `pid` before the run ends: SIGTERM, then SIGKILL after `within`.
+pub fn stop(pid: u32, within: Duration) {
+    kill_group(pid, libc::SIGTERM);
+    let _ = wait_child(pid, within);
+}
+
 fn kill_group(pid: u32, sig: i32) {
     // SAFETY: kill(2) with a negative pid signals that process group; the
     // group was created by `process_group(0)` for our own child only.

@@ -235,6 +235,9 @@ pub struct Summary {
     pub sysbench: Vec<SysbenchRecord>,
     /// ringgate state after the run (leak check): target → metric → value.
     pub after_run: BTreeMap<String, BTreeMap<String, f64>>,
+    /// many-clients, idle-10k, idle-max (mux.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mux: Option<crate::mux::MuxReport>,
     pub warnings: Vec<String>,
     pub elapsed_s: f64,
 }
@@ -285,6 +288,15 @@ fn ring_fig(r: &Record, f: impl Fn(&RingFig) -> f64) -> String {
         .map_or("-".into(), |x| format!("{:.2}", f(x)))
 }
 
+/// MariaDB's CPU µs per operation in a cell, with the same denominator as the proxy's
+/// `cpu µs/op` (successful measured operations; both CPU times include the warm-up).
+fn srv_cpu(r: &Record) -> String {
+    match r.backend_cpu_s {
+        Some(c) if r.count > 0 => format!("{:.1}", c * 1e6 / r.count as f64),
+        _ => "-".into(),
+    }
+}
+
 /// The table printed at the end of a run (and embedded in summary.md).
 /// Latencies in µs unless marked; ratios are target / direct.
 pub fn table(s: &Summary, markdown: bool) -> String {
@@ -304,6 +316,7 @@ pub fn table(s: &Summary, markdown: bool) -> String {
         "p99/dir",
         "p999/dir",
         "cpu µs/op",
+        "srv µs/op",
         "RSS MiB",
         "SQE/op",
         "enter/op",
@@ -339,6 +352,7 @@ pub fn table(s: &Summary, markdown: bool) -> String {
                     r.proxy
                         .as_ref()
                         .map_or("-".into(), |p| format!("{:.1}", p.cpu_us_per_op)),
+                    srv_cpu(r),
                     r.proxy.as_ref().map_or("-".into(), |p| {
                         format!("{:.1}", p.peak_rss_kib as f64 / 1024.0)
                     }),
@@ -512,6 +526,9 @@ pub fn table(s: &Summary, markdown: bool) -> String {
         }
         let _ = writeln!(o);
     }
+    if let Some(m) = &s.mux {
+        o.push_str(&crate::mux::table(m, markdown));
+    }
     o
 }
 
@@ -536,11 +553,13 @@ pub fn markdown(s: &Summary) -> String {
         "\n## Results\n\nLatency in µs (ms/s where marked), merged over all rounds. `p99 spr` is ±half \
          the spread of the per-round p99 around its median. `/dir` columns are ratios to the direct \
          connection. `cpu µs/op` and `RSS MiB` are the proxy process's CPU time per successful \
-         operation and its peak RSS. `SQE/op` and `enter/op` are ringgate's ring counters \
+         operation and its peak RSS; `srv µs/op` is MariaDB's (mariadbd's) CPU time per \
+         operation, the same way (in connect cells the server's cost per client connect, \
+         direct or through a pool). `SQE/op` and `enter/op` are ringgate's ring counters \
          (SQEs the kernel consumed, io_uring_enter calls) per operation, `vcs/op` the proxy's \
          voluntary context switches (sleeps, so wake-ups) per operation, all threads; these \
          three count the warm-up too, per query (per connection in connect). `busy` is fixed \
-         mode with --busy-poll-us. `(!)` marks a target whose counters did not confirm that the \
+         mode with --busy-poll-us, `tx` fixed mode with --pooling transaction. `(!)` marks a target whose counters did not confirm that the \
          load reached it.\n"
     );
     o.push_str(&table(s, true));

@@ -1,0 +1,677 @@
+//! `idle-10k` and `idle-max` (issue 12, issue 13 item 6): many logged-in clients that sit idle
+//! through one ringgate with `--pooling transaction`, while another client keeps being served.
+//!
+//! The method is tests/idle.rs's, in the release bench: raw protocol clients (rawclient.rs)
+//! log in and send nothing more; RSS per idle client = (RSS with them − RSS before them) / N,
+//! each RSS the largest of five samples 100 ms apart, so the registered region (fixed mode),
+//! mapped at start, is in the baseline and excluded; buffers and backend connections held come
+//! from ringgate's /metrics and MariaDB's Threads_connected. The served client is a raw client
+//! running point selects back to back, measured alone before the idle clients log in and again
+//! while they idle (idle-10k), or throughout logins and the idle hold (idle-max).
+//!
+//! fds: every idle client is one fd in the bench and one in ringgate. The bench raises its soft
+//! RLIMIT_NOFILE to the hard limit at start (and the hard limit too when it may: root with
+//! CAP_SYS_RESOURCE); ringgate inherits it and raises its own soft limit to its hard one. The
+//! number of clients is capped below the hard limit (`fd_cap`) and the record says so.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::hist::{clamp_us, new_hist};
+use crate::mux::Ctx;
+use crate::procs;
+use crate::rawclient::{self, Login};
+
+/// fds the bench and ringgate keep for themselves beyond the idle clients (listeners, backend
+/// connections, the metrics scrape, the served client, MariaDB polls, files): tests/idle.rs's
+/// margin.
+const FD_MARGIN: u64 = 1100;
+/// Clients per 127.0.0.x source address in idle-max: below net.ipv4.ip_local_port_range's
+/// 28,232 ports of a default Linux, so one address never runs out of ephemeral ports.
+const PER_SOURCE: usize = 20_000;
+/// Threads that log the idle clients in.
+const LOGIN_THREADS: usize = 4;
+
+/// One idle scenario in one buffer mode.
+#[derive(Clone, Debug)]
+pub struct IdleSpec {
+    /// "idle-10k" or "idle-max".
+    pub scenario: &'static str,
+    /// fixed, ring or heap.
+    pub mode: String,
+    pub aim: usize,
+    /// Clients from 127.0.0.2, .3, … (PER_SOURCE each) instead of 127.0.0.1.
+    pub many_sources: bool,
+    /// How long the clients sit idle before each one is asked to answer.
+    pub hold: Duration,
+    /// Probe length for the served client (alone, then with the idle clients).
+    pub probe: Duration,
+    pub port: u16,
+    pub metrics_port: u16,
+}
+
+/// Latency of the served client.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Probe {
+    pub queries: u64,
+    pub failures: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+}
+
+impl Probe {
+    fn of(h: &Histogram<u64>, failures: u64, first_error: Option<String>) -> Probe {
+        Probe {
+            queries: h.len(),
+            failures,
+            p50_us: if h.is_empty() {
+                0
+            } else {
+                h.value_at_quantile(0.5)
+            },
+            p99_us: if h.is_empty() {
+                0
+            } else {
+                h.value_at_quantile(0.99)
+            },
+            max_us: if h.is_empty() { 0 } else { h.max() },
+            first_error,
+        }
+    }
+}
+
+/// What one idle scenario measured in one mode.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IdleRecord {
+    pub scenario: String,
+    pub mode: String,
+    pub aim: usize,
+    /// Clients that logged in and sat idle.
+    pub clients: usize,
+    /// What stopped the logins short of the aim (None: aim reached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<String>,
+    /// The aim before the fd cap, when the cap lowered it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aim_before_fd_cap: Option<usize>,
+    pub nofile_soft: u64,
+    pub nofile_hard: u64,
+    pub login_s: f64,
+    pub rss_base_kib: u64,
+    pub rss_idle_kib: u64,
+    /// (RSS idle − RSS base) / clients, bytes.
+    pub rss_per_client_b: f64,
+    /// Proxy RSS after every idle client answered one query, per client.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_per_client_after_query_b: Option<f64>,
+    pub vm_pin_kib: u64,
+    pub vm_lck_kib: u64,
+    /// ringgate's backend connections (idle + busy) while the clients idled, peak of samples.
+    pub backends_peak: f64,
+    /// MariaDB Threads_connected: before the clients, and peak while they logged in and idled.
+    pub threads_connected_before: f64,
+    pub threads_connected_peak: f64,
+    /// Read buffers held for clients / backends, ring buffers with bytes, heap fallbacks
+    /// during the scenario, while the clients idled.
+    pub held_client: f64,
+    pub held_backend: f64,
+    pub held_ring: f64,
+    pub heap_fallbacks: f64,
+    /// The served client alone (before the idle clients) and with them (idle-10k), or over
+    /// the logins and the hold (idle-max).
+    pub served_alone: Probe,
+    pub served_with_idle: Probe,
+    pub hold_s: f64,
+    /// ringgate_client_connections after the hold (the idle clients + the served one).
+    pub open_after_hold: f64,
+    /// Idle clients asked to answer one `SELECT 1` after the hold, and how many failed.
+    pub answered: usize,
+    pub answer_failures: usize,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub answer_errors: BTreeMap<String, u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+}
+
+/// The soft and hard RLIMIT_NOFILE after trying to raise both to `want` (the hard one only
+/// moves for a process with CAP_SYS_RESOURCE; then the soft one goes to the hard one).
+pub fn raise_nofile(want: u64) -> (u64, u64) {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a valid struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return (0, 0);
+    }
+    if r.rlim_max < want {
+        let up = libc::rlimit {
+            rlim_cur: want,
+            rlim_max: want,
+        };
+        // SAFETY: setrlimit reads a valid, initialised struct; failure (EPERM) leaves the
+        // limits as they were.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &up) } == 0 {
+            return (want, want);
+        }
+    }
+    if r.rlim_cur < r.rlim_max {
+        r.rlim_cur = r.rlim_max;
+        // SAFETY: as above; raising the soft limit up to the hard one needs no privilege.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
+        // SAFETY: as the first getrlimit.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    }
+    (r.rlim_cur, r.rlim_max)
+}
+
+/// Idle clients that fit under a hard fd limit (each is an fd in the bench and in ringgate).
+pub fn fd_cap(hard: u64) -> usize {
+    hard.saturating_sub(FD_MARGIN) as usize
+}
+
+/// The source address of idle client `i`.
+pub fn source_of(i: usize, many_sources: bool) -> Option<Ipv4Addr> {
+    many_sources.then(|| Ipv4Addr::new(127, 0, 0, 2 + (i / PER_SOURCE).min(250) as u8))
+}
+
+fn settle_rss_kib(pid: u32) -> u64 {
+    let mut v = 0;
+    for _ in 0..5 {
+        v = v.max(procs::rss_kib(pid).unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    v
+}
+
+fn pinned_kib(pid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let f = |name: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (f("VmPin:"), f("VmLck:"))
+}
+
+fn metrics(addr: SocketAddr) -> std::collections::HashMap<String, f64> {
+    procs::http_get(addr, "/metrics")
+        .map(|t| procs::parse_prometheus(&t))
+        .unwrap_or_default()
+}
+
+fn backends(m: &std::collections::HashMap<String, f64>) -> f64 {
+    let g = |k: &str| m.get(k).copied().unwrap_or(0.0);
+    g(r#"ringgate_backend_connections{state="idle"}"#)
+        + g(r#"ringgate_backend_connections{state="busy"}"#)
+}
+
+/// Polls MariaDB's Threads_connected and ringgate's backend gauge on a thread until stopped:
+/// (peak Threads_connected, peak ringgate backends).
+pub struct Poller {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<(f64, f64)>,
+}
+
+impl Poller {
+    pub fn start(server: Login, ringgate_metrics: Option<SocketAddr>, every: Duration) -> Poller {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut conn = rawclient::login(&server, None).ok();
+            let (mut threads, mut backs) = (0.0f64, 0.0f64);
+            loop {
+                if let Some(c) = conn.as_mut() {
+                    if let Ok(v) = rawclient::global_status(c, "Threads_connected") {
+                        threads = threads.max(v);
+                    }
+                }
+                if let Some(m) = ringgate_metrics {
+                    backs = backs.max(backends(&metrics(m)));
+                }
+                if s2.load(Ordering::Relaxed) {
+                    break;
+                }
+                std::thread::sleep(every);
+            }
+            if let Some(c) = conn {
+                rawclient::quit(c);
+            }
+            (threads, backs)
+        });
+        Poller { stop, handle }
+    }
+
+    pub fn finish(self) -> (f64, f64) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap_or((0.0, 0.0))
+    }
+}
+
+fn point_select(i: u64, table_size: u64) -> String {
+    format!(
+        "SELECT c FROM sbtest1 WHERE id={}",
+        1 + i.wrapping_mul(2_654_435_761) % table_size.max(1)
+    )
+}
+
+/// The served client: point selects back to back for `dur` (pausing `pause` between them),
+/// or until `stop`.
+fn serve(
+    login: &Login,
+    table_size: u64,
+    dur: Duration,
+    pause: Duration,
+    stop: Option<&AtomicBool>,
+) -> Probe {
+    let mut h = new_hist();
+    let mut failures = 0;
+    let mut first_error = None;
+    let mut conn: Option<TcpStream> = None;
+    let end = Instant::now() + dur;
+    let mut i = 0u64;
+    while Instant::now() < end && !stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+        if conn.is_none() {
+            match rawclient::login(login, None) {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    failures += 1;
+                    first_error.get_or_insert(format!("login: {e}"));
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        let t = Instant::now();
+        match rawclient::query(c, &point_select(i, table_size)) {
+            Ok(_) => {
+                let _ = h.record(clamp_us(t.elapsed().as_micros() as u64));
+            }
+            Err(e) => {
+                failures += 1;
+                first_error.get_or_insert(e);
+                conn = None;
+            }
+        }
+        i += 1;
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
+    }
+    if let Some(c) = conn {
+        rawclient::quit(c);
+    }
+    Probe::of(&h, failures, first_error)
+}
+
+/// Logs `n` clients in on LOGIN_THREADS threads; stops at the first failure. The clients, and
+/// the first error.
+fn log_in(login: &Login, n: usize, many_sources: bool) -> (Vec<TcpStream>, Option<String>) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicBool::new(false));
+    let first_error: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let handles: Vec<_> = (0..LOGIN_THREADS)
+        .map(|_| {
+            let (next, failed, first_error, login) = (
+                next.clone(),
+                failed.clone(),
+                first_error.clone(),
+                login.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut mine = Vec::new();
+                while !failed.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let src = source_of(i, many_sources);
+                    match rawclient::login(&login, src) {
+                        Ok(s) => mine.push(s),
+                        Err(e) => {
+                            failed.store(true, Ordering::Relaxed);
+                            let mut f = first_error.lock().unwrap_or_else(|e| e.into_inner());
+                            f.get_or_insert(format!(
+                                "client {i}{}: {e}",
+                                src.map(|a| format!(" from {a}")).unwrap_or_default()
+                            ));
+                        }
+                    }
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(n);
+    for h in handles {
+        all.extend(h.join().unwrap_or_default());
+    }
+    let e = first_error.lock().unwrap_or_else(|e| e.into_inner()).take();
+    (all, e)
+}
+
+/// Asks every idle client for `SELECT 1`, on LOGIN_THREADS threads: (answered, failed, errors).
+fn answer_all(clients: Vec<TcpStream>) -> (usize, usize, BTreeMap<String, u64>, Vec<TcpStream>) {
+    let per = clients.len().div_ceil(LOGIN_THREADS).max(1);
+    let mut chunks: Vec<Vec<TcpStream>> = Vec::new();
+    let mut it = clients.into_iter().peekable();
+    while it.peek().is_some() {
+        chunks.push(it.by_ref().take(per).collect());
+    }
+    let handles: Vec<_> = chunks
+        .into_iter()
+        .map(|mut chunk| {
+            std::thread::spawn(move || {
+                let (mut ok, mut bad, mut errs) = (0, 0, BTreeMap::new());
+                for c in chunk.iter_mut() {
+                    match rawclient::query(c, "SELECT 1") {
+                        Ok(_) => ok += 1,
+                        Err(e) => {
+                            bad += 1;
+                            let k: String = e.chars().take(100).collect();
+                            *errs.entry(k).or_insert(0) += 1;
+                        }
+                    }
+                }
+                (ok, bad, errs, chunk)
+            })
+        })
+        .collect();
+    let (mut ok, mut bad, mut errs, mut back) = (0, 0, BTreeMap::new(), Vec::new());
+    for h in handles {
+        if let Ok((o, b, e, c)) = h.join() {
+            ok += o;
+            bad += b;
+            for (k, n) in e {
+                *errs.entry(k).or_insert(0) += n;
+            }
+            back.extend(c);
+        }
+    }
+    (ok, bad, errs, back)
+}
+
+/// The ringgate flags of an idle scenario: transaction pooling, 64 backend connections, room
+/// for the clients, logins that may take long under load, and tests/idle.rs's buffer counts
+/// (far fewer fixed slots and ring buffers than clients: only clients that hold none while
+/// idle fit).
+fn ringgate_args(spec: &IdleSpec) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--pooling",
+        "transaction",
+        "--backend-max-connections",
+        "64",
+        "--backend-wait-timeout",
+        "60s",
+        "--handshake-timeout",
+        "10m",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    a.push("--max-connections".into());
+    a.push((spec.aim + 200).to_string());
+    match spec.mode.as_str() {
+        "fixed" => a.extend(["--read-buffer-count".into(), "128".into()]),
+        "ring" => a.extend(["--read-buffer-count".into(), "256".into()]),
+        _ => {}
+    }
+    a
+}
+
+/// Runs one idle scenario in one mode (blocking).
+pub fn run(ctx: &Ctx, spec: &IdleSpec) -> IdleRecord {
+    let mut rec = IdleRecord {
+        scenario: spec.scenario.into(),
+        mode: spec.mode.clone(),
+        aim: spec.aim,
+        ..Default::default()
+    };
+    if let Err(e) = run_inner(ctx, spec, &mut rec) {
+        eprintln!("bench: {} ({}): {e}", spec.scenario, spec.mode);
+        rec.failed = Some(e);
+    }
+    rec
+}
+
+fn run_inner(ctx: &Ctx, spec: &IdleSpec, rec: &mut IdleRecord) -> Result<(), String> {
+    let (soft, hard) = raise_nofile(spec.aim as u64 + FD_MARGIN);
+    rec.nofile_soft = soft;
+    rec.nofile_hard = hard;
+    let aim = spec.aim.min(fd_cap(soft.min(hard)));
+    if aim < spec.aim {
+        eprintln!(
+            "bench: {}: the fd limit is {soft} (hard {hard}; raising it needs CAP_SYS_RESOURCE): \
+             aiming at {aim} idle clients instead of {}",
+            spec.scenario, spec.aim
+        );
+        rec.aim_before_fd_cap = Some(spec.aim);
+        rec.aim = aim;
+    }
+    let spec = IdleSpec {
+        aim,
+        ..spec.clone()
+    };
+    let name = format!("{}-{}", spec.mode, spec.scenario);
+    let t = crate::start_ringgate(
+        &name,
+        ctx.bin,
+        spec.port,
+        spec.metrics_port,
+        ctx.backend,
+        ctx.users,
+        ctx.run_dir,
+        ctx.prof,
+        &ringgate_args(&spec),
+    )?;
+    let pid = t.pid.ok_or("ringgate has no pid")?;
+    let maddr = crate::addr(spec.metrics_port);
+    let res = measure(ctx, &spec, pid, maddr, rec);
+    procs::stop(pid, Duration::from_secs(15));
+    res
+}
+
+fn measure(
+    ctx: &Ctx,
+    spec: &IdleSpec,
+    pid: u32,
+    maddr: SocketAddr,
+    rec: &mut IdleRecord,
+) -> Result<(), String> {
+    let client = Login {
+        addr: crate::addr(spec.port),
+        user: crate::BENCH_USER.into(),
+        password: crate::BENCH_PASSWORD.into(),
+        db: Some(crate::BENCH_DB.into()),
+        timeout: Duration::from_secs(60),
+    };
+    let server = ctx.server_login();
+    let table_size = ctx.prof.table_size;
+
+    // The served client alone; it also warms the pool.
+    rec.served_alone = serve(&client, table_size, spec.probe, Duration::ZERO, None);
+    if rec.served_alone.queries == 0 {
+        return Err(format!(
+            "the served client got no answer: {:?}",
+            rec.served_alone.first_error
+        ));
+    }
+    let m0 = metrics(maddr);
+    let base = settle_rss_kib(pid);
+    rec.rss_base_kib = base;
+    rec.threads_connected_before = rawclient::login(&server, None)
+        .and_then(|mut c| {
+            let v = rawclient::global_status(&mut c, "Threads_connected");
+            rawclient::quit(c);
+            v
+        })
+        .unwrap_or(0.0);
+
+    let poller = Poller::start(server, Some(maddr), Duration::from_millis(500));
+    // idle-max: the served client runs throughout, one point select every 20 ms.
+    let bg_stop = Arc::new(AtomicBool::new(false));
+    let bg = (spec.scenario == "idle-max").then(|| {
+        let (c, s) = (client.clone(), bg_stop.clone());
+        std::thread::spawn(move || {
+            serve(
+                &c,
+                table_size,
+                Duration::from_secs(86_400),
+                Duration::from_millis(20),
+                Some(&s),
+            )
+        })
+    });
+
+    eprintln!(
+        "bench: {} ({}): logging in {} idle clients{}",
+        spec.scenario,
+        spec.mode,
+        spec.aim,
+        if spec.many_sources {
+            " from 127.0.0.2.."
+        } else {
+            ""
+        }
+    );
+    let t0 = Instant::now();
+    let (clients, stopped) = log_in(&client, spec.aim, spec.many_sources);
+    rec.login_s = t0.elapsed().as_secs_f64();
+    rec.clients = clients.len();
+    rec.stopped_by = stopped;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metrics(maddr)
+        .get("ringgate_client_connections")
+        .copied()
+        .unwrap_or(0.0)
+        < rec.clients as f64
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let idle_m = metrics(maddr);
+    let rss = settle_rss_kib(pid);
+    rec.rss_idle_kib = rss;
+    rec.rss_per_client_b = rss.saturating_sub(base) as f64 * 1024.0 / rec.clients.max(1) as f64;
+    (rec.vm_pin_kib, rec.vm_lck_kib) = pinned_kib(pid);
+    let g = |m: &std::collections::HashMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
+    rec.held_client = g(&idle_m, r#"ringgate_read_buffers_in_use{owner="client"}"#);
+    rec.held_backend = g(&idle_m, r#"ringgate_read_buffers_in_use{owner="backend"}"#);
+    rec.held_ring = g(&idle_m, "ringgate_read_buffer_ring_in_use");
+    rec.heap_fallbacks = g(&idle_m, "ringgate_read_buffer_heap_fallbacks_total")
+        - g(&m0, "ringgate_read_buffer_heap_fallbacks_total");
+    eprintln!(
+        "bench: {} ({}): {} idle clients in {:.1} s; RSS {:.1} -> {:.1} MiB = {:.0} B per client",
+        spec.scenario,
+        spec.mode,
+        rec.clients,
+        rec.login_s,
+        base as f64 / 1024.0,
+        rss as f64 / 1024.0,
+        rec.rss_per_client_b
+    );
+
+    // The hold: idle-10k probes the served client now; idle-max lets the clients idle long
+    // enough for keepalive (60 s idle, then probes) and TCP_USER_TIMEOUT to act.
+    let t_hold = Instant::now();
+    if spec.scenario == "idle-10k" {
+        rec.served_with_idle = serve(&client, table_size, spec.probe, Duration::ZERO, None);
+    }
+    while t_hold.elapsed() < spec.hold {
+        std::thread::sleep(Duration::from_secs(1).min(spec.hold - t_hold.elapsed().min(spec.hold)));
+    }
+    rec.hold_s = t_hold.elapsed().as_secs_f64();
+    rec.open_after_hold = g(&metrics(maddr), "ringgate_client_connections");
+    if let Some(h) = bg {
+        bg_stop.store(true, Ordering::Relaxed);
+        rec.served_with_idle = h.join().unwrap_or_default();
+    }
+    (rec.threads_connected_peak, rec.backends_peak) = poller.finish();
+
+    // Every idle client still answers.
+    let (ok, bad, errs, clients) = answer_all(clients);
+    rec.answered = ok;
+    rec.answer_failures = bad;
+    rec.answer_errors = errs;
+    if spec.scenario == "idle-10k" {
+        let after = settle_rss_kib(pid);
+        rec.rss_per_client_after_query_b =
+            Some(after.saturating_sub(base) as f64 * 1024.0 / rec.clients.max(1) as f64);
+    }
+    eprintln!(
+        "bench: {} ({}): after {:.0} s idle, {} client connections open in ringgate; {ok} \
+         answered, {bad} failed; served client p50 {} µs alone, {} µs with them ({} failures)",
+        spec.scenario,
+        spec.mode,
+        rec.hold_s,
+        rec.open_after_hold,
+        rec.served_alone.p50_us,
+        rec.served_with_idle.p50_us,
+        rec.served_with_idle.failures
+    );
+    for c in clients {
+        rawclient::quit(c);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_addresses_change_every_per_source_clients() {
+        assert_eq!(source_of(0, false), None);
+        assert_eq!(source_of(0, true), Some(Ipv4Addr::new(127, 0, 0, 2)));
+        assert_eq!(
+            source_of(PER_SOURCE - 1, true),
+            Some(Ipv4Addr::new(127, 0, 0, 2))
+        );
+        assert_eq!(
+            source_of(PER_SOURCE, true),
+            Some(Ipv4Addr::new(127, 0, 0, 3))
+        );
+        assert_eq!(source_of(99_999, true), Some(Ipv4Addr::new(127, 0, 0, 6)));
+    }
+
+    #[test]
+    fn the_fd_cap_leaves_the_margin() {
+        assert_eq!(fd_cap(20_000), 18_900);
+        assert_eq!(fd_cap(500), 0);
+    }
+
+    #[test]
+    fn ringgate_flags_fit_the_clients() {
+        let spec = IdleSpec {
+            scenario: "idle-10k",
+            mode: "fixed".into(),
+            aim: 10_000,
+            many_sources: false,
+            hold: Duration::ZERO,
+            probe: Duration::ZERO,
+            port: 1,
+            metrics_port: 2,
+        };
+        let a = ringgate_args(&spec).join(" ");
+        assert!(a.contains("--pooling transaction"), "{a}");
+        assert!(a.contains("--max-connections 10200"), "{a}");
+        assert!(a.contains("--read-buffer-count 128"), "{a}");
+    }
+
+    #[test]
+    fn probe_of_an_empty_histogram() {
+        let p = Probe::of(&new_hist(), 2, Some("x".into()));
+        assert_eq!((p.queries, p.failures, p.p50_us), (0, 2, 0));
+    }
+}

@@ -1,0 +1,283 @@
+//! `many-clients` (issue 12): sysbench with 1,000 client connections through ringgate
+//! `--pooling transaction` capped at 64 backend connections (`--backend-max-connections`),
+//! against MariaDB directly with 1,000 connections. Reports QPS, p95/p99, and how many server
+//! connections each used: MariaDB's Threads_connected, polled every 100 ms during the run (its
+//! peak minus its value before the run: other ringgates' idle pools and the poll itself are in
+//! the baseline), and ringgate's own backend-connection gauge.
+//!
+//! sysbench prepares its statements (COM_STMT_PREPARE) at thread start unless
+//! `--db-ps-mode=disable`. ringgate's transaction pooling pins a session at its first statement
+//! command by default, so 1,000 preparing clients need 1,000 backend connections;
+//! `--tx-move-prepared-statements` moves the statements with the session instead. The runs
+//! cover both, and `--db-ps-mode=disable` (text queries) for both sides.
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::idle::Poller;
+use crate::mux::Ctx;
+use crate::procs;
+use crate::rawclient;
+
+/// One sysbench run of the scenario.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct McRecord {
+    pub test: String,
+    /// direct, tx (ringgate --pooling transaction), tx-move (… --tx-move-prepared-statements).
+    pub target: String,
+    /// sysbench --db-ps-mode: auto (prepared statements) or disable (text queries).
+    pub ps_mode: String,
+    pub threads: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_cap: Option<usize>,
+    pub duration_s: f64,
+    pub qps: f64,
+    pub tps: f64,
+    pub avg_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub errors: u64,
+    pub reconnects: u64,
+    pub threads_connected_before: f64,
+    pub threads_connected_peak: f64,
+    /// ringgate_backend_connections (idle + busy), peak of 100 ms samples.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ringgate_backends_peak: Option<f64>,
+    /// ringgate: client connections accepted during the run (the load went through it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ringgate_accepted: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_cpu_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cpu_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+}
+
+impl McRecord {
+    /// Server connections the target used: peak Threads_connected above the baseline.
+    pub fn server_connections(&self) -> f64 {
+        (self.threads_connected_peak - self.threads_connected_before).max(0.0)
+    }
+
+    /// CPU µs per query of the proxy / the server, over the run (connects included).
+    pub fn cpu_us_per_query(&self, cpu_s: Option<f64>) -> Option<f64> {
+        let q = self.qps * self.duration_s;
+        cpu_s.filter(|_| q > 0.0).map(|c| c * 1e6 / q)
+    }
+}
+
+/// The runs: (target, ps mode). The moving flag only matters with prepared statements.
+pub const RUNS: [(&str, &str); 5] = [
+    ("direct", "auto"),
+    ("tx", "auto"),
+    ("tx-move", "auto"),
+    ("direct", "disable"),
+    ("tx", "disable"),
+];
+
+pub const TESTS: [&str; 2] = ["oltp_point_select", "oltp_read_write"];
+
+/// The ringgate flags: transaction pooling on `backends` server connections, room for the
+/// clients, and a pool wait long enough for 1,000 clients queueing on 64 connections.
+pub fn ringgate_args(threads: usize, backends: usize, move_ps: bool) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "--pooling".into(),
+        "transaction".into(),
+        "--backend-max-connections".into(),
+        backends.to_string(),
+        "--max-connections".into(),
+        (threads + 200).to_string(),
+        "--backend-wait-timeout".into(),
+        "30s".into(),
+    ];
+    if move_ps {
+        a.push("--tx-move-prepared-statements".into());
+    }
+    a
+}
+
+/// A ringgate target of the scenario: its port, metrics address and pid.
+pub struct Proxy {
+    pub port: u16,
+    pub metrics: SocketAddr,
+    pub pid: u32,
+}
+
+/// One sysbench run (blocking).
+pub fn run_one(
+    ctx: &Ctx,
+    test: &str,
+    target: &str,
+    ps_mode: &str,
+    threads: usize,
+    time_s: u64,
+    proxy: Option<&Proxy>,
+    backend_cap: Option<usize>,
+) -> McRecord {
+    let mut rec = McRecord {
+        test: test.into(),
+        target: target.into(),
+        ps_mode: ps_mode.into(),
+        threads,
+        backend_cap,
+        ..Default::default()
+    };
+    let server = ctx.server_login();
+    rec.threads_connected_before = rawclient::login(&server, None)
+        .and_then(|mut c| {
+            let v = rawclient::global_status(&mut c, "Threads_connected");
+            rawclient::quit(c);
+            v
+        })
+        .unwrap_or(0.0);
+    let accepted = |p: &Proxy| {
+        procs::http_get(p.metrics, "/metrics")
+            .ok()
+            .and_then(|t| {
+                procs::parse_prometheus(&t)
+                    .get("ringgate_client_connections_total")
+                    .copied()
+            })
+            .unwrap_or(0.0)
+    };
+    let acc0 = proxy.map(accepted);
+    let port = proxy.map_or(ctx.backend.port, |p| p.port);
+    let (user, password) = match proxy {
+        Some(_) => (crate::BENCH_USER, crate::BENCH_PASSWORD),
+        None => (ctx.backend.user.as_str(), ctx.backend.password.as_str()),
+    };
+    let mut cmd = Command::new("sysbench");
+    cmd.arg(test)
+        .arg("--db-driver=mysql")
+        .arg("--mysql-host=127.0.0.1")
+        .arg(format!("--mysql-port={port}"))
+        .arg(format!("--mysql-user={user}"))
+        .arg(format!("--mysql-password={password}"))
+        .arg(format!("--mysql-db={}", crate::BENCH_DB))
+        .arg(format!("--db-ps-mode={ps_mode}"))
+        .arg("--tables=1")
+        .arg(format!("--table-size={}", ctx.prof.table_size))
+        .arg(format!("--threads={threads}"))
+        .arg(format!("--time={time_s}"))
+        .arg("--events=0")
+        .arg("--rand-type=uniform")
+        .arg("--percentile=95")
+        .arg("--histogram=on")
+        .arg("run");
+    let log = ctx.run_dir.join(format!(
+        "many-clients-{test}-{target}-ps-{ps_mode}-t{threads}.log"
+    ));
+    let poller = Poller::start(server, proxy.map(|p| p.metrics), Duration::from_millis(100));
+    let cpu = |pid: Option<u32>| pid.and_then(procs::cpu_seconds);
+    let (pcpu0, scpu0) = (cpu(proxy.map(|p| p.pid)), cpu(ctx.backend.pid));
+    let started = Instant::now();
+    let outcome = procs::spawn(&format!("sysbench {test} ({target})"), cmd, &log)
+        .map_err(|e| format!("sysbench: {e}"))
+        .and_then(|pid| {
+            let st = procs::wait_child(pid, Duration::from_secs(time_s + 180));
+            let out = std::fs::read_to_string(&log).unwrap_or_default();
+            match st {
+                Some(s) if s.success() => crate::sysbench::parse(&out),
+                other => Err(format!(
+                    "sysbench exited with {other:?} after {:.0} s: {}",
+                    started.elapsed().as_secs_f64(),
+                    out.lines()
+                        .filter(|l| l.contains("FATAL")
+                            || l.contains("ALERT")
+                            || l.contains("rror"))
+                        .take(3)
+                        .collect::<Vec<_>>()
+                        .join(" | ")
+                )),
+            }
+        });
+    let delta = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a);
+    rec.proxy_cpu_s = delta(pcpu0, cpu(proxy.map(|p| p.pid)));
+    rec.server_cpu_s = delta(scpu0, cpu(ctx.backend.pid));
+    let (tc, backs) = poller.finish();
+    rec.threads_connected_peak = tc;
+    if let Some(p) = proxy {
+        rec.ringgate_backends_peak = Some(backs);
+        rec.ringgate_accepted = acc0.map(|a| accepted(p) - a);
+    }
+    match outcome {
+        Ok(p) => {
+            rec.duration_s = p.total_time_s;
+            rec.qps = p.qps;
+            rec.tps = p.tps;
+            rec.avg_ms = p.avg_ms;
+            rec.p95_ms = p.p95_ms;
+            rec.p99_ms = p.p99_ms;
+            rec.max_ms = p.max_ms;
+            rec.errors = p.errors;
+            rec.reconnects = p.reconnects;
+        }
+        Err(e) => rec.failed = Some(e),
+    }
+    eprintln!(
+        "bench: many-clients {test:<18} {target:<8} ps={ps_mode:<7} t={threads} {:>8.0} QPS  \
+         p99 {:.2} ms  server connections {:.0} (Threads_connected {:.0} -> peak {:.0}){}{}",
+        rec.qps,
+        rec.p99_ms,
+        rec.server_connections(),
+        rec.threads_connected_before,
+        rec.threads_connected_peak,
+        rec.ringgate_backends_peak
+            .map(|b| format!(", ringgate backends peak {b:.0}"))
+            .unwrap_or_default(),
+        rec.failed
+            .as_deref()
+            .map(|f| format!("  FAILED: {f}"))
+            .unwrap_or_default()
+    );
+    // Let the 1,000 connections close before the next run's baseline.
+    std::thread::sleep(Duration::from_secs(2));
+    rec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_cap_backends_and_admit_the_clients() {
+        let a = ringgate_args(1000, 64, false).join(" ");
+        assert!(a.contains("--pooling transaction"));
+        assert!(a.contains("--backend-max-connections 64"));
+        assert!(a.contains("--max-connections 1200"));
+        assert!(!a.contains("--tx-move-prepared-statements"));
+        assert!(ringgate_args(1000, 64, true)
+            .iter()
+            .any(|f| f == "--tx-move-prepared-statements"));
+    }
+
+    #[test]
+    fn server_connections_and_cpu_per_query() {
+        let r = McRecord {
+            threads_connected_before: 20.0,
+            threads_connected_peak: 84.0,
+            qps: 1000.0,
+            duration_s: 10.0,
+            ..Default::default()
+        };
+        assert_eq!(r.server_connections(), 64.0);
+        assert_eq!(r.cpu_us_per_query(Some(1.0)), Some(100.0));
+        assert_eq!(r.cpu_us_per_query(None), None);
+        let failed = McRecord::default();
+        assert_eq!(failed.cpu_us_per_query(Some(1.0)), None);
+    }
+
+    #[test]
+    fn every_test_runs_both_ps_modes_on_both_sides() {
+        for ps in ["auto", "disable"] {
+            assert!(RUNS.contains(&("direct", ps)));
+            assert!(RUNS.contains(&("tx", ps)));
+        }
+        assert!(RUNS.contains(&("tx-move", "auto")));
+    }
+}
