@@ -54,6 +54,35 @@ pub struct IdleSpec {
     pub probe: Duration,
     pub port: u16,
     pub metrics_port: u16,
+    /// More ringgate flags (BENCH_IDLE_MAX_ARGS: e.g. `--tcp-keepalive=false`).
+    pub extra_args: Vec<String>,
+}
+
+/// Packets the kernel dropped because a CPU's input backlog was full (net.core.
+/// netdev_max_backlog): the second column of /proc/net/softnet_stat, summed over CPUs. Loopback
+/// traffic goes through that backlog, so a burst of keepalive probes can be dropped there.
+pub fn softnet_drops() -> Option<u64> {
+    let t = std::fs::read_to_string("/proc/net/softnet_stat").ok()?;
+    Some(
+        t.lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter_map(|h| u64::from_str_radix(h, 16).ok())
+            .sum(),
+    )
+}
+
+/// A TcpExt counter of /proc/net/netstat (header line of names, then a line of values).
+pub fn tcp_ext(name: &str) -> Option<u64> {
+    let t = std::fs::read_to_string("/proc/net/netstat").ok()?;
+    let mut lines = t.lines();
+    while let Some(head) = lines.next() {
+        let vals = lines.next()?;
+        if head.starts_with("TcpExt:") {
+            let i = head.split_whitespace().position(|n| n == name)?;
+            return vals.split_whitespace().nth(i)?.parse().ok();
+        }
+    }
+    None
 }
 
 /// Latency of the served client.
@@ -140,6 +169,16 @@ pub struct IdleRecord {
     pub answer_errors: BTreeMap<String, u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
+    /// ringgate flags beyond the scenario's own.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extra_args: Vec<String>,
+    /// Over the logins and the hold, machine-wide (other processes' traffic included): packets
+    /// dropped at a full CPU input backlog, and TCP connections the kernel reset because a
+    /// keepalive probe or data went unacknowledged too long (TcpExt TCPAbortOnTimeout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub softnet_drops: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp_abort_on_timeout: Option<u64>,
 }
 
 /// The soft and hard RLIMIT_NOFILE after trying to raise both to `want` (the hard one only
@@ -427,6 +466,7 @@ fn ringgate_args(spec: &IdleSpec) -> Vec<String> {
         "ring" => a.extend(["--read-buffer-count".into(), "256".into()]),
         _ => {}
     }
+    a.extend(spec.extra_args.iter().cloned());
     a
 }
 
@@ -436,6 +476,7 @@ pub fn run(ctx: &Ctx, spec: &IdleSpec) -> IdleRecord {
         scenario: spec.scenario.into(),
         mode: spec.mode.clone(),
         aim: spec.aim,
+        extra_args: spec.extra_args.clone(),
         ..Default::default()
     };
     if let Err(e) = run_inner(ctx, spec, &mut rec) {
@@ -545,6 +586,7 @@ fn measure(
             ""
         }
     );
+    let (drops0, aborts0) = (softnet_drops(), tcp_ext("TCPAbortOnTimeout"));
     let t0 = Instant::now();
     let (clients, stopped) = log_in(&client, spec.aim, spec.many_sources);
     rec.login_s = t0.elapsed().as_secs_f64();
@@ -593,6 +635,9 @@ fn measure(
     }
     rec.hold_s = t_hold.elapsed().as_secs_f64();
     rec.open_after_hold = g(&metrics(maddr), "ringgate_client_connections");
+    let delta = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| b.saturating_sub(a));
+    rec.softnet_drops = delta(drops0, softnet_drops());
+    rec.tcp_abort_on_timeout = delta(aborts0, tcp_ext("TCPAbortOnTimeout"));
     if let Some(h) = bg {
         bg_stop.store(true, Ordering::Relaxed);
         rec.served_with_idle = h.join().unwrap_or_default();
@@ -662,11 +707,20 @@ mod tests {
             probe: Duration::ZERO,
             port: 1,
             metrics_port: 2,
+            extra_args: vec!["--tcp-keepalive=false".into()],
         };
         let a = ringgate_args(&spec).join(" ");
         assert!(a.contains("--pooling transaction"), "{a}");
         assert!(a.contains("--max-connections 10200"), "{a}");
         assert!(a.contains("--read-buffer-count 128"), "{a}");
+        assert!(a.ends_with("--tcp-keepalive=false"), "{a}");
+    }
+
+    #[test]
+    fn kernel_counters_are_readable() {
+        assert!(softnet_drops().is_some());
+        assert!(tcp_ext("TCPAbortOnTimeout").is_some());
+        assert_eq!(tcp_ext("NoSuchCounter"), None);
     }
 
     #[test]

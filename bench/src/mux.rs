@@ -9,7 +9,8 @@
 //! or when named; the smoke profile runs `idle-10k` with 200 clients in fixed mode. Knobs (environment): BENCH_MANY_CLIENTS (1000), BENCH_MANY_BACKENDS (64),
 //! BENCH_MANY_TIME (seconds per sysbench run: 10 quick, 30 full), BENCH_IDLE_CLIENTS (10000),
 //! BENCH_IDLE_MODES (fixed,ring,heap), BENCH_IDLE_MAX (100000), BENCH_IDLE_MAX_HOLD (seconds
-//! idle before every client must answer: 200).
+//! idle before every client must answer: 200), BENCH_IDLE_MAX_ARGS (more ringgate flags for
+//! idle-max, e.g. `--tcp-keepalive=false`).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -190,6 +191,7 @@ fn idle(ctx: &Ctx, x: Extra, rep: &mut MuxReport) {
                 probe: Duration::from_secs(if smoke { 1 } else { 3 }),
                 port: ctx.base_port + 22 + i as u16,
                 metrics_port: ctx.base_port + 32 + i as u16,
+                extra_args: Vec::new(),
             });
         }
     } else {
@@ -202,6 +204,11 @@ fn idle(ctx: &Ctx, x: Extra, rep: &mut MuxReport) {
             probe: Duration::from_secs(3),
             port: ctx.base_port + 25,
             metrics_port: ctx.base_port + 35,
+            extra_args: std::env::var("BENCH_IDLE_MAX_ARGS")
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
         });
     }
     for s in specs {
@@ -402,6 +409,8 @@ pub fn table(rep: &MuxReport, markdown: bool) -> String {
             "idle s",
             "open after",
             "answered/failed",
+            "backlog drops",
+            "timeout resets",
             "stopped by",
         ];
         let rows: Vec<Vec<String>> = rep
@@ -436,6 +445,8 @@ pub fn table(rep: &MuxReport, markdown: bool) -> String {
                     format!("{:.0}", r.hold_s),
                     format!("{:.0}", r.open_after_hold),
                     format!("{}/{}", r.answered, r.answer_failures),
+                    r.softnet_drops.map_or("-".into(), |v| v.to_string()),
+                    r.tcp_abort_on_timeout.map_or("-".into(), |v| v.to_string()),
                     r.failed
                         .clone()
                         .or_else(|| r.stopped_by.clone())
