@@ -49,7 +49,7 @@ clean:
 # Benchmark (issue 3): MariaDB sandbox + HAProxy + ringgate fixed/ring/heap + direct, interleaved
 # rounds, sysbench; prints a table and writes bench/results/<timestamp>/ (see docs/benchmarks.md).
 # BENCH_PROFILE=quick|full, BENCH_TARGETS=fixed,busy,hold,tx,ring,heap,direct,haproxy (tx = fixed with
-# --pooling transaction), BENCH_SCENARIOS=connect,point-select,large-result,many-clients,idle-10k,
+# --pooling transaction), BENCH_SCENARIOS=connect,point-select,large-result,tls,many-clients,idle-10k,
 # idle-max: the last three start their own ringgates (bench/src/mux.rs); idle-max holds ~19,000 idle
 # clients for 200 s and runs only when named or with BENCH_PROFILE=full. BENCH_RATE=N (open loop),
 # BENCH_SYSBENCH=off. Idle scenarios need fds: the bench raises its soft RLIMIT_NOFILE to the hard one.
