@@ -58,28 +58,41 @@ impl OwnMariaDb {
 
     /// Starts (initialising the datadir the first time); panics with the script's output.
     /// Starts are serialised within a test binary, and a failed first initialisation is
-    /// retried: two `mariadb-install-db` running at once can collide on temporary tables in
-    /// /tmp ("Unknown table 'mysql.tmp_user_sys'").
+    /// retried from scratch (server stopped, datadir wiped): two `mariadb-install-db` running
+    /// at once, also from other test processes, can collide on temporary tables in /tmp
+    /// ("Unknown table 'mysql.tmp_user_sys'"), and a half-initialised datadir then starts a
+    /// server whose root login fails. A restart of a datadir that was initialised before (after
+    /// `kill9`) is retried as it is, keeping the test's data. Every attempt's output is kept
+    /// for the failure message.
     pub fn start(&self) {
         static START: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one_at_a_time = START.lock().unwrap_or_else(|e| e.into_inner());
+        let data = self.dir.join("data");
+        let fresh = !data.join("mysql").join("user.frm").exists();
         let mut out = self.run_start();
+        let mut earlier = String::new();
         for _ in 0..2 {
             if out.status.success() {
                 break;
             }
-            if !self
-                .dir
-                .join("data")
-                .join("mysql")
-                .join("user.frm")
-                .exists()
-                && String::from_utf8_lossy(&out.stderr).contains("mariadb-install-db failed")
-            {
-                let _ = fs::remove_dir_all(self.dir.join("data"));
+            earlier += &format!(
+                "{}{}--- retrying ---\n",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if fresh {
+                self.stop();
+                if let Some(pid) = self.pid() {
+                    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                }
+                let _ = fs::remove_file(self.dir.join("mysqld.pid"));
+                let _ = fs::remove_dir_all(&data);
             }
             std::thread::sleep(Duration::from_millis(500));
             out = self.run_start();
+        }
+        if !out.status.success() {
+            eprintln!("earlier attempts to start the own MariaDB:\n{earlier}");
         }
         assert!(
             out.status.success(),
