@@ -366,6 +366,10 @@ pub struct WorkerMetrics {
     /// Transaction pooling: backend connections given back between
     /// transactions without a reset.
     pub tx_releases_total: AtomicU64,
+    /// Backend connections a session kept (transaction pooling: until the
+    /// KILL's answer) or closed (at its end) instead of giving them to
+    /// another session, because a KILL of their thread was on its way.
+    pub kill_fenced_total: AtomicU64,
     /// Transaction pooling: prepared statements the backend connections
     /// hold on the server now (each connection's LRU).
     pub backend_prepared_statements: AtomicI64,
@@ -478,6 +482,7 @@ impl WorkerMetrics {
             backend_resets_total: AtomicU64::new(0),
             tx_leases_total: AtomicU64::new(0),
             tx_releases_total: AtomicU64::new(0),
+            kill_fenced_total: AtomicU64::new(0),
             backend_prepared_statements: AtomicI64::new(0),
             client_prepared_statements: AtomicI64::new(0),
             statement_reprepares_total: AtomicU64::new(0),
@@ -594,6 +599,7 @@ pub struct Snapshot {
     pub backend_resets_total: u64,
     pub tx_leases_total: u64,
     pub tx_releases_total: u64,
+    pub kill_fenced_total: u64,
     pub backend_prepared_statements: i64,
     pub client_prepared_statements: i64,
     pub statement_reprepares_total: u64,
@@ -805,6 +811,7 @@ impl Metrics {
             backend_resets_total: u(|w| &w.backend_resets_total),
             tx_leases_total: u(|w| &w.tx_leases_total),
             tx_releases_total: u(|w| &w.tx_releases_total),
+            kill_fenced_total: u(|w| &w.kill_fenced_total),
             backend_prepared_statements: i(|w| &w.backend_prepared_statements),
             client_prepared_statements: i(|w| &w.client_prepared_statements),
             statement_reprepares_total: u(|w| &w.statement_reprepares_total),

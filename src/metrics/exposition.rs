@@ -218,6 +218,13 @@ impl Collector for Exposition {
              a reset.",
             s.tx_releases_total,
         )?;
+        counter(
+            &mut enc,
+            "ringgate_kill_fenced_total",
+            "Backend connections kept until a KILL of their thread was answered, or closed, \
+             instead of going to another session.",
+            s.kill_fenced_total,
+        )?;
         gauge(
             &mut enc,
             "ringgate_backend_prepared_statements",

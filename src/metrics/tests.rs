@@ -29,6 +29,7 @@ const ALL_NAMES: [(&str, &str); 44] = [
     ("ringgate_backend_resets_total", "counter"),
     ("ringgate_tx_leases_total", "counter"),
     ("ringgate_tx_releases_total", "counter"),
+    ("ringgate_kill_fenced_total", "counter"),
     ("ringgate_backend_prepared_statements", "gauge"),
     ("ringgate_client_prepared_statements", "gauge"),
     ("ringgate_statement_reprepares_total", "counter"),

@@ -406,6 +406,11 @@ impl TxState {
         self.schema.as_deref()
     }
 
+    /// The session's own `wait_timeout` (see [`Settings::wait_timeout`]).
+    pub fn wait_timeout(&self) -> Option<std::time::Duration> {
+        self.settings.wait_timeout()
+    }
+
     /// The settings a connection the session gives back carries.
     pub fn settings(&self) -> Settings {
         self.settings.clone()

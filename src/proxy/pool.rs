@@ -72,6 +72,11 @@ pub struct Pooled {
     asking: Option<Asking>,
     /// Its prepared statements as counted in the gauge.
     prepared: usize,
+    /// The session it was leased to last (transaction pooling: that
+    /// session's `SELECT CONNECTION_ID()` named this thread).
+    last_session: Option<SessionId>,
+    /// Its close watch ([`PoolEvent::Watch`]) was asked for.
+    watched: bool,
 }
 
 /// A give-back that waits for `SELECT LAST_INSERT_ID()`.
@@ -135,6 +140,14 @@ pub enum PoolEvent {
         session: SessionId,
         reply: super::backend::statements::StatementReply,
     },
+    /// Watch the connection's socket for the server closing it
+    /// (`ops::poll_closed`, armed once for its life; its completion goes
+    /// to [`Pool::on_watch`]).
+    Watch(BackendId),
+    /// The server closed an idle connection (KILL CONNECTION of its thread,
+    /// its wait_timeout, a shutdown); `session` was leased it last: if it
+    /// has held no other since, the thread it knows as its own is gone.
+    ClosedIdle { session: SessionId, thread: u32 },
     /// A backend greeting: the version and capabilities clients are offered.
     ServerInfo {
         server_version: String,
@@ -495,6 +508,7 @@ impl Pool {
             return;
         };
         p.leased_to = Some(req.session);
+        p.last_session = Some(req.session);
         p.set_busy(true, metrics.worker(self.worker));
         let mut bo = Vec::new();
         let work = p
@@ -539,6 +553,8 @@ impl Pool {
             relet: false,
             asking: None,
             prepared: 0,
+            last_session: None,
+            watched: false,
         });
         let id = BackendId { index, generation };
         self.apply(id, bo, now, out);
@@ -815,6 +831,32 @@ impl Pool {
         self.apply(id, bo, now, out);
     }
 
+    /// A connection's close watch completed (`res`: the poll's events, or
+    /// -errno). On an idle connection that is the server closing it: it is
+    /// discarded now rather than found dead at its next lease, and the
+    /// session that used it last hears of it ([`PoolEvent::ClosedIdle`]).
+    /// A leased connection's own reads see the close; one closed here
+    /// completes the watch with the shutdown.
+    pub fn on_watch(&mut self, id: BackendId, res: i32, out: &mut Vec<PoolEvent>) {
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        if res < 0 || p.conn.is_closed() || !p.conn.is_idle() {
+            return;
+        }
+        let thread = p.conn.thread_id();
+        let session = p.last_session;
+        tracing::info!(
+            worker = self.worker,
+            thread,
+            "the server closed the backend connection between commands (idle in the pool); discarded"
+        );
+        self.close(id, out);
+        if let Some(session) = session {
+            out.push(PoolEvent::ClosedIdle { session, thread });
+        }
+    }
+
     pub fn on_write(&mut self, id: BackendId, res: i32, now: Instant, out: &mut Vec<PoolEvent>) {
         let mut bo = Vec::new();
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
@@ -893,6 +935,9 @@ impl Pool {
                 let Some(p) = self.slots.get_mut(id.index, id.generation) else {
                     return;
                 };
+                if !std::mem::replace(&mut p.watched, true) {
+                    out.push(PoolEvent::Watch(id));
+                }
                 match p.opened_for.take() {
                     Some(req) => self.give(id, req, now, out),
                     None => self.make_idle(id, now),

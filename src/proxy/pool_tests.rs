@@ -552,3 +552,45 @@ fn the_pool_stamps_its_backend_tls_on_every_key() {
     assert_eq!(again, b);
     h.release(again, true);
 }
+
+#[test]
+fn the_server_closing_an_idle_connection_discards_it_and_names_its_last_session() {
+    let mut h = Harness::new(10, 0);
+    let key = PoolKey::default_warm();
+    let ev = h.lease(req(1, key));
+    // Watched from its login on, once.
+    let (_, b) = leased(&ev).unwrap();
+    assert_eq!(
+        ev.iter()
+            .filter(|e| matches!(e, PoolEvent::Watch(id) if *id == b))
+            .count(),
+        1,
+        "{ev:?}"
+    );
+    // Leased: the relay sees a close itself; the watch changes nothing.
+    let mut out = Vec::new();
+    h.pool.on_watch(b, libc::POLLRDHUP as i32, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    h.release(b, true);
+    h.serve();
+    let thread = h.pool.get_mut(b).unwrap().conn.thread_id();
+    // The server closed it while idle: closed now, and session 1 hears.
+    let mut out = Vec::new();
+    h.pool.on_watch(b, libc::POLLRDHUP as i32, &mut out);
+    assert!(out.contains(&PoolEvent::Io(b, BackendOp::Close)), "{out:?}");
+    assert!(
+        out.contains(&PoolEvent::ClosedIdle {
+            session: sid(1),
+            thread
+        }),
+        "{out:?}"
+    );
+    h.drive(out);
+    assert_eq!(h.open.load(Relaxed), 0);
+    // A failed or cancelled poll says nothing.
+    let (_, b2) = leased(&h.lease(req(2, key))).unwrap();
+    h.release(b2, true);
+    let mut out = Vec::new();
+    h.pool.on_watch(b2, -libc::ECANCELED, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+}

@@ -38,10 +38,26 @@
 //! with the entry present, and a session's socket is closed only after its
 //! registration is dropped (which takes that lock). The entry is marked
 //! killed, so the victim's backend connection is discarded, never pooled.
+//!
+//! ## A KILL never reaches the next session on a connection
+//!
+//! A mapped KILL names a backend thread the victim holds *now*; by the time
+//! the server runs it, the victim may have given the connection back
+//! (transaction pooling does that after every transaction) and another
+//! session's statement may run on it. So the killer marks the entry "a KILL
+//! of its thread is in flight" in the same atomic that holds the thread
+//! ([`ConnEntry::fence`]), and holds a [`KillFence`] until the server has
+//! answered the KILL. A session gives its connection back only through
+//! [`ConnEntry::try_clear_backend`], which refuses while a KILL is in
+//! flight: a parked session waits (it keeps the connection, at most until
+//! the killer's answer), and a session that ends closes the connection
+//! instead of pooling it. Either the killer sees the thread cleared (and
+//! kills nothing on the server) or the victim sees the mark: one atomic
+//! word, no lock on the relay path.
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::mysql::constants::COM_QUERY;
@@ -94,8 +110,15 @@ pub struct ConnEntry {
     id: u32,
     /// The proxy user, once logged in.
     user: Mutex<Option<Arc<str>>>,
-    /// The backend thread serving the session now; 0 = none.
-    backend_thread: AtomicU32,
+    /// The backend thread serving the session now (low 32 bits; 0 = none)
+    /// and the mapped KILLs of it still on their way to the server (high
+    /// 32 bits; see the module docs).
+    lease: AtomicU64,
+    /// The backend thread the session was leased last (kept while it holds
+    /// none: transaction pooling), and when ([`LEASE_SEQ`]): its
+    /// `SELECT CONNECTION_ID()` named that thread, so a raw KILL of it means
+    /// this session while no later session has used the thread.
+    last_thread: AtomicU64,
     /// The client socket (open while the entry is registered).
     fd: RawFd,
     /// A KILL CONNECTION shut the client down: its backend connection is
@@ -121,13 +144,58 @@ impl ConnEntry {
     /// which backend thread now runs its queries.
     pub fn set_leased(&self, user: &str, backend_thread: u32) {
         self.set_user(user);
-        self.backend_thread.store(backend_thread, Ordering::Release);
+        let seq = LEASE_SEQ.fetch_add(1, Ordering::Relaxed) + 1;
+        self.last_thread
+            .store(seq << 32 | u64::from(backend_thread), Ordering::Release);
+        let _ = self
+            .lease
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                Some((v & !THREAD_MASK) | u64::from(backend_thread))
+            });
     }
 
     /// The backend connection went back to the pool (or died): a KILL must
     /// no longer reach that thread, which may soon serve someone else.
-    pub fn clear_backend(&self) {
-        self.backend_thread.store(0, Ordering::Release);
+    /// True when a mapped KILL of it was still in flight: the connection
+    /// must not serve another session (the caller closes it).
+    pub fn clear_backend(&self) -> bool {
+        self.lease.fetch_and(!THREAD_MASK, Ordering::AcqRel) >> 32 != 0
+    }
+
+    /// Give the backend connection back only if no mapped KILL of its
+    /// thread is in flight: false (and nothing changes) while one is, and
+    /// the session keeps the connection until the killer has its answer.
+    pub fn try_clear_backend(&self) -> bool {
+        self.lease
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                (v >> 32 == 0).then_some(0)
+            })
+            .is_ok()
+    }
+
+    /// A KILL is about to be sent to the thread serving this session: the
+    /// thread, and the fence that keeps the session from giving that
+    /// connection back until the fence is dropped. None without a thread.
+    fn fence(self: &Arc<Self>) -> Option<(u32, KillFence)> {
+        let prev = self
+            .lease
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                (v & THREAD_MASK != 0).then_some(v + ONE_KILL)
+            })
+            .ok()?;
+        Some(((prev & THREAD_MASK) as u32, KillFence(Arc::clone(self))))
+    }
+
+    /// The backend thread the session was leased last (0: none yet).
+    pub fn last_thread(&self) -> u32 {
+        (self.last_thread.load(Ordering::Acquire) & THREAD_MASK) as u32
+    }
+
+    fn thread(&self) -> Option<u32> {
+        match (self.lease.load(Ordering::Acquire) & THREAD_MASK) as u32 {
+            0 => None,
+            t => Some(t),
+        }
     }
 
     /// A KILL CONNECTION closed this session.
@@ -138,13 +206,41 @@ impl ConnEntry {
     fn snapshot(&self) -> Target {
         Target {
             user: lock(&self.user).clone(),
-            backend_thread: match self.backend_thread.load(Ordering::Acquire) {
-                0 => None,
-                t => Some(t),
-            },
+            backend_thread: self.thread(),
         }
     }
 }
+
+const THREAD_MASK: u64 = 0xFFFF_FFFF;
+
+/// Orders leases process-wide (the high half of `ConnEntry::last_thread`).
+static LEASE_SEQ: AtomicU64 = AtomicU64::new(0);
+const ONE_KILL: u64 = 1 << 32;
+
+/// A mapped KILL of a session's backend thread is on its way to the server:
+/// while this lives, that session does not give the connection to anyone
+/// else (see the module docs). The killer drops it when the server answers.
+pub struct KillFence(Arc<ConnEntry>);
+
+impl Drop for KillFence {
+    fn drop(&mut self) {
+        self.0.lease.fetch_sub(ONE_KILL, Ordering::AcqRel);
+    }
+}
+
+impl std::fmt::Debug for KillFence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KillFence({})", self.0.id)
+    }
+}
+
+impl PartialEq for KillFence {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for KillFence {}
 
 /// A registered connection as a KILL sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -235,7 +331,8 @@ impl Registry {
         let entry = Arc::new(ConnEntry {
             id,
             user: Mutex::new(None),
-            backend_thread: AtomicU32::new(0),
+            lease: AtomicU64::new(0),
+            last_thread: AtomicU64::new(0),
             fd,
             killed: AtomicBool::new(false),
         });
@@ -276,6 +373,24 @@ impl Registry {
         lock(self.shard(id)).get(&id).map(|e| e.snapshot())
     }
 
+    /// [`Registry::lookup`] for a KILL about to be sent: the target's
+    /// backend thread comes with a [`KillFence`] on it.
+    fn lookup_fenced(&self, id: u32) -> Option<(Target, Option<KillFence>)> {
+        let entry = lock(self.shard(id)).get(&id).cloned()?;
+        let user = lock(&entry.user).clone();
+        let (backend_thread, fence) = match entry.fence() {
+            Some((t, f)) => (Some(t), Some(f)),
+            None => (None, None),
+        };
+        Some((
+            Target {
+                user,
+                backend_thread,
+            },
+            fence,
+        ))
+    }
+
     /// The proxy connection whose session the backend thread `thread`
     /// serves now. A scan: only a KILL of a raw backend thread id asks.
     pub fn by_backend_thread(&self, thread: u32) -> Option<(u32, Target)> {
@@ -285,9 +400,37 @@ impl Registry {
         self.shards.iter().find_map(|s| {
             lock(s)
                 .values()
-                .find(|e| e.backend_thread.load(Ordering::Acquire) == thread)
+                .find(|e| e.thread() == Some(thread))
                 .map(|e| (e.id, e.snapshot()))
         })
+    }
+
+    /// Whose backend thread `thread` is, for a KILL of that raw id from
+    /// session `except`: the session leased it last (serving it now, or
+    /// holding no connection since: transaction pooling), other than the
+    /// killer itself (which may have just been leased that very thread
+    /// for its KILL). `.2`: it serves that session now. A scan, like
+    /// [`Registry::by_backend_thread`].
+    pub fn owner_of_thread(&self, thread: u32, except: u32) -> Option<(u32, Target, bool)> {
+        if thread == 0 {
+            return None;
+        }
+        let mut best: Option<(u64, u32, Target, bool)> = None;
+        for s in &self.shards {
+            for e in lock(s).values() {
+                let last = e.last_thread.load(Ordering::Acquire);
+                if e.id == except || (last & THREAD_MASK) as u32 != thread {
+                    continue;
+                }
+                let seq = last >> 32;
+                if best.as_ref().is_none_or(|b| seq > b.0) {
+                    let t = e.snapshot();
+                    let now = t.backend_thread == Some(thread);
+                    best = Some((seq, e.id, t, now));
+                }
+            }
+        }
+        best.map(|(_, id, t, now)| (id, t, now))
     }
 
     pub fn len(&self) -> usize {
@@ -309,6 +452,12 @@ pub struct Registration {
 impl Registration {
     pub fn entry(&self) -> &ConnEntry {
         &self.entry
+    }
+
+    /// The entry, shared (a session keeps it to check for KILLs in flight
+    /// before it gives a connection back).
+    pub fn shared_entry(&self) -> Arc<ConnEntry> {
+        Arc::clone(&self.entry)
     }
 
     pub fn id(&self) -> u32 {
@@ -385,27 +534,43 @@ pub fn decide_kill(
     registry: &Registry,
     server_checks_owner: bool,
 ) -> KillDecision {
+    decide_kill_fenced(stmt, killer, 0, registry, server_checks_owner).0
+}
+
+/// [`decide_kill`], with the fence on the target's thread when the KILL is
+/// sent to it ([`KillDecision::Kill`] of a proxy id).
+fn decide_kill_fenced(
+    stmt: &KillStatement,
+    killer: &str,
+    killer_id: u32,
+    registry: &Registry,
+    server_checks_owner: bool,
+) -> (KillDecision, Option<KillFence>) {
     let not_owner = KillDecision::NotOwner { id: stmt.id };
     if !is_proxy_id(stmt.id) {
         if server_checks_owner {
-            return KillDecision::Forward;
+            return (KillDecision::Forward, None);
         }
-        let other_users = u32::try_from(stmt.id)
+        let owner = u32::try_from(stmt.id)
             .ok()
-            .and_then(|t| registry.by_backend_thread(t))
-            .is_some_and(|(_, t)| t.user.as_deref() != Some(killer));
-        return if other_users {
-            not_owner
-        } else {
-            KillDecision::Forward
+            .and_then(|t| registry.owner_of_thread(t, killer_id));
+        let decision = match owner {
+            Some((_, t, _)) if t.user.as_deref() != Some(killer) => not_owner,
+            // The killer's own user's session, holding no connection
+            // (transaction pooling): the thread it last used may serve
+            // another session now, or the killer itself. Nothing runs on
+            // the server for it (a KILL CONNECTION closes its client).
+            Some((_, _, false)) => KillDecision::Nothing,
+            _ => KillDecision::Forward,
         };
+        return (decision, None);
     }
     // In range, so it fits.
-    let Some(target) = registry.lookup(stmt.id as u32) else {
-        return KillDecision::Forward;
+    let Some((target, fence)) = registry.lookup_fenced(stmt.id as u32) else {
+        return (KillDecision::Forward, None);
     };
     let same_user = target.user.as_deref() == Some(killer);
-    match target.backend_thread {
+    let decision = match target.backend_thread {
         Some(thread) if same_user => KillDecision::Kill {
             payload: stmt.to_payload(thread),
             own: true,
@@ -426,18 +591,23 @@ pub fn decide_kill(
         },
         None if same_user => KillDecision::Nothing,
         _ => not_owner,
-    }
+    };
+    let fence = fence.filter(|_| matches!(decision, KillDecision::Kill { .. }));
+    (decision, fence)
 }
 
 /// A client command replaced by the proxy's: `packet` (framed) takes the
 /// place of the first `replaces` bytes of the session buffer.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Rewrite {
     pub replaces: usize,
     pub packet: Vec<u8>,
     /// A KILL CONNECTION of this session: once the server answers OK, close
     /// its client ([`Registry::close_client`]) before relaying the OK.
     pub close_after_ok: Option<u32>,
+    /// A KILL sent to the target's backend thread: held until the server
+    /// answers it (see the module docs).
+    pub fence: Option<KillFence>,
 }
 
 /// If `data` (client bytes at a command boundary, nothing owed) starts with
@@ -460,9 +630,15 @@ pub fn intercept(
     }
     let room = capacity.checked_sub(data.len() - consumed + 4)?;
     let kill = kill::parse_command(pkt.payload);
+    let mut fence = None;
     let payload = match &kill {
         Some(stmt) => {
-            let decision = decide_kill(stmt, user, registry, server_checks_owner);
+            let (decision, f) =
+                decide_kill_fenced(stmt, user, own_id, registry, server_checks_owner);
+            if f.is_some() {
+                debug_kill_delay();
+            }
+            fence = f;
             let mut p = decision.payload()?;
             if !stmt.rest.is_empty() {
                 // Statements after the KILL run as the client sent them
@@ -497,7 +673,29 @@ pub fn intercept(
         close_after_ok: kill
             .as_ref()
             .and_then(|stmt| victim_to_close(stmt, user, own_id, registry)),
+        fence,
     })
+}
+
+/// Debug builds: `RINGGATE_DEBUG_KILL_DELAY_MS=N` holds the killer's worker
+/// N ms between mapping a KILL to its target's thread and sending it, so a
+/// test can make the target give its connection back meanwhile (the race
+/// the fence closes; tests/python/test_transaction_pooling_kill.py).
+/// Release builds never read it.
+fn debug_kill_delay() {
+    #[cfg(debug_assertions)]
+    {
+        static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+        let delay = DELAY.get_or_init(|| {
+            std::env::var("RINGGATE_DEBUG_KILL_DELAY_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(std::time::Duration::from_millis)
+        });
+        if let Some(d) = delay {
+            std::thread::sleep(*d);
+        }
+    }
 }
 
 /// The session that the KILL CONNECTION `stmt` ends for certain, so its
@@ -510,8 +708,18 @@ fn victim_to_close(
     own_id: u32,
     registry: &Registry,
 ) -> Option<u32> {
-    if stmt.target != kill::KillTarget::Connection || !is_proxy_id(stmt.id) {
+    if stmt.target != kill::KillTarget::Connection {
         return None;
+    }
+    if !is_proxy_id(stmt.id) {
+        // A raw backend thread id that a session of the same user last
+        // used and holds no connection now (transaction pooling): that
+        // session, as its `SELECT CONNECTION_ID()` said.
+        if registry.server_checks_owner() {
+            return None;
+        }
+        let (id, target, now) = registry.owner_of_thread(u32::try_from(stmt.id).ok()?, own_id)?;
+        return (!now && target.user.as_deref() == Some(user)).then_some(id);
     }
     let id = stmt.id as u32;
     let target = registry.lookup(id)?;
@@ -890,6 +1098,83 @@ mod tests {
         .unwrap();
         assert!(String::from_utf8_lossy(&none).contains("SELECT ID AS `Id`"));
         assert!(String::from_utf8_lossy(&none).ends_with(" WHERE ID = CONNECTION_ID()"));
+    }
+
+    #[test]
+    fn a_kill_in_flight_keeps_its_target_from_giving_the_connection_away() {
+        let reg = Arc::new(Registry::default());
+        let victim = reg.register(PROXY_ID_BASE + 9, -1).unwrap();
+        victim.entry().set_leased("app", 40);
+        let vid = victim.id();
+        let r = intercept(
+            &framed(0, format!("\x03KILL QUERY {vid}").as_bytes()),
+            "app",
+            0,
+            &reg,
+            16384,
+        )
+        .unwrap();
+        assert_eq!(r.packet, framed(0, b"\x03KILL QUERY 40"));
+        assert!(r.fence.is_some());
+        // The victim's session may not give the connection back now: the
+        // KILL could reach another session's statement on it.
+        assert!(!victim.entry().try_clear_backend());
+        assert_eq!(reg.lookup(vid).unwrap().backend_thread, Some(40));
+        // A second KILL meanwhile fences it too; the lease moves on.
+        let r2 = intercept(
+            &framed(0, format!("\x03KILL {vid}").as_bytes()),
+            "app",
+            0,
+            &reg,
+            16384,
+        )
+        .unwrap();
+        drop(r);
+        assert!(!victim.entry().try_clear_backend());
+        drop(r2);
+        // Answered: it goes back, and a KILL now finds no thread to send to.
+        assert!(victim.entry().try_clear_backend());
+        assert_eq!(reg.lookup(vid).unwrap().backend_thread, None);
+        let r = intercept(
+            &framed(0, format!("\x03KILL QUERY {vid}").as_bytes()),
+            "app",
+            0,
+            &reg,
+            16384,
+        )
+        .unwrap();
+        assert_eq!(r.packet, framed(0, b"\x03DO 0"));
+        assert!(r.fence.is_none());
+        // A session that ends with a KILL in flight learns it (and closes
+        // the connection instead of pooling it).
+        victim.entry().set_leased("app", 41);
+        let f = intercept(
+            &framed(0, format!("\x03KILL QUERY {vid}").as_bytes()),
+            "app",
+            0,
+            &reg,
+            16384,
+        )
+        .unwrap();
+        victim.entry().set_leased("app", 42);
+        assert_eq!(reg.lookup(vid).unwrap().backend_thread, Some(42));
+        assert!(victim.entry().clear_backend());
+        drop(f);
+        victim.entry().set_leased("app", 43);
+        assert!(!victim.entry().clear_backend());
+        // Refusals and unknown ids hold no fence.
+        victim.entry().set_leased("app", 44);
+        let r = intercept(
+            &framed(0, format!("\x03KILL {vid}").as_bytes()),
+            "other",
+            0,
+            &reg,
+            16384,
+        )
+        .unwrap();
+        assert!(r.fence.is_none());
+        drop(r);
+        assert!(victim.entry().try_clear_backend());
     }
 
     #[test]

@@ -472,7 +472,9 @@ impl Relay {
     }
 
     /// Decided to end (or ended): completions are absorbed, nothing new starts.
-    fn finishing(&self) -> bool {
+    /// Ending (or ended): the session, not the relay, will handle what the
+    /// client sends next (transaction pooling: after the park).
+    pub fn finishing(&self) -> bool {
         self.ending.is_some() || self.ended
     }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::client_leg::LegKind;
 use super::ids::{IdentityId, LeaseSetup, PoolKey, Settings};
 use super::multiplex::{self, PinReason, TxState};
-use super::registry::{intercept, Registry};
+use super::registry::{intercept, ConnEntry, KillFence, Registry};
 use super::relay::{Relay, RelayEnd, RelayEvent, RelayOp, RelayTimeouts};
 use crate::metrics::{AuthPath, RejectReason};
 use crate::mysql::auth::NATIVE_PASSWORD;
@@ -142,6 +142,10 @@ pub enum SessionAction {
     /// Transaction pooling: the session is pinned to its backend
     /// connection from now on (counted and logged once).
     Pinned(PinReason),
+    /// Transaction pooling: the session could give its connection back but
+    /// keeps it, because a KILL mapped to its thread is still on its way
+    /// to the server (registry.rs); counted once per wait.
+    ParkWaitsForKill,
     /// Shut the client socket down for writing (after an ERR, to linger).
     HalfClose,
     /// Shut the client socket down and free the session once every
@@ -293,6 +297,16 @@ pub struct Session {
     /// The session this one's mapped KILL CONNECTION ends: closed when the
     /// server's answer is OK, before the OK is relayed (registry.rs).
     kill_victim: Option<u32>,
+    /// This session's mapped KILL is on its way to the target's backend
+    /// thread: the target keeps that connection until the answer arrives.
+    kill_fence: Option<KillFence>,
+    /// This session's own registry entry (the worker's; None in unit
+    /// tests): a connection goes back only when no KILL of its thread is
+    /// in flight.
+    own: Option<std::sync::Arc<ConnEntry>>,
+    /// Transaction pooling: a park is put off for a KILL in flight
+    /// ([`SessionAction::ParkWaitsForKill`] was sent for this wait).
+    park_waits_for_kill: bool,
     /// The client negotiated CLIENT_COMPRESS: the transform starts once
     /// the login OK is written (the OK itself goes out plain).
     client_leg: Option<LegKind>,
@@ -345,6 +359,9 @@ impl Session {
             relay_scratch: Vec::new(),
             connection_id: n.connection_id,
             kill_victim: None,
+            kill_fence: None,
+            own: None,
+            park_waits_for_kill: false,
             client_leg: None,
             client_caps: 0,
             transaction_pooling: n.transaction_pooling,
@@ -382,6 +399,11 @@ impl Session {
         s.seq = next;
         out.push(SessionAction::SendClient(bytes));
         s
+    }
+
+    /// The registry entry of this session's connection id (its KILL state).
+    pub fn set_registry_entry(&mut self, entry: std::sync::Arc<ConnEntry>) {
+        self.own = Some(entry);
     }
 
     pub fn is_closed(&self) -> bool {
@@ -561,6 +583,7 @@ impl Session {
         if let Some(n) = self.stmts.take().map(|r| r.len()).filter(|n| *n > 0) {
             out.push(SessionAction::Statements(-(n as i64)));
         }
+        self.kill_fence = None;
         self.state = State::Closed;
         out.push(SessionAction::Close);
     }
@@ -670,7 +693,10 @@ impl Session {
             // (or the server's refusal); SHOW PROCESSLIST: with those ids.
             // See registry.rs.
             let user = self.login.as_ref().map_or("", |l| l.user.as_str());
-            let rewrite = (res > 0 && relay.idle_at_boundary())
+            // Not while the relay gives the backend back (transaction
+            // pooling): the bytes then wait for the session's next lease,
+            // and the KILL is mapped when that lease is known.
+            let rewrite = (res > 0 && relay.idle_at_boundary() && !relay.finishing())
                 .then(|| {
                     intercept(
                         data,
@@ -682,8 +708,9 @@ impl Session {
                 })
                 .flatten();
             match rewrite {
-                Some(r) => {
+                Some(mut r) => {
                     self.kill_victim = r.close_after_ok;
+                    self.kill_fence = r.fence.take();
                     let mut bytes = r.packet.clone();
                     bytes.extend_from_slice(&data[r.replaces..]);
                     out.push(SessionAction::ReplaceBuffered {
@@ -1010,6 +1037,21 @@ impl Session {
         }
     }
 
+    /// Transaction pooling: the server closed the backend connection this
+    /// session used last, idle in the pool since (a KILL CONNECTION of the
+    /// thread its `SELECT CONNECTION_ID()` named, its wait_timeout, a
+    /// server shutdown). A parked session ends as a direct connection
+    /// would: a bare close.
+    pub fn on_last_backend_closed(&mut self, out: &mut Vec<SessionAction>) {
+        if let State::Parked { .. } = self.state {
+            out.push(SessionAction::Log(
+                "the server closed the backend connection this session used last (idle since); client disconnected"
+                    .into(),
+            ));
+            self.close(out);
+        }
+    }
+
     /// The relay's write to the backend completed.
     pub fn on_backend_write(&mut self, res: i32, ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
         if let State::Relay(relay) = &mut self.state {
@@ -1028,6 +1070,9 @@ impl Session {
         out: &mut Vec<SessionAction>,
     ) {
         if let State::Relay(relay) = &mut self.state {
+            // The server answered (or the connection ended): the KILL has
+            // run, and its target may give its connection back.
+            self.kill_fence = None;
             if let Some(victim) = self.kill_victim.take() {
                 // The answer to this session's KILL CONNECTION: an OK means
                 // the server killed the victim's thread.
@@ -1088,6 +1133,20 @@ impl Session {
                         "session idle for --idle-timeout; closed".into(),
                     ));
                     self.close(out)
+                } else if let Some(wait) = self
+                    .tx
+                    .as_ref()
+                    .and_then(|t| t.wait_timeout())
+                    .filter(|w| ctx.now.duration_since(*since) >= *w)
+                {
+                    // No server counts a parked session's idle time: end it
+                    // as the server ends a direct connection after its
+                    // wait_timeout (a bare close, no ERR, as MariaDB does).
+                    out.push(SessionAction::Log(format!(
+                        "session idle for its wait_timeout ({} s) holding no backend connection; closed",
+                        wait.as_secs()
+                    )));
+                    self.close(out)
                 }
             }
             State::Relay(relay) => {
@@ -1136,6 +1195,17 @@ impl Session {
         // server's statement on this connection.
         let statements_hold = self.stmts.as_ref().is_some_and(|r| r.holds_backend());
         if relay.can_park() && tx.releasable() && !statements_hold {
+            // A KILL mapped to this connection's thread is on its way: keep
+            // the connection until the server has run it, so that it cannot
+            // hit another session's statement; tried again at the next
+            // completion or tick (registry.rs).
+            if !self.own.as_ref().is_none_or(|e| e.try_clear_backend()) {
+                if !std::mem::replace(&mut self.park_waits_for_kill, true) {
+                    out.push(SessionAction::ParkWaitsForKill);
+                }
+                return;
+            }
+            self.park_waits_for_kill = false;
             let mut events = std::mem::take(&mut self.relay_scratch);
             relay.park(&mut events);
             self.apply_relay_events(&mut events, ctx, out);
@@ -1415,8 +1485,9 @@ impl Session {
             ctx.registry,
             ctx.read_buffer_size,
         ) {
-            Some(r) => {
+            Some(mut r) => {
                 self.kill_victim = r.close_after_ok;
+                self.kill_fence = r.fence.take();
                 let mut bytes = r.packet.clone();
                 bytes.extend_from_slice(&buffered[r.replaces..]);
                 out.push(SessionAction::ReplaceBuffered {

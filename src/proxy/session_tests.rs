@@ -1218,6 +1218,86 @@ fn transaction_pooling_pins_on_a_user_variable_and_quits_without_a_backend() {
         .any(|a| matches!(a, SessionAction::LeaseForCommand { .. })));
 }
 
+#[test]
+fn a_parked_session_ends_after_its_own_wait_timeout() {
+    let now = Instant::now();
+    let u = users();
+    let mut s = tx_session(&u, now);
+    let c = ctx(&u, now);
+    tx_statement(
+        &mut s,
+        &u,
+        now,
+        "SET SESSION wait_timeout = 2",
+        &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0),
+    );
+    let mut out = Vec::new();
+    s.on_backend_read(-libc::ECANCELED, &[], &c, &mut out);
+    assert!(
+        out.iter().any(|a| matches!(a, SessionAction::Park { .. })),
+        "{out:?}"
+    );
+    // Idle, holding no connection: no server counts this; the session does.
+    out.clear();
+    s.on_tick(&ctx(&u, now + Duration::from_millis(1900)), &mut out);
+    assert!(!out.contains(&SessionAction::Close), "{out:?}");
+    s.on_tick(&ctx(&u, now + Duration::from_secs(2)), &mut out);
+    assert!(out.contains(&SessionAction::Close), "{out:?}");
+    assert!(s.is_closed());
+
+    // Without a wait_timeout of its own a parked session stays.
+    let mut s = tx_session(&u, now);
+    let mut out = Vec::new();
+    s.on_tick(&ctx(&u, now + Duration::from_secs(3600)), &mut out);
+    assert!(!s.is_closed(), "{out:?}");
+}
+
+#[test]
+fn a_session_keeps_its_connection_while_a_kill_of_its_thread_is_in_flight() {
+    use crate::proxy::registry::PROXY_ID_BASE;
+    let now = Instant::now();
+    let u = users();
+    let reg = std::sync::Arc::new(Registry::default());
+    let me = reg.register(PROXY_ID_BASE + 70, -1).unwrap();
+    let mut s = tx_session(&u, now);
+    s.set_registry_entry(me.shared_entry());
+    me.entry().set_leased("app", 55);
+    // Another client's KILL QUERY of this session is on its way to thread 55.
+    let kill = crate::proxy::test_packets::framed(
+        0,
+        format!("\x03KILL QUERY {}", PROXY_ID_BASE + 70).as_bytes(),
+    );
+    let fence = crate::proxy::registry::intercept(&kill, "app", 0, &reg, 16384).unwrap();
+    assert!(fence.fence.is_some());
+    let out = tx_statement(
+        &mut s,
+        &u,
+        now,
+        "SELECT 1",
+        &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0),
+    );
+    // Done, but the connection is not given back: the KILL could hit the
+    // next session's statement on it.
+    assert!(out.contains(&SessionAction::ParkWaitsForKill), "{out:?}");
+    assert!(!out.contains(&SessionAction::Relay(RelayOp::CancelReadBackend)));
+    let mut out = Vec::new();
+    s.on_tick(&ctx(&u, now + Duration::from_millis(100)), &mut out);
+    assert!(!out.contains(&SessionAction::Relay(RelayOp::CancelReadBackend)));
+    assert!(
+        !out.contains(&SessionAction::ParkWaitsForKill),
+        "counted once"
+    );
+    // The killer has its answer: the next tick gives it back.
+    drop(fence);
+    out.clear();
+    s.on_tick(&ctx(&u, now + Duration::from_millis(200)), &mut out);
+    assert!(
+        out.contains(&SessionAction::Relay(RelayOp::CancelReadBackend)),
+        "{out:?}"
+    );
+    assert_eq!(reg.lookup(PROXY_ID_BASE + 70).unwrap().backend_thread, None);
+}
+
 // ---- TLS in the handshake (issue 14) ----
 
 fn tls_session(now: Instant, tls: bool, require: bool, peer: &str) -> Session {

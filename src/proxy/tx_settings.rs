@@ -94,6 +94,17 @@ impl Settings {
         self.parts().1.into_iter().flat_map(|v| v.keys())
     }
 
+    /// `wait_timeout` as the session set it, in whole seconds (None: not
+    /// set, `DEFAULT`, or not a plain number). While a session holds no
+    /// backend connection no server counts its idle time, so transaction
+    /// pooling ends it after this long itself (`Session::on_tick`), as the
+    /// server ends a direct connection. MariaDB takes 0 as 1.
+    pub fn wait_timeout(&self) -> Option<std::time::Duration> {
+        let v = self.var("wait_timeout")?.trim().trim_matches('\'');
+        let secs: u64 = v.parse().ok()?;
+        Some(std::time::Duration::from_secs(secs.max(1)))
+    }
+
     /// How many variables (and NAMES) it sets.
     pub fn len_hint(&self) -> usize {
         self.0

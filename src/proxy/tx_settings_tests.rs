@@ -156,3 +156,32 @@ fn session_transaction_characteristics() {
         .with_session_transaction("WITH CONSISTENT SNAPSHOT")
         .is_err());
 }
+
+#[test]
+fn wait_timeout_is_read_from_the_sessions_own_setting() {
+    use std::time::Duration;
+    let none = Settings::default();
+    assert_eq!(none.wait_timeout(), None);
+    for (sql, want) in [
+        ("SET wait_timeout = 5", Some(5)),
+        ("SET SESSION wait_timeout=1", Some(1)),
+        ("SET @@session.wait_timeout = 7", Some(7)),
+        ("SET @@wait_timeout = '3'", Some(3)),
+        ("SET wait_timeout = 0", Some(1)),
+        ("SET wait_timeout = DEFAULT", None),
+        ("SET GLOBAL wait_timeout = 2", None),
+        ("SET interactive_timeout = 2", None),
+    ] {
+        assert_eq!(
+            after(&none, sql).wait_timeout(),
+            want.map(Duration::from_secs),
+            "{sql}"
+        );
+    }
+    // The later value wins.
+    let a = after(
+        &after(&none, "SET wait_timeout = 5"),
+        "SET wait_timeout = DEFAULT",
+    );
+    assert_eq!(a.wait_timeout(), None);
+}

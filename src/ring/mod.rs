@@ -49,7 +49,7 @@ pub use token::{next_generation, OpTag, Token};
 /// (reads, writes) are built by `crate::buffers`, which owns that memory.
 pub mod ops {
     pub use super::sqe::{
-        accept, accept_multi, cancel_fd, cancel_user_data, connect, link_timeout, nop,
+        accept, accept_multi, cancel_fd, cancel_user_data, connect, link_timeout, nop, poll_closed,
         poll_readable, poll_readable_multi, timeout,
     };
 }

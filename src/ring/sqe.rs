@@ -123,6 +123,17 @@ pub fn poll_readable_multi(fd: RawFd, token: Token) -> Sqe {
     unsafe { Sqe::new(e) }
 }
 
+/// One-shot POLL_ADD that completes only when the peer closes (POLLRDHUP;
+/// errors and hang-ups complete it too), not when bytes arrive: it can
+/// stay armed for a connection's whole life, through every response.
+pub fn poll_closed(fd: RawFd, token: Token) -> Sqe {
+    let e = opcode::PollAdd::new(types::Fd(fd), libc::POLLRDHUP as u32)
+        .build()
+        .user_data(token.into());
+    // SAFETY: a poll names an fd, no memory.
+    unsafe { Sqe::new(e) }
+}
+
 /// Cancel the in-flight operation(s) whose user_data is `target`.
 pub fn cancel_user_data(target: u64, token: Token) -> Sqe {
     let e = opcode::AsyncCancel::new(target)

@@ -37,6 +37,8 @@ pub enum OpTag {
     /// Backend TLS: a backend connection's ciphertext written to the
     /// server (backend token).
     BackendTlsWrite = 18,
+    /// A backend connection's close watch (backend token).
+    BackendWatch = 19,
 }
 
 impl OpTag {
@@ -60,6 +62,7 @@ impl OpTag {
             16 => OpTag::TlsWrite,
             17 => OpTag::ClientPoll,
             18 => OpTag::BackendTlsWrite,
+            19 => OpTag::BackendWatch,
             _ => return None,
         })
     }

@@ -159,7 +159,7 @@ impl Worker {
         let connection_id = conn.id();
         let mut out = Vec::new();
         let (capabilities, ext_capabilities) = self.advertised_caps();
-        let session = Session::new(
+        let mut session = Session::new(
             NewSession {
                 scramble,
                 connection_id,
@@ -174,6 +174,7 @@ impl Worker {
             },
             &mut out,
         );
+        session.set_registry_entry(conn.shared_entry());
         let (index, generation) = self.sessions.insert(SessionSlot {
             io: ConnIo::new(sock, buf),
             session,

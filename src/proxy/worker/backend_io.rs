@@ -38,6 +38,18 @@ impl Worker {
         self.try_finish_backend(Some(bid));
     }
 
+    /// A backend connection's close watch completed.
+    pub(super) fn on_backend_watch(&mut self, bid: BackendId, res: i32) {
+        let Some(b) = self.pool.get_mut(bid) else {
+            return;
+        };
+        b.io.op_done();
+        let mut events = Vec::new();
+        self.pool.on_watch(bid, res, &mut events);
+        self.pool_q.extend(events);
+        self.try_finish_backend(Some(bid));
+    }
+
     pub(super) fn on_backend_write(&mut self, bid: BackendId, res: i32) {
         let Some(b) = self.pool.get_mut(bid) else {
             return;
@@ -89,6 +101,27 @@ impl Worker {
         match event {
             PoolEvent::Open { key, request } => self.open_backend(key, request),
             PoolEvent::Io(bid, op) => self.backend_op(bid, op),
+            PoolEvent::Watch(bid) => {
+                let Some(b) = self.pool.get_mut(bid) else {
+                    return;
+                };
+                let token = Token::new(OpTag::BackendWatch, bid.index, bid.generation);
+                let sqe = ops::poll_closed(b.io.fd(), token);
+                b.io.op_started();
+                self.submit(sqe);
+            }
+            PoolEvent::ClosedIdle { session, thread } => {
+                // Only a session that holds no connection and has used no
+                // other since: the thread it knows as its own is gone, as a
+                // direct connection's would be.
+                let orphaned = self
+                    .sessions
+                    .get_mut(session.index, session.generation)
+                    .is_some_and(|s| s.backend.is_none() && s.conn.entry().last_thread() == thread);
+                if orphaned {
+                    self.with_session(session, |s, _, _, out| s.on_last_backend_closed(out));
+                }
+            }
             PoolEvent::Leased { session, backend } => {
                 let Some(slot) = self.sessions.get_mut(session.index, session.generation) else {
                     let mut events = Vec::new();

@@ -481,6 +481,7 @@ impl Worker {
             OpTag::BackendRead => self.on_backend_read(bid, res),
             OpTag::BackendWrite => self.on_backend_write(bid, res),
             OpTag::BackendTlsWrite => self.on_backend_tls_write(bid, res),
+            OpTag::BackendWatch => self.on_backend_watch(bid, res),
             OpTag::Ignore => {}
         }
     }

@@ -427,8 +427,10 @@ impl Worker {
                 self.action_scratch = out;
             }
             SessionAction::ResetBackend => {
-                // The KILL registry names no backend thread until it is back.
-                slot.conn.entry().clear_backend();
+                // The KILL registry names no backend thread until it is back
+                // (the connection stays this session's: a KILL in flight
+                // reaches nobody else).
+                let _ = slot.conn.entry().clear_backend();
                 if let Some(b) = slot.backend {
                     if !self.ring_relet_backend(b) {
                         // Reset when the cancelled receive has ended.
@@ -505,9 +507,18 @@ impl Worker {
             }
             SessionAction::AbortClient => slot.io.shutdown(),
             SessionAction::Release { clean } => {
-                slot.conn.entry().clear_backend();
+                // A KILL mapped to this thread still in flight: the
+                // connection must not serve anyone else (registry.rs).
+                let kill_in_flight = slot.conn.entry().clear_backend();
+                if kill_in_flight && slot.backend.is_some() {
+                    self.shared
+                        .metrics
+                        .worker(self.id)
+                        .kill_fenced_total
+                        .fetch_add(1, Relaxed);
+                }
                 // Killed: the server is closing this backend connection.
-                let clean = clean && !slot.conn.entry().is_killed();
+                let clean = clean && !slot.conn.entry().is_killed() && !kill_in_flight;
                 if let Some(b) = slot.backend.take() {
                     debug_assert_eq!(slot.relay_ops, 0, "released with relay ops in flight");
                     let clean = clean && slot.relay_ops == 0;
@@ -526,7 +537,9 @@ impl Worker {
                 reset,
                 ask_last_insert_id,
             } => {
-                slot.conn.entry().clear_backend();
+                // The session checked for KILLs in flight before it parked
+                // (try_clear_backend); this clears what is left.
+                let _ = slot.conn.entry().clear_backend();
                 let clean = clean && !slot.conn.entry().is_killed() && slot.relay_ops == 0;
                 debug_assert_eq!(slot.relay_ops, 0, "parked with relay ops in flight");
                 let ask = ask_last_insert_id.then_some(sid);
@@ -602,6 +615,13 @@ impl Worker {
                 self.metrics()
                     .client_prepared_statements
                     .fetch_add(delta, Relaxed);
+            }
+            SessionAction::ParkWaitsForKill => {
+                self.shared
+                    .metrics
+                    .worker(self.id)
+                    .kill_fenced_total
+                    .fetch_add(1, Relaxed);
             }
             SessionAction::Pinned(reason) => {
                 self.shared.metrics.worker(self.id).sessions_pinned_total[reason.index()]
