@@ -134,8 +134,31 @@ impl BackendConn {
         else {
             return;
         };
-        let evicted = std::mem::take(&mut self.pending_evicted);
         out.push(BackendOut::Op(BackendOp::Clear));
+        if let PrepareReply::Err { payload } = &reply {
+            if err_code(payload) == Some(ER_MAX_PREPARED_STMT_COUNT_REACHED)
+                && !self.statements.is_empty()
+            {
+                // The server's limit for all connections is reached (its
+                // max_prepared_stmt_count may be far below what
+                // --backend-max-prepared assumed, or other connections hold
+                // the rest): close every statement this connection keeps
+                // (sessions prepare theirs again where missing) and prepare
+                // once more; a second refusal reaches the client.
+                let evicted = self.statements.take_all();
+                self.pending_evicted += evicted.len();
+                let bytes = exchange_bytes(&evicted, &key.sql);
+                self.state = State::Preparing {
+                    writing: true,
+                    key,
+                    want_response,
+                    types,
+                };
+                out.push(BackendOut::Op(BackendOp::Send(bytes)));
+                return;
+            }
+        }
+        let evicted = std::mem::take(&mut self.pending_evicted);
         let reply = match reply {
             PrepareReply::Ok { id, response } => {
                 let response: Arc<[u8]> = Arc::from(response);
@@ -213,7 +236,6 @@ impl BackendStatements {
         self.by_key.len()
     }
 
-    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.by_key.is_empty()
     }
@@ -278,6 +300,12 @@ impl BackendStatements {
         );
     }
 
+    /// Forget every statement: their ids, to be closed on the server.
+    pub fn take_all(&mut self) -> Vec<u32> {
+        self.by_tick.clear();
+        self.by_key.drain().map(|(_, e)| e.id).collect()
+    }
+
     /// The server dropped every statement (reset, reconnect): how many
     /// there were.
     pub fn clear(&mut self) -> usize {
@@ -302,6 +330,18 @@ pub fn exchange_bytes(evicted: &[u32], sql: &[u8]) -> Vec<u8> {
     p.extend_from_slice(sql);
     write_packet(&mut out, 0, &p);
     out
+}
+
+/// ER_MAX_PREPARED_STMT_COUNT_REACHED: "Can't create more than
+/// max_prepared_stmt_count statements".
+pub const ER_MAX_PREPARED_STMT_COUNT_REACHED: u16 = 1461;
+
+/// The error code of an ERR payload.
+fn err_code(payload: &[u8]) -> Option<u16> {
+    match payload {
+        [0xFF, lo, hi, ..] => Some(u16::from_le_bytes([*lo, *hi])),
+        _ => None,
+    }
 }
 
 /// The answer to a COM_STMT_PREPARE.

@@ -669,3 +669,97 @@ fn tls_disabled_never_asks_for_it() {
     );
     assert!(!has_event(&out, |e| matches!(e, BackendEvent::Tls(_))));
 }
+
+/// Ask for `sql`'s statement on a leased connection; the server answers
+/// `reply` (framed packets). The outputs of the answer.
+fn prepare_with(c: &mut BackendConn, sql: &str, reply: &[u8], now: Instant) -> Vec<BackendOut> {
+    let key = std::sync::Arc::new(statements::StmtKey {
+        schema: None,
+        settings: 0,
+        sql: sql.as_bytes().to_vec(),
+    });
+    let mut out = Vec::new();
+    c.statement(key, true, None, now, &mut out);
+    assert_eq!(sends(&out).len(), 1, "{out:?}");
+    out.clear();
+    c.on_write(1, &mut out);
+    out.clear();
+    c.on_read(reply.len() as i32, reply, CAP, now, &mut out);
+    out
+}
+
+fn prepare_ok(id: u32) -> Vec<u8> {
+    let mut p = vec![0];
+    p.extend_from_slice(&id.to_le_bytes());
+    p.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0]);
+    framed(1, &p)
+}
+
+#[test]
+fn a_prepare_refused_at_the_servers_limit_closes_the_connections_statements_and_tries_again() {
+    let now = Instant::now();
+    let mut c = logged_in(now);
+    c.make_idle(now);
+    let mut out = Vec::new();
+    c.lease(None, None, now, &mut out);
+    let out = prepare_with(&mut c, "SELECT 1", &prepare_ok(5), now);
+    assert!(has_event(&out, |e| matches!(
+        e,
+        BackendEvent::Statement(statements::StatementReply::Ready { id: 5, .. })
+    )));
+    // The server's max_prepared_stmt_count is reached (another client set it
+    // to 10, as mysql2's own tests do): statement 5 is closed and the prepare
+    // sent again, before anyone hears of the refusal.
+    let full = framed(
+        1,
+        &err_payload_with_state(
+            1461,
+            "42000",
+            "Can't create more than max_prepared_stmt_count statements (current value: 10)",
+        ),
+    );
+    let out = prepare_with(&mut c, "SELECT 2", &full, now);
+    assert_eq!(
+        sends(&out),
+        vec![statements::exchange_bytes(&[5], b"SELECT 2")]
+    );
+    assert!(!has_event(&out, |e| matches!(
+        e,
+        BackendEvent::Statement(_)
+    )));
+    assert_eq!(c.prepared_count(), 0);
+    let mut out = Vec::new();
+    c.on_write(1, &mut out);
+    out.clear();
+    let ok = prepare_ok(6);
+    c.on_read(ok.len() as i32, &ok, CAP, now, &mut out);
+    assert!(
+        has_event(&out, |e| matches!(
+            e,
+            BackendEvent::Statement(statements::StatementReply::Ready {
+                id: 6,
+                evicted: 1,
+                ..
+            })
+        )),
+        "{out:?}"
+    );
+    // Refused again after its one retry (statement 6 closed): the client
+    // gets the server's ERR.
+    let out = prepare_with(&mut c, "SELECT 3", &full, now);
+    assert_eq!(
+        sends(&out),
+        vec![statements::exchange_bytes(&[6], b"SELECT 3")]
+    );
+    let mut out = Vec::new();
+    c.on_write(1, &mut out);
+    out.clear();
+    c.on_read(full.len() as i32, &full, CAP, now, &mut out);
+    assert!(
+        has_event(&out, |e| matches!(
+            e,
+            BackendEvent::Statement(statements::StatementReply::Refused { .. })
+        )),
+        "{out:?}"
+    );
+}
