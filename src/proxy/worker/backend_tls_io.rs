@@ -23,14 +23,13 @@
 //! The state lives beside the pool, in [`Worker::backend_tls`], keyed by
 //! the connection's id; it is dropped when the connection is freed.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 
 use rustls::client::UnbufferedClientConnection;
 
 use super::session_io::RelayIo;
+use super::tls_outbox::{TlsOutbox, Written};
 use super::*;
-use crate::buffers::WriteBuf;
 use crate::metrics::BackendTlsError;
 use crate::proxy::tls_leg::{TlsLeg, TlsLegError};
 
@@ -43,26 +42,10 @@ pub(super) enum BackendUpper {
     Up(SessionId),
 }
 
-struct Waiting {
-    upper: BackendUpper,
-    /// The result the write reports: the plain bytes it covered.
-    plain: usize,
-    /// Done once this many ciphertext bytes are written.
-    end: u64,
-}
-
 pub(super) struct BackendTlsIo {
     leg: TlsLeg<UnbufferedClientConnection>,
-    /// The ciphertext being written (at most one write in flight).
-    out: WriteBuf,
-    out_pos: usize,
-    /// Ciphertext made meanwhile; written next.
-    next: Vec<u8>,
-    /// Ciphertext bytes written so far.
-    written: u64,
-    waiting: VecDeque<Waiting>,
-    /// The socket failed a write: every later write fails with this.
-    failed: Option<i32>,
+    /// Sealed records on their way to the server.
+    outbox: TlsOutbox<BackendUpper>,
     /// The handshake runs: the login waits for [`Decoded::HandshakeDone`].
     handshaking: bool,
 }
@@ -81,9 +64,6 @@ enum Decoded {
     /// The leg failed: the cause, and whether it was in the handshake.
     Failed(String, bool),
 }
-
-/// A ciphertext `Vec` keeps its capacity between writes, up to this.
-const KEEP_CAPACITY: usize = 64 * 1024;
 
 fn tls_key(bid: BackendId) -> (u32, u32) {
     (bid.index, bid.generation)
@@ -114,12 +94,7 @@ impl Worker {
             tls_key(bid),
             Box::new(BackendTlsIo {
                 leg: TlsLeg::new(conn),
-                out: WriteBuf::default(),
-                out_pos: 0,
-                next: Vec::new(),
-                written: 0,
-                waiting: VecDeque::new(),
-                failed: None,
+                outbox: TlsOutbox::new(),
                 handshaking: true,
             }),
         );
@@ -157,7 +132,7 @@ impl Worker {
             return failed();
         }
         let (bytes, plain, wire) = buf.parts_mut();
-        let decoded = match tls.leg.input(bytes, plain, wire, &mut tls.next) {
+        let decoded = match tls.leg.input(bytes, plain, wire, &mut tls.outbox.next) {
             Ok(r) => {
                 buf.set_parts(r.plain_end, r.wire_end);
                 if tls.handshaking && !tls.leg.is_handshaking() {
@@ -367,20 +342,11 @@ impl Worker {
         ) else {
             return;
         };
-        if tls.out.in_flight() || tls.next.is_empty() || tls.failed.is_some() {
-            return;
-        }
-        let out = tls.out.bytes_mut();
-        out.clear();
-        std::mem::swap(out, &mut tls.next);
-        if tls.next.capacity() > KEEP_CAPACITY {
-            tls.next = Vec::new();
-        }
-        tls.out_pos = 0;
         let token = Token::new(OpTag::BackendTlsWrite, bid.index, bid.generation);
-        let sqe = tls.out.write_sqe(b.io.fd(), 0, token.into());
-        b.io.op_started();
-        self.submit(sqe);
+        if let Some(sqe) = tls.outbox.start(b.io.fd(), token.into()) {
+            b.io.op_started();
+            self.submit(sqe);
+        }
     }
 
     /// A backend TLS write completed.
@@ -392,37 +358,14 @@ impl Worker {
             return;
         };
         b.io.op_done();
-        tls.out.complete();
-        if res > 0 {
-            tls.out_pos += res as usize;
-            tls.written += res as u64;
-            if tls.out_pos < tls.out.len() {
-                let token = Token::new(OpTag::BackendTlsWrite, bid.index, bid.generation);
-                let sqe = tls.out.write_sqe(b.io.fd(), tls.out_pos, token.into());
+        let token = Token::new(OpTag::BackendTlsWrite, bid.index, bid.generation);
+        let done = match tls.outbox.on_written(res, false, b.io.fd(), token.into()) {
+            Written::Again(sqe) => {
                 b.io.op_started();
                 return self.submit(sqe);
             }
-        } else {
-            tls.failed
-                .get_or_insert(if res < 0 { res } else { -libc::EPIPE });
-        }
-        let mut done = Vec::new();
-        while let Some(w) = tls.waiting.front() {
-            let result = match tls.failed {
-                Some(e) => e,
-                None if w.end <= tls.written => w.plain as i32,
-                None => break,
-            };
-            done.push((w.upper, result));
-            tls.waiting.pop_front();
-        }
-        if tls.out_pos >= tls.out.len() {
-            let out = tls.out.bytes_mut();
-            out.clear();
-            if out.capacity() > KEEP_CAPACITY {
-                *out = Vec::new();
-            }
-        }
+            Written::Done(done) => done,
+        };
         self.backend_tls_kick(bid);
         for (upper, result) in done {
             self.backend_upper_done(bid, upper, result);
@@ -451,20 +394,9 @@ impl Worker {
     }
 }
 
-/// Seal `plain` into `tls.next` and remember which write it stands for.
+/// Seal `plain` into the outbox and remember which write it stands for.
 fn seal(tls: &mut BackendTlsIo, upper: BackendUpper, plain: &[u8]) -> Result<(), i32> {
-    if let Some(e) = tls.failed {
-        return Err(e);
-    }
-    tls.leg
-        .encrypt(plain, &mut tls.next)
-        .map_err(|_| -libc::EPROTO)?;
-    // Every byte queued so far, handshake records included.
-    let unwritten = tls.out.len() - tls.out_pos.min(tls.out.len()) + tls.next.len();
-    tls.waiting.push_back(Waiting {
-        upper,
-        plain: plain.len(),
-        end: tls.written + unwritten as u64,
-    });
-    Ok(())
+    let leg = &mut tls.leg;
+    tls.outbox
+        .seal(upper, plain.len(), |next| leg.encrypt(plain, next))
 }

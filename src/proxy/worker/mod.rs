@@ -19,6 +19,7 @@ mod leg;
 mod ring_io;
 mod session_io;
 mod tls_io;
+mod tls_outbox;
 
 use std::collections::VecDeque;
 use std::io;

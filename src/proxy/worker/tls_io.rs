@@ -19,13 +19,12 @@
 //! as in heap mode (into its connections' own buffers), as a compressed
 //! session does: the transform copies every byte anyway.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 
 use rustls::server::UnbufferedServerConnection;
 
+use super::tls_outbox::{TlsOutbox, Written};
 use super::*;
-use crate::buffers::WriteBuf;
 use crate::proxy::tls_leg::TlsLeg;
 
 /// Which write of the layers above a run of records stands for.
@@ -37,26 +36,10 @@ pub(super) enum Upper {
     Down,
 }
 
-struct Waiting {
-    upper: Upper,
-    /// The result the write reports: the plain bytes it covered.
-    plain: usize,
-    /// Done once this many ciphertext bytes are written.
-    end: u64,
-}
-
 pub(super) struct TlsIo {
     leg: TlsLeg<UnbufferedServerConnection>,
-    /// The ciphertext being written (at most one write in flight).
-    out: WriteBuf,
-    out_pos: usize,
-    /// Ciphertext made meanwhile; written next.
-    next: Vec<u8>,
-    /// Ciphertext bytes written so far.
-    written: u64,
-    waiting: VecDeque<Waiting>,
-    /// The socket failed a write: every later write fails with this.
-    failed: Option<i32>,
+    /// Sealed records on their way to the client.
+    outbox: TlsOutbox<Upper>,
     /// Bytes behind the SSLRequest are in the buffer, not decoded yet.
     unread: bool,
     /// The handshake's end was counted (full or resumed).
@@ -65,13 +48,9 @@ pub(super) struct TlsIo {
 
 impl TlsIo {
     pub fn quiescent(&self) -> bool {
-        !self.out.in_flight()
+        !self.outbox.in_flight()
     }
 }
-
-/// A ciphertext `Vec` keeps its capacity between writes, up to this (a
-/// large result passes; an idle session does not keep its peak).
-const KEEP_CAPACITY: usize = 64 * 1024;
 
 impl Worker {
     /// The session's SSLRequest was read: start the TLS handshake.
@@ -99,12 +78,7 @@ impl Worker {
         };
         slot.tls = Some(Box::new(TlsIo {
             leg: TlsLeg::new(conn),
-            out: WriteBuf::default(),
-            out_pos: 0,
-            next: Vec::new(),
-            written: 0,
-            waiting: VecDeque::new(),
-            failed: None,
+            outbox: TlsOutbox::new(),
             unread,
             handshake_counted: false,
         }));
@@ -153,7 +127,7 @@ impl Worker {
             return;
         };
         let (bytes, plain, wire) = buf.parts_mut();
-        let result = tls.leg.input(bytes, plain, wire, &mut tls.next);
+        let result = tls.leg.input(bytes, plain, wire, &mut tls.outbox.next);
         let finished = (!tls.handshake_counted && !tls.leg.is_handshaking())
             .then(|| tls.leg.conn().handshake_kind());
         if finished.is_some() {
@@ -239,25 +213,12 @@ impl Worker {
                 None => backend_buf.map_or(&[][..], |b| &b.filled()[range.0..range.1]),
             },
         };
-        let len = plain.len();
-        let sealed = match tls.failed {
-            Some(e) => Err(e),
-            None => tls
-                .leg
-                .encrypt(plain, &mut tls.next)
-                .map_err(|_| -libc::EPROTO),
-        };
+        let leg = &mut tls.leg;
+        let sealed = tls
+            .outbox
+            .seal(upper, plain.len(), |next| leg.encrypt(plain, next));
         match sealed {
-            Ok(()) => {
-                // Every byte queued so far, handshake records included.
-                let unwritten = tls.out.len() - tls.out_pos.min(tls.out.len()) + tls.next.len();
-                tls.waiting.push_back(Waiting {
-                    upper,
-                    plain: len,
-                    end: tls.written + unwritten as u64,
-                });
-                self.tls_kick(sid);
-            }
+            Ok(()) => self.tls_kick(sid),
             Err(e) => self.upper_done(sid, upper, e),
         }
     }
@@ -270,20 +231,14 @@ impl Worker {
         let Some(tls) = slot.tls.as_mut() else {
             return;
         };
-        if tls.out.in_flight() || tls.next.is_empty() || tls.failed.is_some() || slot.closing {
+        if slot.closing {
             return;
         }
-        let out = tls.out.bytes_mut();
-        out.clear();
-        std::mem::swap(out, &mut tls.next);
-        if tls.next.capacity() > KEEP_CAPACITY {
-            tls.next = Vec::new();
-        }
-        tls.out_pos = 0;
         let token = Token::new(OpTag::TlsWrite, sid.index, sid.generation);
-        let sqe = tls.out.write_sqe(slot.io.fd(), 0, token.into());
-        slot.io.op_started();
-        self.submit(sqe);
+        if let Some(sqe) = tls.outbox.start(slot.io.fd(), token.into()) {
+            slot.io.op_started();
+            self.submit(sqe);
+        }
     }
 
     /// A TLS write completed.
@@ -296,34 +251,17 @@ impl Worker {
         let Some(tls) = slot.tls.as_mut() else {
             return;
         };
-        tls.out.complete();
-        if res > 0 {
-            tls.out_pos += res as usize;
-            tls.written += res as u64;
-            if tls.out_pos < tls.out.len() && !closing {
-                let token = Token::new(OpTag::TlsWrite, sid.index, sid.generation);
-                let sqe = tls.out.write_sqe(slot.io.fd(), tls.out_pos, token.into());
+        let token = Token::new(OpTag::TlsWrite, sid.index, sid.generation);
+        let done = match tls
+            .outbox
+            .on_written(res, closing, slot.io.fd(), token.into())
+        {
+            Written::Again(sqe) => {
                 slot.io.op_started();
                 return self.submit(sqe);
             }
-        }
-        if res <= 0 || closing {
-            tls.failed
-                .get_or_insert(if res < 0 { res } else { -libc::EPIPE });
-        }
-        let mut done = Vec::new();
-        while let Some(w) = tls.waiting.front() {
-            let result = match tls.failed {
-                Some(e) => e,
-                None if w.end <= tls.written => w.plain as i32,
-                None => break,
-            };
-            done.push((w.upper, result));
-            tls.waiting.pop_front();
-        }
-        if tls.out_pos >= tls.out.len() {
-            tls.out.bytes_mut().clear();
-        }
+            Written::Done(done) => done,
+        };
         self.tls_kick(sid);
         for (upper, result) in done {
             self.upper_done(sid, upper, result);
