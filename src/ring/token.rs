@@ -39,6 +39,9 @@ pub enum OpTag {
     BackendTlsWrite = 18,
     /// A backend connection's close watch (backend token).
     BackendWatch = 19,
+    /// Fixed mode: the cancel of a closing client's multishot poll (a
+    /// failed cancel is sent again).
+    ClientPollCancel = 20,
 }
 
 impl OpTag {
@@ -63,6 +66,7 @@ impl OpTag {
             17 => OpTag::ClientPoll,
             18 => OpTag::BackendTlsWrite,
             19 => OpTag::BackendWatch,
+            20 => OpTag::ClientPollCancel,
             _ => return None,
         })
     }

@@ -27,7 +27,9 @@
 //! - A CQE without IORING_CQE_F_MORE ends the poll (the kernel may end a
 //!   multishot, e.g. on CQ overflow); the next idle read arms a new one.
 //! - Close cancels it; the session is freed only after its last CQE (it is
-//!   counted by `ConnIo::op_started` like any operation on the fd).
+//!   counted by `ConnIo::op_started` like any operation on the fd). A
+//!   cancel that fails is sent again (`OpTag::ClientPollCancel`): shutting
+//!   the socket down is not sure to end a multishot poll.
 //!
 //! A kernel that refuses a multishot poll (EINVAL, before 5.13) makes the
 //! worker use one-shot polls (one SQE per idle read), with one log line.
@@ -206,8 +208,28 @@ impl Worker {
         };
         if slot.poll.armed {
             let target = Token::new(OpTag::ClientPoll, sid.index, sid.generation);
-            let me = Token::new(OpTag::Ignore, sid.index, sid.generation);
+            let me = Token::new(OpTag::ClientPollCancel, sid.index, sid.generation);
             self.submit(ops::cancel_user_data(target.into(), me));
+        }
+    }
+
+    /// The cancel of a closing client's poll completed. Unlike a receive, a
+    /// multishot poll is not sure to end when the socket is shut down (a
+    /// wake-up reporting POLLHUP leaves it armed), so a cancel that failed (a submission that
+    /// could not be queued comes back as a synthetic failure) is sent
+    /// again: without it the poll never posts its last CQE and the session,
+    /// its fd and its slot are never freed. 0: cancelled; -ENOENT/-EALREADY:
+    /// the poll had ended or is ending on its own.
+    pub(super) fn on_client_poll_cancel(&mut self, sid: SessionId, res: i32) {
+        if res >= 0 || res == -libc::ENOENT || res == -libc::EALREADY {
+            return;
+        }
+        let armed = self
+            .sessions
+            .get_mut(sid.index, sid.generation)
+            .is_some_and(|s| s.closing && s.poll.armed);
+        if armed {
+            self.cancel_idle_poll(sid);
         }
     }
 

@@ -478,6 +478,7 @@ impl Worker {
             OpTag::BackendRecv => self.on_backend_recv(bid, res, flags),
             OpTag::BackendRecvCancel => self.on_backend_recv_cancel(bid, res),
             OpTag::ClientPoll => self.on_client_poll(sid, res, flags),
+            OpTag::ClientPollCancel => self.on_client_poll_cancel(sid, res),
             OpTag::BackendConnect => self.on_backend_connect(bid, res),
             OpTag::BackendRead => self.on_backend_read(bid, res),
             OpTag::BackendWrite => self.on_backend_write(bid, res),
