@@ -546,6 +546,25 @@ impl Session {
         out.push(SessionAction::SendClient(bytes));
     }
 
+    /// Hand the current backend back to the pool, reset for reuse, and
+    /// lease one of the session's key with `schema`; the session hears
+    /// [`Session::on_leased`] or [`Session::on_lease_failed`]. Used by
+    /// COM_CHANGE_USER, whose key (identity, collation) changes mid-session.
+    fn switch_backend(&mut self, schema: Option<String>, out: &mut Vec<SessionAction>) {
+        if self.has_backend {
+            self.has_backend = false;
+            out.push(SessionAction::Release { clean: true });
+        }
+        self.leasing = true;
+        // The KILL registry's user and the pool's warm key follow the key.
+        out.push(SessionAction::LoggedIn { key: self.key });
+        out.push(SessionAction::Lease {
+            key: self.key,
+            schema,
+            any_settings: false,
+        });
+    }
+
     /// A lease the flow asked for arrived.
     pub(super) fn change_user_leased(&mut self, out: &mut Vec<SessionAction>) {
         self.leasing = false;

@@ -1,0 +1,265 @@
+//! The command phase of a session: the relay between the client and its
+//! backend (`relay.rs` decides whose turn it is), the completions it is
+//! fed, and what the session does with the relay's events, up to the
+//! relay's end. Transaction pooling's parking lives in
+//! `session_parked.rs`.
+
+use super::*;
+
+impl Session {
+    /// Relay from now on: the login (or a COM_CHANGE_USER) is answered;
+    /// `buffered` is what the client already sent behind it.
+    pub(super) fn start_relay(
+        &mut self,
+        buffered: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        let tracker = match self.tracker.take() {
+            Some(t) => t,
+            None => self.new_tracker(ctx),
+        };
+        let mut relay = Box::new(Relay::new(tracker, ctx.now));
+        let mut events = std::mem::take(&mut self.relay_scratch);
+        let buffered = match self.client_leg {
+            // Pipelined bytes are the transform's input now; the
+            // relay's first read is served from them.
+            Some(kind) => {
+                out.push(SessionAction::StartClientLeg(kind));
+                &[][..]
+            }
+            None => buffered,
+        };
+        relay.start(buffered, ctx.now, &mut events);
+        self.state = State::Relay(relay);
+        self.apply_relay(&mut events, ctx, out);
+    }
+
+    /// The relay's write to the backend completed.
+    pub fn on_backend_write(&mut self, res: i32, ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
+        if let State::Relay(relay) = &mut self.state {
+            let mut events = std::mem::take(&mut self.relay_scratch);
+            relay.on_backend_write(res, ctx.now, &mut events);
+            self.apply_relay(&mut events, ctx, out);
+        }
+    }
+
+    /// The relay's read from the backend completed.
+    pub fn on_backend_read(
+        &mut self,
+        res: i32,
+        data: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        if let State::Relay(relay) = &mut self.state {
+            // The server answered (or the connection ended): the KILL has
+            // run, and its target may give its connection back.
+            self.kill_fence = None;
+            if let Some(victim) = self.kill_victim.take() {
+                // The answer to this session's KILL CONNECTION: an OK means
+                // the server killed the victim's thread.
+                if res > 0 && data.get(4) == Some(&0x00) {
+                    ctx.registry.close_client(victim);
+                }
+            }
+            let mut events = std::mem::take(&mut self.relay_scratch);
+            relay.on_backend_read(res, data, ctx.now, &mut events);
+            self.apply_relay(&mut events, ctx, out);
+        }
+    }
+
+    /// The relay's write of backend bytes to the client completed.
+    pub fn on_relay_client_write(
+        &mut self,
+        res: i32,
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        if let State::Relay(relay) = &mut self.state {
+            let mut events = std::mem::take(&mut self.relay_scratch);
+            relay.on_client_write(res, ctx.now, &mut events);
+            self.apply_relay(&mut events, ctx, out);
+        }
+    }
+
+    /// The drain timeout is over: end now, whatever is in flight.
+    pub fn cut(&mut self, ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
+        if let State::Relay(relay) = &mut self.state {
+            if !relay.is_ended() {
+                let mut events = std::mem::take(&mut self.relay_scratch);
+                relay.abort(RelayEnd::Drained, &mut events);
+                return self.apply_relay(&mut events, ctx, out);
+            }
+        }
+        self.close(out)
+    }
+
+    /// Act on the relay's events; in transaction pooling, then learn from
+    /// the commands that finished and give the backend back when the
+    /// session may go on without it.
+    pub(super) fn apply_relay(
+        &mut self,
+        events: &mut Vec<RelayEvent>,
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        self.apply_relay_events(events, ctx, out);
+        let (State::Relay(relay), Some(tx)) = (&mut self.state, self.tx.as_mut()) else {
+            return;
+        };
+        while let Some(done) = relay.tracker_mut().take_completed() {
+            if let Some(reason) = tx.on_completed(&done) {
+                out.push(SessionAction::Pinned(reason));
+            }
+            if let Some(r) = self.stmts.as_mut() {
+                r.on_completed(done.command, done.status);
+            }
+        }
+        // Long data not consumed yet, or an open cursor, lives in the
+        // server's statement on this connection.
+        let statements_hold = self.stmts.as_ref().is_some_and(|r| r.holds_backend());
+        if relay.can_park() && tx.releasable() && !statements_hold {
+            // A KILL mapped to this connection's thread is on its way: keep
+            // the connection until the server has run it, so that it cannot
+            // hit another session's statement; tried again at the next
+            // completion or tick (registry.rs).
+            if !self.own.as_ref().is_none_or(|e| e.try_clear_backend()) {
+                if !std::mem::replace(&mut self.park_waits_for_kill, true) {
+                    out.push(SessionAction::ParkWaitsForKill);
+                }
+                return;
+            }
+            self.park_waits_for_kill = false;
+            let mut events = std::mem::take(&mut self.relay_scratch);
+            relay.park(&mut events);
+            self.apply_relay_events(&mut events, ctx, out);
+        }
+    }
+
+    /// Act on the relay's events, then keep the emptied vector as the
+    /// scratch for the next completion, so the relay path does not allocate.
+    pub(super) fn apply_relay_events(
+        &mut self,
+        events: &mut Vec<RelayEvent>,
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        for event in events.drain(..) {
+            match event {
+                RelayEvent::Op(op) => out.push(SessionAction::Relay(op)),
+                RelayEvent::CommandStarted => out.push(SessionAction::CommandStarted),
+                RelayEvent::AbortBackend => out.push(SessionAction::AbortBackend),
+                RelayEvent::AbortClient => out.push(SessionAction::AbortClient),
+                RelayEvent::Ended { reason, clean } => self.on_relay_end(reason, clean, ctx, out),
+            }
+        }
+        self.relay_scratch = std::mem::take(events);
+    }
+
+    /// The relay ended and nothing names the backend any more: release it
+    /// and finish the session as the reason asks.
+    pub(super) fn on_relay_end(
+        &mut self,
+        reason: RelayEnd,
+        clean: bool,
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        if let RelayEnd::Parked { client_read } = reason {
+            return self.on_parked(client_read, clean, ctx, out);
+        }
+        if matches!(reason, RelayEnd::Statement) {
+            return self.statement_begin(clean, out);
+        }
+        if matches!(reason, RelayEnd::ChangeUser { .. }) {
+            // A change of user resets the connection and the session: from
+            // here on the session keeps its connection, as in session pooling.
+            if let Some(reason) = self
+                .tx
+                .as_mut()
+                .and_then(|t| t.pin(PinReason::SessionCommand))
+            {
+                out.push(SessionAction::Pinned(reason));
+            }
+        }
+        if let RelayEnd::ChangeUser {
+            header,
+            header_buffered,
+        } = reason
+        {
+            // Behind a compressed client leg the session buffer is the
+            // leg's plain one, which keeps the bytes behind the relay's last
+            // write as the slot does (worker/leg.rs).
+            return self.change_user_begin(header, header_buffered, clean, ctx, out);
+        }
+        self.has_backend = false;
+        out.push(SessionAction::Release { clean });
+        match reason {
+            RelayEnd::Quit | RelayEnd::ClientGone | RelayEnd::IdleTimeout | RelayEnd::Drained => {
+                if matches!(reason, RelayEnd::IdleTimeout) {
+                    out.push(SessionAction::Log(
+                        "session idle for --idle-timeout; closed".into(),
+                    ));
+                }
+                self.close(out)
+            }
+            RelayEnd::Unsupported { command } => {
+                // An ERR answers the command packet: sequence id 1.
+                self.seq = 1;
+                let msg = format!(
+                    "ringgate does not support {} on a pooled connection",
+                    command_name(command)
+                );
+                self.send_err(ER_UNKNOWN_COM_ERROR, &msg, State::SendErrThenClose, out)
+            }
+            RelayEnd::TooLarge { len, max } => {
+                out.push(SessionAction::Log(format!(
+                    "client packet of {len}+ bytes refused (--max-packet-size {max}); ERR 1153"
+                )));
+                self.seq = 1;
+                self.send_err(
+                    ER_NET_PACKET_TOO_LARGE,
+                    "Got a packet bigger than 'max_allowed_packet' bytes",
+                    State::SendErrThenLinger,
+                    out,
+                )
+            }
+            // Handled above; never reached.
+            RelayEnd::ChangeUser { .. } | RelayEnd::Statement => self.close(out),
+            RelayEnd::ClientProtocol(cause) => {
+                out.push(SessionAction::Log(format!(
+                    "client protocol error: {cause}"
+                )));
+                self.close(out)
+            }
+            RelayEnd::BackendLost(cause) => {
+                out.push(SessionAction::Log(format!(
+                    "backend connection lost {cause}"
+                )));
+                self.close(out)
+            }
+            RelayEnd::ServerClosed(cause) => {
+                // The client sees its connection end as it would direct.
+                out.push(SessionAction::Log(format!(
+                    "the server closed the backend connection {cause}; client disconnected"
+                )));
+                self.close(out)
+            }
+            RelayEnd::ClientWriteTimeout => {
+                out.push(SessionAction::Log(
+                    "client stopped reading for --client-write-timeout; disconnected".into(),
+                ));
+                self.close(out)
+            }
+            RelayEnd::BackendReadTimeout => {
+                out.push(SessionAction::Log(
+                    "backend sent nothing for --backend-read-timeout mid-response; disconnected"
+                        .into(),
+                ));
+                self.close(out)
+            }
+            RelayEnd::Parked { .. } => {}
+        }
+    }
+}
