@@ -1,0 +1,158 @@
+//! The pool's housekeeping: serving the queued lease requests when
+//! something freed up, the tick (waiters past `--backend-wait-timeout`,
+//! connect and idle timeouts), keeping `--backend-pool-size` connections
+//! warm, and the drain.
+
+use super::*;
+
+impl Pool {
+    /// Serve queued requests in order while connections can be had.
+    pub fn serve_waiters(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
+        if !std::mem::take(&mut self.dirty) {
+            return;
+        }
+        if self.draining {
+            let mut ignored = Vec::new();
+            self.close_idle(&mut ignored);
+            out.extend(ignored);
+            return;
+        }
+        while let Some(w) = self.waiters.front() {
+            let req = w.request.clone();
+            if !self.try_lease(&req, now, out) {
+                break;
+            }
+            self.waiters.pop_front();
+            self.m().pool_waiters.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// Once per tick: waiters past `--backend-wait-timeout`, exchanges past
+    /// `--backend-connect-timeout` (connects included), idle trimming and
+    /// refills.
+    pub fn on_tick(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
+        while let Some(w) = self.waiters.front() {
+            if w.deadline > now {
+                break;
+            }
+            let session = w.request.session;
+            self.waiters.pop_front();
+            self.m().pool_waiters.fetch_sub(1, Relaxed);
+            let msg = format!(
+                "ringgate: no backend connection became free within --backend-wait-timeout ({:?}); --backend-max-connections is {}",
+                self.cfg.wait_timeout, self.cfg.max_connections
+            );
+            out.push(PoolEvent::LeaseFailed {
+                session,
+                err_payload: err_payload(ER_CON_COUNT_ERROR, &msg),
+                reject: Some(RejectReason::BackendUnavailable),
+            });
+        }
+        let timeout = self.cfg.connect_timeout;
+        for index in self.slots.indexes() {
+            let id = self.id_of(index);
+            let mut bo = Vec::new();
+            if let Some(p) = self.slots.get_mut(id.index, id.generation) {
+                p.conn.on_tick(now, timeout, &mut bo);
+            }
+            self.apply(id, bo, now, out);
+        }
+        if !self.draining {
+            self.trim_idle(now, out);
+            self.refill(now, out);
+        }
+    }
+
+    /// Close idle connections beyond `--backend-pool-size` that have not
+    /// been used for `--backend-idle-timeout`, oldest first.
+    pub(super) fn trim_idle(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
+        while self.idle.len() > self.cfg.pool_size {
+            let index = self.idle[0];
+            let expired = self
+                .slots
+                .get(index)
+                .is_some_and(|p| now.duration_since(p.conn.idle_since()) >= self.cfg.idle_timeout);
+            if !expired {
+                break;
+            }
+            tracing::debug!(
+                worker = self.worker,
+                "idle backend connection closed after --backend-idle-timeout"
+            );
+            let id = self.id_of(index);
+            self.close(id, out);
+        }
+    }
+
+    /// Keep `--backend-pool-size` connections of the warm key ready.
+    pub fn refill(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
+        if self.draining || self.retry_at.is_some_and(|t| now < t) {
+            return;
+        }
+        let Some(key) = self.warm_key else {
+            return self.probe(out);
+        };
+        // With passthrough identity the warm key is the most recent user's:
+        // counting only its connections would open `--backend-pool-size`
+        // more for every user who logs in after another. So any user's
+        // ready connections count: at most that many are kept warm in all.
+        let per_user = !self.identities.is_shared();
+        let have = self
+            .slots
+            .values()
+            .filter(|p| {
+                (per_user || p.conn.key() == key)
+                    && !p.conn.is_closed()
+                    && !p.conn.is_leased()
+                    && p.leased_to.is_none()
+            })
+            .count();
+        for _ in have..self.cfg.pool_size {
+            if !try_reserve(&self.open_count, self.cfg.max_connections) {
+                break;
+            }
+            self.open(key, None, out);
+        }
+    }
+
+    /// Passthrough identity before any login: there is no account to warm
+    /// connections for, but the greeting clients get mirrors the backend's
+    /// version and capabilities. So one connection reads the server's
+    /// greeting and hangs up, without logging in; it is retried like any
+    /// backend connection until one succeeds.
+    pub(super) fn probe(&mut self, out: &mut Vec<PoolEvent>) {
+        if self.probed || self.identities.get(IdentityId::SHARED).is_some() {
+            return;
+        }
+        let probing = self
+            .slots
+            .values()
+            .any(|p| p.conn.key().identity == IdentityId::SHARED && !p.conn.is_closed());
+        if !probing && try_reserve(&self.open_count, self.cfg.max_connections) {
+            self.open(self.stamp(PoolKey::default_warm()), None, out);
+        }
+    }
+
+    /// Drain: no more refills; idle connections close now and returning
+    /// ones close instead of going idle.
+    pub fn begin_drain(&mut self, out: &mut Vec<PoolEvent>) {
+        self.draining = true;
+        self.close_idle(out);
+    }
+
+    pub(super) fn close_idle(&mut self, out: &mut Vec<PoolEvent>) {
+        for index in std::mem::take(&mut self.idle) {
+            self.m().backend_idle.fetch_sub(1, Relaxed);
+            let id = self.id_of(index);
+            if let Some(p) = self.slots.get_mut(id.index, id.generation) {
+                let mut bo = Vec::new();
+                p.conn.close(&mut bo);
+                for o in bo {
+                    if let BackendOut::Op(op) = o {
+                        out.push(PoolEvent::Io(id, op));
+                    }
+                }
+            }
+        }
+    }
+}
