@@ -1,0 +1,185 @@
+//! Opening a backend connection: the TCP connect (or the probe that only
+//! reads the greeting), the TLS handshake `--backend-tls` asks for, and
+//! the login as the pool key's backend identity through
+//! `mysql::client_login::ClientLogin`.
+
+use super::*;
+
+impl BackendConn {
+    /// The TCP connect completed. Without credentials the connection is a
+    /// probe: it reads the greeting, reports it and closes (passthrough
+    /// identity has no account to log in as before a client has come).
+    pub fn on_connect(
+        &mut self,
+        res: i32,
+        creds: Option<&BackendCredentials>,
+        connect_timeout: Duration,
+        now: Instant,
+        out: &mut Vec<BackendOut>,
+    ) {
+        if !matches!(self.state, State::Connecting) {
+            return;
+        }
+        if res < 0 {
+            let cause = if -res == libc::ECANCELED {
+                format!("connect timed out after {connect_timeout:?} (--backend-connect-timeout)")
+            } else {
+                format!("connect: {}", std::io::Error::from_raw_os_error(-res))
+            };
+            return self.fail(cause, out);
+        }
+        self.since = now;
+        let Some(creds) = creds else {
+            self.state = State::Probing;
+            out.push(BackendOut::Op(BackendOp::Read));
+            return;
+        };
+        let login = ClientLogin::new(LoginParams {
+            user: creds.user.to_string(),
+            credential: creds.credential.clone(),
+            database: None,
+            capabilities: NATIVE_LOGIN_CAPS | self.key.caps,
+            collation: self.key.collation,
+            max_packet_size: BACKEND_MAX_PACKET,
+        })
+        // Negotiated as the client chose them: they are in the pool key.
+        .with_ext_capabilities(self.key.ext_caps)
+        .with_connect_attrs(std::mem::take(&mut self.connect_attrs))
+        .with_full_auth_transport(creds.transport.clone())
+        // As the pool stamped its --backend-tls on the key.
+        .with_tls(self.key.tls);
+        self.state = State::LoggingIn {
+            login: Box::new(login),
+            writing: false,
+            answered: false,
+            consumed: 0,
+        };
+        self.since = now;
+        out.push(BackendOut::Op(BackendOp::Read));
+    }
+
+    /// Login packets from `consumed` on: each is fed to the login until it
+    /// sends something, finishes or fails; a partial packet waits for the
+    /// next read.
+    pub(super) fn on_login_packets(
+        &mut self,
+        data: &[u8],
+        mut consumed: usize,
+        capacity: usize,
+        now: Instant,
+        out: &mut Vec<BackendOut>,
+    ) {
+        loop {
+            let State::LoggingIn {
+                login,
+                writing,
+                answered,
+                consumed: seen,
+            } = &mut self.state
+            else {
+                return;
+            };
+            let Some((pkt, used)) = split_packet(data.get(consumed..).unwrap_or_default()) else {
+                *seen = consumed;
+                if data.len() >= capacity {
+                    return self.fail("reply larger than the read buffer".into(), out);
+                }
+                out.push(BackendOut::Op(BackendOp::Read));
+                return;
+            };
+            consumed += used;
+            match login.on_packet(pkt.seq, pkt.payload) {
+                Ok(LoginStep::Wait) => continue,
+                Ok(LoginStep::StartTls(bytes)) => {
+                    let State::LoggingIn { login, .. } =
+                        std::mem::replace(&mut self.state, State::Closed)
+                    else {
+                        return;
+                    };
+                    self.state = State::TlsHandshake {
+                        login,
+                        writing: true,
+                    };
+                    self.since = now;
+                    out.push(BackendOut::Op(BackendOp::Send(bytes)));
+                }
+                Ok(LoginStep::Send(bytes)) => {
+                    if !*answered && self.key.tls == TlsWish::Preferred {
+                        // The answer to the greeting, in plain.
+                        out.push(BackendOut::Event(BackendEvent::Tls(TlsNote::PlainFallback)));
+                    }
+                    *writing = true;
+                    *answered = true;
+                    self.since = now;
+                    out.push(BackendOut::Op(BackendOp::Send(bytes)));
+                }
+                Ok(LoginStep::Done { greeting, .. }) => {
+                    self.state = State::Leased;
+                    self.thread_id = greeting.connection_id;
+                    self.mariadb = greeting.capabilities & CLIENT_MYSQL == 0;
+                    out.push(BackendOut::Op(BackendOp::Clear));
+                    out.push(BackendOut::Event(BackendEvent::Ready {
+                        server_version: greeting.server_version,
+                        capabilities: greeting.capabilities,
+                        ext_capabilities: greeting.ext_capabilities,
+                    }));
+                }
+                Err(LoginError::Server {
+                    code,
+                    sqlstate,
+                    message,
+                }) => {
+                    // After the greeting it is the credentials it refused
+                    // (1045, 1044, 1698, an expired or locked account).
+                    let refused =
+                        (*answered).then(|| err_payload_with_state(code, &sqlstate, &message));
+                    let cause =
+                        format!("the server refused the login: {code} ({sqlstate}) {message}");
+                    self.fail_with(cause, refused, out)
+                }
+                Err(e @ LoginError::TlsUnavailable(_)) => {
+                    out.push(BackendOut::Event(BackendEvent::Tls(TlsNote::Unavailable)));
+                    let cause = format!(
+                        "{e}; turn TLS on in the server (ssl-cert/ssl-key) or run ringgate \
+                         with --backend-tls preferred or disabled"
+                    );
+                    self.fail(cause, out)
+                }
+                Err(e) => self.fail(format!("login: {e}"), out),
+            }
+            return;
+        }
+    }
+
+    /// The TLS handshake that [`BackendOp::StartTls`] asked for ended:
+    /// with `Ok`, the login's HandshakeResponse goes out through TLS;
+    /// `Err` names the cause (and its fix) and fails the open.
+    pub fn on_tls(&mut self, result: Result<(), String>, now: Instant, out: &mut Vec<BackendOut>) {
+        let State::TlsHandshake { writing: false, .. } = self.state else {
+            return self.fail("TLS handshake outside the login".into(), out);
+        };
+        if let Err(cause) = result {
+            return self.fail(cause, out);
+        }
+        let State::TlsHandshake { mut login, .. } =
+            std::mem::replace(&mut self.state, State::Closed)
+        else {
+            return;
+        };
+        match login.on_tls_established() {
+            Ok(LoginStep::Send(bytes)) => {
+                self.tls = true;
+                self.state = State::LoggingIn {
+                    login,
+                    writing: true,
+                    answered: true,
+                    consumed: 0,
+                };
+                self.since = now;
+                out.push(BackendOut::Op(BackendOp::Send(bytes)));
+            }
+            Ok(step) => self.fail(format!("login after TLS: unexpected {step:?}"), out),
+            Err(e) => self.fail(format!("login: {e}"), out),
+        }
+    }
+}
