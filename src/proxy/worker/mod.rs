@@ -17,6 +17,7 @@ mod backend_tls_io;
 mod idle_io;
 mod leg;
 mod ring_io;
+mod session_actions;
 mod session_io;
 mod tls_io;
 mod tls_outbox;
