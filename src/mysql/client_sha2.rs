@@ -31,7 +31,7 @@ use crate::mysql::auth::Credential;
 use crate::mysql::caching_sha2::{
     FAST_AUTH_SUCCESS, PERFORM_FULL_AUTHENTICATION, REQUEST_PUBLIC_KEY,
 };
-use crate::mysql::client_login::LoginError;
+use crate::mysql::login_error::LoginError;
 use crate::mysql::sha2_rsa::RsaPublic;
 
 /// How full authentication may send the password on this connection.

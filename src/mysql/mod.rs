@@ -14,6 +14,7 @@ pub mod constants;
 pub mod handshake;
 pub mod kill;
 pub mod lexer;
+pub mod login_error;
 pub mod ok_packet;
 pub mod packet;
 pub mod reply;
