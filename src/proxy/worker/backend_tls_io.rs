@@ -27,7 +27,6 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use rustls::client::UnbufferedClientConnection;
 
-use super::session_io::RelayIo;
 use super::tls_outbox::{TlsOutbox, Written};
 use super::*;
 use crate::metrics::BackendTlsError;

@@ -117,6 +117,16 @@ pub struct WorkerStartup {
     pub ring_fd: i32,
 }
 
+/// A relay operation with the byte range a write covers (a write that
+/// completes partly is resubmitted from where it stopped). Here, not in
+/// `session_io.rs`, because the ring-buffer and TLS legs submit them too.
+#[derive(Clone, Copy)]
+enum RelayIo {
+    UpWrite { pos: usize, end: usize },
+    DownRead,
+    DownWrite { pos: usize, end: usize },
+}
+
 /// What the last backend greeting told us; the greeting we send clients
 /// mirrors the backend's version and capabilities.
 struct BackendTemplate {

@@ -25,7 +25,6 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use io_uring::cqueue;
 
-use super::session_io::RelayIo;
 use super::*;
 use crate::buffers::provided::{BufRing, RingRecv};
 

@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::ring_io::{PendingRelease, Side};
-use super::session_io::{plain_buffered, RelayIo};
+use super::session_io::plain_buffered;
 use super::*;
 
 impl Worker {

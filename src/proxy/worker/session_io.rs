@@ -7,15 +7,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::ring_io::Side;
 use super::*;
 
-/// A relay operation with the byte range a write covers (a write that
-/// completes partly is resubmitted from where it stopped).
-#[derive(Clone, Copy)]
-pub(super) enum RelayIo {
-    UpWrite { pos: usize, end: usize },
-    DownRead,
-    DownWrite { pos: usize, end: usize },
-}
-
 impl Worker {
     // ---- session completions ----
 
