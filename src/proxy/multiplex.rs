@@ -242,8 +242,16 @@ impl TxState {
                 .map(|t| classify_query(t, c.status & SERVER_STATUS_NO_BACKSLASH_ESCAPES != 0))
         });
         // SHOW WARNINGS and friends read the diagnostics area without
-        // clearing it: the hold for the statement before goes on.
-        if effect != Some(Some(Effect::Diagnostics)) || c.err {
+        // clearing it: the hold for the statement before goes on. So do
+        // the commands that run no statement (COM_PING, COM_STATISTICS,
+        // COM_INIT_DB, a prepare...): MariaDB leaves the warnings of the
+        // statement before readable after them, and mysql-connector's
+        // `cursor()` pings between a statement and its SHOW WARNINGS.
+        let runs_statement = matches!(
+            c.command,
+            COM_QUERY | COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE
+        ) && effect != Some(Some(Effect::Diagnostics));
+        if runs_statement || c.err || c.warnings > 0 {
             // An error is a condition too (SHOW ERRORS): hold the
             // connection for the next statement as for warnings.
             self.warnings = if c.err { c.warnings.max(1) } else { c.warnings };

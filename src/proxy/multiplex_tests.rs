@@ -363,6 +363,25 @@ fn warnings_hold_the_connection_for_the_next_statement() {
 }
 
 #[test]
+fn commands_that_run_no_statement_keep_the_warnings_hold() {
+    // MariaDB keeps the warnings readable after COM_PING, COM_STATISTICS
+    // and COM_INIT_DB (mysql-connector's cursor() pings before its SHOW
+    // WARNINGS); a statement that leaves none lets the connection go.
+    let mut tx = TxState::new(None, 45, false);
+    let mut warned = done(COM_QUERY, "SELECT 'a' + 'b'", AC);
+    warned.warnings = 2;
+    tx.on_completed(&warned);
+    for (command, text) in [(COM_PING, ""), (COM_STATISTICS, ""), (COM_INIT_DB, "db")] {
+        tx.on_completed(&done(command, text, AC));
+        assert!(!tx.releasable(), "command 0x{command:02x} ended the hold");
+    }
+    tx.on_completed(&done(COM_QUERY, "SHOW WARNINGS", AC));
+    assert!(!tx.releasable());
+    tx.on_completed(&done(COM_QUERY, "SELECT 1", AC));
+    assert!(tx.releasable());
+}
+
+#[test]
 fn an_error_with_autocommit_off_holds_until_an_ok() {
     let mut tx = TxState::new(None, 45, false);
     let mut err = done(COM_QUERY, "SELECT * FROM missing", 0);

@@ -12,7 +12,7 @@ import time
 import pymysql
 import pytest
 
-from conftest import TEST_DB
+from conftest import APP_PASSWORD, APP_USER, TEST_DB
 from helpers import direct, run_threads
 
 TABLE = f"{TEST_DB}.txpool"
@@ -367,6 +367,55 @@ def test_warnings_stay_until_the_next_statement(make_proxy):
         # The next statement without warnings lets the connection go again.
         value(a, "SELECT 1")
         assert wait_idle(proxy)
+
+
+def test_warnings_stay_across_commands_that_run_no_statement(make_proxy):
+    """MariaDB keeps a statement's warnings readable after COM_PING, COM_STATISTICS and
+    COM_INIT_DB: the hold lasts until the next statement. mysql-connector-python's cursor()
+    pings, so its get_warnings (and raise_on_warnings) sent SHOW WARNINGS to another connection
+    after the ping let the warned one go (its own suite's test__fetch_warnings,
+    test_raise_on_warning, BugOra21536507). Another client runs statements in between, so a
+    released connection would be reset or taken."""
+    import warnings as pywarnings
+
+    import mysql.connector
+
+    proxy = tx_proxy(make_proxy, 2, extra=["--backend-pool-size", "2"])
+
+    def after(conn, command):
+        value(conn, "SELECT 'a' + 'b'")
+        command(conn)
+        return [(r[0], r[1]) for r in rows(conn, "SHOW WARNINGS")]
+
+    commands = {
+        "ping": lambda c: c.ping(reconnect=False),
+        "init_db": lambda c: c.select_db(TEST_DB),
+        "statistics": lambda c: c._execute_command(9, b"") or c._read_packet(),  # COM_STATISTICS
+    }
+    want = [("Warning", 1292), ("Warning", 1292)]
+    with direct() as d:
+        for name, command in commands.items():
+            assert after(d, command) == want, name
+    with proxy.connect(autocommit=True) as a, proxy.connect(autocommit=True) as b:
+        for name, command in commands.items():
+            value(b, "SELECT 1")
+            got = after(a, lambda c: (command(c), value(b, "SELECT 2")))
+            assert got == want, f"SHOW WARNINGS after {name}: {got}"
+
+    cnx = mysql.connector.connect(
+        host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD,
+        use_pure=True, get_warnings=True, connection_timeout=10,
+    )
+    try:
+        with pywarnings.catch_warnings():
+            pywarnings.simplefilter("ignore")
+            cur = cnx.cursor()
+            cur.execute("SELECT 'a' + 'b'")
+            cur.fetchall()
+        assert [(w[0], w[1]) for w in cur.warnings or []] == want
+    finally:
+        cnx.close()
+    assert wait_idle(proxy)
 
 
 def test_set_variables_and_schema_are_replayed_not_leaked(make_proxy):
