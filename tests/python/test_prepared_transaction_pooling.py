@@ -145,6 +145,28 @@ def test_prepared_statements_interleaved_with_20_clients_on_4_backends(make_prox
 
 
 
+def test_statement_close_while_the_session_keeps_its_connection(make_proxy):
+    """A session that keeps its connection (in a transaction here; pinned the same) and closes a
+    statement: COM_STMT_CLOSE needs no exchange with the server, so the relay goes on at once.
+    In ring mode it used to read the end of the receive it had cancelled at the stop once more,
+    as the server closing the connection (2013 at the next statement: mysql-connector's
+    prepared cursor closes its previous statement before each new one)."""
+    proxy = tx_proxy(make_proxy, backends=2)
+    c = connector(proxy)
+    try:
+        cur = c.cursor(prepared=True)
+        c.start_transaction()
+        for k in range(10):
+            cur.execute(f"SELECT id FROM {TABLE} WHERE id = %s", (k + 1,))
+            assert cur.fetchall() == [(k + 1,)]
+            cur.execute("SELECT %s + 1", (k,))
+            assert cur.fetchall() == [(k + 1,)]
+        c.commit()
+        cur.close()
+    finally:
+        c.close()
+
+
 def test_without_the_flag_a_prepare_pins_and_statements_stay_on_one_connection(make_proxy):
     """The default (no --tx-move-prepared-statements): the first statement command pins the
     session, ids are the server's own, and nothing goes through the statement registry."""

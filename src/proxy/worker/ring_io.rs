@@ -299,6 +299,15 @@ impl Worker {
             }
         } else if let Some(end) = recv.end {
             res = end;
+            if end == -libc::ECANCELED && !recv.armed {
+                // The end of a receive the relay cancelled itself (its
+                // watch between commands, at a stop for a statement
+                // command) is the relay's to see once: a session that keeps
+                // its connection (pinned, in a transaction) and goes on
+                // without the pool's exchange (COM_STMT_CLOSE) would read it
+                // again in its next relay as the server closing.
+                recv.end = None;
+            }
             buf.map_or(&[][..], |b| b.filled())
         } else {
             return;
