@@ -372,6 +372,34 @@ impl TxState {
         }
     }
 
+    /// A prepared statement (`--tx-move-prepared-statements`) ran: what it
+    /// did to the session is judged from its SQL as a COM_QUERY's would be,
+    /// since the execute itself names only an id. What a COM_QUERY would
+    /// pin for pins (CREATE TEMPORARY TABLE, a user variable, GET_LOCK...);
+    /// a `SET` or `USE` pins too, as its values are parameters the proxy
+    /// does not keep; so does an unexplained state change. Returns the
+    /// reason when this pinned the session.
+    pub fn on_statement_executed(&mut self, sql: &[u8], c: &Completed) -> Option<PinReason> {
+        if c.err || self.pinned.is_some() {
+            return None;
+        }
+        let no_backslash = c.status & SERVER_STATUS_NO_BACKSLASH_ESCAPES != 0;
+        let reason = match classify_query(sql, no_backslash) {
+            Effect::Pin(reason) => reason,
+            Effect::SetVariables | Effect::Use(_) => PinReason::SessionCommand,
+            Effect::Plain
+                if c.ok.is_some()
+                    && c.status & SERVER_SESSION_STATE_CHANGED != 0
+                    && state_blocks(c).is_none_or(|info| info.has_state_change_block()) =>
+            {
+                PinReason::StateChange
+            }
+            Effect::Plain | Effect::Diagnostics => return None,
+        };
+        self.pinned = Some(reason);
+        Some(reason)
+    }
+
     fn add_setting(
         &mut self,
         text: Option<&[u8]>,

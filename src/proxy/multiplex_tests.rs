@@ -382,6 +382,41 @@ fn commands_that_run_no_statement_keep_the_warnings_hold() {
 }
 
 #[test]
+fn an_executed_prepared_statement_pins_as_its_query_would() {
+    let exec = |tx: &mut TxState, sql: &str| {
+        let c = done(COM_STMT_EXECUTE, "", AC);
+        tx.on_statement_executed(sql.as_bytes(), &c)
+    };
+    let mut tx = TxState::new(None, 45, false);
+    assert_eq!(exec(&mut tx, "SELECT * FROM t WHERE id = ?"), None);
+    assert_eq!(exec(&mut tx, "INSERT INTO t VALUES (?)"), None);
+    assert!(tx.releasable());
+    assert_eq!(
+        exec(&mut tx, "CREATE TEMPORARY TABLE tmp (b TIME)"),
+        Some(PinReason::TemporaryTable)
+    );
+    assert!(!tx.releasable());
+    // Once pinned, nothing more to report.
+    assert_eq!(exec(&mut tx, "SET @x = ?"), None);
+    let mut tx = TxState::new(None, 45, false);
+    assert_eq!(exec(&mut tx, "SET @x = ?"), Some(PinReason::UserVariable));
+    // A SET of a system variable: its value is a parameter, not replayable.
+    let mut tx = TxState::new(None, 45, false);
+    assert_eq!(
+        exec(&mut tx, "SET time_zone = ?"),
+        Some(PinReason::SessionCommand)
+    );
+    // A failed execute changed nothing.
+    let mut tx = TxState::new(None, 45, false);
+    let mut failed = done(COM_STMT_EXECUTE, "", AC);
+    failed.err = true;
+    assert_eq!(
+        tx.on_statement_executed(b"CREATE TEMPORARY TABLE tmp (b TIME)", &failed),
+        None
+    );
+}
+
+#[test]
 fn an_error_with_autocommit_off_holds_until_an_ok() {
     let mut tx = TxState::new(None, 45, false);
     let mut err = done(COM_QUERY, "SELECT * FROM missing", 0);

@@ -112,8 +112,13 @@ impl Session {
             if let Some(reason) = tx.on_completed(&done) {
                 out.push(SessionAction::Pinned(reason));
             }
-            if let Some(r) = self.stmts.as_mut() {
-                r.on_completed(done.command, done.status);
+            let executed = self
+                .stmts
+                .as_mut()
+                .and_then(|r| r.on_completed(done.command, done.status));
+            if let Some(reason) = executed.and_then(|key| tx.on_statement_executed(&key.sql, &done))
+            {
+                out.push(SessionAction::Pinned(reason));
             }
         }
         // Long data not consumed yet, or an open cursor, lives in the

@@ -153,15 +153,18 @@ impl Registry {
     }
 
     /// A command finished with these status flags (only statement commands
-    /// change anything).
-    pub fn on_completed(&mut self, command: u8, status: u16) {
-        let Some((cmd, id)) = self.in_flight else {
-            return;
-        };
+    /// change anything). Returns the key of the statement an execute ran:
+    /// what it did to the session is judged from its SQL
+    /// (`TxState::on_statement_executed`).
+    pub fn on_completed(&mut self, command: u8, status: u16) -> Option<Arc<StmtKey>> {
+        let (cmd, id) = self.in_flight?;
         if cmd != command {
-            return;
+            return None;
         }
         self.in_flight = None;
+        let executed = matches!(command, COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE)
+            .then(|| self.stmts.get(&id).map(|s| Arc::clone(&s.key)))
+            .flatten();
         match command {
             COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE => {
                 self.long_data.remove(&id);
@@ -176,6 +179,7 @@ impl Registry {
             }
             _ => {}
         }
+        executed
     }
 }
 

@@ -167,6 +167,50 @@ def test_statement_close_while_the_session_keeps_its_connection(make_proxy):
         c.close()
 
 
+def test_session_state_made_by_a_prepared_statement_pins(make_proxy):
+    """A prepared CREATE TEMPORARY TABLE (or `SET @x = ?`) makes state on the connection as its
+    COM_QUERY would: the execute names only an id, so its SQL is judged when it completes, and
+    the session is pinned before the next statement could land on another connection
+    (mysql-connector-python's own suite, BugOra28491115.test_exception_when_time_field_is_0:
+    its INSERT into the temporary table got 1146). Other clients move the connections around
+    meanwhile."""
+    proxy = tx_proxy(make_proxy, backends=2)
+    stop = threading.Event()
+    others = busy_text_clients(proxy, 6, stop)
+    try:
+        c = connector(proxy)
+        try:
+            cur = c.cursor(prepared=True)
+            cur.execute("CREATE TEMPORARY TABLE txps_tmp (b TIME)")
+            for _ in range(20):
+                cur.execute("INSERT INTO txps_tmp SET b = '00:00'")
+            cur.execute("SELECT COUNT(*) FROM txps_tmp")
+            assert cur.fetchall() == [(20,)]
+            cur.close()
+        finally:
+            c.close()
+        c = connector(proxy)
+        try:
+            cur = c.cursor(prepared=True)
+            cur.execute("SET @txps_x = ?", (41,))
+            for _ in range(20):
+                cur.execute("SELECT @txps_x + 1")
+                assert cur.fetchall() == [(42,)]
+            cur.close()
+        finally:
+            c.close()
+    finally:
+        stop.set()
+        for t in others:
+            t.join(30)
+    m = proxy.metrics()
+    pins = {k: v for k, v in m.items() if "pinned_total" in k and v}
+    assert pins == {
+        'ringgate_sessions_pinned_total{reason="temporary_table"}': 1,
+        'ringgate_sessions_pinned_total{reason="user_variable"}': 1,
+    }, pins
+
+
 def test_without_the_flag_a_prepare_pins_and_statements_stay_on_one_connection(make_proxy):
     """The default (no --tx-move-prepared-statements): the first statement command pins the
     session, ids are the server's own, and nothing goes through the statement registry."""
