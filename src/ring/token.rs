@@ -42,6 +42,13 @@ pub enum OpTag {
     /// Fixed mode: the cancel of a closing client's multishot poll (a
     /// failed cancel is sent again).
     ClientPollCancel = 20,
+    /// Fixed mode: a backend connection's readability poll, which the
+    /// relay's read waits on between commands without a slot (backend
+    /// token).
+    BackendPoll = 21,
+    /// Fixed mode: the cancel of a closed backend connection's multishot
+    /// poll (a failed cancel is sent again).
+    BackendPollCancel = 22,
 }
 
 impl OpTag {
@@ -67,6 +74,8 @@ impl OpTag {
             18 => OpTag::BackendTlsWrite,
             19 => OpTag::BackendWatch,
             20 => OpTag::ClientPollCancel,
+            21 => OpTag::BackendPoll,
+            22 => OpTag::BackendPollCancel,
             _ => return None,
         })
     }

@@ -532,12 +532,16 @@ impl Proxy {
             ));
         }
         // Ring mode: a connection holds its own buffer only while it uses it, so an idle
-        // backend connection holds none.
-        let backend_want = if self.opts.mode == Mode::Ring {
-            0.0
-        } else {
-            idle + busy
-        };
+        // backend connection holds none; nor does fixed mode's (it waits with a poll) unless
+        // --hold-idle-slots keeps the slot for the connection's life.
+        let holds = self.opts.mode == Mode::Heap
+            || (self.opts.mode == Mode::Fixed
+                && self
+                    .opts
+                    .extra_args
+                    .iter()
+                    .any(|a| a == "--hold-idle-slots"));
+        let backend_want = if holds { idle + busy } else { 0.0 };
         if backend_in_use != backend_want {
             p.push(format!(
                 "read_buffers_in_use{{owner=\"backend\"}} = {backend_in_use}, want {backend_want} \

@@ -358,8 +358,12 @@ class Proxy:
         if busy != 0:
             p.append(f'backend_connections{{state="busy"}} = {busy}, want 0')
         # Ring mode: a connection holds its own buffer only while it uses it, so an idle
-        # backend connection holds none.
-        backend_want = 0 if self.mode == "ring" else idle + busy
+        # backend connection holds none; nor does fixed mode's (it waits with a poll) unless
+        # --hold-idle-slots keeps the slot for the connection's life.
+        holds = self.mode == "heap" or (
+            self.mode == "fixed" and "--hold-idle-slots" in self.args
+        )
+        backend_want = idle + busy if holds else 0
         if backend_in_use != backend_want:
             p.append(
                 f'read_buffers_in_use{{owner="backend"}} = {backend_in_use}, want {backend_want} '

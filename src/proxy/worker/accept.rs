@@ -189,8 +189,8 @@ impl Worker {
             leg: None,
             tls: None,
             idle_wait: Default::default(),
+            down_wait: Default::default(),
             down_cancelled: false,
-            poll: Default::default(),
         });
         let sid = SessionId { index, generation };
         self.session_q.extend(out.into_iter().map(|a| (sid, a)));

@@ -80,7 +80,15 @@ impl Worker {
         let Some(b) = self.pool.get_mut(bid) else {
             return;
         };
-        if !b.conn.is_closed() || !b.io.quiescent() {
+        if !b.conn.is_closed() {
+            return;
+        }
+        // Fixed mode: its multishot poll ends only when cancelled.
+        self.cancel_backend_poll(bid);
+        let Some(b) = self.pool.get_mut(bid) else {
+            return;
+        };
+        if !b.io.quiescent() {
             return;
         }
         self.backend_tls_forget(bid);
@@ -279,6 +287,8 @@ impl Worker {
                 self.ring.push_linked(connect, timeout);
             }
             BackendOp::Read => {
+                // It sees every byte a wake-up of the poll was about.
+                b.io.poll.reading(false);
                 let buf = self.buffers.ensure(&mut b.io.buf, Owner::Backend);
                 let token = Token::new(OpTag::BackendRead, bid.index, bid.generation);
                 let sqe = buf.read_sqe(fd, token.into());
@@ -291,6 +301,8 @@ impl Worker {
                 }
                 // Ring mode: an idle backend connection holds no buffer.
                 self.buffers.shed(&mut b.io.buf);
+                // Nor in fixed mode: its next read takes a slot.
+                self.shed_backend_slot(bid);
             }
             BackendOp::Send(bytes) => {
                 *b.io.out.bytes_mut() = bytes;

@@ -13,7 +13,7 @@
 //! costs no poll SQE. It keeps firing, so the state machine must cope:
 //! - A readiness CQE while the client is not waiting ([`IdleWait::None`]:
 //!   a read is in flight, or the session reads for itself) is remembered
-//!   ([`PollState::readable`]); the next idle read then reads at once
+//!   (`PollState::readable`, in conn_io.rs); the next idle read then reads at once
 //!   instead of waiting for a wake-up that already happened.
 //! - Readiness may be stale (the read in flight took the bytes), so a read
 //!   after a poll is READ_FIXED with RWF_NOWAIT: -EAGAIN gives the slot
@@ -23,7 +23,7 @@
 //! - The peer's FIN often shares a wake-up with its last bytes, and the read
 //!   that returns the bytes leaves the EOF unread: the poll asks for
 //!   POLLRDHUP, and once a CQE reports it (or POLLHUP/POLLERR) every idle
-//!   read reads at once ([`PollState::hup`]).
+//!   read reads at once (`PollState::hup`).
 //! - A CQE without IORING_CQE_F_MORE ends the poll (the kernel may end a
 //!   multishot, e.g. on CQ overflow); the next idle read arms a new one.
 //! - Close cancels it; the session is freed only after its last CQE (it is
@@ -37,17 +37,21 @@
 //! Slot exhaustion queues, never fails: a readable client that finds no free
 //! slot waits in FIFO order (`ringgate_read_buffer_slot_waits_total`) and
 //! gets the next slot given back; its bytes wait in the socket meanwhile.
-//! Slots that are never given back (backend connections hold theirs for
-//! life) cannot stall it: a client still waiting at the next tick reads
+//! Slots that are held for long (a backend connection's, while a result
+//! streams) cannot stall it: a client still waiting at the next tick reads
 //! into a heap buffer, counted as a heap fallback.
+//!
+//! Backend connections wait the same way between commands
+//! (`idle_backend_io.rs`): the poll state (`conn_io::PollState`), the
+//! poll and read SQEs, the one-shot fallback, the slot queue and the
+//! cancel are shared here.
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use io_uring::cqueue;
-
 use super::*;
 
-/// Where an idle client's next read stands.
+/// Where an idle client's next read (or the relay's next read of its
+/// backend, `SessionSlot::down_wait`) stands.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) enum IdleWait {
     /// Not waiting without a slot (a read may be in flight, with one).
@@ -59,23 +63,81 @@ pub(super) enum IdleWait {
     ForSlot,
 }
 
-/// A client's multishot poll.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct PollState {
-    /// A multishot poll names the fd (one operation on it).
-    pub armed: bool,
-    /// The socket may hold bytes no read has seen: a readiness CQE came
-    /// while the client was not waiting, or a read filled its buffer.
-    pub readable: bool,
-    /// The read in flight is RWF_NOWAIT: -EAGAIN means "wait again".
-    pub nowait_read: bool,
-    /// A CQE reported the peer's FIN, a hang-up or an error: no wake-up
-    /// will announce it again, so every idle read from now on reads at once
-    /// (and finds the EOF or the error behind any last bytes).
-    pub hup: bool,
+/// A read waiting in `Worker::slot_waiters` for a free slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SlotWaiter {
+    /// The client's read.
+    Client(SessionId),
+    /// The relay's read of the session's backend connection.
+    Down(SessionId),
+}
+
+/// The poll SQE that makes `io` wait for readability, counted on its fd;
+/// `None` while its multishot poll is armed already (it keeps firing).
+/// `multi`: multishot (armed until cancelled), else one-shot.
+pub(super) fn arm_poll(io: &mut ConnIo, multi: bool, token: Token) -> Option<Sqe> {
+    if io.poll.armed {
+        return None;
+    }
+    io.op_started();
+    Some(if multi {
+        io.poll.armed = true;
+        ops::poll_readable_multi(io.fd(), token)
+    } else {
+        ops::poll_readable(io.fd(), token)
+    })
+}
+
+/// The read after a wake-up into `io`'s buffer (taken now if it has none),
+/// counted on its fd: RWF_NOWAIT while the multishot poll stays armed, so
+/// that a stale wake-up's -EAGAIN can go back to waiting on it; a plain
+/// read after a one-shot poll.
+pub(super) fn read_after_poll(
+    io: &mut ConnIo,
+    buffers: &mut BufferPool,
+    owner: Owner,
+    token: Token,
+) -> Sqe {
+    let nowait = io.poll.armed;
+    io.poll.reading(nowait);
+    let fd = io.fd();
+    let buf = buffers.ensure(&mut io.buf, owner);
+    let sqe = match nowait {
+        true => buf.read_sqe_nowait(fd, token.into()),
+        false => buf.read_sqe(fd, token.into()),
+    };
+    io.op_started();
+    sqe
+}
+
+/// A cancel of a closing connection's poll failed and must be sent again.
+/// 0: cancelled; -ENOENT/-EALREADY: the poll had ended or is ending on its
+/// own. Anything else (a submission that could not be queued comes back as
+/// a synthetic failure) leaves it armed: a multishot poll is not sure to
+/// end when the socket is shut down (a wake-up reporting POLLHUP leaves it
+/// armed), and without its last CQE the connection, its fd and its slot
+/// are never freed.
+pub(super) fn poll_cancel_failed(res: i32) -> bool {
+    !(res >= 0 || res == -libc::ENOENT || res == -libc::EALREADY)
 }
 
 impl Worker {
+    /// A poll ended with -EINVAL while polls were multishot: this kernel
+    /// has none (before 5.13), so every idle wait from now on uses one-shot
+    /// polls (true), with one log line.
+    pub(super) fn multishot_poll_refused(&mut self, res: i32, ended: bool) -> bool {
+        if !(ended && res == -libc::EINVAL && self.poll_multi) {
+            return false;
+        }
+        self.poll_multi = false;
+        if self.id == 0 {
+            tracing::info!(
+                "idle connections wait with one-shot polls (multishot POLL_ADD needs Linux 5.13+)"
+            );
+        }
+        true
+    }
+
     /// The client read `client_read` is about to submit: in fixed mode,
     /// for a relaying session whose buffer holds nothing, give the slot back
     /// and poll instead (true). False: read now, as in the other modes.
@@ -105,7 +167,7 @@ impl Worker {
         if slot.idle_wait != IdleWait::None {
             return true;
         }
-        if slot.poll.armed && (slot.poll.readable || slot.poll.hup) {
+        if slot.io.poll.ready() {
             // A wake-up already came: read now (RWF_NOWAIT, in case the
             // bytes were read meanwhile), keeping the slot.
             self.submit_idle_read(sid);
@@ -129,18 +191,10 @@ impl Worker {
             .worker(self.id)
             .clients_polling
             .fetch_add(1, Relaxed);
-        if slot.poll.armed {
-            return;
-        }
-        slot.io.op_started();
         let token = Token::new(OpTag::ClientPoll, sid.index, sid.generation);
-        let sqe = if multi {
-            slot.poll.armed = true;
-            ops::poll_readable_multi(slot.io.fd(), token)
-        } else {
-            ops::poll_readable(slot.io.fd(), token)
-        };
-        self.submit(sqe);
+        if let Some(sqe) = arm_poll(&mut slot.io, multi, token) {
+            self.submit(sqe);
+        }
     }
 
     /// A client read once a poll said readable: RWF_NOWAIT while the
@@ -155,16 +209,11 @@ impl Worker {
             .buf
             .as_ref()
             .is_some_and(|b| b.filled_len() == 0 && b.wire_len() == 0);
-        if !(slot.poll.armed && empty) {
+        if !(slot.io.poll.armed && empty) {
             return self.submit_client_read(sid);
         }
-        slot.poll.readable = false;
-        slot.poll.nowait_read = true;
-        let fd = slot.io.fd();
-        let buf = self.buffers.ensure(&mut slot.io.buf, Owner::Client);
         let token = Token::new(OpTag::ClientRead, sid.index, sid.generation);
-        let sqe = buf.read_sqe_nowait(fd, token.into());
-        slot.io.op_started();
+        let sqe = read_after_poll(&mut slot.io, &mut self.buffers, Owner::Client, token);
         self.submit(sqe);
     }
 
@@ -175,24 +224,20 @@ impl Worker {
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return false;
         };
-        let nowait = std::mem::take(&mut slot.poll.nowait_read);
-        if slot.closing {
-            return false;
-        }
-        if let Some(b) = slot.io.buf.as_ref() {
-            if res > 0 && b.filled_len() + b.wire_len() >= b.capacity() {
-                // Bytes may be left in the socket, and no new wake-up
-                // would say so.
-                slot.poll.readable = true;
-            }
-        }
-        if !(nowait && res == -libc::EAGAIN) {
+        // The buffer's completion was recorded already.
+        let full = slot
+            .io
+            .buf
+            .as_ref()
+            .is_some_and(|b| b.filled_len() + b.wire_len() >= b.capacity());
+        let again = slot.io.poll.read_done(res, full);
+        if slot.closing || !again {
             return false;
         }
         self.buffers.give_back_empty(&mut slot.io.buf);
         if slot.io.buf.is_some() {
             // Not empty after all (never on this path): read as usual.
-            slot.poll.readable = true;
+            slot.io.poll.readable = true;
             self.submit_client_read(sid);
             return true;
         }
@@ -206,28 +251,24 @@ impl Worker {
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
-        if slot.poll.armed {
+        if slot.io.poll.armed {
+            slot.io.poll.cancel_sent = true;
             let target = Token::new(OpTag::ClientPoll, sid.index, sid.generation);
             let me = Token::new(OpTag::ClientPollCancel, sid.index, sid.generation);
             self.submit(ops::cancel_user_data(target.into(), me));
         }
     }
 
-    /// The cancel of a closing client's poll completed. Unlike a receive, a
-    /// multishot poll is not sure to end when the socket is shut down (a
-    /// wake-up reporting POLLHUP leaves it armed), so a cancel that failed (a submission that
-    /// could not be queued comes back as a synthetic failure) is sent
-    /// again: without it the poll never posts its last CQE and the session,
-    /// its fd and its slot are never freed. 0: cancelled; -ENOENT/-EALREADY:
-    /// the poll had ended or is ending on its own.
+    /// The cancel of a closing client's poll completed: one that failed is
+    /// sent again ([`poll_cancel_failed`]).
     pub(super) fn on_client_poll_cancel(&mut self, sid: SessionId, res: i32) {
-        if res >= 0 || res == -libc::ENOENT || res == -libc::EALREADY {
+        if !poll_cancel_failed(res) {
             return;
         }
         let armed = self
             .sessions
             .get_mut(sid.index, sid.generation)
-            .is_some_and(|s| s.closing && s.poll.armed);
+            .is_some_and(|s| s.closing && s.io.poll.armed);
         if armed {
             self.cancel_idle_poll(sid);
         }
@@ -240,10 +281,9 @@ impl Worker {
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
-        let ended = !cqueue::more(flags);
+        let ended = slot.io.poll.on_cqe(res, flags);
         if ended {
             slot.io.op_done();
-            slot.poll.armed = false;
         }
         if slot.closing {
             if slot.idle_wait == IdleWait::Polling {
@@ -252,28 +292,24 @@ impl Worker {
             }
             return self.try_finish_session(sid);
         }
-        if res > 0 && res & i32::from(libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 {
-            slot.poll.hup = true;
-        }
-        if ended && res == -libc::EINVAL && self.poll_multi {
-            // This kernel has no multishot poll: one-shot from now on.
-            self.poll_multi = false;
-            if self.id == 0 {
-                tracing::info!(
-                    "idle clients wait with one-shot polls (multishot POLL_ADD needs Linux 5.13+)"
-                );
-            }
-            if slot.idle_wait == IdleWait::Polling {
-                slot.idle_wait = IdleWait::None;
+        let waiting = slot.idle_wait == IdleWait::Polling;
+        if self.multishot_poll_refused(res, ended) {
+            if waiting {
+                if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+                    slot.idle_wait = IdleWait::None;
+                }
                 self.metrics().clients_polling.fetch_sub(1, Relaxed);
                 self.wait_readable(sid);
             }
             return;
         }
-        if slot.idle_wait != IdleWait::Polling {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        if !waiting {
             // Not waiting: a read is in flight or queued, or the session
             // reads for itself. Remember it for the next idle read.
-            slot.poll.readable = true;
+            slot.io.poll.readable = true;
             return;
         }
         slot.idle_wait = IdleWait::None;
@@ -292,39 +328,54 @@ impl Worker {
             }
             None => {
                 slot.idle_wait = IdleWait::ForSlot;
-                self.slot_waiters.push_back(sid);
+                self.slot_waiters.push_back(SlotWaiter::Client(sid));
                 self.metrics().slot_waits_total.fetch_add(1, Relaxed);
             }
         }
     }
 
-    /// Hand free slots to the clients waiting for one, in order. With
-    /// `heap_fallback` (at a tick) every client still waiting reads into a
+    /// Hand free slots to the reads waiting for one, in order. With
+    /// `heap_fallback` (at a tick) every read still waiting goes into a
     /// heap buffer instead of waiting longer.
     pub(super) fn serve_slot_waiters(&mut self, heap_fallback: bool) {
-        while let Some(&sid) = self.slot_waiters.front() {
+        while let Some(&waiter) = self.slot_waiters.front() {
+            let (sid, owner) = match waiter {
+                SlotWaiter::Client(sid) => (sid, Owner::Client),
+                SlotWaiter::Down(sid) => (sid, Owner::Backend),
+            };
             let waiting = self
                 .sessions
                 .get_mut(sid.index, sid.generation)
-                .is_some_and(|s| s.idle_wait == IdleWait::ForSlot && !s.closing);
+                .is_some_and(|s| {
+                    let wait = match waiter {
+                        SlotWaiter::Client(_) => s.idle_wait,
+                        SlotWaiter::Down(_) => s.down_wait,
+                    };
+                    wait == IdleWait::ForSlot && !s.closing
+                });
             if !waiting {
-                // Closed (or gone) while it waited.
+                // Closed (or gone, or no longer waiting) meanwhile.
                 self.slot_waiters.pop_front();
                 continue;
             }
-            let buf = match self.buffers.try_acquire_slot(Owner::Client) {
+            let buf = match self.buffers.try_acquire_slot(owner) {
                 Some(buf) => buf,
                 // `acquire` on an exhausted pool: a heap buffer, counted.
-                None if heap_fallback => self.buffers.acquire(Owner::Client),
+                None if heap_fallback => self.buffers.acquire(owner),
                 None => return,
             };
             self.slot_waiters.pop_front();
-            if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
-                slot.idle_wait = IdleWait::None;
-                slot.io.buf = Some(buf);
-                self.submit_idle_read(sid);
-            } else if self.buffers.release(buf).is_err() {
-                debug_assert!(false, "a fresh buffer is never in flight");
+            match waiter {
+                SlotWaiter::Client(sid) => {
+                    if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+                        slot.idle_wait = IdleWait::None;
+                        slot.io.buf = Some(buf);
+                        self.submit_idle_read(sid);
+                    } else if self.buffers.release(buf).is_err() {
+                        debug_assert!(false, "a fresh buffer is never in flight");
+                    }
+                }
+                SlotWaiter::Down(sid) => self.down_read_with(sid, buf),
             }
         }
     }

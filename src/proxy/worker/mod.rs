@@ -14,6 +14,7 @@
 mod accept;
 mod backend_io;
 mod backend_tls_io;
+mod idle_backend_io;
 mod idle_io;
 mod leg;
 mod ring_io;
@@ -75,14 +76,15 @@ const FD_EXHAUSTION_LOG_INTERVAL: Duration = Duration::from_secs(1);
 /// Operations in flight at once, at most: per session a client read, a
 /// write to the client and a write to the backend plus a backend read and
 /// its cancel;
-/// per backend connection a read and a write (or a connect); the two
-/// accepts, the tick and cancels. The completion ring is sized from this so
-/// that it cannot overflow in normal operation (overflow is still handled).
+/// per backend connection a read and a write (or a connect), its close
+/// watch and (fixed mode) its readability poll; the two accepts, the tick
+/// and cancels. The completion ring is sized from this so that it cannot
+/// overflow in normal operation (overflow is still handled).
 fn max_in_flight(max_sessions: usize, max_backends: usize) -> usize {
     // Ring mode's multishot receives may post several CQEs each before we
     // reap; the client's and the backend's count one more each here, and
     // overflow beyond that is still handled.
-    max_sessions * 7 + max_backends * 2 + 16
+    max_sessions * 7 + max_backends * 4 + 16
 }
 
 /// The submission and completion queue sizes a worker asks for under this
@@ -174,11 +176,12 @@ struct SessionSlot {
     tls: Option<Box<tls_io::TlsIo>>,
     /// Fixed mode: waiting for the client's next bytes without a slot.
     idle_wait: idle_io::IdleWait,
+    /// Fixed mode: the relay's read of the backend waits for its bytes
+    /// without a slot (`idle_backend_io.rs`); counted in `relay_ops`.
+    down_wait: idle_io::IdleWait,
     /// The relay cancelled its backend read (`CancelReadBackend`): a TLS
     /// backend's read that completed a partial record is not read again.
     down_cancelled: bool,
-    /// Fixed mode: the client's multishot poll.
-    poll: idle_io::PollState,
 }
 
 pub struct Worker {
@@ -217,13 +220,14 @@ pub struct Worker {
     /// Ring mode: backends given back while their receive was armed, by
     /// (index, generation), and what to do once it has ended.
     ring_pending: std::collections::HashMap<(u32, u32), ring_io::PendingRelease>,
-    /// Fixed mode without --hold-idle-slots: idle clients give their slot
-    /// back and wait for readability with a poll (`idle_io.rs`).
+    /// Fixed mode without --hold-idle-slots: idle clients and backend
+    /// connections give their slot back and wait for readability with a
+    /// poll (`idle_io.rs`, `idle_backend_io.rs`).
     idle_poll: bool,
     /// Idle polls are multishot (until a kernel refuses one with EINVAL).
     poll_multi: bool,
-    /// Readable clients waiting for a free slot, in arrival order.
-    slot_waiters: VecDeque<SessionId>,
+    /// Readable connections waiting for a free slot, in arrival order.
+    slot_waiters: VecDeque<idle_io::SlotWaiter>,
     /// Backend TLS (`backend_tls_io.rs`) of the connections that run it,
     /// by (index, generation).
     backend_tls: std::collections::HashMap<(u32, u32), Box<backend_tls_io::BackendTlsIo>>,
@@ -490,6 +494,8 @@ impl Worker {
             OpTag::BackendRecvCancel => self.on_backend_recv_cancel(bid, res),
             OpTag::ClientPoll => self.on_client_poll(sid, res, flags),
             OpTag::ClientPollCancel => self.on_client_poll_cancel(sid, res),
+            OpTag::BackendPoll => self.on_backend_poll(bid, res, flags),
+            OpTag::BackendPollCancel => self.on_backend_poll_cancel(bid, res),
             OpTag::BackendConnect => self.on_backend_connect(bid, res),
             OpTag::BackendRead => self.on_backend_read(bid, res),
             OpTag::BackendWrite => self.on_backend_write(bid, res),

@@ -218,6 +218,11 @@ impl Worker {
             }
             SessionAction::Relay(RelayOp::CancelReadBackend) => {
                 slot.down_cancelled = true;
+                // Fixed mode: a read waiting on the backend's poll is not in
+                // the kernel; it ends now, as a cancelled read would.
+                if self.end_down_wait(sid, -libc::ECANCELED) {
+                    return;
+                }
                 // The cancel names the read's user_data, not a socket or a
                 // buffer: the read's own completion (-ECANCELED) is what
                 // lets the backend go.
@@ -382,9 +387,12 @@ impl Worker {
                 let first = !slot.closing;
                 slot.closing = true;
                 slot.io.shutdown();
-                if first && slot.poll.armed {
+                if first && slot.io.poll.armed {
                     self.cancel_idle_poll(sid);
                 }
+                // A backend read waiting on its poll ends now (no wake-up
+                // is sure to come for it).
+                self.end_down_wait(sid, 0);
                 let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
                     return;
                 };

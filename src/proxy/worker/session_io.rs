@@ -148,6 +148,20 @@ impl Worker {
     }
 
     pub(super) fn on_down_read(&mut self, sid: SessionId, res: i32) {
+        // Fixed mode: a read after the backend's poll that found nothing
+        // waits on the poll again.
+        let mut res = res;
+        if self.idle_poll && self.idle_down_read_done(sid, &mut res) {
+            return;
+        }
+        self.down_read_done(sid, res, true)
+    }
+
+    /// The relay's read of the backend completed with `res`. `real`: the
+    /// kernel's completion of a read it was given; false: a read that waited
+    /// on the backend's poll without a slot and ends before it was submitted
+    /// (`idle_backend_io.rs`), which names no buffer and no fd.
+    pub(super) fn down_read_done(&mut self, sid: SessionId, res: i32, real: bool) {
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
@@ -158,27 +172,30 @@ impl Worker {
         let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) else {
             return;
         };
-        b.io.op_done();
-        let Some(buf) = b.io.buf.as_mut() else {
-            return;
-        };
         let mut res = res;
-        if closing {
-            match tls {
-                true => buf.complete_wire(res.max(0) as usize),
-                false => buf.complete(res.max(0) as usize),
+        if real {
+            b.io.op_done();
+            let Some(buf) = b.io.buf.as_mut() else {
+                return;
+            };
+            if closing {
+                match tls {
+                    true => buf.complete_wire(res.max(0) as usize),
+                    false => buf.complete(res.max(0) as usize),
+                }
+            } else if !tls {
+                buf.complete(res.max(0) as usize);
             }
+        }
+        if closing {
             self.try_finish_session(sid);
             return self.try_finish_backend(backend);
         }
-        match (tls, backend) {
+        if let (true, true, Some(bid)) = (real, tls, backend) {
             // Ciphertext: decoded in place, or read again for a whole record.
-            (true, Some(bid)) => {
-                if !self.backend_tls_down_read(sid, bid, &mut res) {
-                    return;
-                }
+            if !self.backend_tls_down_read(sid, bid, &mut res) {
+                return;
             }
-            _ => buf.complete(res.max(0) as usize),
         }
         let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) else {
             return;
@@ -324,7 +341,7 @@ impl Worker {
         };
         let fd = slot.io.fd();
         // This read sees every byte that a readiness report so far was about.
-        slot.poll.readable = false;
+        slot.io.poll.reading(false);
         let buf = self.buffers.ensure(&mut slot.io.buf, Owner::Client);
         let token = Token::new(OpTag::ClientRead, sid.index, sid.generation);
         let sqe = buf.read_sqe(fd, token.into());
@@ -337,6 +354,10 @@ impl Worker {
     /// backend's buffer, on the backend's and the client's socket. The op
     /// is counted on the socket it names and on the session its token names.
     pub(super) fn relay_submit(&mut self, sid: SessionId, io: RelayIo) {
+        // Fixed mode: a backend read between commands waits without a slot.
+        if matches!(io, RelayIo::DownRead) && self.idle_down_read(sid) {
+            return;
+        }
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
