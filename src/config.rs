@@ -367,10 +367,11 @@ pub struct Config {
     #[arg(long)]
     pub allow_local_infile: bool,
 
-    /// Fixed mode: keep a client's registered slot between its commands,
-    /// reading with READ_FIXED straight away. By default an idle client
-    /// holds no slot: it waits for readability with a poll, then takes a
-    /// slot for the read (one more SQE per client read; docs/benchmarks.md).
+    /// Fixed mode: keep a connection's registered slot between its
+    /// commands, reading with READ_FIXED straight away. By default an idle
+    /// client, and an idle backend connection, holds no slot: it waits for
+    /// readability with a poll, then takes a slot for the read (one more
+    /// wake-up per read at low concurrency; docs/benchmarks.md).
     #[arg(long)]
     pub hold_idle_slots: bool,
 

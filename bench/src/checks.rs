@@ -39,7 +39,9 @@ pub fn mode_problem(m: &HashMap<String, f64>, want: &str) -> Option<String> {
 /// What is not back to rest once every bench client is gone: a client connection or its
 /// buffer, a busy backend, backend buffers that do not match the backend connections, and
 /// (fixed mode) slots that are neither free nor held, (ring mode) ring buffers still held.
-pub fn leak_problems(m: &HashMap<String, f64>) -> Vec<String> {
+/// `hold_idle_slots`: the target runs with `--hold-idle-slots` (fixed mode's idle backend
+/// connections then keep their slot).
+pub fn leak_problems(m: &HashMap<String, f64>, hold_idle_slots: bool) -> Vec<String> {
     let mut p = Vec::new();
     let mut get = |k: &str| match m.get(k) {
         Some(v) if v.is_finite() => *v,
@@ -67,11 +69,19 @@ pub fn leak_problems(m: &HashMap<String, f64>) -> Vec<String> {
         p.push(format!("{busy} backend connections still busy"));
     }
     // Ring mode: a connection holds its own buffer only while it uses it, so an idle
-    // backend connection holds none; the other modes give every backend one.
+    // backend connection holds none; nor does fixed mode's (it waits with a poll) unless
+    // --hold-idle-slots keeps the slot; heap mode gives every backend one.
     let ring_mode = m
         .get("ringgate_read_buffer_ring_buffers")
         .is_some_and(|&n| n > 0.0);
-    let backend_want = if ring_mode { 0.0 } else { idle + busy };
+    let fixed_mode = m
+        .get("ringgate_read_buffers_total{mode=\"fixed\"}")
+        .is_some_and(|&n| n > 0.0);
+    let backend_want = if ring_mode || (fixed_mode && !hold_idle_slots) {
+        0.0
+    } else {
+        idle + busy
+    };
     if in_use_backend != backend_want {
         p.push(format!(
             "{in_use_backend} read buffers held by backends, want {backend_want} (idle + busy = {})",
@@ -107,10 +117,10 @@ mod tests {
         [
             ("ringgate_client_connections", 0.0),
             ("ringgate_read_buffers_in_use{owner=\"client\"}", 0.0),
-            ("ringgate_read_buffers_in_use{owner=\"backend\"}", 4.0),
+            ("ringgate_read_buffers_in_use{owner=\"backend\"}", 0.0),
             ("ringgate_backend_connections{state=\"busy\"}", 0.0),
             ("ringgate_backend_connections{state=\"idle\"}", 4.0),
-            ("ringgate_read_buffers_free", 2044.0),
+            ("ringgate_read_buffers_free", 2048.0),
             ("ringgate_read_buffers_total{mode=\"fixed\"}", 2048.0),
             ("ringgate_read_buffer_heap_fallbacks_total", 0.0),
         ]
@@ -121,7 +131,7 @@ mod tests {
 
     #[test]
     fn at_rest_is_clean() {
-        assert_eq!(leak_problems(&at_rest()), Vec::<String>::new());
+        assert_eq!(leak_problems(&at_rest(), false), Vec::<String>::new());
         assert_eq!(mode_problem(&at_rest(), "fixed"), None);
     }
 
@@ -131,32 +141,53 @@ mod tests {
             ("ringgate_client_connections", 1.0),
             ("ringgate_read_buffers_in_use{owner=\"client\"}", 1.0),
             ("ringgate_backend_connections{state=\"busy\"}", 1.0),
-            ("ringgate_read_buffers_in_use{owner=\"backend\"}", 5.0),
+            ("ringgate_read_buffers_in_use{owner=\"backend\"}", 1.0),
             // A slot neither free nor held.
-            ("ringgate_read_buffers_free", 2043.0),
+            ("ringgate_read_buffers_free", 2047.0),
         ] {
             let mut m = at_rest();
             m.insert(k.into(), v);
-            assert!(!leak_problems(&m).is_empty(), "{k} = {v} passed");
+            assert!(!leak_problems(&m, false).is_empty(), "{k} = {v} passed");
         }
+    }
+
+    /// `--hold-idle-slots`: every idle backend connection keeps its slot.
+    fn at_rest_holding() -> HashMap<String, f64> {
+        let mut m = at_rest();
+        m.insert(
+            "ringgate_read_buffers_in_use{owner=\"backend\"}".into(),
+            4.0,
+        );
+        m.insert("ringgate_read_buffers_free".into(), 2044.0);
+        m
+    }
+
+    #[test]
+    fn idle_backends_hold_a_slot_only_with_hold_idle_slots() {
+        assert_eq!(
+            leak_problems(&at_rest_holding(), true),
+            Vec::<String>::new()
+        );
+        assert_eq!(leak_problems(&at_rest_holding(), false).len(), 1);
+        assert_eq!(leak_problems(&at_rest(), true).len(), 1);
     }
 
     #[test]
     fn fallback_buffers_are_accounted_not_ignored() {
         // Two idle backends hold fallback heap buffers: fine with 2 fallbacks, not with 1.
-        let mut m = at_rest();
+        let mut m = at_rest_holding();
         m.insert("ringgate_read_buffers_free".into(), 2046.0);
         m.insert("ringgate_read_buffer_heap_fallbacks_total".into(), 2.0);
-        assert_eq!(leak_problems(&m), Vec::<String>::new());
+        assert_eq!(leak_problems(&m, true), Vec::<String>::new());
         m.insert("ringgate_read_buffer_heap_fallbacks_total".into(), 1.0);
-        assert_eq!(leak_problems(&m).len(), 1);
+        assert_eq!(leak_problems(&m, true).len(), 1);
     }
 
     #[test]
     fn a_missing_metric_is_a_problem() {
         let mut m = at_rest();
         m.remove("ringgate_backend_connections{state=\"busy\"}");
-        assert_eq!(leak_problems(&m).len(), 1);
+        assert_eq!(leak_problems(&m, false).len(), 1);
     }
 
     #[test]
@@ -164,9 +195,14 @@ mod tests {
         let mut m = at_rest();
         m.remove("ringgate_read_buffers_total{mode=\"fixed\"}");
         m.insert("ringgate_read_buffers_total{mode=\"heap\"}".into(), 0.0);
+        // Heap mode: every backend connection holds its buffer.
+        m.insert(
+            "ringgate_read_buffers_in_use{owner=\"backend\"}".into(),
+            4.0,
+        );
         assert!(mode_problem(&m, "fixed").is_some());
         assert_eq!(mode_problem(&m, "heap"), None);
         // Heap mode has no fixed total: the slot accounting does not apply.
-        assert_eq!(leak_problems(&m), Vec::<String>::new());
+        assert_eq!(leak_problems(&m, false), Vec::<String>::new());
     }
 }

@@ -1544,7 +1544,7 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
             let deadline = Instant::now() + Duration::from_secs(10);
             let (m, problems) = loop {
                 let m = procs::parse_prometheus(&procs::http_get(*metrics, "/metrics")?);
-                let problems = checks::leak_problems(&m);
+                let problems = checks::leak_problems(&m, t.name == "hold");
                 if problems.is_empty() || Instant::now() > deadline {
                     break (m, problems);
                 }
