@@ -32,7 +32,8 @@
 //!
 //! Idle pool connections give their slot back too (`BackendOp::Clear`); the
 //! pool's own exchanges (login, reset, prepares) take one for their reads.
-//! Backend TLS keeps its slot (a partial record lives in the buffer).
+//! Backend TLS waits the same way: its records are decoded in place in the
+//! buffer, so one that holds a partial record is not empty and keeps it.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -56,17 +57,14 @@ impl Worker {
         else {
             return false;
         };
-        if self.backend_tls_on(bid) {
-            return false;
-        }
         let (Some(slot), Some(b)) = (
             self.sessions.get_mut(sid.index, sid.generation),
             self.pool.get_mut(bid),
         ) else {
             return false;
         };
-        // Bytes kept in the buffer (an ERR arriving in pieces) are read
-        // behind, with the slot.
+        // Bytes kept in the buffer (an ERR arriving in pieces, a partial
+        // TLS record) are read behind, with the slot.
         if b.io
             .buf
             .as_ref()
@@ -279,9 +277,9 @@ impl Worker {
 
     /// `BackendOp::Clear` in fixed mode: an empty backend buffer goes back
     /// to the pool (the next read takes one), so that a connection idle in
-    /// the pool holds no slot. Backend TLS keeps its buffer.
+    /// the pool holds no slot.
     pub(super) fn shed_backend_slot(&mut self, bid: BackendId) {
-        if !self.idle_poll || self.backend_tls_on(bid) {
+        if !self.idle_poll {
             return;
         }
         if let Some(b) = self.pool.get_mut(bid) {

@@ -257,6 +257,8 @@ impl Worker {
                         // Released when the cancelled receive has ended.
                         return;
                     };
+                    // Fixed mode: back in the pool it holds no slot.
+                    self.shed_backend_slot(b);
                     let mut events = Vec::new();
                     self.pool.release(b, clean, now, &mut events);
                     self.pool_q.extend(events);
@@ -292,6 +294,7 @@ impl Worker {
                     // Parked when the cancelled receive has ended.
                     return;
                 };
+                self.shed_backend_slot(b);
                 let mut events = Vec::new();
                 match ask {
                     Some(session) if clean => {
