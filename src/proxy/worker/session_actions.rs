@@ -235,6 +235,10 @@ impl Worker {
                 if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
                     b.io.shutdown();
                 }
+                // Fixed mode: a read waiting on the backend's poll ends as
+                // the shut-down socket would end it (EOF), without counting
+                // on the wake-up.
+                self.end_down_wait(sid, 0);
             }
             SessionAction::AbortClient => slot.io.shutdown(),
             SessionAction::Release { clean } => {
