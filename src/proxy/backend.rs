@@ -175,6 +175,9 @@ enum State {
         key: std::sync::Arc<statements::StmtKey>,
         want_response: bool,
         types: Option<Vec<u8>>,
+        /// The reply's bytes from earlier reads that filled the read
+        /// buffer: a PREPARE_OK of many columns is larger than one.
+        partial: Vec<u8>,
     },
     /// Closed; the driver frees the slot once its operations complete.
     Closed,

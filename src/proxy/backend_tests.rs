@@ -763,3 +763,66 @@ fn a_prepare_refused_at_the_servers_limit_closes_the_connections_statements_and_
         "{out:?}"
     );
 }
+
+#[test]
+fn a_prepare_ok_larger_than_the_read_buffer_is_read_on() {
+    // 1,000 columns (mysql-connector's BugOra18742429 test): the reply is
+    // read in buffer-sized pieces, and the whole of it reaches the session.
+    let now = Instant::now();
+    let mut c = logged_in(now);
+    c.make_idle(now);
+    let mut out = Vec::new();
+    c.lease(None, None, now, &mut out);
+    let columns: u16 = 1000;
+    let mut head = vec![0];
+    head.extend_from_slice(&7u32.to_le_bytes());
+    head.extend_from_slice(&columns.to_le_bytes());
+    head.extend_from_slice(&[0, 0, 0, 0, 0]);
+    let mut reply = framed(1, &head);
+    for i in 0..columns {
+        let def = format!("def-of-column-{i:04}-with-some-padding-to-make-it-longer");
+        reply.extend(framed((2 + i) as u8, def.as_bytes()));
+    }
+    reply.extend(framed(2, &[0xFE, 0, 0, 2, 0]));
+    assert!(reply.len() > 3 * CAP, "{} bytes", reply.len());
+    let key = std::sync::Arc::new(statements::StmtKey {
+        schema: None,
+        settings: 0,
+        sql: b"SELECT * FROM wide WHERE col0 = ?".to_vec(),
+    });
+    c.statement(key, true, None, now, &mut out);
+    out.clear();
+    c.on_write(1, &mut out);
+    let mut at = 0;
+    let mut got = None;
+    while at < reply.len() {
+        let piece = &reply[at..(at + CAP).min(reply.len())];
+        at += piece.len();
+        let mut out = Vec::new();
+        c.on_read(piece.len() as i32, piece, CAP, now, &mut out);
+        assert!(
+            !has_event(&out, |e| matches!(e, BackendEvent::Failed { .. })),
+            "{out:?}"
+        );
+        if let Some(BackendOut::Event(BackendEvent::Statement(r))) = out
+            .iter()
+            .find(|o| matches!(o, BackendOut::Event(BackendEvent::Statement(_))))
+        {
+            got = Some(r.clone());
+        } else {
+            assert!(
+                out.iter()
+                    .any(|o| matches!(o, BackendOut::Op(BackendOp::Clear))),
+                "a full buffer is taken aside and cleared: {out:?}"
+            );
+        }
+    }
+    match got {
+        Some(statements::StatementReply::Ready {
+            id: 7,
+            response: Some(r),
+            ..
+        }) => assert_eq!(&r[..], &reply[..]),
+        other => panic!("{other:?}"),
+    }
+}

@@ -211,6 +211,38 @@ def test_session_state_made_by_a_prepared_statement_pins(make_proxy):
     }, pins
 
 
+def test_a_prepare_of_1000_columns_larger_than_the_read_buffer(make_proxy):
+    """The PREPARE_OK of a SELECT of 1,000 columns (about 40 KiB of column definitions, more
+    than a 16 KiB read buffer) is read on in pieces by the pool's exchange; it used to end the
+    session ("a PREPARE_OK larger than the read buffer": mysql-connector's own suite,
+    BugOra18742429.test_columns, got 2013). The statement then moves to another connection."""
+    table = f"{TEST_DB}.txps_wide"
+    with direct() as d, d.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {table}")
+        cols = ", ".join(f"col{i} INT" for i in range(1000))
+        cur.execute(f"CREATE TABLE {table} ({cols})")
+        cur.execute(f"INSERT INTO {table} VALUES ({', '.join(str(i) for i in range(1000))})")
+    proxy = tx_proxy(make_proxy, backends=2)
+    stop = threading.Event()
+    others = busy_text_clients(proxy, 4, stop)
+    try:
+        c = connector(proxy)
+        try:
+            cur = c.cursor(prepared=True)
+            for _ in range(5):
+                cur.execute(f"SELECT * FROM {table} WHERE col0 = ?", (0,))
+                assert cur.fetchall() == [tuple(range(1000))]
+            cur.close()
+        finally:
+            c.close()
+    finally:
+        stop.set()
+        for t in others:
+            t.join(30)
+        with direct() as d, d.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {table}")
+
+
 def test_without_the_flag_a_prepare_pins_and_statements_stay_on_one_connection(make_proxy):
     """The default (no --tx-move-prepared-statements): the first statement command pins the
     session, ids are the server's own, and nothing goes through the statement registry."""
