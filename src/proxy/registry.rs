@@ -19,10 +19,15 @@
 //! threads. MariaDB and MySQL number threads from 1 upwards; ringgate's ids
 //! are `2^31 + seq × workers + worker`, in `[2^31, 2^32)`: disjoint from
 //! backend thread ids until a backend has had two billion connections since
-//! its start, disjoint between workers without coordination (the worker
-//! index is the residue), and still 32-bit, as the greeting and
-//! COM_PROCESS_KILL require. After `2^31 / workers` connections a worker's
-//! sequence wraps; an id still in use is skipped.
+//! its start, and still 32-bit, as the greeting and COM_PROCESS_KILL
+//! require. The worker index is the residue (the tests place clients by
+//! it); `seq` is one sequence all workers share (an atomic add per accepted
+//! connection), so ids grow in the order connections arrive, as a server's
+//! thread ids do (mysql-connector's own test_reconnect expects a
+//! reconnect's id to be higher; per-worker sequences gave a lower one
+//! whenever the reconnect landed on the other worker). After
+//! `2^31 / workers` connections the sequence wraps; an id still in use is
+//! skipped.
 //!
 //! ## KILL CONNECTION closes the victim's client first
 //!
@@ -60,7 +65,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::mysql::constants::COM_QUERY;
@@ -77,12 +82,12 @@ pub fn is_proxy_id(id: u64) -> bool {
     (u64::from(PROXY_ID_BASE)..=u64::from(u32::MAX)).contains(&id)
 }
 
-/// One worker's connection id sequence.
+/// One worker's connection ids, numbered by the sequence all workers share
+/// (the registry's).
 #[derive(Clone, Debug)]
 pub struct ConnectionIds {
     worker: u32,
     workers: u32,
-    seq: u32,
     /// Sequence numbers per wrap: every id stays below 2^32.
     span: u32,
 }
@@ -94,16 +99,13 @@ impl ConnectionIds {
         ConnectionIds {
             worker,
             workers,
-            seq: 0,
             span: ((1u64 << 31) / u64::from(workers)) as u32,
         }
     }
 
-    /// The next id of this worker (the caller skips one still registered).
-    pub fn next_id(&mut self) -> u32 {
-        let id = PROXY_ID_BASE + self.seq * self.workers + self.worker;
-        self.seq = (self.seq + 1) % self.span.max(1);
-        id
+    /// This worker's id for sequence number `seq`.
+    pub fn id_for(&self, seq: u32) -> u32 {
+        PROXY_ID_BASE + (seq % self.span.max(1)) * self.workers + self.worker
     }
 }
 
@@ -268,6 +270,8 @@ pub struct Registry {
     /// Each proxy user is itself on the backend, so the server checks who
     /// may kill what (false: one shared backend user; the proxy checks).
     server_checks_owner: AtomicBool,
+    /// The connection id sequence every worker takes from.
+    seq: AtomicU32,
 }
 
 impl Default for Registry {
@@ -276,6 +280,7 @@ impl Default for Registry {
             shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
             mariadb: AtomicBool::new(true),
             server_checks_owner: AtomicBool::new(false),
+            seq: AtomicU32::new(0),
         }
     }
 }
@@ -346,10 +351,11 @@ impl Registry {
         })
     }
 
-    /// Take the next free id from `ids` and register it.
-    pub fn register_next(self: &Arc<Self>, ids: &mut ConnectionIds, fd: RawFd) -> Registration {
+    /// Take the next free id of `ids`' worker and register it.
+    pub fn register_next(self: &Arc<Self>, ids: &ConnectionIds, fd: RawFd) -> Registration {
         loop {
-            if let Some(r) = self.register(ids.next_id(), fd) {
+            let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+            if let Some(r) = self.register(ids.id_for(seq), fd) {
                 return r;
             }
         }

@@ -5,16 +5,27 @@ use super::*;
 use crate::mysql::kill::parse_statement;
 
 #[test]
-fn ids_are_high_and_disjoint_between_workers() {
+fn ids_are_high_disjoint_between_workers_and_grow_in_arrival_order() {
+    let reg = Arc::new(Registry::default());
+    let workers: Vec<ConnectionIds> = (0..3).map(|w| ConnectionIds::new(w, 3)).collect();
     let mut seen = std::collections::HashSet::new();
-    for w in 0..3 {
-        let mut ids = ConnectionIds::new(w, 3);
-        for _ in 0..1000 {
-            let id = ids.next_id();
-            assert!(is_proxy_id(u64::from(id)), "{id}");
-            assert_eq!((id - PROXY_ID_BASE) % 3, w as u32);
-            assert!(seen.insert(id), "{id} twice");
-        }
+    let mut last = 0;
+    let mut held = Vec::new();
+    for i in 0..1000usize {
+        // Connections arrive at the workers in any order.
+        let w = (i * 7 + i / 5) % 3;
+        let r = reg.register_next(&workers[w], -1);
+        let id = r.id();
+        assert!(is_proxy_id(u64::from(id)), "{id}");
+        assert_eq!(
+            (id - PROXY_ID_BASE) % 3,
+            w as u32,
+            "the residue is the worker"
+        );
+        assert!(id > last, "{last} then {id}");
+        assert!(seen.insert(id), "{id} twice");
+        last = id;
+        held.push(r);
     }
     assert!(!is_proxy_id(u64::from(PROXY_ID_BASE - 1)));
     assert!(!is_proxy_id(1 << 32));
@@ -22,18 +33,17 @@ fn ids_are_high_and_disjoint_between_workers() {
 
 #[test]
 fn ids_wrap_below_2_pow_32() {
-    let mut ids = ConnectionIds::new(2, 3);
-    ids.seq = ids.span - 1;
-    let last = ids.next_id();
+    let ids = ConnectionIds::new(2, 3);
+    let last = ids.id_for(ids.span - 1);
     assert!(
         last > PROXY_ID_BASE && last as u64 + 3 > u32::MAX as u64,
         "{last}"
     );
-    assert_eq!(ids.next_id(), PROXY_ID_BASE + 2);
-    let mut one = ConnectionIds::new(0, 1);
-    one.seq = one.span - 1;
-    assert_eq!(one.next_id(), u32::MAX);
-    assert_eq!(one.next_id(), PROXY_ID_BASE);
+    assert_eq!(ids.id_for(ids.span), PROXY_ID_BASE + 2);
+    let one = ConnectionIds::new(0, 1);
+    assert_eq!(one.id_for(one.span - 1), u32::MAX);
+    assert_eq!(one.id_for(one.span), PROXY_ID_BASE);
+    assert_eq!(one.id_for(u32::MAX), u32::MAX);
 }
 
 #[test]
@@ -41,10 +51,10 @@ fn registration_is_unique_and_removed_on_drop() {
     let reg = Arc::new(Registry::default());
     let a = reg.register(PROXY_ID_BASE + 1, -1).unwrap();
     assert!(reg.register(PROXY_ID_BASE + 1, -1).is_none());
-    let mut ids = ConnectionIds::new(0, 1);
-    ids.seq = 1;
+    let ids = ConnectionIds::new(0, 1);
+    reg.seq.store(1, Ordering::Relaxed);
     // The taken id is skipped.
-    let b = reg.register_next(&mut ids, -1);
+    let b = reg.register_next(&ids, -1);
     assert_eq!(b.id(), PROXY_ID_BASE + 2);
     assert_eq!(reg.len(), 2);
     a.entry().set_leased("app", 42);

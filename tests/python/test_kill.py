@@ -91,6 +91,22 @@ def test_connection_ids_are_proxy_ids(proxy):
     proxy.assert_settled(base, 6)
 
 
+def test_connection_ids_grow_in_connect_order_across_workers(proxy):
+    """Each new connection's id is higher than every earlier one's, whichever worker takes it,
+    as a server's thread ids are (mysql-connector-python's own test_reconnect checks that a
+    reconnect gets a higher id; per-worker sequences gave a lower one whenever the new
+    connection landed on the other worker). The residue still names the worker."""
+    base = proxy.connections_total()
+    ids = []
+    for _ in range(20):
+        c = proxy.connect()
+        ids.append(c.thread_id())
+        c.close()
+    assert ids == sorted(ids) and len(set(ids)) == len(ids), ids
+    assert {(i - PROXY_ID_BASE) % 2 for i in ids} == {0, 1}, f"both workers: {ids}"
+    proxy.assert_settled(base, 20)
+
+
 @pytest.mark.parametrize(
     "statement",
     [

@@ -155,7 +155,7 @@ impl Worker {
         let conn = self
             .shared
             .registry
-            .register_next(&mut self.conn_ids, sock.as_raw_fd());
+            .register_next(&self.conn_ids, sock.as_raw_fd());
         let connection_id = conn.id();
         let mut out = Vec::new();
         let (capabilities, ext_capabilities) = self.advertised_caps();
