@@ -71,8 +71,8 @@ fn counts_per_query(mode: Mode) {
         "{sqes} SQEs per query in {mode:?}"
     );
     if mode == Mode::Fixed {
-        // An idle client's multishot poll stays armed across queries: no poll SQE per query
-        // (a one-shot poll per client read made it 5.4).
+        // An idle client's multishot poll, and its backend connection's, stays armed across
+        // queries: no poll SQE per query (a one-shot poll per client read made it 5.4).
         assert!(
             sqes < 4.8,
             "{sqes} SQEs per query in fixed mode: is the idle poll re-armed per query?"
