@@ -18,7 +18,10 @@
 # Environment: RINGGATE_SANDBOX_DIR / RINGGATE_SANDBOX_PORT (the sandbox to use; started and
 # stopped again when not already running), RINGGATE_BIN (default $CARGO_TARGET_DIR/debug/ringgate,
 # built when missing), DRIVERS_KEEP=1 keeps the per-run logs, RINGGATE_DRIVERS_ARGS adds flags
-# to ringgate's (e.g. "--pooling transaction").
+# to ringgate's (e.g. "--pooling transaction"), DRIVERS_BUSY=N runs N PyMySQL clients through the
+# same ringgate meanwhile (statements in a loop), so that under transaction pooling a session's
+# next command often lands on another backend connection than its last one: state a session
+# left on a connection, or expected to find there, shows up.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -48,8 +51,10 @@ loud() { printf '\n!!!!!!!! %s\n' "$*" >&2; }
 WORK="$(mktemp -d)"
 STARTED_SANDBOX=0
 RG_PID=""
+BUSY_PID=""
 cleanup() {
     local rc=$?
+    if [ -n "$BUSY_PID" ]; then kill "$BUSY_PID" 2>/dev/null || true; fi
     if [ -n "$RG_PID" ]; then kill "$RG_PID" 2>/dev/null || true; fi
     if [ "$STARTED_SANDBOX" = 1 ]; then
         "$SANDBOX" stop "$SANDBOX_DIR" "$SANDBOX_PORT" || true
@@ -170,6 +175,53 @@ start_ringgate() {
     return 1
 }
 
+# DRIVERS_BUSY clients: each runs a statement in a loop through ringgate (on RG_PORT) until
+# killed, so the pool hands connections around between the suite's commands.
+start_busy() {
+    local n="${DRIVERS_BUSY:-0}"
+    if [ "$n" -le 0 ]; then return 0; fi
+    "$PYTHON" - "$RG_PORT" "$n" "$DB_USER" "$DB_PASSWORD" >"$WORK/busy.log" 2>&1 <<'PY' &
+import sys, threading, time
+import mysql.connector
+import pymysql
+port, n, user, password = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+def connect(i):
+    # Half PyMySQL, half mysql-connector (pure): the pool hands a connection only to sessions
+    # of its own key (capabilities, collation), so both drivers' keys get busy clients.
+    if i % 2 == 0:
+        return pymysql.connect(host="127.0.0.1", port=port, user=user, password=password,
+                               autocommit=True, connect_timeout=10, read_timeout=30)
+    return mysql.connector.connect(host="127.0.0.1", port=port, user=user, password=password,
+                                   autocommit=True, use_pure=True, connection_timeout=10)
+def loop(i):
+    while True:
+        try:
+            c = connect(i)
+            cur = c.cursor()
+            while True:
+                cur.execute("SELECT %s", (i,))
+                cur.fetchall()
+                time.sleep(0.002)
+        except Exception as e:  # a KILL or a restart of the server by a test: connect again
+            print(f"busy {i}: {e}", flush=True)
+            time.sleep(0.2)
+threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(n)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+PY
+    BUSY_PID=$!
+}
+
+stop_busy() {
+    if [ -n "$BUSY_PID" ]; then
+        kill "$BUSY_PID" 2>/dev/null || true
+        wait "$BUSY_PID" 2>/dev/null || true
+        BUSY_PID=""
+    fi
+}
+
 stop_ringgate() {
     if [ -n "$RG_PID" ]; then
         kill "$RG_PID" 2>/dev/null || true
@@ -286,7 +338,9 @@ for suite in "${SUITES[@]}"; do
     step "$suite: through ringgate"
     prepare_server
     start_ringgate
+    start_busy
     $run "$RG_PORT" "$WORK/$suite.proxy" || true
+    stop_busy
     stop_ringgate
     prepare_server
 
