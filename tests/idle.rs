@@ -311,12 +311,25 @@ fn fixed_mode_idle_sessions_hold_no_slot() {
     );
 }
 
-/// Issue 13 item 2: slot exhaustion queues, never fails. One worker with 8 slots, of which
-/// the backend connections hold up to 4, and 32 clients running queries at once: readable
-/// clients wait for a slot (the wait counter rises), every answer is right, nothing stalls,
-/// and every slot comes back.
+/// Issue 13 item 2: slot exhaustion queues, never fails. One worker with 8 slots and 32
+/// clients running queries at once, in transaction pooling on up to 4 backend connections:
+/// readable clients wait for a slot (the wait counter rises), a readable backend connection
+/// reads into a heap buffer when no slot is free (never behind the clients: those holding
+/// slots may be waiting for it), every answer is right, nothing stalls, and every slot comes
+/// back.
 #[test]
 fn fixed_mode_slot_exhaustion_queues_without_stall_or_leak() {
+    slot_exhaustion(true);
+}
+
+/// The same in session pooling: 32 sessions on their own 32 backend connections, whose idle
+/// reads hold no slot and whose answers take one, or a heap buffer when none is free.
+#[test]
+fn fixed_mode_slot_exhaustion_in_session_pooling_neither_stalls_nor_leaks() {
+    slot_exhaustion(false);
+}
+
+fn slot_exhaustion(transaction: bool) {
     use mysql::prelude::Queryable;
     const CLIENTS: usize = 32;
     const QUERIES: usize = 40;
@@ -324,9 +337,11 @@ fn fixed_mode_slot_exhaustion_queues_without_stall_or_leak() {
     o.workers = 1;
     o.read_buffer_count = 8;
     o.backend_pool_size = 2;
-    o.backend_max_connections = 4;
+    o.backend_max_connections = if transaction { 4 } else { CLIENTS + 8 };
     o.backend_wait_timeout = "60s";
-    o.extra_args = vec!["--pooling".into(), "transaction".into()];
+    if transaction {
+        o.extra_args = vec!["--pooling".into(), "transaction".into()];
+    }
     let mut proxy = Proxy::start_with(o);
     let base = baseline(&mut proxy);
     let waits0 = proxy.metrics().get("ringgate_read_buffer_slot_waits_total");

@@ -301,8 +301,8 @@ impl Worker {
                 }
                 // Ring mode: an idle backend connection holds no buffer.
                 self.buffers.shed(&mut b.io.buf);
-                // Nor in fixed mode: its next read takes a slot.
-                self.shed_backend_slot(bid);
+                // Nor, once idle, in fixed mode: its next read takes a slot.
+                self.shed_idle_backend_slot(bid);
             }
             BackendOp::Send(bytes) => {
                 *b.io.out.bytes_mut() = bytes;

@@ -18,8 +18,9 @@
 //! - The wait is the relay's read: counted in the session's `relay_ops`
 //!   while it waits (`SessionSlot::down_wait`), so the relay still sees one
 //!   read and one completion. When the poll fires, the backend takes a slot
-//!   (or queues for one beside the clients, a heap buffer at the next tick)
-//!   and reads with READ_FIXED RWF_NOWAIT under the read's own token
+//!   (a heap buffer when none is free: it never queues behind clients, which
+//!   may be waiting for it) and reads with READ_FIXED RWF_NOWAIT under the
+//!   read's own token
 //!   (`OpTag::DownRead`): the relay gets the response, the ERR or the EOF
 //!   exactly as from the armed read, and no byte is read before there is a
 //!   buffer to read it into. -EAGAIN (a stale wake-up) waits again.
@@ -30,16 +31,14 @@
 //! - A shut-down socket wakes the poll (POLLHUP): the read after it finds
 //!   the EOF, so `AbortBackend` still ends a waiting read.
 //!
-//! Idle pool connections give their slot back too (`BackendOp::Clear`); the
-//! pool's own exchanges (login, reset, prepares) take one for their reads.
+//! Idle pool connections give their slot back too (at `BackendOp::Clear` or
+//! when their session gives them back, once idle); the pool's own exchanges
+//! (login, reset, prepares) hold one from their write to their last read.
 //! Backend TLS waits the same way: its records are decoded in place in the
 //! buffer, so one that holds a partial record is not empty and keeps it.
 
-use std::sync::atomic::Ordering::Relaxed;
-
-use super::idle_io::{arm_poll, poll_cancel_failed, read_after_poll, IdleWait, SlotWaiter};
+use super::idle_io::{arm_poll, poll_cancel_failed, read_after_poll, IdleWait};
 use super::*;
-use crate::buffers::ReadBuffer;
 
 impl Worker {
     /// The relay's backend read is about to be submitted: in fixed mode,
@@ -100,8 +99,11 @@ impl Worker {
         }
     }
 
-    /// The backend is readable: read with its buffer, or a free slot, or
-    /// queue for one.
+    /// The backend is readable: read with its buffer, or a free slot, or a
+    /// heap buffer (counted as a heap fallback). Unlike a client it never
+    /// queues for a slot: its bytes are an answer some client waits for, and
+    /// in transaction pooling the clients holding slots (their commands
+    /// waiting for a connection) may be waiting for it to finish.
     fn down_read_now(&mut self, sid: SessionId, bid: BackendId) {
         let (Some(slot), Some(b)) = (
             self.sessions.get_mut(sid.index, sid.generation),
@@ -109,41 +111,11 @@ impl Worker {
         ) else {
             return;
         };
-        if b.io.buf.is_none() {
-            match self.buffers.try_acquire_slot(Owner::Backend) {
-                Some(buf) => b.io.buf = Some(buf),
-                None => {
-                    slot.down_wait = IdleWait::ForSlot;
-                    self.slot_waiters.push_back(SlotWaiter::Down(sid));
-                    self.metrics().slot_waits_total.fetch_add(1, Relaxed);
-                    return;
-                }
-            }
-        }
         slot.down_wait = IdleWait::None;
         let token = Token::new(OpTag::DownRead, sid.index, sid.generation);
+        // `ensure` takes a free slot, else a heap buffer.
         let sqe = read_after_poll(&mut b.io, &mut self.buffers, Owner::Backend, token);
         self.submit(sqe);
-    }
-
-    /// A queued backend read got `buf` (`serve_slot_waiters`).
-    pub(super) fn down_read_with(&mut self, sid: SessionId, buf: ReadBuffer) {
-        let backend = self
-            .sessions
-            .get_mut(sid.index, sid.generation)
-            .and_then(|s| s.backend);
-        match backend.and_then(|bid| self.pool.get_mut(bid).map(|b| (bid, b))) {
-            Some((bid, b)) if b.io.buf.is_none() => {
-                b.io.buf = Some(buf);
-                self.down_read_now(sid, bid);
-            }
-            _ => {
-                debug_assert!(false, "a queued backend read lost its backend");
-                if self.buffers.release(buf).is_err() {
-                    debug_assert!(false, "a fresh buffer is never in flight");
-                }
-            }
-        }
     }
 
     /// A relay read of the backend completed (before the relay sees it):
@@ -184,8 +156,8 @@ impl Worker {
         true
     }
 
-    /// End the relay's read of the backend that waits without a slot (on
-    /// the poll, or for a slot) as if the kernel had completed it with
+    /// End the relay's read of the backend that waits on the poll without a
+    /// slot as if the kernel had completed it with
     /// `res`: -ECANCELED for a clean end's cancel, anything else for a
     /// closing session. False when none waits.
     pub(super) fn end_down_wait(&mut self, sid: SessionId, res: i32) -> bool {
@@ -195,7 +167,6 @@ impl Worker {
         if slot.down_wait == IdleWait::None {
             return false;
         }
-        // A queued entry is skipped once it no longer waits.
         slot.down_wait = IdleWait::None;
         self.down_read_done(sid, res, false);
         true
@@ -275,14 +246,17 @@ impl Worker {
         }
     }
 
-    /// `BackendOp::Clear` in fixed mode: an empty backend buffer goes back
-    /// to the pool (the next read takes one), so that a connection idle in
-    /// the pool holds no slot.
-    pub(super) fn shed_backend_slot(&mut self, bid: BackendId) {
+    /// Fixed mode: a connection idle in the pool gives its empty buffer
+    /// back (its next read takes one). Called at `BackendOp::Clear` and after
+    /// a session released or parked it; only once it is idle, so that the
+    /// pool's own exchanges (a reset, a replay) keep the slot from their
+    /// write to their last read instead of taking one again, a heap buffer
+    /// when slots are short.
+    pub(super) fn shed_idle_backend_slot(&mut self, bid: BackendId) {
         if !self.idle_poll {
             return;
         }
-        if let Some(b) = self.pool.get_mut(bid) {
+        if let Some(b) = self.pool.get_mut(bid).filter(|b| b.conn.is_idle()) {
             self.buffers.give_back_empty(&mut b.io.buf);
         }
     }

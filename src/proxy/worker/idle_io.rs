@@ -43,15 +43,16 @@
 //!
 //! Backend connections wait the same way between commands
 //! (`idle_backend_io.rs`): the poll state (`conn_io::PollState`), the
-//! poll and read SQEs, the one-shot fallback, the slot queue and the
-//! cancel are shared here.
+//! poll and read SQEs, the one-shot fallback and the cancel are shared
+//! here; a readable backend does not queue for a slot (a heap buffer when
+//! none is free), since the clients queued may be waiting for it.
 
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::*;
 
 /// Where an idle client's next read (or the relay's next read of its
-/// backend, `SessionSlot::down_wait`) stands.
+/// backend, `SessionSlot::down_wait`, which never queues for a slot) stands.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) enum IdleWait {
     /// Not waiting without a slot (a read may be in flight, with one).
@@ -61,15 +62,6 @@ pub(super) enum IdleWait {
     Polling,
     /// Readable, queued in `Worker::slot_waiters` for a free slot.
     ForSlot,
-}
-
-/// A read waiting in `Worker::slot_waiters` for a free slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum SlotWaiter {
-    /// The client's read.
-    Client(SessionId),
-    /// The relay's read of the session's backend connection.
-    Down(SessionId),
 }
 
 /// The poll SQE that makes `io` wait for readability, counted on its fd;
@@ -328,54 +320,39 @@ impl Worker {
             }
             None => {
                 slot.idle_wait = IdleWait::ForSlot;
-                self.slot_waiters.push_back(SlotWaiter::Client(sid));
+                self.slot_waiters.push_back(sid);
                 self.metrics().slot_waits_total.fetch_add(1, Relaxed);
             }
         }
     }
 
-    /// Hand free slots to the reads waiting for one, in order. With
-    /// `heap_fallback` (at a tick) every read still waiting goes into a
+    /// Hand free slots to the clients waiting for one, in order. With
+    /// `heap_fallback` (at a tick) every client still waiting reads into a
     /// heap buffer instead of waiting longer.
     pub(super) fn serve_slot_waiters(&mut self, heap_fallback: bool) {
-        while let Some(&waiter) = self.slot_waiters.front() {
-            let (sid, owner) = match waiter {
-                SlotWaiter::Client(sid) => (sid, Owner::Client),
-                SlotWaiter::Down(sid) => (sid, Owner::Backend),
-            };
+        while let Some(&sid) = self.slot_waiters.front() {
             let waiting = self
                 .sessions
                 .get_mut(sid.index, sid.generation)
-                .is_some_and(|s| {
-                    let wait = match waiter {
-                        SlotWaiter::Client(_) => s.idle_wait,
-                        SlotWaiter::Down(_) => s.down_wait,
-                    };
-                    wait == IdleWait::ForSlot && !s.closing
-                });
+                .is_some_and(|s| s.idle_wait == IdleWait::ForSlot && !s.closing);
             if !waiting {
-                // Closed (or gone, or no longer waiting) meanwhile.
+                // Closed (or gone) while it waited.
                 self.slot_waiters.pop_front();
                 continue;
             }
-            let buf = match self.buffers.try_acquire_slot(owner) {
+            let buf = match self.buffers.try_acquire_slot(Owner::Client) {
                 Some(buf) => buf,
                 // `acquire` on an exhausted pool: a heap buffer, counted.
-                None if heap_fallback => self.buffers.acquire(owner),
+                None if heap_fallback => self.buffers.acquire(Owner::Client),
                 None => return,
             };
             self.slot_waiters.pop_front();
-            match waiter {
-                SlotWaiter::Client(sid) => {
-                    if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
-                        slot.idle_wait = IdleWait::None;
-                        slot.io.buf = Some(buf);
-                        self.submit_idle_read(sid);
-                    } else if self.buffers.release(buf).is_err() {
-                        debug_assert!(false, "a fresh buffer is never in flight");
-                    }
-                }
-                SlotWaiter::Down(sid) => self.down_read_with(sid, buf),
+            if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+                slot.idle_wait = IdleWait::None;
+                slot.io.buf = Some(buf);
+                self.submit_idle_read(sid);
+            } else if self.buffers.release(buf).is_err() {
+                debug_assert!(false, "a fresh buffer is never in flight");
             }
         }
     }

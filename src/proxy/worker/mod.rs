@@ -176,8 +176,9 @@ struct SessionSlot {
     tls: Option<Box<tls_io::TlsIo>>,
     /// Fixed mode: waiting for the client's next bytes without a slot.
     idle_wait: idle_io::IdleWait,
-    /// Fixed mode: the relay's read of the backend waits for its bytes
-    /// without a slot (`idle_backend_io.rs`); counted in `relay_ops`.
+    /// Fixed mode: the relay's read of the backend waits for its bytes on
+    /// the backend's poll without a slot (`idle_backend_io.rs`; `Polling`
+    /// or `None`, never `ForSlot`); counted in `relay_ops`.
     down_wait: idle_io::IdleWait,
     /// The relay cancelled its backend read (`CancelReadBackend`): a TLS
     /// backend's read that completed a partial record is not read again.
@@ -226,8 +227,8 @@ pub struct Worker {
     idle_poll: bool,
     /// Idle polls are multishot (until a kernel refuses one with EINVAL).
     poll_multi: bool,
-    /// Readable connections waiting for a free slot, in arrival order.
-    slot_waiters: VecDeque<idle_io::SlotWaiter>,
+    /// Readable clients waiting for a free slot, in arrival order.
+    slot_waiters: VecDeque<SessionId>,
     /// Backend TLS (`backend_tls_io.rs`) of the connections that run it,
     /// by (index, generation).
     backend_tls: std::collections::HashMap<(u32, u32), Box<backend_tls_io::BackendTlsIo>>,

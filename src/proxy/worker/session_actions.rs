@@ -261,11 +261,12 @@ impl Worker {
                         // Released when the cancelled receive has ended.
                         return;
                     };
-                    // Fixed mode: back in the pool it holds no slot.
-                    self.shed_backend_slot(b);
                     let mut events = Vec::new();
                     self.pool.release(b, clean, now, &mut events);
                     self.pool_q.extend(events);
+                    // Fixed mode: idle in the pool it holds no slot (one
+                    // being reset gives it back when the reset is done).
+                    self.shed_idle_backend_slot(b);
                 }
             }
             SessionAction::Park {
@@ -298,7 +299,6 @@ impl Worker {
                     // Parked when the cancelled receive has ended.
                     return;
                 };
-                self.shed_backend_slot(b);
                 let mut events = Vec::new();
                 match ask {
                     Some(session) if clean => {
@@ -319,6 +319,9 @@ impl Worker {
                     None => self.pool.release(b, false, now, &mut events),
                 }
                 self.pool_q.extend(events);
+                // Fixed mode: idle in the pool (kept as it is) it holds no
+                // slot.
+                self.shed_idle_backend_slot(b);
             }
             SessionAction::Statement {
                 key,
