@@ -417,6 +417,12 @@ impl Session {
         matches!(self.state, State::Closed)
     }
 
+    /// Between a relay's stop at a statement command and the relay that
+    /// follows (`--tx-move-prepared-statements`).
+    pub fn in_statement_flow(&self) -> bool {
+        matches!(self.state, State::Statement(_))
+    }
+
     pub fn is_relaying(&self) -> bool {
         matches!(
             self.state,

@@ -299,24 +299,31 @@ impl Worker {
             }
         } else if let Some(end) = recv.end {
             res = end;
-            if end == -libc::ECANCELED && !recv.armed {
-                // The end of a receive the relay cancelled itself (its
-                // watch between commands, at a stop for a statement
-                // command) is the relay's to see once: a session that keeps
-                // its connection (pinned, in a transaction) and goes on
-                // without the pool's exchange (COM_STMT_CLOSE) would read it
-                // again in its next relay as the server closing.
-                recv.end = None;
-            }
             buf.map_or(&[][..], |b| b.filled())
         } else {
             return;
         };
         let mut out = std::mem::take(&mut self.action_scratch);
         let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
+        let backend = *backend;
         match side {
             Side::Client => session.on_client_read(res, data, &ctx, &mut out),
             Side::Backend => session.on_backend_read(res, data, &ctx, &mut out),
+        }
+        if side == Side::Backend && res == -libc::ECANCELED && session.in_statement_flow() {
+            // The relay stopped at a statement command, and this was the end
+            // of its own watch, cancelled at the stop: it has been seen. A
+            // session that keeps its connection (pinned, in a transaction)
+            // and goes on without the pool's exchange (COM_STMT_CLOSE) would
+            // otherwise read it again in its next relay as the server
+            // closing the connection.
+            if let Some(recv) = backend
+                .and_then(|b| self.pool.get_mut(b))
+                .and_then(|b| b.io.recv.as_mut())
+                .filter(|r| !r.armed && r.queue.is_empty())
+            {
+                recv.end = None;
+            }
         }
         self.session_q.extend(out.drain(..).map(|a| (sid, a)));
         self.action_scratch = out;
