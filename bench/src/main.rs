@@ -46,6 +46,7 @@ mod rawclient;
 mod report;
 mod schedule;
 mod sysbench;
+mod sysctl;
 mod tls;
 
 use std::collections::{BTreeMap, HashMap};

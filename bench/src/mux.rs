@@ -409,6 +409,7 @@ pub fn table(rep: &MuxReport, markdown: bool) -> String {
             "idle s",
             "open after",
             "answered/failed",
+            "backlog max",
             "backlog drops",
             "timeout resets",
             "stopped by",
@@ -445,6 +446,11 @@ pub fn table(rep: &MuxReport, markdown: bool) -> String {
                     format!("{:.0}", r.hold_s),
                     format!("{:.0}", r.open_after_hold),
                     format!("{}/{}", r.answered, r.answer_failures),
+                    match (r.netdev_max_backlog, r.netdev_max_backlog_raised_from) {
+                        (Some(v), Some(was)) => format!("{v} (was {was})"),
+                        (Some(v), None) => v.to_string(),
+                        (None, _) => "-".into(),
+                    },
                     r.softnet_drops.map_or("-".into(), |v| v.to_string()),
                     r.tcp_abort_on_timeout.map_or("-".into(), |v| v.to_string()),
                     r.failed
