@@ -157,7 +157,7 @@ fn run(config: Config) -> Result<(), RunError> {
         metrics: Arc::clone(&metrics),
         users: RwLock::new(Arc::new(users)),
         clients: AtomicUsize::new(0),
-        backends: Arc::new(AtomicUsize::new(0)),
+        backends: Arc::new(ringgate::proxy::BackendShare::new(workers)),
         shutdown: AtomicBool::new(false),
         registry: Default::default(),
         rsa_key,

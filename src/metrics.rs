@@ -219,6 +219,15 @@ pub struct WorkerMetrics {
     /// Sessions waiting for a backend connection now (the pool is at its
     /// limit, or the connection they wait for is being reset).
     pub pool_waiters: AtomicI64,
+    /// Backend connections this worker's pool holds against
+    /// `--backend-max-connections` (opening, idle, leased or closing: from
+    /// the reservation until its slot is freed). Exported per worker: the
+    /// workers share the cap, and a skewed split is what starves one
+    /// worker's clients.
+    pub backend_held: AtomicI64,
+    /// Backend connections closed so that another worker, whose clients
+    /// waited, could open one (see `pool_share.rs`).
+    pub backend_rebalanced_total: AtomicU64,
     /// Times the ring's submission met EBUSY (completion ring full) and
     /// reaped completions into its backlog instead of spinning. The worker
     /// stores its ring's running total here.
@@ -306,6 +315,8 @@ impl WorkerMetrics {
             backend_tls_errors_total: Default::default(),
             client_compressed_bytes_total: Default::default(),
             pool_waiters: AtomicI64::new(0),
+            backend_held: AtomicI64::new(0),
+            backend_rebalanced_total: AtomicU64::new(0),
             ring_ebusy_reaps: AtomicU64::new(0),
             ring_overflow_flushes: AtomicU64::new(0),
             ring_synthetic_failures: AtomicU64::new(0),

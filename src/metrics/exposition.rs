@@ -192,6 +192,36 @@ impl Collector for Exposition {
             "Client sessions waiting for a backend connection.",
             s.pool_waiters,
         )?;
+        // Per worker: the workers share --backend-max-connections, and a
+        // split that leaves one worker few connections while its clients
+        // wait is invisible in the sums above.
+        let worker_label = |i: usize| [("worker", i.to_string())];
+        let held: Vec<_> = (s.worker_backend_held.iter().enumerate())
+            .map(|(i, &v)| (worker_label(i), v))
+            .collect();
+        gauges(
+            &mut enc,
+            "ringgate_worker_backend_connections",
+            "Backend connections each worker holds against --backend-max-connections (opening, \
+             idle, leased or closing).",
+            &held,
+        )?;
+        let waiting: Vec<_> = (s.worker_pool_waiters.iter().enumerate())
+            .map(|(i, &v)| (worker_label(i), v))
+            .collect();
+        gauges(
+            &mut enc,
+            "ringgate_worker_pool_waiters",
+            "Client sessions waiting for a backend connection, per worker.",
+            &waiting,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_backend_rebalanced_total",
+            "Backend connections a worker closed so that another worker, whose clients waited, \
+             could open one within --backend-max-connections.",
+            s.backend_rebalanced_total,
+        )?;
 
         counter(
             &mut enc,

@@ -81,6 +81,11 @@ pub struct Snapshot {
     /// As [`WorkerMetrics::client_compressed_bytes_total`].
     pub client_compressed_bytes_total: [u64; 4],
     pub pool_waiters: i64,
+    /// Per worker, by worker index: [`WorkerMetrics::backend_held`].
+    pub worker_backend_held: Vec<i64>,
+    /// Per worker: [`WorkerMetrics::pool_waiters`].
+    pub worker_pool_waiters: Vec<i64>,
+    pub backend_rebalanced_total: u64,
     pub ring_ebusy_reaps_total: u64,
     pub ring_cq_overflow_flushes_total: u64,
     pub ring_synthetic_failures_total: u64,
@@ -251,6 +256,17 @@ impl Metrics {
                 u(|w| &w.client_compressed_bytes_total[3]),
             ],
             pool_waiters: i(|w| &w.pool_waiters),
+            worker_backend_held: self
+                .workers
+                .iter()
+                .map(|w| w.backend_held.load(Ordering::Relaxed))
+                .collect(),
+            worker_pool_waiters: self
+                .workers
+                .iter()
+                .map(|w| w.pool_waiters.load(Ordering::Relaxed))
+                .collect(),
+            backend_rebalanced_total: u(|w| &w.backend_rebalanced_total),
             ring_ebusy_reaps_total: u(|w| &w.ring_ebusy_reaps),
             ring_cq_overflow_flushes_total: u(|w| &w.ring_overflow_flushes),
             ring_synthetic_failures_total: u(|w| &w.ring_synthetic_failures),

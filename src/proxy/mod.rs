@@ -30,6 +30,7 @@ mod ids;
 mod listen;
 mod multiplex;
 mod pool;
+pub use pool::BackendShare;
 mod presentation;
 pub mod registry;
 mod relay;
@@ -66,7 +67,9 @@ pub struct Shared {
     pub clients: AtomicUsize,
     /// Open (or opening) backend connections across workers, against
     /// `--backend-max-connections`.
-    pub backends: Arc<AtomicUsize>,
+    /// `--backend-max-connections`, and each worker's demand, so that the
+    /// workers' pools share it by need (`pool_share.rs`).
+    pub backends: Arc<pool::BackendShare>,
     /// Set by SIGTERM/SIGINT: stop accepting and drain.
     pub shutdown: AtomicBool,
     /// Proxy connection id → user and backend thread, for KILL: a KILL

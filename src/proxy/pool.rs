@@ -11,11 +11,12 @@
 //! This file holds the pool's types and the leasing (idle pick, waiters,
 //! opening); the rest are child modules that share its private fields:
 //! `pool_release.rs` (connections coming back), `pool_backend_events.rs`
-//! (completions on a connection's socket and its machine's events) and
-//! `pool_upkeep.rs` (waiters, timeouts, refill, drain).
+//! (completions on a connection's socket and its machine's events),
+//! `pool_upkeep.rs` (waiters, timeouts, refill, drain, giving connections to
+//! other workers) and `pool_share.rs` (how the workers share the cap).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,12 +30,12 @@ use super::ids::{
     ANY_SETTINGS,
 };
 use super::slab::Slab;
-use super::{try_reserve, unreserve};
 use crate::metrics::{BackendTlsError, InternalQuery, Metrics, RejectReason, WorkerMetrics};
 use crate::mysql::client_sha2::FullAuthTransport;
 use crate::mysql::constants::ER_CON_COUNT_ERROR;
 use crate::mysql::reply::err_payload;
 use crate::mysql::users::Authenticated;
+pub use share::BackendShare;
 
 /// ER_UNKNOWN_ERROR: what MySQL itself uses for errors without a better code.
 const ER_UNKNOWN_ERROR: u16 = 1105;
@@ -49,7 +50,7 @@ pub struct PoolConfig {
     pub identity: IdentityMode,
     /// `--backend-pool-size`: idle connections kept warm.
     pub pool_size: usize,
-    /// `--backend-max-connections`, across workers (see `open_count`).
+    /// `--backend-max-connections`, across workers (see `pool_share.rs`).
     pub max_connections: usize,
     pub wait_timeout: Duration,
     pub idle_timeout: Duration,
@@ -83,6 +84,9 @@ pub struct Pooled {
     last_session: Option<SessionId>,
     /// Its close watch ([`PoolEvent::Watch`]) was asked for.
     watched: bool,
+    /// Closed to give its unit of the cap to another worker
+    /// ([`Pool::give_to_other_workers`]).
+    given: bool,
 }
 
 /// A give-back that waits for `SELECT LAST_INSERT_ID()`.
@@ -171,8 +175,12 @@ pub struct Pool {
     waiters: VecDeque<Waiter>,
     /// Something freed up: serve the waiters.
     dirty: bool,
-    /// Open (or opening) backend connections across workers.
-    open_count: Arc<AtomicUsize>,
+    /// The cap across workers, and every worker's demand
+    /// (`pool_share.rs`).
+    share: Arc<BackendShare>,
+    /// Connections of this pool closed to give their unit to another
+    /// worker and not yet freed: one at a time.
+    giving: usize,
     /// The key of the most recent client: refills open this kind. None
     /// before any client logged in with passthrough identity (there is no
     /// account to log in as yet) and after its identity was refused.
@@ -217,7 +225,7 @@ fn unavailable(backend: std::net::SocketAddr, cause: &str) -> Vec<u8> {
 impl Pool {
     pub fn new(
         cfg: PoolConfig,
-        open_count: Arc<AtomicUsize>,
+        share: Arc<BackendShare>,
         metrics: Arc<Metrics>,
         worker: usize,
     ) -> Pool {
@@ -235,7 +243,8 @@ impl Pool {
             idle: Vec::new(),
             waiters: VecDeque::new(),
             dirty: false,
-            open_count,
+            share,
+            giving: 0,
             warm_key,
             plain_fallback_logged: false,
             identities,
@@ -359,13 +368,39 @@ impl Pool {
     /// Find or open a connection for `req`, or queue it.
     pub fn lease(&mut self, mut req: LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) {
         req.key = self.stamp(req.key);
-        if !self.try_lease(&req, now, out) {
+        // FIFO per key: while sessions of the key wait, a new request queues
+        // behind them even if a connection is idle right now. One that came
+        // back earlier in this batch of completions is theirs (the waiters
+        // are served after the batch); taking it here let the sessions
+        // that happened to ask at the right moment cycle while queued ones
+        // waited: 1,000 sysbench clients on 64 connections had a 1.2 s
+        // average and an 11 s p99.
+        let queued = self.waiters.iter().any(|w| w.request.key == req.key);
+        if queued || !self.try_lease(&req, now, out) {
             self.m().pool_waiters.fetch_add(1, Relaxed);
             self.waiters.push_back(Waiter {
                 request: req,
                 deadline: now + self.cfg.wait_timeout,
             });
+            self.publish();
         }
+    }
+
+    /// Tell the other workers what this pool holds and how many wait.
+    fn publish(&self) {
+        self.share
+            .publish(self.worker, self.slots.len(), self.waiters.len());
+    }
+
+    /// Reserve a unit of the cap for a new connection, unless another
+    /// worker whose sessions wait holds fewer connections than this one
+    /// (the unit is theirs: see `pool_share.rs`).
+    fn reserve(&self) -> bool {
+        let defer = self
+            .share
+            .neediest_other(self.worker)
+            .is_some_and(|theirs| theirs < self.slots.len());
+        !defer && self.share.try_reserve(self.cfg.max_connections)
     }
 
     /// The session no longer wants a connection (it closed while waiting).
@@ -374,6 +409,7 @@ impl Pool {
         self.waiters.retain(|w| w.request.session != session);
         let removed = before - self.waiters.len();
         self.m().pool_waiters.fetch_sub(removed as i64, Relaxed);
+        self.publish();
         for index in self.slots.indexes() {
             if let Some(p) = self.slots.get_index_mut(index) {
                 if p.opened_for.as_ref().is_some_and(|r| r.session == session) {
@@ -420,7 +456,7 @@ impl Pool {
         if resetting > self.waiters_ahead(req.key, req.session) {
             return false;
         }
-        if try_reserve(&self.open_count, self.cfg.max_connections) {
+        if self.reserve() {
             self.open(req.key, Some(req.clone()), out);
             return true;
         }
@@ -561,7 +597,10 @@ impl Pool {
             prepared: 0,
             last_session: None,
             watched: false,
+            given: false,
         });
+        self.m().backend_held.fetch_add(1, Relaxed);
+        self.publish();
         let id = BackendId { index, generation };
         self.apply(id, bo, now, out);
         id
@@ -575,7 +614,7 @@ impl Pool {
         now: Instant,
         out: &mut Vec<PoolEvent>,
     ) {
-        unreserve(&self.open_count);
+        self.share.unreserve();
         self.connect_failed(request, cause, now, out);
     }
 
@@ -651,6 +690,9 @@ mod release;
 
 #[path = "pool_upkeep.rs"]
 mod upkeep;
+
+#[path = "pool_share.rs"]
+mod share;
 
 #[cfg(test)]
 #[path = "pool_tests.rs"]

@@ -161,7 +161,12 @@ impl Pool {
     /// forget it and give its unit of the global limit back.
     pub fn remove(&mut self, id: BackendId) -> Option<Pooled> {
         let p = self.slots.remove_checked(id.index, id.generation)?;
-        unreserve(&self.open_count);
+        self.share.unreserve();
+        if p.given {
+            self.giving -= 1;
+        }
+        self.publish();
+        self.m().backend_held.fetch_sub(1, Relaxed);
         self.m().backend_discarded_total.fetch_add(1, Relaxed);
         self.dirty = true;
         Some(p)

@@ -14,7 +14,7 @@ use socket2::{Domain, Socket, Type};
 struct Harness {
     pool: Pool,
     buffers: BufferPool,
-    open: Arc<AtomicUsize>,
+    open: Arc<BackendShare>,
     /// The far ends of the socketpairs, kept open so probes see a live peer.
     peers: Vec<Socket>,
     now: Instant,
@@ -53,7 +53,21 @@ impl Harness {
 
     fn with_tls(identity: IdentityMode, max: usize, pool_size: usize, tls: TlsWish) -> Harness {
         let metrics = Metrics::new(1, BufferMode::Heap);
-        let open = Arc::new(AtomicUsize::new(0));
+        let open = Arc::new(BackendShare::new(1));
+        Harness::worker(identity, max, pool_size, tls, open, metrics, 0)
+    }
+
+    /// Worker `worker`'s pool, sharing the cap (`open`) and the metrics
+    /// with other harnesses as the workers of one process do.
+    fn worker(
+        identity: IdentityMode,
+        max: usize,
+        pool_size: usize,
+        tls: TlsWish,
+        open: Arc<BackendShare>,
+        metrics: Arc<Metrics>,
+        worker: usize,
+    ) -> Harness {
         let pool = Pool::new(
             PoolConfig {
                 backend: "127.0.0.1:1".parse().unwrap(),
@@ -68,11 +82,11 @@ impl Harness {
             },
             Arc::clone(&open),
             Arc::clone(&metrics),
-            0,
+            worker,
         );
         Harness {
             pool,
-            buffers: BufferPool::heap(4096, metrics, 0),
+            buffers: BufferPool::heap(4096, metrics, worker),
             open,
             peers: Vec::new(),
             now: Instant::now(),
@@ -175,6 +189,14 @@ impl Harness {
         self.drive(out)
     }
 
+    /// Transaction pooling: the session gives its connection back between
+    /// transactions (idle as it is, no reset).
+    fn give_back(&mut self, id: BackendId) -> Vec<PoolEvent> {
+        let mut out = Vec::new();
+        self.pool.release_kept(id, None, self.now, &mut out);
+        self.drive(out)
+    }
+
     fn tick(&mut self) -> Vec<PoolEvent> {
         let mut out = Vec::new();
         self.pool.on_tick(self.now, &mut out);
@@ -228,13 +250,13 @@ fn opens_for_a_request_then_reuses_after_reset() {
     let ev = h.lease(req(1, key));
     let (s, b) = leased(&ev).expect("leased after login");
     assert_eq!(s, sid(1));
-    assert_eq!(h.open.load(Relaxed), 1);
+    assert_eq!(h.open.open(), 1);
     h.release(b, true);
     assert_eq!(h.serve(), vec![]);
     // The reset connection is reused: no second open.
     let ev = h.lease(req(2, key));
     assert_eq!(leased(&ev), Some((sid(2), b)));
-    assert_eq!(h.open.load(Relaxed), 1);
+    assert_eq!(h.open.open(), 1);
 }
 
 #[test]
@@ -244,7 +266,7 @@ fn a_dirty_release_closes_and_returns_the_global_unit() {
     let (_, b) = leased(&ev).unwrap();
     h.release(b, false);
     assert_eq!(h.pool.len(), 0);
-    assert_eq!(h.open.load(Relaxed), 0);
+    assert_eq!(h.open.open(), 0);
 }
 
 #[test]
@@ -291,7 +313,7 @@ fn at_the_limit_an_idle_connection_of_another_key_is_evicted() {
     // Another key at the limit: the idle one is closed to make room.
     let ev = h.lease(req(2, PoolKey::default_warm()));
     assert!(leased(&ev).is_none());
-    assert_eq!(h.open.load(Relaxed), 0, "the idle connection was closed");
+    assert_eq!(h.open.open(), 0, "the idle connection was closed");
     let ev = h.serve();
     assert_eq!(leased(&ev).map(|l| l.0), Some(sid(2)));
 }
@@ -391,7 +413,7 @@ fn passthrough_warms_nothing_before_a_login_but_probes_the_greeting() {
         "{ev:?}"
     );
     assert_eq!(h.pool.len(), 0, "no account to log in as yet");
-    assert_eq!(h.open.load(Relaxed), 0);
+    assert_eq!(h.open.open(), 0);
     assert_eq!(h.tick(), vec![], "probed once");
     h.pool.set_warm_key(a);
     h.tick();
@@ -437,11 +459,7 @@ fn at_the_limit_another_users_idle_connection_is_evicted() {
     h.release(ba, true);
     let ev = h.lease(req(2, b));
     assert!(leased(&ev).is_none(), "waits for the eviction");
-    assert_eq!(
-        h.open.load(Relaxed),
-        0,
-        "alice's idle connection was closed"
-    );
+    assert_eq!(h.open.open(), 0, "alice's idle connection was closed");
     let (s, bb) = leased(&h.serve()).unwrap();
     assert_eq!(s, sid(2));
     assert_eq!(h.pool.get_mut(bb).unwrap().conn.key().identity, b.identity);
@@ -473,7 +491,7 @@ fn a_refused_user_gets_the_servers_err_and_nobody_else_notices() {
         Some((sid(2), denied, Some(RejectReason::BackendAuth))),
         "the server's own ERR"
     );
-    assert_eq!(h.open.load(Relaxed), 1, "bob's connection is gone");
+    assert_eq!(h.open.open(), 1, "bob's connection is gone");
     // The backend is not marked unreachable: alice's next session gets
     // a connection at once, and nothing warms bob's account any more.
     assert_eq!(h.pool.retry_at, None);
@@ -586,11 +604,139 @@ fn the_server_closing_an_idle_connection_discards_it_and_names_its_last_session(
         "{out:?}"
     );
     h.drive(out);
-    assert_eq!(h.open.load(Relaxed), 0);
+    assert_eq!(h.open.open(), 0);
     // A failed or cancelled poll says nothing.
     let (_, b2) = leased(&h.lease(req(2, key))).unwrap();
     h.release(b2, true);
     let mut out = Vec::new();
     h.pool.on_watch(b2, -libc::ECANCELED, &mut out);
     assert!(out.is_empty(), "{out:?}");
+}
+
+// ---- the cap shared by two workers' pools (pool_share.rs) ----
+
+/// Two workers' pools sharing a cap of `max`, with no warm connections.
+fn two_workers(max: usize) -> (Harness, Harness) {
+    let metrics = Metrics::new(2, BufferMode::Heap);
+    let share = Arc::new(BackendShare::new(2));
+    let identity = || {
+        IdentityMode::Shared(BackendLogin {
+            user: "bench".into(),
+            credential: Credential::Plaintext(b"pw".to_vec()),
+        })
+    };
+    let a = Harness::worker(
+        identity(),
+        max,
+        0,
+        TlsWish::Off,
+        Arc::clone(&share),
+        Arc::clone(&metrics),
+        0,
+    );
+    let b = Harness::worker(identity(), max, 0, TlsWish::Off, share, metrics, 1);
+    (a, b)
+}
+
+fn rebalanced(h: &Harness) -> u64 {
+    h.pool.metrics.snapshot().backend_rebalanced_total
+}
+
+#[test]
+fn a_new_request_queues_behind_waiters_even_when_a_connection_is_idle() {
+    let mut h = Harness::new(1, 0);
+    let key = PoolKey::default_warm();
+    let (_, b) = leased(&h.lease(req(1, key))).unwrap();
+    assert_eq!(leased(&h.lease(req(2, key))), None, "at the cap: 2 waits");
+    // The connection comes back; before the waiters are served (end of the
+    // batch), session 3 asks: it must not take the connection from 2.
+    h.give_back(b);
+    assert_eq!(leased(&h.lease(req(3, key))), None, "3 barged past 2");
+    assert_eq!(h.pool.waiting(), 2);
+    assert_eq!(leased(&h.serve()), Some((sid(2), b)));
+}
+
+#[test]
+fn a_worker_does_not_open_while_a_worker_holding_fewer_waits() {
+    let (mut a, mut b) = two_workers(4);
+    let key = PoolKey::default_warm();
+    let mut held = Vec::new();
+    for s in 1..=3 {
+        held.push(leased(&a.lease(req(s, key))).unwrap().1);
+    }
+    leased(&b.lease(req(11, key))).unwrap();
+    assert_eq!(leased(&b.lease(req(12, key))), None, "the cap is reached");
+    // A connection of A's closes: a unit is free. B holds fewer than A and
+    // its session waits, so A's next session does not take the unit.
+    a.release(held.pop().unwrap(), false);
+    assert_eq!(a.open.open(), 3);
+    assert_eq!(leased(&a.lease(req(4, key))), None, "A took B's unit");
+    assert!(a.serve().is_empty());
+    // B was told nothing: it sees the room at its next batch.
+    assert_eq!(leased(&b.serve()).map(|l| l.0), Some(sid(12)));
+    assert_eq!(a.open.open(), 4);
+    assert_eq!(rebalanced(&a), 0, "nothing had to close");
+}
+
+#[test]
+fn a_worker_holding_two_more_gives_returning_connections_until_even() {
+    let (mut a, mut b) = two_workers(4);
+    let key = PoolKey::default_warm();
+    let mut held: Vec<BackendId> = (1..=4)
+        .map(|s| leased(&a.lease(req(s, key))).unwrap().1)
+        .collect();
+    assert_eq!(leased(&a.lease(req(5, key))), None);
+    for s in 11..=13 {
+        assert_eq!(leased(&b.lease(req(s, key))), None, "B has none");
+    }
+    // A's connection comes back while A holds 4 and B, with sessions
+    // waiting, none: it closes instead of going to A's session 5.
+    a.give_back(held.remove(0));
+    let ev = a.serve();
+    assert_eq!(leased(&ev), None, "{ev:?}");
+    assert_eq!(rebalanced(&a), 1);
+    assert_eq!(a.open.open(), 3, "its unit is free");
+    assert_eq!(leased(&b.serve()).map(|l| l.0), Some(sid(11)));
+    // 3 against 1: one more moves.
+    a.give_back(held.remove(0));
+    assert_eq!(leased(&a.serve()), None);
+    assert_eq!(leased(&b.serve()).map(|l| l.0), Some(sid(12)));
+    assert_eq!(rebalanced(&a), 2);
+    // 2 against 2: A keeps what comes back; B's session 13 waits for B's own.
+    let back = held.remove(0);
+    a.give_back(back);
+    assert_eq!(leased(&a.serve()), Some((sid(5), back)));
+    assert_eq!(rebalanced(&a), 2, "even: nothing moves");
+    assert_eq!(leased(&b.serve()), None);
+    assert_eq!(a.open.open(), 4);
+}
+
+#[test]
+fn an_idle_connection_goes_to_another_worker_once_it_has_been_idle_a_while() {
+    let (mut a, mut b) = two_workers(3);
+    let key = PoolKey::default_warm();
+    let a1 = leased(&a.lease(req(1, key))).unwrap().1;
+    let a2 = leased(&a.lease(req(2, key))).unwrap().1;
+    leased(&b.lease(req(11, key))).unwrap();
+    assert_eq!(leased(&b.lease(req(12, key))), None);
+    // A's sessions are done: 2 idle against B's 1 and a waiter. Not at once
+    // (A's clients may be between transactions)...
+    a.give_back(a1);
+    a.give_back(a2);
+    a.serve();
+    a.tick();
+    assert_eq!(rebalanced(&a), 0);
+    // ...but once idle for a while, one goes; only one while its unit is
+    // on its way to B.
+    a.now += super::upkeep::IDLE_BEFORE_GIVING;
+    a.tick();
+    assert_eq!(rebalanced(&a), 1);
+    a.tick();
+    assert_eq!(rebalanced(&a), 1);
+    assert_eq!(leased(&b.serve()).map(|l| l.0), Some(sid(12)));
+    // B has nobody waiting now: A keeps its last one.
+    a.now += super::upkeep::IDLE_BEFORE_GIVING;
+    a.tick();
+    assert_eq!(rebalanced(&a), 1);
+    assert_eq!(a.open.open(), 3);
 }

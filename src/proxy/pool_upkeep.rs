@@ -5,10 +5,22 @@
 
 use super::*;
 
+/// A worker with no sessions waiting gives another worker a connection
+/// that has been idle this long (one with sessions waiting gives only when
+/// it holds two more than the other: `pool_share.rs`). Long enough that a
+/// connection idle between one client's transactions is not taken from
+/// it, short next to `--backend-wait-timeout`.
+pub(super) const IDLE_BEFORE_GIVING: Duration = Duration::from_millis(500);
+
 impl Pool {
     /// Serve queued requests in order while connections can be had.
+    /// Called after every batch of completions: besides a connection of
+    /// this pool coming back (`dirty`), a unit of the cap that another
+    /// worker freed is a reason to try (it cannot tell this worker, whose
+    /// ring may be asleep until its next tick).
     pub fn serve_waiters(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
-        if !std::mem::take(&mut self.dirty) {
+        let room = !self.waiters.is_empty() && self.share.open() < self.cfg.max_connections;
+        if !std::mem::take(&mut self.dirty) && !room {
             return;
         }
         if self.draining {
@@ -17,6 +29,7 @@ impl Pool {
             out.extend(ignored);
             return;
         }
+        self.give_to_other_workers(now, out);
         while let Some(w) = self.waiters.front() {
             let req = w.request.clone();
             if !self.try_lease(&req, now, out) {
@@ -25,6 +38,48 @@ impl Pool {
             self.waiters.pop_front();
             self.m().pool_waiters.fetch_sub(1, Relaxed);
         }
+        self.publish();
+    }
+
+    /// With the cap reached, close one idle connection so that another
+    /// worker whose sessions wait can open one (the rules and why they do
+    /// not oscillate: `pool_share.rs`). Only one such connection closes at
+    /// a time: its unit is free once its slot is, and the cap is then no
+    /// longer reached until the other worker has taken it.
+    pub(super) fn give_to_other_workers(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
+        if self.draining || self.giving > 0 || self.idle.is_empty() {
+            return;
+        }
+        if self.share.open() < self.cfg.max_connections {
+            return;
+        }
+        let Some(theirs) = self.share.neediest_other(self.worker) else {
+            return;
+        };
+        let mine = self.slots.len();
+        // Longest idle first (the list is least recently used first).
+        let index = self.idle[0];
+        let unused = self.waiters.is_empty()
+            && self
+                .slots
+                .get(index)
+                .is_some_and(|p| now.duration_since(p.conn.idle_since()) >= IDLE_BEFORE_GIVING);
+        if theirs + 2 > mine && !unused {
+            return;
+        }
+        tracing::debug!(
+            worker = self.worker,
+            mine,
+            theirs,
+            "backend connection closed so that another worker's waiting clients can have one"
+        );
+        let id = self.id_of(index);
+        if let Some(p) = self.slots.get_mut(id.index, id.generation) {
+            p.given = true;
+        }
+        self.giving += 1;
+        self.m().backend_rebalanced_total.fetch_add(1, Relaxed);
+        self.close(id, out);
     }
 
     /// Once per tick: waiters past `--backend-wait-timeout`, exchanges past
@@ -59,8 +114,10 @@ impl Pool {
         }
         if !self.draining {
             self.trim_idle(now, out);
+            self.give_to_other_workers(now, out);
             self.refill(now, out);
         }
+        self.publish();
     }
 
     /// Close idle connections beyond `--backend-pool-size` that have not
@@ -107,8 +164,13 @@ impl Pool {
                     && p.leased_to.is_none()
             })
             .count();
+        // Warm connections are no one's yet: none while another worker's
+        // sessions wait for a unit of the cap.
+        if self.share.neediest_other(self.worker).is_some() {
+            return;
+        }
         for _ in have..self.cfg.pool_size {
-            if !try_reserve(&self.open_count, self.cfg.max_connections) {
+            if !self.share.try_reserve(self.cfg.max_connections) {
                 break;
             }
             self.open(key, None, out);
@@ -128,7 +190,7 @@ impl Pool {
             .slots
             .values()
             .any(|p| p.conn.key().identity == IdentityId::SHARED && !p.conn.is_closed());
-        if !probing && try_reserve(&self.open_count, self.cfg.max_connections) {
+        if !probing && self.share.try_reserve(self.cfg.max_connections) {
             self.open(self.stamp(PoolKey::default_warm()), None, out);
         }
     }
