@@ -367,11 +367,12 @@ pub struct Config {
     #[arg(long)]
     pub allow_local_infile: bool,
 
-    /// Fixed mode: keep a connection's registered slot between its
-    /// commands, reading with READ_FIXED straight away. By default an idle
-    /// client, and an idle backend connection, holds no slot: it waits for
-    /// readability with a poll, then takes a slot for the read (one more
-    /// wake-up per read at low concurrency; docs/benchmarks.md).
+    /// Fixed mode: keep a connection's registered slot for its whole life,
+    /// idle or not. By default a busy connection keeps its slot and read
+    /// between commands, and one idle for 10 ms gives the slot back and
+    /// waits for readability with a poll, then takes a slot to read (a
+    /// cancel, a poll and one more wake-up when it comes back;
+    /// docs/benchmarks.md).
     #[arg(long)]
     pub hold_idle_slots: bool,
 

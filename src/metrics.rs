@@ -138,9 +138,13 @@ pub struct WorkerMetrics {
     pub ring_enobufs_total: AtomicU64,
     /// Bytes copied from ring buffers into a connection's own buffer.
     pub ring_copied_bytes_total: AtomicU64,
-    /// Fixed mode: readable idle clients that found no free slot and
-    /// waited for one.
+    /// Fixed mode: readable idle clients that found no free slot (and
+    /// read into a heap buffer at once).
     pub slot_waits_total: AtomicU64,
+    /// Fixed mode: reads (client or backend) that stayed pending for a
+    /// whole tick and were cancelled, so that the idle connection gives
+    /// its slot back and waits on a poll.
+    pub idle_read_cancels_total: AtomicU64,
     /// Fixed mode: idle clients waiting for readability without a slot
     /// (a poll in flight).
     pub clients_polling: AtomicI64,
@@ -284,6 +288,7 @@ impl WorkerMetrics {
             ring_enobufs_total: AtomicU64::new(0),
             ring_copied_bytes_total: AtomicU64::new(0),
             slot_waits_total: AtomicU64::new(0),
+            idle_read_cancels_total: AtomicU64::new(0),
             clients_polling: AtomicI64::new(0),
             client_connections: AtomicI64::new(0),
             client_connections_total: AtomicU64::new(0),

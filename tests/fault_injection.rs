@@ -148,3 +148,83 @@ fn failed_pushes_roll_back(mode: Mode) {
     );
 }
 both_modes!(push_failures, failed_pushes_roll_back);
+
+/// Fixed mode's hot reads (src/proxy/worker/hot_read.rs): a busy connection keeps its read
+/// pending with its slot, and one idle for a whole tick has the read cancelled so that it gives
+/// the slot back. Here every second cancel never reaches the kernel (`cancel_fail=2`: a
+/// synthetic -EIO, the read it named still pending): the read must stay valid and hot, the
+/// next tick try again, and no client notice. Sessions idle past several ticks between
+/// queries, in session and transaction pooling; every answer is right, the idle connections
+/// end up holding no slot, and every slot, fd and backend connection comes back.
+fn failed_idle_read_cancels(transaction: bool) {
+    const IDLERS: usize = 6;
+    const ROUNDS: usize = 4;
+    let mut o = ProxyOpts::new(Mode::Fixed);
+    o.workers = 1;
+    o.wrapper = vec!["env".into(), "RINGGATE_FAULT_INJECT=cancel_fail=2".into()];
+    if transaction {
+        o.extra_args = vec!["--pooling".into(), "transaction".into()];
+    }
+    let mut p = Proxy::start_with(o);
+    assert!(p.stderr().contains("fault injection is active"));
+    let base = baseline(&mut p);
+    let cancels = |p: &Proxy| p.metrics().get("ringgate_read_buffer_idle_cancels_total");
+    let cancels0 = cancels(&p);
+    let opts = p.app_opts().read_timeout(Some(Duration::from_secs(20)));
+    let threads: Vec<_> = (0..IDLERS)
+        .map(|c| {
+            let opts = opts.clone();
+            std::thread::spawn(move || {
+                let mut conn = mysql::Conn::new(opts).expect("connect");
+                for r in 0..ROUNDS {
+                    let n = (c * 100 + r) as u64;
+                    let got: Option<u64> = conn.query_first(format!("SELECT {n}")).expect("query");
+                    assert_eq!(got, Some(n), "wrong result");
+                    // Longer than two ticks (100 ms): the reads go idle, and a failed cancel
+                    // is sent again at the next tick.
+                    std::thread::sleep(Duration::from_millis(450));
+                }
+                conn
+            })
+        })
+        .collect();
+    let conns: Vec<_> = threads
+        .into_iter()
+        .map(|h| h.join().expect("client thread"))
+        .collect();
+    let held = |p: &Proxy| {
+        let m = p.metrics();
+        m.get(r#"ringgate_read_buffers_in_use{owner="client"}"#)
+            + m.get(r#"ringgate_read_buffers_in_use{owner="backend"}"#)
+    };
+    relsupport::wait_until(
+        &p,
+        Duration::from_secs(10),
+        "idle sessions hold no slot",
+        || held(&p) == 0.0,
+    );
+    let sent = cancels(&p) - cancels0;
+    eprintln!("{sent} idle-read cancels sent (every second one failed)");
+    // Each session's client read goes idle once per round (and in session pooling its
+    // backend read too); the failed half is sent again.
+    assert!(
+        sent >= (IDLERS * ROUNDS) as f64,
+        "{sent} idle-read cancels for {IDLERS} sessions x {ROUNDS} idle periods"
+    );
+    assert!(
+        p.metrics().get("ringgate_ring_synthetic_failures_total") > 0.0,
+        "no cancel failed: is cancel_fail injected?"
+    );
+    drop(conns);
+    assert_no_leaks(&mut p, &base, IDLERS as u64);
+}
+
+#[test]
+fn failed_idle_read_cancels_are_invisible_session_pooling() {
+    failed_idle_read_cancels(false);
+}
+
+#[test]
+fn failed_idle_read_cancels_are_invisible_transaction_pooling() {
+    failed_idle_read_cancels(true);
+}

@@ -228,6 +228,20 @@ fn idle_clients(mode: Mode, transaction: bool, n: usize) -> Figures {
             panic!("client {i} of {n} after idling: {e}");
         }
     }
+    if mode == Mode::Fixed {
+        // A client that just ran a query keeps its slot and a read pending (as does its
+        // backend connection) until that read has been idle for a whole tick (100–200 ms;
+        // src/proxy/worker/hot_read.rs): then it gives the slot back.
+        wait_until(
+            &proxy,
+            Duration::from_secs(5),
+            "idle reads give their slots back",
+            || {
+                let h = held(&proxy);
+                h.client == 0.0 && h.backend == 0.0
+            },
+        );
+    }
     let after = held(&proxy);
     let rss_after = settle_rss(pid);
     eprintln!(
@@ -311,14 +325,14 @@ fn fixed_mode_idle_sessions_hold_no_slot() {
     );
 }
 
-/// Issue 13 item 2: slot exhaustion queues, never fails. One worker with 8 slots and 32
-/// clients running queries at once, in transaction pooling on up to 4 backend connections:
-/// readable clients wait for a slot (the wait counter rises), a readable backend connection
-/// reads into a heap buffer when no slot is free (never behind the clients: those holding
-/// slots may be waiting for it), every answer is right, nothing stalls, and every slot comes
-/// back.
+/// Issue 13 item 2: slot exhaustion never fails and never queues. One worker with 8 slots and
+/// 32 clients running queries at once, in transaction pooling on up to 4 backend connections:
+/// a readable client or backend connection that finds no free slot reads into a heap buffer at
+/// once (the wait counter rises; a queue would wait on the busy connections, which keep their
+/// slots while busy, and in transaction pooling on the very connections the queued clients
+/// need), every answer is right, nothing stalls, and every slot comes back.
 #[test]
-fn fixed_mode_slot_exhaustion_queues_without_stall_or_leak() {
+fn fixed_mode_slot_exhaustion_falls_back_without_stall_or_leak() {
     slot_exhaustion(true);
 }
 
@@ -378,7 +392,7 @@ fn slot_exhaustion(transaction: bool) {
     );
     assert!(
         waits > 0.0,
-        "no client ever waited for a slot: the test proves nothing"
+        "no readable client ever found every slot taken: the test proves nothing"
     );
     assert_no_leaks(&mut proxy, &base, CLIENTS as u64);
 }

@@ -88,9 +88,16 @@ impl Collector for Exposition {
         counter(
             &mut enc,
             "ringgate_read_buffer_slot_waits_total",
-            "Fixed mode: idle clients that became readable while no slot was free and waited \
-             for one (FIFO; a heap buffer after one tick of waiting).",
+            "Fixed mode: idle clients that became readable while no slot was free (they read \
+             into a heap buffer at once, counted as a heap fallback too).",
             s.slot_waits_total,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_read_buffer_idle_cancels_total",
+            "Fixed mode: reads (client or backend) that stayed pending for a whole tick and \
+             were cancelled, so that the idle connection gives its slot back and waits on a poll.",
+            s.idle_read_cancels_total,
         )?;
         gauge(
             &mut enc,

@@ -4,7 +4,9 @@
 //! - `RINGGATE_FAULT_INJECT=push_fail=37,ebusy=11`: every 37th push (or
 //!   linked pair) fails with a synthetic `-EIO` completion, and every 11th
 //!   io_uring_enter is replaced by an EBUSY, which forces the
-//!   reap-into-backlog path.
+//!   reap-into-backlog path. `cancel_fail=N`: every Nth ASYNC_CANCEL push
+//!   fails the same way (a cancel that never reached the kernel: the
+//!   operation it named stays in flight).
 //! - `RINGGATE_DEBUG_CQ_ENTRIES=N`: a completion ring of N entries, so that
 //!   real kernel CQ overflow happens under load.
 //!
@@ -59,15 +61,17 @@ pub fn parse_probe_fail(spec: &str) -> Result<ProbeFail, String> {
 pub struct FaultPlan {
     pub push_fail: u32,
     pub ebusy: u32,
+    /// Every Nth cancel (IORING_OP_ASYNC_CANCEL) push fails.
+    pub cancel_fail: u32,
 }
 
 impl FaultPlan {
     pub fn is_active(&self) -> bool {
-        self.push_fail != 0 || self.ebusy != 0
+        self.push_fail != 0 || self.ebusy != 0 || self.cancel_fail != 0
     }
 }
 
-/// Parse `key=N[,key=N]`: keys `push_fail` and `ebusy`, each at most once,
+/// Parse `key=N[,key=N]`: keys `push_fail`, `ebusy` and `cancel_fail`, each at most once,
 /// N a positive integer. The empty string means no injection.
 pub fn parse_fault_plan(spec: &str) -> Result<FaultPlan, String> {
     let mut plan = FaultPlan::default();
@@ -82,7 +86,12 @@ pub fn parse_fault_plan(spec: &str) -> Result<FaultPlan, String> {
         let slot = match key {
             "push_fail" => &mut plan.push_fail,
             "ebusy" => &mut plan.ebusy,
-            _ => return Err(format!("unknown key `{key}` (known: push_fail, ebusy)")),
+            "cancel_fail" => &mut plan.cancel_fail,
+            _ => {
+                return Err(format!(
+                    "unknown key `{key}` (known: push_fail, ebusy, cancel_fail)"
+                ))
+            }
         };
         if *slot != 0 {
             return Err(format!("`{key}` given twice"));
@@ -163,10 +172,14 @@ impl DebugKnobs {
                     };
                     tracing::warn!(
                         "io_uring fault injection is active (debug build, {FAULT_INJECT_VAR} / \
-                         {DEBUG_CQ_ENTRIES_VAR}): push fails {}, enter acts as EBUSY {}, CQ size {}",
+                         {DEBUG_CQ_ENTRIES_VAR}): push fails {}, cancel push fails {}, enter \
+                         acts as EBUSY {}, CQ size {}",
                         every(knobs.faults.push_fail),
+                        every(knobs.faults.cancel_fail),
                         every(knobs.faults.ebusy),
-                        knobs.cq_entries.map_or("as configured".to_owned(), |n| n.to_string())
+                        knobs
+                            .cq_entries
+                            .map_or("as configured".to_owned(), |n| n.to_string())
                     );
                 });
             }
@@ -185,6 +198,8 @@ pub(super) struct Injector {
     #[cfg(debug_assertions)]
     pushes: u32,
     #[cfg(debug_assertions)]
+    cancels: u32,
+    #[cfg(debug_assertions)]
     enters: u32,
 }
 
@@ -195,6 +210,7 @@ impl Injector {
             Injector {
                 plan,
                 pushes: 0,
+                cancels: 0,
                 enters: 0,
             }
         }
@@ -214,6 +230,22 @@ impl Injector {
         }
         #[cfg(not(debug_assertions))]
         false
+    }
+
+    /// Called once per push (after `fail_push`) with the SQE's opcode:
+    /// counts the cancels.
+    #[inline]
+    pub(super) fn fail_cancel(&mut self, opcode: u32) -> bool {
+        #[cfg(debug_assertions)]
+        {
+            opcode == u32::from(io_uring::opcode::AsyncCancel::CODE)
+                && due(&mut self.cancels, self.plan.cancel_fail)
+        }
+        #[cfg(not(debug_assertions))]
+        {
+            let _ = opcode;
+            false
+        }
     }
 
     /// Called once per io_uring_enter that submits.

@@ -64,6 +64,9 @@ impl Ring {
         if self.faults.fail_push() {
             return self.synthesize(user_data, -libc::EIO);
         }
+        if self.faults.fail_cancel(sqe.0.get_opcode()) {
+            return self.synthesize(user_data, -libc::EIO);
+        }
         if let Some(errno) = self.latched {
             return self.synthesize(user_data, -errno);
         }

@@ -68,6 +68,7 @@ fn injected_ebusy_reaps_into_the_backlog_and_loses_nothing() {
         // Between two injected EBUSYs, four submits of 4 NOPs: more than the
         // 8-entry CQ holds, so real overflow happens as well.
         ebusy: 5,
+        cancel_fail: 0,
     };
     let mut ring = tiny(DebugKnobs {
         faults,
@@ -92,6 +93,7 @@ fn injected_push_failures_come_back_as_synthetic_completions() {
     let faults = FaultPlan {
         push_fail: 3,
         ebusy: 0,
+        cancel_fail: 0,
     };
     let mut ring = tiny(DebugKnobs {
         faults,
@@ -107,6 +109,36 @@ fn injected_push_failures_come_back_as_synthetic_completions() {
         assert_eq!(seen.get(&token(i).into()), Some(&vec![want]), "op {i}");
     }
     assert_eq!(ring.stats().synthetic_failures, 10);
+}
+
+/// `cancel_fail=2`: every second cancel comes back as a synthetic -EIO
+/// without reaching the kernel; other operations are not counted or failed.
+#[cfg(debug_assertions)]
+#[test]
+fn injected_cancel_failures_hit_only_cancels() {
+    let faults = FaultPlan {
+        cancel_fail: 2,
+        ..FaultPlan::default()
+    };
+    let mut ring = tiny(DebugKnobs {
+        faults,
+        ..DebugKnobs::default()
+    });
+    for i in 0..10 {
+        ring.push(ops::nop(token(100 + i)));
+        ring.push(ops::cancel_user_data(u64::MAX, token(i)));
+    }
+    let seen = collect(&mut ring, 20);
+    for i in 0..10 {
+        assert_eq!(seen[&token(100 + i).into()], vec![0], "nop {i}");
+        let want = if i % 2 == 1 {
+            -libc::EIO
+        } else {
+            -libc::ENOENT
+        };
+        assert_eq!(seen[&token(i).into()], vec![want], "cancel {i}");
+    }
+    assert_eq!(ring.stats().synthetic_failures, 5);
 }
 
 /// A cancel of an unknown user_data fails with ENOENT, and a failed link
@@ -144,6 +176,7 @@ fn a_failed_linked_push_fails_both_halves() {
     let faults = FaultPlan {
         push_fail: 1,
         ebusy: 0,
+        cancel_fail: 0,
     };
     let mut ring = tiny(DebugKnobs {
         faults,
@@ -206,14 +239,23 @@ fn fault_specs_parse_strictly() {
         parse_fault_plan("push_fail=37,ebusy=11"),
         Ok(FaultPlan {
             push_fail: 37,
-            ebusy: 11
+            ebusy: 11,
+            cancel_fail: 0,
+        })
+    );
+    assert_eq!(
+        parse_fault_plan("cancel_fail=2"),
+        Ok(FaultPlan {
+            cancel_fail: 2,
+            ..FaultPlan::default()
         })
     );
     assert_eq!(
         parse_fault_plan("ebusy=2"),
         Ok(FaultPlan {
             push_fail: 0,
-            ebusy: 2
+            ebusy: 2,
+            cancel_fail: 0,
         })
     );
     for bad in [

@@ -49,6 +49,12 @@ pub enum OpTag {
     /// Fixed mode: the cancel of a closed backend connection's multishot
     /// poll (a failed cancel is sent again).
     BackendPollCancel = 22,
+    /// Fixed mode: the cancel of a client read that stayed pending for a
+    /// whole tick (the client went idle: it gives its slot back and waits
+    /// on a poll; `worker/hot_read.rs`).
+    ClientReadCool = 23,
+    /// Fixed mode: the same for the relay's read of the backend.
+    DownReadCool = 24,
 }
 
 impl OpTag {
@@ -76,6 +82,8 @@ impl OpTag {
             20 => OpTag::ClientPollCancel,
             21 => OpTag::BackendPoll,
             22 => OpTag::BackendPollCancel,
+            23 => OpTag::ClientReadCool,
+            24 => OpTag::DownReadCool,
             _ => return None,
         })
     }

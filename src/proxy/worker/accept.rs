@@ -189,6 +189,7 @@ impl Worker {
             leg: None,
             tls: None,
             idle_wait: Default::default(),
+            hot: Default::default(),
             down_wait: Default::default(),
             down_cancelled: false,
         });

@@ -72,6 +72,17 @@ impl Worker {
             return false;
         }
         debug_assert_eq!(slot.down_wait, IdleWait::None, "second backend read");
+        if self.down_read_is_hot(sid, bid) {
+            // A busy connection keeps its slot and a plain read
+            // (`hot_read.rs`).
+            return false;
+        }
+        let (Some(slot), Some(b)) = (
+            self.sessions.get_mut(sid.index, sid.generation),
+            self.pool.get_mut(bid),
+        ) else {
+            return false;
+        };
         // The read is the relay's from now on, waiting or in the kernel.
         slot.relay_ops += 1;
         if b.io.poll.ready() {
@@ -84,7 +95,7 @@ impl Worker {
     }
 
     /// Wait on the backend's poll (armed now unless it is already).
-    fn wait_down_readable(&mut self, sid: SessionId, bid: BackendId) {
+    pub(super) fn wait_down_readable(&mut self, sid: SessionId, bid: BackendId) {
         let multi = self.poll_multi;
         let (Some(slot), Some(b)) = (
             self.sessions.get_mut(sid.index, sid.generation),
@@ -104,7 +115,7 @@ impl Worker {
     /// queues for a slot: its bytes are an answer some client waits for, and
     /// in transaction pooling the clients holding slots (their commands
     /// waiting for a connection) may be waiting for it to finish.
-    fn down_read_now(&mut self, sid: SessionId, bid: BackendId) {
+    pub(super) fn down_read_now(&mut self, sid: SessionId, bid: BackendId) {
         let (Some(slot), Some(b)) = (
             self.sessions.get_mut(sid.index, sid.generation),
             self.pool.get_mut(bid),
@@ -116,6 +127,7 @@ impl Worker {
         // `ensure` takes a free slot, else a heap buffer.
         let sqe = read_after_poll(&mut b.io, &mut self.buffers, Owner::Backend, token);
         self.submit(sqe);
+        self.hot_down_submitted(sid);
     }
 
     /// A relay read of the backend completed (before the relay sees it):

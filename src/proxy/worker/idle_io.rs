@@ -1,16 +1,22 @@
 //! Fixed mode: an idle client holds no slot (issue 13 item 2).
 //!
-//! A client read that would start on an empty buffer (between commands, or
-//! while the answer to a forwarded command is still coming) gives the
-//! client's slot back and waits for readability with a poll, which names
-//! the fd and no memory. When the poll reports readability the client takes
-//! a slot and reads with READ_FIXED as before. So 10,000 idle clients hold
-//! no slot between them (docs/benchmarks.md has the cost per query;
-//! `--hold-idle-slots` keeps the old behaviour).
+//! A client read that would start on an empty buffer while the client is
+//! idle (a freshly logged-in client, or one whose hot read stayed pending
+//! for a whole tick and was cancelled: `hot_read.rs`) gives the client's
+//! slot back and waits for readability with a poll, which names the fd and
+//! no memory. When the poll reports readability the client takes a slot and
+//! reads with READ_FIXED as before. So 10,000 idle clients hold no slot
+//! between them, while a busy client keeps its slot and a plain read
+//! (docs/benchmarks.md has the cost per query; `--hold-idle-slots` keeps
+//! every slot held).
 //!
-//! The poll is multishot (IORING_POLL_ADD_MULTI): armed at the client's
-//! first idle read, it stays armed until the session closes, so a query
-//! costs no poll SQE. It keeps firing, so the state machine must cope:
+//! The polls are one-shot (`Worker::poll_multi` is false since busy
+//! connections keep their reads hot): armed when the connection goes idle,
+//! ended by their one wake-up, or at close by the socket's shutdown. The
+//! multishot state machine below (RWF_NOWAIT reads after a wake-up,
+//! remembered and stale readiness, the cancel sent again at close) is what
+//! the worker ran before the hot reads, when every client read waited on
+//! the poll; it stays correct for `poll_multi`:
 //! - A readiness CQE while the client is not waiting ([`IdleWait::None`]:
 //!   a read is in flight, or the session reads for itself) is remembered
 //!   (`PollState::readable`, in conn_io.rs); the next idle read then reads at once
@@ -31,28 +37,21 @@
 //!   cancel that fails is sent again (`OpTag::ClientPollCancel`): shutting
 //!   the socket down is not sure to end a multishot poll.
 //!
-//! A kernel that refuses a multishot poll (EINVAL, before 5.13) makes the
-//! worker use one-shot polls (one SQE per idle read), with one log line.
-//!
-//! Slot exhaustion queues, never fails: a readable client that finds no free
-//! slot waits in FIFO order (`ringgate_read_buffer_slot_waits_total`) and
-//! gets the next slot given back; its bytes wait in the socket meanwhile.
-//! Slots that are held for long (a backend connection's, while a result
-//! streams) cannot stall it: a client still waiting at the next tick reads
-//! into a heap buffer, counted as a heap fallback.
+//! Slot exhaustion never queues: a readable client that finds no free slot
+//! (`ringgate_read_buffer_slot_waits_total`) reads into a heap buffer at
+//! once, counted as a heap fallback. A queue would wait on the busy
+//! connections, which keep their slots while busy.
 //!
 //! Backend connections wait the same way between commands
 //! (`idle_backend_io.rs`): the poll state (`conn_io::PollState`), the
-//! poll and read SQEs, the one-shot fallback and the cancel are shared
-//! here; a readable backend does not queue for a slot (a heap buffer when
-//! none is free), since the clients queued may be waiting for it.
+//! poll and read SQEs and the cancel are shared here.
 
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::*;
 
 /// Where an idle client's next read (or the relay's next read of its
-/// backend, `SessionSlot::down_wait`, which never queues for a slot) stands.
+/// backend, `SessionSlot::down_wait`) stands.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) enum IdleWait {
     /// Not waiting without a slot (a read may be in flight, with one).
@@ -60,8 +59,6 @@ pub(super) enum IdleWait {
     None,
     /// A poll for readability is in flight; no slot held.
     Polling,
-    /// Readable, queued in `Worker::slot_waiters` for a free slot.
-    ForSlot,
 }
 
 /// The poll SQE that makes `io` wait for readability, counted on its fd;
@@ -165,6 +162,13 @@ impl Worker {
             self.submit_idle_read(sid);
             return true;
         }
+        if self.client_read_is_hot(sid) {
+            // A busy client keeps its slot and a plain read (`hot_read.rs`).
+            return false;
+        }
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return false;
+        };
         self.buffers.give_back_empty(&mut slot.io.buf);
         self.wait_readable(sid);
         true
@@ -172,7 +176,7 @@ impl Worker {
 
     /// Wait for readability without a slot: on the armed multishot poll,
     /// or arm a poll.
-    fn wait_readable(&mut self, sid: SessionId) {
+    pub(super) fn wait_readable(&mut self, sid: SessionId) {
         let multi = self.poll_multi;
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
@@ -267,8 +271,9 @@ impl Worker {
     }
 
     /// A CQE of the client's poll: readable (or its socket was shut down,
-    /// or the poll failed or ended). A client waiting for it takes a slot
-    /// and reads, or queues for one; any other client remembers it.
+    /// or the poll failed or ended). A client waiting for it takes a slot,
+    /// or a heap buffer when none is free, and reads; any other client
+    /// remembers it.
     pub(super) fn on_client_poll(&mut self, sid: SessionId, res: i32, flags: u32) {
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
@@ -299,61 +304,27 @@ impl Worker {
             return;
         };
         if !waiting {
-            // Not waiting: a read is in flight or queued, or the session
+            // Not waiting: a read is in flight, or the session
             // reads for itself. Remember it for the next idle read.
             slot.io.poll.readable = true;
             return;
         }
         slot.idle_wait = IdleWait::None;
         self.metrics().clients_polling.fetch_sub(1, Relaxed);
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
-            return;
-        };
         if res < 0 && res != -libc::ECANCELED {
             // The poll itself failed: the session sees it as a failed read.
             return self.with_session(sid, |s, _, ctx, out| s.on_client_read(res, &[], ctx, out));
         }
-        match self.buffers.try_acquire_slot(Owner::Client) {
-            Some(buf) => {
-                slot.io.buf = Some(buf);
-                self.submit_idle_read(sid);
-            }
-            None => {
-                slot.idle_wait = IdleWait::ForSlot;
-                self.slot_waiters.push_back(sid);
-                self.metrics().slot_waits_total.fetch_add(1, Relaxed);
-            }
+        if self.buffers.free_count() == 0 {
+            self.metrics().slot_waits_total.fetch_add(1, Relaxed);
         }
-    }
-
-    /// Hand free slots to the clients waiting for one, in order. With
-    /// `heap_fallback` (at a tick) every client still waiting reads into a
-    /// heap buffer instead of waiting longer.
-    pub(super) fn serve_slot_waiters(&mut self, heap_fallback: bool) {
-        while let Some(&sid) = self.slot_waiters.front() {
-            let waiting = self
-                .sessions
-                .get_mut(sid.index, sid.generation)
-                .is_some_and(|s| s.idle_wait == IdleWait::ForSlot && !s.closing);
-            if !waiting {
-                // Closed (or gone) while it waited.
-                self.slot_waiters.pop_front();
-                continue;
-            }
-            let buf = match self.buffers.try_acquire_slot(Owner::Client) {
-                Some(buf) => buf,
-                // `acquire` on an exhausted pool: a heap buffer, counted.
-                None if heap_fallback => self.buffers.acquire(Owner::Client),
-                None => return,
-            };
-            self.slot_waiters.pop_front();
-            if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
-                slot.idle_wait = IdleWait::None;
-                slot.io.buf = Some(buf);
-                self.submit_idle_read(sid);
-            } else if self.buffers.release(buf).is_err() {
-                debug_assert!(false, "a fresh buffer is never in flight");
-            }
-        }
+        // A free slot, else at once a heap buffer (counted as a heap
+        // fallback): never a queue, since the clients holding the slots
+        // keep them while busy (`hot_read.rs`).
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        self.buffers.ensure(&mut slot.io.buf, Owner::Client);
+        self.submit_idle_read(sid);
     }
 }

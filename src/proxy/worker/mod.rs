@@ -14,6 +14,7 @@
 mod accept;
 mod backend_io;
 mod backend_tls_io;
+mod hot_read;
 mod idle_backend_io;
 mod idle_io;
 mod leg;
@@ -178,8 +179,11 @@ struct SessionSlot {
     idle_wait: idle_io::IdleWait,
     /// Fixed mode: the relay's read of the backend waits for its bytes on
     /// the backend's poll without a slot (`idle_backend_io.rs`; `Polling`
-    /// or `None`, never `ForSlot`); counted in `relay_ops`.
+    /// or `None`); counted in `relay_ops`.
     down_wait: idle_io::IdleWait,
+    /// Fixed mode: the reads a busy session keeps pending with their slot
+    /// until they have been idle for a whole tick (`hot_read.rs`).
+    hot: hot_read::HotReads,
     /// The relay cancelled its backend read (`CancelReadBackend`): a TLS
     /// backend's read that completed a partial record is not read again.
     down_cancelled: bool,
@@ -226,9 +230,13 @@ pub struct Worker {
     /// poll (`idle_io.rs`, `idle_backend_io.rs`).
     idle_poll: bool,
     /// Idle polls are multishot (until a kernel refuses one with EINVAL).
+    /// False since busy connections keep their reads hot (`hot_read.rs`):
+    /// a poll is armed only when a connection goes idle, and one left
+    /// armed would report every arrival of a busy connection.
     poll_multi: bool,
-    /// Readable clients waiting for a free slot, in arrival order.
-    slot_waiters: VecDeque<SessionId>,
+    /// Fixed mode: the hot reads submitted, oldest first, checked for
+    /// idleness after every batch (`hot_read.rs`).
+    hot_queue: VecDeque<hot_read::HotEntry>,
     /// Backend TLS (`backend_tls_io.rs`) of the connections that run it,
     /// by (index, generation).
     backend_tls: std::collections::HashMap<(u32, u32), Box<backend_tls_io::BackendTlsIo>>,
@@ -414,8 +422,8 @@ impl Worker {
             action_scratch: Vec::new(),
             ring_pending: std::collections::HashMap::new(),
             idle_poll: buffers_mode == BufferMode::Fixed && !shared.config.hold_idle_slots,
-            poll_multi: true,
-            slot_waiters: VecDeque::new(),
+            poll_multi: false,
+            hot_queue: VecDeque::new(),
             backend_tls: std::collections::HashMap::new(),
             shared,
         };
@@ -459,8 +467,10 @@ impl Worker {
             let mut events = Vec::new();
             self.pool.serve_waiters(self.now, &mut events);
             self.pool_q.extend(events);
-            self.serve_slot_waiters(false);
             self.drive();
+            // Fixed mode: reads idle for a while give their slots back
+            // (checked here, so a busy worker needs no wake-up for it).
+            self.cool_idle_reads();
             if self.draining.is_some() && self.sessions.len() == 0 && self.pool.len() == 0 {
                 break;
             }
@@ -497,6 +507,8 @@ impl Worker {
             OpTag::ClientPollCancel => self.on_client_poll_cancel(sid, res),
             OpTag::BackendPoll => self.on_backend_poll(bid, res, flags),
             OpTag::BackendPollCancel => self.on_backend_poll_cancel(bid, res),
+            OpTag::ClientReadCool => self.on_client_read_cool(sid, res),
+            OpTag::DownReadCool => self.on_down_read_cool(sid, res),
             OpTag::BackendConnect => self.on_backend_connect(bid, res),
             OpTag::BackendRead => self.on_backend_read(bid, res),
             OpTag::BackendWrite => self.on_backend_write(bid, res),
@@ -558,9 +570,6 @@ impl Worker {
                 self.with_session(sid, |s, _, ctx, out| s.on_tick(ctx, out));
             }
         }
-        // A client that waited a whole tick for a slot reads into a heap
-        // buffer: slots held for good (backend connections) cannot stall it.
-        self.serve_slot_waiters(true);
         let mut events = Vec::new();
         self.pool.on_tick(now, &mut events);
         self.pool_q.extend(events);

@@ -185,6 +185,9 @@ impl Worker {
                     leg.hold_rest(end);
                 }
                 slot.up_write = (0, end);
+                // Fixed mode: the answer is imminent; a backend read that
+                // waits on the poll becomes a READ_FIXED, submitted first.
+                self.hot_command_written(sid);
                 self.relay_submit(sid, RelayIo::UpWrite { pos: 0, end })
             }
             SessionAction::Relay(RelayOp::ReadBackend) => {

@@ -21,7 +21,7 @@ impl Worker {
                 None => buf.complete(res.max(0) as usize),
             }
         }
-        if self.idle_poll && self.idle_read_done(sid, res) {
+        if self.idle_poll && (self.client_read_cooled(sid, res) || self.idle_read_done(sid, res)) {
             return;
         }
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
@@ -151,7 +151,9 @@ impl Worker {
         // Fixed mode: a read after the backend's poll that found nothing
         // waits on the poll again.
         let mut res = res;
-        if self.idle_poll && self.idle_down_read_done(sid, &mut res) {
+        if self.idle_poll
+            && (self.down_read_cooled(sid, res) || self.idle_down_read_done(sid, &mut res))
+        {
             return;
         }
         self.down_read_done(sid, res, true)
@@ -347,6 +349,7 @@ impl Worker {
         let sqe = buf.read_sqe(fd, token.into());
         slot.io.op_started();
         self.submit(sqe);
+        self.hot_client_submitted(sid);
     }
 
     /// Submit one relay operation for `sid`. Up writes send the session's
@@ -452,6 +455,9 @@ impl Worker {
         }
         slot.relay_ops += 1;
         self.submit(sqe);
+        if matches!(io, RelayIo::DownRead) {
+            self.hot_down_submitted(sid);
+        }
     }
 
     /// Free a closing session once nothing in the kernel names it.
