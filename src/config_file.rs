@@ -30,6 +30,7 @@ use toml::Spanned;
 
 use crate::config::{
     self, BackendIdentity, BackendTls, Config, LogFormat, Pooling, ReadBufferMode,
+    TxPreparedStatements,
 };
 
 mod file;
@@ -92,6 +93,9 @@ pub struct Invocation {
     /// TLS grew the default read-buffer size from this many bytes
     /// ([`Config::size_read_buffers_for_tls`]); `main` logs it.
     pub read_buffer_resized: Option<u32>,
+    /// The command line used [`config::RENAMED_TX_MOVE_FLAG`]; `main`
+    /// names its replacement.
+    pub renamed_flag: bool,
 }
 
 /// Why the command line could not be parsed.
@@ -199,7 +203,7 @@ file_config! {
     plain backend_pool_size: usize,
     plain backend_max_connections: usize,
     optional backend_max_prepared: u64,
-    plain tx_move_prepared_statements: bool,
+    plain tx_prepared_statements: TxPreparedStatements,
     plain backend_wait_timeout: HumanDuration,
     plain backend_idle_timeout: HumanDuration,
     plain backend_connect_timeout: HumanDuration,
@@ -375,6 +379,16 @@ where
     if args.is_empty() {
         args.push("ringgate".into());
     }
+    // The old switch asks for what is now the default: it is read as the
+    // new flag's value, so a command line that gives both still takes the
+    // last one, and `main` says what to write instead.
+    let mut renamed_flag = false;
+    for a in args.iter_mut().skip(1) {
+        if a == config::RENAMED_TX_MOVE_FLAG {
+            *a = "--tx-prepared-statements=move".into();
+            renamed_flag = true;
+        }
+    }
     let matches = command()
         .try_get_matches_from(args)
         .map_err(CliError::Clap)?;
@@ -430,6 +444,7 @@ where
         config_path,
         origins,
         read_buffer_resized,
+        renamed_flag,
     };
     // --print-config shows the settings even when they conflict (it says
     // so in a comment): it is how one finds out where a value came from.

@@ -47,6 +47,46 @@ fn pooling_takes_two_modes_and_defaults_to_session() {
 }
 
 #[test]
+fn prepared_statements_move_by_default_and_pin_on_request() {
+    let parse = |args: &[&str]| {
+        let mut all = vec!["ringgate", "--users-file", "u"];
+        all.extend_from_slice(args);
+        crate::config_file::parse(all)
+    };
+    let default = parse(&["--pooling", "transaction"]).unwrap();
+    assert_eq!(
+        default.config.tx_prepared_statements,
+        TxPreparedStatements::Move
+    );
+    assert!(!default.renamed_flag);
+    let pin = parse(&["--tx-prepared-statements", "pin"]).unwrap();
+    assert_eq!(pin.config.tx_prepared_statements, TxPreparedStatements::Pin);
+    assert!(parse(&["--tx-prepared-statements", "pinned"]).is_err());
+    // The old switch still works, asks for moving, and is reported so that
+    // `main` can name its replacement; the last flag given wins as usual.
+    let old = parse(&["--tx-move-prepared-statements"]).unwrap();
+    assert_eq!(
+        old.config.tx_prepared_statements,
+        TxPreparedStatements::Move
+    );
+    assert!(old.renamed_flag);
+    let later = parse(&[
+        "--tx-move-prepared-statements",
+        "--tx-prepared-statements",
+        "pin",
+    ])
+    .unwrap();
+    assert_eq!(
+        later.config.tx_prepared_statements,
+        TxPreparedStatements::Pin
+    );
+    // --help hides it: one flag, two documented choices.
+    let help = crate::config_file::command().render_long_help().to_string();
+    assert!(help.contains("--tx-prepared-statements"), "{help}");
+    assert!(!help.contains("--tx-move-prepared-statements"), "{help}");
+}
+
+#[test]
 fn backend_identity_takes_two_modes() {
     let parse = |v: &str| {
         Config::try_parse_from(["ringgate", "--users-file", "u", "--backend-identity", v])

@@ -56,6 +56,13 @@ fn main() -> ExitCode {
             config.read_buffer_size
         );
     }
+    if inv.renamed_flag {
+        tracing::warn!(
+            "{} is now --tx-prepared-statements move, the default (--tx-prepared-statements pin \
+             pins instead); the old flag will be removed",
+            ringgate::config::RENAMED_TX_MOVE_FLAG
+        );
+    }
     raise_nofile_limit(&config);
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,10 +6,11 @@
 //! the baseline), and ringgate's own backend-connection gauge.
 //!
 //! sysbench prepares its statements (COM_STMT_PREPARE) at thread start unless
-//! `--db-ps-mode=disable`. ringgate's transaction pooling pins a session at its first statement
-//! command by default, so 1,000 preparing clients need 1,000 backend connections;
-//! `--tx-move-prepared-statements` moves the statements with the session instead. The runs
-//! cover both, and `--db-ps-mode=disable` (text queries) for both sides.
+//! `--db-ps-mode=disable`. ringgate's transaction pooling moves the statements with the session
+//! by default; with `--tx-prepared-statements pin` a session's first statement command pins it,
+//! so 1,000 preparing clients need 1,000 backend connections (the run fails by design: it shows
+//! what the opt-out costs). The runs cover both, and `--db-ps-mode=disable` (text queries) for
+//! both sides.
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -26,7 +27,7 @@ use crate::rawclient;
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct McRecord {
     pub test: String,
-    /// direct, tx (ringgate --pooling transaction), tx-move (… --tx-move-prepared-statements).
+    /// direct, tx (ringgate --pooling transaction), tx-pin (… --tx-prepared-statements pin).
     pub target: String,
     /// sysbench --db-ps-mode: auto (prepared statements) or disable (text queries).
     pub ps_mode: String,
@@ -71,11 +72,11 @@ impl McRecord {
     }
 }
 
-/// The runs: (target, ps mode). The moving flag only matters with prepared statements.
+/// The runs: (target, ps mode). Pinning only matters with prepared statements.
 pub const RUNS: [(&str, &str); 5] = [
     ("direct", "auto"),
     ("tx", "auto"),
-    ("tx-move", "auto"),
+    ("tx-pin", "auto"),
     ("direct", "disable"),
     ("tx", "disable"),
 ];
@@ -84,7 +85,7 @@ pub const TESTS: [&str; 2] = ["oltp_point_select", "oltp_read_write"];
 
 /// The ringgate flags: transaction pooling on `backends` server connections, room for the
 /// clients, and a pool wait long enough for 1,000 clients queueing on 64 connections.
-pub fn ringgate_args(threads: usize, backends: usize, move_ps: bool) -> Vec<String> {
+pub fn ringgate_args(threads: usize, backends: usize, pin_ps: bool) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "--pooling".into(),
         "transaction".into(),
@@ -95,8 +96,8 @@ pub fn ringgate_args(threads: usize, backends: usize, move_ps: bool) -> Vec<Stri
         "--backend-wait-timeout".into(),
         "30s".into(),
     ];
-    if move_ps {
-        a.push("--tx-move-prepared-statements".into());
+    if pin_ps {
+        a.extend(["--tx-prepared-statements".into(), "pin".into()]);
     }
     a
 }
@@ -250,10 +251,10 @@ mod tests {
         assert!(a.contains("--pooling transaction"));
         assert!(a.contains("--backend-max-connections 64"));
         assert!(a.contains("--max-connections 1200"));
-        assert!(!a.contains("--tx-move-prepared-statements"));
+        assert!(!a.contains("--tx-prepared-statements"));
         assert!(ringgate_args(1000, 64, true)
-            .iter()
-            .any(|f| f == "--tx-move-prepared-statements"));
+            .join(" ")
+            .contains("--tx-prepared-statements pin"));
     }
 
     #[test]
@@ -278,6 +279,6 @@ mod tests {
             assert!(RUNS.contains(&("direct", ps)));
             assert!(RUNS.contains(&("tx", ps)));
         }
-        assert!(RUNS.contains(&("tx-move", "auto")));
+        assert!(RUNS.contains(&("tx-pin", "auto")));
     }
 }

@@ -123,7 +123,7 @@ fn many(ctx: &Ctx, rep: &mut MuxReport) {
             let proxy = if target == "direct" {
                 None
             } else {
-                let i = u16::from(target == "tx-move");
+                let i = u16::from(target == "tx-pin");
                 let (port, mport) = (ctx.base_port + 20 + i, ctx.base_port + 30 + i);
                 match crate::start_ringgate(
                     &format!("fixed-mc-{target}-{test}-ps-{ps}"),
@@ -134,7 +134,7 @@ fn many(ctx: &Ctx, rep: &mut MuxReport) {
                     ctx.users,
                     ctx.run_dir,
                     ctx.prof,
-                    &many_clients::ringgate_args(threads, backends, target == "tx-move"),
+                    &many_clients::ringgate_args(threads, backends, target == "tx-pin"),
                 ) {
                     Ok(t) => t.pid.map(|pid| many_clients::Proxy {
                         port,

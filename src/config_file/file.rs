@@ -172,6 +172,13 @@ pub(super) fn suggest(name: &str) -> String {
     if dashed != name && keys.contains(&dashed) {
         return format!(" (keys use dashes: did you mean \"{dashed}\"?)");
     }
+    if name == &config::RENAMED_TX_MOVE_FLAG[2..] {
+        // Not a plain rename: `false`, the old default, meant "pin".
+        return " (replaced by tx-prepared-statements: \"move\", now the default, moves \
+                statements between backend connections; \"pin\" pins the session at its first \
+                prepare, as tx-move-prepared-statements = false did)"
+            .into();
+    }
     if NOT_SETTINGS.contains(&name) {
         return " (not a setting: only usable on the command line)".into();
     }

@@ -467,3 +467,28 @@ fn every_setting_has_a_known_kind() {
     assert_eq!(kinds["drain-timeout"], Kind::Text);
     assert_eq!(kinds["read-buffers"], Kind::Text);
 }
+
+#[test]
+fn the_old_prepared_statement_key_names_its_replacement() {
+    let e = file_err("tx-move-prepared-statements = false\n");
+    assert!(
+        e.starts_with(
+            "ringgate.toml:1: unknown key \"tx-move-prepared-statements\" (replaced by \
+             tx-prepared-statements"
+        ),
+        "{e}"
+    );
+    assert!(e.contains("\"pin\""), "{e}");
+    let path = temp_file(
+        "tx-prepared",
+        "users-file = \"u.json\"\ntx-prepared-statements = \"pin\"\n",
+    );
+    let inv = parse(["ringgate", "--config", path.to_str().unwrap()]).unwrap();
+    assert_eq!(
+        inv.config.tx_prepared_statements,
+        crate::config::TxPreparedStatements::Pin
+    );
+    assert!(inv
+        .render_config()
+        .contains("tx-prepared-statements = \"pin\"  # file"));
+}

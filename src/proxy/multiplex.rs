@@ -185,7 +185,7 @@ pub struct TxState {
     /// that uses no table does not clear it, and its own count says 0), so
     /// it is reset before another session gets it.
     diagnostics_dirty: bool,
-    /// Without `--tx-move-prepared-statements`: a binary statement command
+    /// `--tx-prepared-statements pin`: a binary statement command
     /// pins the session (its statement ids live on one connection).
     pub pin_prepared_statements: bool,
 }
@@ -372,7 +372,7 @@ impl TxState {
         }
     }
 
-    /// A prepared statement (`--tx-move-prepared-statements`) ran: what it
+    /// A prepared statement (`--tx-prepared-statements move`) ran: what it
     /// did to the session is judged from its SQL as a COM_QUERY's would be,
     /// since the execute itself names only an id. What a COM_QUERY would
     /// pin for pins (CREATE TEMPORARY TABLE, a user variable, GET_LOCK...);

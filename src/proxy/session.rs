@@ -193,8 +193,9 @@ pub struct SessionCtx<'a> {
     pub registry: &'a Registry,
     /// `--rsa-key`: caching_sha2 full authentication over plain TCP.
     pub rsa_key: Option<&'a RsaPrivate>,
-    /// `--tx-move-prepared-statements`: transaction pooling maps statement
-    /// ids across connections instead of pinning at the first prepare.
+    /// `--tx-prepared-statements move` (the default): transaction pooling
+    /// maps statement ids across connections instead of pinning at the
+    /// first prepare.
     pub move_prepared_statements: bool,
 }
 
@@ -418,7 +419,7 @@ impl Session {
     }
 
     /// Between a relay's stop at a statement command and the relay that
-    /// follows (`--tx-move-prepared-statements`).
+    /// follows (`--tx-prepared-statements move`).
     pub fn in_statement_flow(&self) -> bool {
         matches!(self.state, State::Statement(_))
     }

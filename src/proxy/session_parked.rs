@@ -31,7 +31,8 @@ impl Session {
         tracker.capture_commands(multiplex::CAPTURE_LIMIT);
         // Statement ids are mapped to each connection's (the registry is
         // made at the first statement command: an idle session has none);
-        // without the flag the first statement command pins instead.
+        // with `--tx-prepared-statements pin` the first statement command
+        // pins instead.
         if ctx.move_prepared_statements {
             tracker.stop_at_statements();
         } else {

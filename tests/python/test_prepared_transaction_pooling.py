@@ -60,9 +60,8 @@ def tx_proxy(make_proxy, backends=4, extra=()):
         extra_args=[
             "--backend-max-connections", str(backends),
             "--backend-pool-size", str(backends),
-            # Statement mapping is opt-in (experimental); without it the first
-            # statement command pins (test_transaction_pooling.py).
-            "--tx-move-prepared-statements",
+            # No flag: statements move by default in transaction pooling
+            # (--tx-prepared-statements pin is the opt-out, tested below).
             *extra,
         ],
     )
@@ -143,6 +142,57 @@ def test_prepared_statements_interleaved_with_20_clients_on_4_backends(make_prox
     assert m["ringgate_statement_reprepares_total"] >= 1
     assert m["ringgate_tx_releases_total"] > 100
 
+
+
+def two_sessions_take_turns_on_one_connection(proxy):
+    """Two sessions each prepare their own statement and execute it in turns on a proxy with
+    one backend connection, so each execute comes after the other session leased it."""
+    a, b = connector(proxy), connector(proxy)
+    try:
+        ca, cb = a.cursor(prepared=True), b.cursor(prepared=True)
+        for k in range(5):
+            ca.execute(f"SELECT id, owner FROM {TABLE} WHERE id = %s", (k + 1,))
+            assert ca.fetchall() == [(k + 1, (k + 1) % 7)]
+            cb.execute("SELECT CONCAT('b-', %s)", (k,))
+            assert cb.fetchall() == [(f"b-{k}",)]
+        ca.close()
+        cb.close()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_by_default_two_sessions_with_statements_share_one_connection(make_proxy):
+    """Moving is the default in transaction pooling (no flag): a prepared statement does not pin,
+    so two sessions with statements take turns on a single backend connection."""
+    proxy = make_proxy(
+        pooling="transaction",
+        workers=1,
+        extra_args=["--backend-max-connections", "1", "--backend-pool-size", "1"],
+    )
+    two_sessions_take_turns_on_one_connection(proxy)
+    m = proxy.metrics()
+    assert pinned_total(m) == 0, {k: v for k, v in m.items() if "pinned" in k and v}
+    assert m["ringgate_tx_releases_total"] >= 20
+    assert client_statements_settle(proxy) == 0
+
+
+def test_pin_mode_the_second_session_with_a_statement_waits_and_gets_1040(make_proxy):
+    """The opt-out's cost, as docs/operations.md states it: with --tx-prepared-statements pin the
+    first session's prepare holds the only connection, and the second waits
+    --backend-wait-timeout and gets ERR 1040 at its statement."""
+    proxy = make_proxy(
+        pooling="transaction",
+        workers=1,
+        extra_args=[
+            "--backend-max-connections", "1", "--backend-pool-size", "1",
+            "--backend-wait-timeout", "1s", "--tx-prepared-statements", "pin",
+        ],
+    )
+    with pytest.raises(mysql.connector.Error) as e:
+        two_sessions_take_turns_on_one_connection(proxy)
+    assert e.value.errno == 1040, e.value
+    assert proxy.metrics()['ringgate_sessions_pinned_total{reason="prepared_statement"}'] == 1
 
 
 def test_statement_close_while_the_session_keeps_its_connection(make_proxy):
@@ -243,13 +293,16 @@ def test_a_prepare_of_1000_columns_larger_than_the_read_buffer(make_proxy):
             cur.execute(f"DROP TABLE IF EXISTS {table}")
 
 
-def test_without_the_flag_a_prepare_pins_and_statements_stay_on_one_connection(make_proxy):
-    """The default (no --tx-move-prepared-statements): the first statement command pins the
-    session, ids are the server's own, and nothing goes through the statement registry."""
+def test_pin_mode_a_prepare_pins_and_statements_stay_on_one_connection(make_proxy):
+    """--tx-prepared-statements pin: the first statement command pins the session, ids are the
+    server's own, and nothing goes through the statement registry."""
     proxy = make_proxy(
         pooling="transaction",
         workers=1,
-        extra_args=["--backend-max-connections", "2", "--backend-pool-size", "2"],
+        extra_args=[
+            "--backend-max-connections", "2", "--backend-pool-size", "2",
+            "--tx-prepared-statements", "pin",
+        ],
     )
     stop = threading.Event()
     others = busy_text_clients(proxy, 4, stop)

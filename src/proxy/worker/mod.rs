@@ -291,7 +291,7 @@ fn session_ctx<'a>(
         read_buffer_size: cfg.read_buffer_size as usize,
         registry: &shared.registry,
         rsa_key: shared.rsa_key.as_deref(),
-        move_prepared_statements: cfg.tx_move_prepared_statements,
+        move_prepared_statements: cfg.tx_prepared_statements.moves(),
     }
 }
 
