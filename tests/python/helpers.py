@@ -50,6 +50,55 @@ def run_threads(n, fn, timeout=300):
     assert not stuck, f"{stuck} clients still running after {timeout} s"
 
 
+class Background:
+    """n threads running fn(i, stop_event) until they are stopped, whose failures fail the test:
+    an exception in a plain thread is only printed, so a background client that saw a wrong
+    answer would otherwise go unnoticed."""
+
+    def __init__(self, n, fn):
+        self.event = threading.Event()
+        self.errors = []
+        self.stopped = False
+
+        def wrap(i):
+            try:
+                fn(i, self.event)
+            except Exception as e:  # noqa: BLE001 - reported by stop()
+                self.errors.append(f"background client {i}: {e!r}")
+
+        self.threads = [threading.Thread(target=wrap, args=(i,), daemon=True) for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def stop(self, timeout=30):
+        """Stops and joins the threads, then fails with the first errors (once)."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self.event.set()
+        for t in self.threads:
+            t.join(timeout)
+        stuck = sum(t.is_alive() for t in self.threads)
+        assert not self.errors, f"{len(self.errors)} failed, first: {self.errors[:5]}"
+        assert not stuck, f"{stuck} background clients still running after {timeout} s"
+
+
+@contextlib.contextmanager
+def background(n, fn):
+    """`with background(n, fn) as bg:` runs fn(i, stop_event) in n threads for the body, then
+    stops them and checks them (Background.stop; the body may call bg.stop() earlier). When
+    the body fails, its own error is the one reported."""
+    bg = Background(n, fn)
+    try:
+        yield bg
+    except BaseException:
+        bg.event.set()
+        for t in bg.threads:
+            t.join(30)
+        raise
+    bg.stop()
+
+
 @contextlib.contextmanager
 def sandbox_account(user, password):
     """A MariaDB account `user`@'%' with `password` and every privilege on TEST_DB, dropped

@@ -14,7 +14,6 @@ import os
 import socket
 import struct
 import subprocess
-import threading
 import time
 
 import mysql.connector
@@ -22,7 +21,7 @@ import pymysql
 import pytest
 
 from conftest import APP_PASSWORD, APP_USER, NODE_DIR, TEST_DB, node_with_mysql2
-from helpers import direct, run_threads
+from helpers import background, direct, run_threads
 
 TABLE = f"{TEST_DB}.txps"
 
@@ -74,11 +73,11 @@ def connector(proxy, **kw):
     )
 
 
-def busy_text_clients(proxy, n, stop):
-    """n PyMySQL clients running text statements until `stop` is set (they move the
-    connections around)."""
+def busy_text_clients(proxy, n):
+    """n PyMySQL clients running text statements while the `with` lasts (they move the
+    connections around); a wrong answer or an error in one fails the test."""
 
-    def loop(i):
+    def loop(i, stop):
         c = pymysql.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD,
                             autocommit=True, connect_timeout=20, read_timeout=60)
         try:
@@ -89,10 +88,7 @@ def busy_text_clients(proxy, n, stop):
         finally:
             c.close()
 
-    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
-    return threads
+    return background(n, loop)
 
 
 def client_statements_settle(proxy, timeout=5.0):
@@ -112,9 +108,7 @@ def pinned_total(m):
 
 def test_prepared_statements_interleaved_with_20_clients_on_4_backends(make_proxy):
     proxy = tx_proxy(make_proxy, backends=4)
-    stop = threading.Event()
-    others = busy_text_clients(proxy, 20, stop)
-    try:
+    with busy_text_clients(proxy, 20):
         def client(i):
             c = connector(proxy)
             try:
@@ -132,10 +126,6 @@ def test_prepared_statements_interleaved_with_20_clients_on_4_backends(make_prox
                 c.close()
 
         run_threads(4, client)
-    finally:
-        stop.set()
-        for t in others:
-            t.join(30)
     m = proxy.metrics()
     assert pinned_total(m) == 0, {k: v for k, v in m.items() if "pinned" in k and v}
     # The sessions moved between connections: statements were prepared again on others.
@@ -225,9 +215,7 @@ def test_session_state_made_by_a_prepared_statement_pins(make_proxy):
     its INSERT into the temporary table got 1146). Other clients move the connections around
     meanwhile."""
     proxy = tx_proxy(make_proxy, backends=2)
-    stop = threading.Event()
-    others = busy_text_clients(proxy, 6, stop)
-    try:
+    with busy_text_clients(proxy, 6):
         c = connector(proxy)
         try:
             cur = c.cursor(prepared=True)
@@ -249,10 +237,6 @@ def test_session_state_made_by_a_prepared_statement_pins(make_proxy):
             cur.close()
         finally:
             c.close()
-    finally:
-        stop.set()
-        for t in others:
-            t.join(30)
     m = proxy.metrics()
     pins = {k: v for k, v in m.items() if "pinned_total" in k and v}
     assert pins == {
@@ -273,9 +257,7 @@ def test_a_prepare_of_1000_columns_larger_than_the_read_buffer(make_proxy):
         cur.execute(f"CREATE TABLE {table} ({cols})")
         cur.execute(f"INSERT INTO {table} VALUES ({', '.join(str(i) for i in range(1000))})")
     proxy = tx_proxy(make_proxy, backends=2)
-    stop = threading.Event()
-    others = busy_text_clients(proxy, 4, stop)
-    try:
+    with busy_text_clients(proxy, 4):
         c = connector(proxy)
         try:
             cur = c.cursor(prepared=True)
@@ -285,10 +267,6 @@ def test_a_prepare_of_1000_columns_larger_than_the_read_buffer(make_proxy):
             cur.close()
         finally:
             c.close()
-    finally:
-        stop.set()
-        for t in others:
-            t.join(30)
         with direct() as d, d.cursor() as cur:
             cur.execute(f"DROP TABLE IF EXISTS {table}")
 
@@ -304,9 +282,7 @@ def test_pin_mode_a_prepare_pins_and_statements_stay_on_one_connection(make_prox
             "--tx-prepared-statements", "pin",
         ],
     )
-    stop = threading.Event()
-    others = busy_text_clients(proxy, 4, stop)
-    try:
+    with busy_text_clients(proxy, 4):
         c = connector(proxy)
         try:
             for k in range(3):
@@ -316,10 +292,6 @@ def test_pin_mode_a_prepare_pins_and_statements_stay_on_one_connection(make_prox
                 cur.close()
         finally:
             c.close()
-    finally:
-        stop.set()
-        for t in others:
-            t.join(30)
     m = proxy.metrics()
     assert m['ringgate_sessions_pinned_total{reason="prepared_statement"}'] >= 1, {
         k: v for k, v in m.items() if "pinned" in k
@@ -543,9 +515,7 @@ def test_executes_without_rebinding_get_the_types_bound_earlier(make_proxy):
     the statement is prepared again and knows no types: the proxy binds the recorded ones. With
     a string and an integer parameter, wrong types would garble the answer."""
     proxy = tx_proxy(make_proxy, backends=2)
-    stop = threading.Event()
-    others = busy_text_clients(proxy, 6, stop)
-    try:
+    with busy_text_clients(proxy, 6) as others:
         c = Raw(proxy.port)
         stmt, _, nparams = c.prepare("SELECT CONCAT(?, '/', ?)")
         assert nparams == 2
@@ -554,9 +524,7 @@ def test_executes_without_rebinding_get_the_types_bound_earlier(make_proxy):
         # The busy clients stop here: they have another pool key, so on two connections they
         # evict the session's idle connection (which is how they move it) and would evict the
         # one held below, or keep the session waiting for one of its own (ERR 1040).
-        stop.set()
-        for t in others:
-            t.join(30)
+        others.stop()
         first = c.query("SELECT CONNECTION_ID()")[0][0]
         threads = {first}
         # Make the session move for sure (the busy clients alone may leave it on its
@@ -585,10 +553,6 @@ def test_executes_without_rebinding_get_the_types_bound_earlier(make_proxy):
         finally:
             hold.close()
         c.close()
-    finally:
-        stop.set()
-        for t in others:
-            t.join(30)
     assert len(threads) > 1, "the session never moved: the test proves nothing"
     m = proxy.metrics()
     assert m["ringgate_statement_reprepares_total"] >= 1
@@ -597,9 +561,7 @@ def test_executes_without_rebinding_get_the_types_bound_earlier(make_proxy):
 
 def test_send_long_data_then_execute_on_a_busy_pool(make_proxy):
     proxy = tx_proxy(make_proxy, backends=2)
-    stop = threading.Event()
-    others = busy_text_clients(proxy, 6, stop)
-    try:
+    with busy_text_clients(proxy, 6):
         c = Raw(proxy.port)
         stmt, _, _ = c.prepare("SELECT CAST(LENGTH(?) AS CHAR), MD5(?)")
         chunks = [bytes([65 + i]) * 50_000 for i in range(4)]
@@ -620,18 +582,12 @@ def test_send_long_data_then_execute_on_a_busy_pool(make_proxy):
         cur.execute("SELECT LENGTH(%s)", (io.BytesIO(b"x" * 300_000),))
         assert cur.fetchall() == [(300000,)]
         conn.close()
-    finally:
-        stop.set()
-        for t in others:
-            t.join(30)
     assert pinned_total(proxy.metrics()) == 0
 
 
 def test_a_cursor_is_fetched_on_the_connection_that_opened_it(make_proxy):
     proxy = tx_proxy(make_proxy, backends=2)
-    stop = threading.Event()
-    others = busy_text_clients(proxy, 6, stop)
-    try:
+    with busy_text_clients(proxy, 6):
         c = Raw(proxy.port)
         stmt, ncols, _ = c.prepare(f"SELECT CAST(id AS CHAR) FROM {TABLE} ORDER BY id")
         kind, _, status = c.execute(stmt, cursor=1)  # CURSOR_TYPE_READ_ONLY
@@ -652,10 +608,6 @@ def test_a_cursor_is_fetched_on_the_connection_that_opened_it(make_proxy):
         _, rows, _ = c.execute(stmt)
         assert len(rows) == 200
         c.close()
-    finally:
-        stop.set()
-        for t in others:
-            t.join(30)
     assert pinned_total(proxy.metrics()) == 0
 
 
@@ -686,17 +638,11 @@ def test_last_prepared_id_with_pipelined_prepare_and_bulk_execute(make_proxy):
 
     ok = bulk(ins, [(1, "one"), (2, "two"), (3, "three")], True)
     assert ok[1] == 3, ok
-    stop = threading.Event()
-    others = busy_text_clients(proxy, 6, stop)
-    try:
+    with busy_text_clients(proxy, 6):
         for k in range(20):
             ok = bulk(0xFFFFFFFF, [(10 + k, f"r{k}")], False)
             assert ok[1] == 1
             time.sleep(0.005)
-    finally:
-        stop.set()
-        for t in others:
-            t.join(30)
     c.close()
     with direct() as d, d.cursor() as cur:
         cur.execute(f"SELECT a, b FROM {TABLE}_bulk ORDER BY a")
@@ -766,17 +712,11 @@ def test_prepared_stmt_count_bounded_after_many_distinct_prepares(make_proxy):
 def test_node_mysql2_execute_on_4_backends(make_proxy):
     node = node_with_mysql2()
     proxy = tx_proxy(make_proxy, backends=4)
-    stop = threading.Event()
-    others = busy_text_clients(proxy, 10, stop)
-    try:
+    with busy_text_clients(proxy, 10):
         env = dict(os.environ, PORT=str(proxy.port), USER=APP_USER, PASS=APP_PASSWORD, DB=TEST_DB,
                    TABLE=TABLE, CLIENTS="8", ROUNDS="50")
         r = subprocess.run([node, "execute.js"], cwd=NODE_DIR, env=env, capture_output=True,
                            text=True, timeout=120)
-    finally:
-        stop.set()
-        for t in others:
-            t.join(30)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout.strip().splitlines()[-1]) == {"executes": 800}
     m = proxy.metrics()
