@@ -394,13 +394,14 @@ impl Pool {
 
     /// Reserve a unit of the cap for a new connection, unless another
     /// worker whose sessions wait holds fewer connections than this one
-    /// (the unit is theirs: see `pool_share.rs`).
+    /// and the free units are too few for them (the unit is theirs: see
+    /// `pool_share.rs`).
     fn reserve(&self) -> bool {
-        let defer = self
+        let max = self.cfg.max_connections;
+        !self
             .share
-            .neediest_other(self.worker)
-            .is_some_and(|theirs| theirs < self.slots.len());
-        !defer && self.share.try_reserve(self.cfg.max_connections)
+            .room_is_theirs(self.worker, Some(self.slots.len()), max)
+            && self.share.try_reserve(max)
     }
 
     /// The session no longer wants a connection (it closed while waiting).

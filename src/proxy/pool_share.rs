@@ -11,8 +11,9 @@
 //! So each worker also publishes what it holds and how many of its clients
 //! wait, and the pools follow two rules (`pool_upkeep.rs`):
 //! - a worker does not open a connection while another worker's clients
-//!   wait and that worker holds fewer connections than it does (the free
-//!   unit is the other's to take);
+//!   wait, the free units are too few for them, and that worker holds
+//!   fewer connections than it does (the free unit is the other's to take);
+//!   nor does it open warm ones (`--backend-pool-size`) then;
 //! - with the cap reached, a worker holding at least two more connections
 //!   than a worker whose clients wait closes one it gets back instead of
 //!   handing it to its own next waiter; a worker with none of its own
@@ -77,11 +78,37 @@ impl BackendShare {
     /// The fewest units held by another worker whose sessions wait (None:
     /// no other worker has a session waiting).
     pub fn neediest_other(&self, me: usize) -> Option<usize> {
-        self.workers
-            .iter()
-            .enumerate()
-            .filter(|&(i, d)| i != me && d.waiting.load(Ordering::Relaxed) > 0)
-            .map(|(_, d)| d.held.load(Ordering::Relaxed))
-            .min()
+        self.others_waiting(me).map(|(held, _)| held)
+    }
+
+    /// The other workers with sessions waiting: the fewest units one of
+    /// them holds, and how many of their sessions wait in all.
+    fn others_waiting(&self, me: usize) -> Option<(usize, usize)> {
+        let mut fewest: Option<usize> = None;
+        let mut waiting = 0;
+        for (i, d) in self.workers.iter().enumerate() {
+            let w = d.waiting.load(Ordering::Relaxed);
+            if i == me || w == 0 {
+                continue;
+            }
+            waiting += w;
+            let held = d.held.load(Ordering::Relaxed);
+            fewest = Some(fewest.map_or(held, |f| f.min(held)));
+        }
+        fewest.map(|f| (f, waiting))
+    }
+
+    /// Are the free units of the cap (`max` minus those reserved) too few
+    /// for the other workers' waiting sessions, and does one of those
+    /// workers hold fewer than `held` (None: whatever it holds)? Then a
+    /// unit this worker would take is theirs. With room for everyone
+    /// nobody defers: a worker's sessions also wait for a connection being
+    /// reset, which needs no unit.
+    pub fn room_is_theirs(&self, me: usize, held: Option<usize>, max: usize) -> bool {
+        let Some((fewest, waiting)) = self.others_waiting(me) else {
+            return false;
+        };
+        let free = max.saturating_sub(self.open());
+        free <= waiting && held.is_none_or(|mine| fewest < mine)
     }
 }

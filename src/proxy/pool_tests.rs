@@ -740,3 +740,21 @@ fn an_idle_connection_goes_to_another_worker_once_it_has_been_idle_a_while() {
     assert_eq!(rebalanced(&a), 1);
     assert_eq!(a.open.open(), 3);
 }
+
+#[test]
+fn with_room_for_everyone_a_worker_opens_whatever_the_other_holds() {
+    let (mut a, b) = two_workers(8);
+    let key = PoolKey::default_warm();
+    for s in 1..=3 {
+        leased(&a.lease(req(s, key))).unwrap();
+    }
+    // B has a session waiting (published) and holds none, but 5 units are
+    // free: plenty for it, so A does not defer.
+    b.pool.share.publish(1, 0, 1);
+    assert!(leased(&a.lease(req(4, key))).is_some());
+    assert_eq!(a.open.open(), 4);
+    // With the free units down to B's waiters, A leaves them to B.
+    b.pool.share.publish(1, 0, 4);
+    assert_eq!(leased(&a.lease(req(5, key))), None);
+    b.pool.share.publish(1, 0, 0);
+}

@@ -165,8 +165,11 @@ impl Pool {
             })
             .count();
         // Warm connections are no one's yet: none while another worker's
-        // sessions wait for a unit of the cap.
-        if self.share.neediest_other(self.worker).is_some() {
+        // sessions wait for the last units of the cap.
+        if self
+            .share
+            .room_is_theirs(self.worker, None, self.cfg.max_connections)
+        {
             return;
         }
         for _ in have..self.cfg.pool_size {
