@@ -228,20 +228,22 @@ fn idle_clients(mode: Mode, transaction: bool, n: usize) -> Figures {
             panic!("client {i} of {n} after idling: {e}");
         }
     }
-    if mode == Mode::Fixed {
-        // A client that just ran a query keeps its slot and a read pending (as does its
-        // backend connection) until that read has been idle for a whole tick (100–200 ms;
-        // src/proxy/worker/hot_read.rs): then it gives the slot back.
-        wait_until(
-            &proxy,
-            Duration::from_secs(5),
-            "idle reads give their slots back",
-            || {
-                let h = held(&proxy);
-                h.client == 0.0 && h.backend == 0.0
-            },
-        );
-    }
+    // A client that just ran a query keeps its slot and a read pending in fixed mode (as does
+    // its backend connection) until that read has been idle for a whole tick (100–200 ms;
+    // src/proxy/worker/hot_read.rs). And in any mode a backend connection may still be busy
+    // when the last client has its answer: opening for a worker whose clients waited (the
+    // workers share --backend-max-connections, and one closes a connection for the other), a
+    // warm refill logging in, a give-back finishing; it holds its buffer until idle. A leak
+    // would not settle.
+    wait_until(
+        &proxy,
+        Duration::from_secs(10),
+        "no buffer held after one query each",
+        || {
+            let h = held(&proxy);
+            h.client == 0.0 && h.backend == 0.0 && h.ring == 0.0
+        },
+    );
     let after = held(&proxy);
     let rss_after = settle_rss(pid);
     eprintln!(
