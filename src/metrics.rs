@@ -141,9 +141,9 @@ pub struct WorkerMetrics {
     /// Fixed mode: readable idle clients that found no free slot (and
     /// read into a heap buffer at once).
     pub slot_waits_total: AtomicU64,
-    /// Fixed mode: reads (client or backend) that stayed pending for a
-    /// whole tick and were cancelled, so that the idle connection gives
-    /// its slot back and waits on a poll.
+    /// Fixed mode: reads (client or backend) still pending on an empty
+    /// buffer 10 ms after they were submitted, cancelled so that the idle
+    /// connection gives its slot back and waits on a poll.
     pub idle_read_cancels_total: AtomicU64,
     /// Fixed mode: idle clients waiting for readability without a slot
     /// (a poll in flight).

@@ -243,17 +243,6 @@ impl ReadBuffer {
     /// READ_FIXED for a registered slot, READ for a heap buffer. The buffer
     /// is in flight until [`ReadBuffer::complete`].
     pub fn read_sqe(&mut self, fd: RawFd, user_data: u64) -> Sqe {
-        self.read_sqe_flags(fd, user_data, 0)
-    }
-
-    /// [`Self::read_sqe`] with RWF_NOWAIT: completes with -EAGAIN instead
-    /// of waiting when the socket has nothing to read (a read after a
-    /// readiness report that a read in flight may already have consumed).
-    pub fn read_sqe_nowait(&mut self, fd: RawFd, user_data: u64) -> Sqe {
-        self.read_sqe_flags(fd, user_data, libc::RWF_NOWAIT)
-    }
-
-    fn read_sqe_flags(&mut self, fd: RawFd, user_data: u64, rw_flags: i32) -> Sqe {
         assert!(!self.in_flight, "second operation on a busy buffer");
         let start = self.filled + self.wire;
         assert!(start < self.capacity, "read into a full buffer");
@@ -264,11 +253,9 @@ impl ReadBuffer {
         let entry = match self.memory {
             Memory::Fixed { index, .. } => opcode::ReadFixed::new(types::Fd(fd), ptr, len, index)
                 .offset(SOCKET_OFFSET)
-                .rw_flags(rw_flags as _)
                 .build(),
             Memory::Heap(_) => opcode::Read::new(types::Fd(fd), ptr, len)
                 .offset(SOCKET_OFFSET)
-                .rw_flags(rw_flags as _)
                 .build(),
         };
         // SAFETY: the buffer is now marked in flight: it cannot be released

@@ -95,8 +95,9 @@ impl Collector for Exposition {
         counter(
             &mut enc,
             "ringgate_read_buffer_idle_cancels_total",
-            "Fixed mode: reads (client or backend) that stayed pending for a whole tick and \
-             were cancelled, so that the idle connection gives its slot back and waits on a poll.",
+            "Fixed mode: reads (client or backend) still pending 10 ms after they were \
+             submitted, cancelled so that the idle connection gives its slot back and waits on \
+             a poll (a failed cancel, sent again, counts again).",
             s.idle_read_cancels_total,
         )?;
         gauge(

@@ -30,71 +30,6 @@ pub struct ConnIo {
     /// Operations in the kernel that name this socket's fd.
     fd_ops: u32,
     shut: bool,
-    /// Fixed mode: the socket's readability poll, which an idle connection
-    /// waits on instead of a read that would hold a slot
-    /// (`worker/idle_io.rs`).
-    pub poll: PollState,
-}
-
-/// A socket's multishot readability poll (fixed mode: a connection waits
-/// for its next bytes on it without holding a slot). Pure bookkeeping; the
-/// worker submits the poll and the reads (`worker/idle_io.rs`).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PollState {
-    /// A multishot poll names the fd (one operation on it).
-    pub armed: bool,
-    /// The socket may hold bytes no read has seen: a readiness CQE came
-    /// while the connection was not waiting, or a read filled its buffer.
-    pub readable: bool,
-    /// The read in flight is RWF_NOWAIT: -EAGAIN means "wait again".
-    pub nowait_read: bool,
-    /// A CQE reported the peer's FIN, a hang-up or an error: no wake-up
-    /// will announce it again, so every idle read from now on reads at once
-    /// (and finds the EOF or the error behind any last bytes).
-    pub hup: bool,
-    /// Its cancel was sent (the connection is closing).
-    pub cancel_sent: bool,
-}
-
-impl PollState {
-    /// A wake-up already came: the next idle read reads at once.
-    pub fn ready(&self) -> bool {
-        self.armed && (self.readable || self.hup)
-    }
-
-    /// A CQE of the poll (`res`: its events, or -errno). True when it ended
-    /// the poll (no IORING_CQE_F_MORE: cancelled, failed, or ended by the
-    /// kernel), which then names the fd no more.
-    pub fn on_cqe(&mut self, res: i32, flags: u32) -> bool {
-        let ended = !io_uring::cqueue::more(flags);
-        if ended {
-            self.armed = false;
-        }
-        if res > 0 && res & i32::from(libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 {
-            self.hup = true;
-        }
-        ended
-    }
-
-    /// A read is submitted: it sees every byte a readiness report so far
-    /// was about. `nowait`: it is RWF_NOWAIT (a read after a wake-up that
-    /// may be stale).
-    pub fn reading(&mut self, nowait: bool) {
-        self.readable = false;
-        self.nowait_read = nowait;
-    }
-
-    /// The read completed with `res`; `full`: it filled the buffer, so
-    /// bytes may be left in the socket that no new wake-up would announce.
-    /// True when it was a RWF_NOWAIT read that found nothing: the
-    /// connection waits on the poll again.
-    pub fn read_done(&mut self, res: i32, full: bool) -> bool {
-        let nowait = std::mem::take(&mut self.nowait_read);
-        if res > 0 && full {
-            self.readable = true;
-        }
-        nowait && res == -libc::EAGAIN
-    }
 }
 
 impl ConnIo {
@@ -107,7 +42,6 @@ impl ConnIo {
             recv: None,
             fd_ops: 0,
             shut: false,
-            poll: PollState::default(),
         }
     }
 
@@ -200,43 +134,5 @@ mod tests {
         backend.op_done();
         assert!(backend.quiescent());
         let _ = pool.release(backend.buf.take().unwrap());
-    }
-
-    /// IORING_CQE_F_MORE, as the kernel sets it on a multishot poll's CQEs.
-    const MORE: u32 = 1 << 1;
-
-    #[test]
-    fn a_poll_cqe_without_more_ends_it_and_a_hang_up_is_kept() {
-        let mut p = PollState {
-            armed: true,
-            ..PollState::default()
-        };
-        assert!(!p.on_cqe(i32::from(libc::POLLIN), MORE));
-        assert!(p.armed && !p.hup);
-        assert!(!p.on_cqe(i32::from(libc::POLLIN | libc::POLLRDHUP), MORE));
-        assert!(p.hup && p.ready(), "a FIN is announced once: remember it");
-        assert!(p.on_cqe(-libc::ECANCELED, 0));
-        assert!(!p.armed && !p.ready());
-    }
-
-    #[test]
-    fn a_nowait_read_that_finds_nothing_waits_again_and_a_full_read_stays_readable() {
-        let mut p = PollState {
-            armed: true,
-            readable: true,
-            ..PollState::default()
-        };
-        p.reading(true);
-        assert!(!p.readable);
-        assert!(p.read_done(-libc::EAGAIN, false));
-        // A plain read's -EAGAIN (never on a blocking socket) is a failure.
-        p.reading(false);
-        assert!(!p.read_done(-libc::EAGAIN, false));
-        p.reading(true);
-        assert!(!p.read_done(100, true));
-        assert!(p.ready(), "a full buffer may have left bytes behind");
-        p.reading(true);
-        assert!(!p.read_done(10, false));
-        assert!(!p.ready());
     }
 }

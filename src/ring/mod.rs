@@ -50,7 +50,7 @@ pub use token::{next_generation, OpTag, Token};
 pub mod ops {
     pub use super::sqe::{
         accept, accept_multi, cancel_fd, cancel_user_data, connect, link_timeout, nop, poll_closed,
-        poll_readable, poll_readable_multi, timeout,
+        poll_readable, timeout,
     };
 }
 

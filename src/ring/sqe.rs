@@ -108,21 +108,6 @@ pub fn poll_readable(fd: RawFd, token: Token) -> Sqe {
     unsafe { Sqe::new(e) }
 }
 
-/// Multishot POLL_ADD for readability (IORING_POLL_ADD_MULTI, 5.13): one SQE
-/// posts a CQE (IORING_CQE_F_MORE set) at every wake-up of the socket while
-/// it is readable, until cancelled; a CQE without F_MORE ends it. It asks
-/// for POLLRDHUP too: the peer's FIN often raises the same wake-up as its
-/// last bytes, and a read that returns those bytes leaves the EOF unread
-/// with no wake-up to come, so the CQE must say it is there.
-pub fn poll_readable_multi(fd: RawFd, token: Token) -> Sqe {
-    let e = opcode::PollAdd::new(types::Fd(fd), (libc::POLLIN | libc::POLLRDHUP) as u32)
-        .multi(true)
-        .build()
-        .user_data(token.into());
-    // SAFETY: a poll names an fd, no memory.
-    unsafe { Sqe::new(e) }
-}
-
 /// One-shot POLL_ADD that completes only when the peer closes (POLLRDHUP;
 /// errors and hang-ups complete it too), not when bytes arrive: it can
 /// stay armed for a connection's whole life, through every response.

@@ -39,19 +39,13 @@ pub enum OpTag {
     BackendTlsWrite = 18,
     /// A backend connection's close watch (backend token).
     BackendWatch = 19,
-    /// Fixed mode: the cancel of a closing client's multishot poll (a
-    /// failed cancel is sent again).
-    ClientPollCancel = 20,
     /// Fixed mode: a backend connection's readability poll, which the
     /// relay's read waits on between commands without a slot (backend
     /// token).
     BackendPoll = 21,
-    /// Fixed mode: the cancel of a closed backend connection's multishot
-    /// poll (a failed cancel is sent again).
-    BackendPollCancel = 22,
-    /// Fixed mode: the cancel of a client read that stayed pending for a
-    /// whole tick (the client went idle: it gives its slot back and waits
-    /// on a poll; `worker/hot_read.rs`).
+    /// Fixed mode: the cancel of a client read still pending on an empty
+    /// buffer 10 ms after it was submitted (the client went idle: it gives
+    /// its slot back and waits on a poll; `worker/hot_read.rs`).
     ClientReadCool = 23,
     /// Fixed mode: the same for the relay's read of the backend.
     DownReadCool = 24,
@@ -79,9 +73,7 @@ impl OpTag {
             17 => OpTag::ClientPoll,
             18 => OpTag::BackendTlsWrite,
             19 => OpTag::BackendWatch,
-            20 => OpTag::ClientPollCancel,
             21 => OpTag::BackendPoll,
-            22 => OpTag::BackendPollCancel,
             23 => OpTag::ClientReadCool,
             24 => OpTag::DownReadCool,
             _ => return None,

@@ -83,11 +83,6 @@ impl Worker {
         if !b.conn.is_closed() {
             return;
         }
-        // Fixed mode: its multishot poll ends only when cancelled.
-        self.cancel_backend_poll(bid);
-        let Some(b) = self.pool.get_mut(bid) else {
-            return;
-        };
         if !b.io.quiescent() {
             return;
         }
@@ -287,8 +282,6 @@ impl Worker {
                 self.ring.push_linked(connect, timeout);
             }
             BackendOp::Read => {
-                // It sees every byte a wake-up of the poll was about.
-                b.io.poll.reading(false);
                 let buf = self.buffers.ensure(&mut b.io.buf, Owner::Backend);
                 let token = Token::new(OpTag::BackendRead, bid.index, bid.generation);
                 let sqe = buf.read_sqe(fd, token.into());

@@ -1,5 +1,5 @@
 //! Fixed mode: a busy connection keeps its slot and a plain READ_FIXED
-//! pending between commands; only one that stays idle for a whole tick
+//! pending between commands; only one that stays idle for [`HOT_IDLE`]
 //! gives the slot back and waits on a poll (issue 13 item 2, without the
 //! extra wake-up per query).
 //!
@@ -39,12 +39,9 @@
 //!   a relay that cancels its own backend read gets its -ECANCELED as
 //!   before.
 //!
-//! The polls are one-shot here (`Worker::poll_multi` is false): a
-//! multishot poll left armed on a connection that is busy again would post
-//! a completion for every arrival, each one a stale wake-up for the next
-//! idle wait. A one-shot poll is armed only when the connection goes idle
-//! (about once per idle period, beside the cancel) and ends at its one
-//! wake-up; shutting the socket down ends it at close.
+//! The polls are one-shot (`idle_io.rs` says why): armed only when the
+//! connection goes idle (about once per idle period, beside the cancel),
+//! ended by their one wake-up; shutting the socket down ends one at close.
 
 use std::sync::atomic::Ordering::Relaxed;
 

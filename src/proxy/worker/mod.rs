@@ -229,11 +229,6 @@ pub struct Worker {
     /// connections give their slot back and wait for readability with a
     /// poll (`idle_io.rs`, `idle_backend_io.rs`).
     idle_poll: bool,
-    /// Idle polls are multishot (until a kernel refuses one with EINVAL).
-    /// False since busy connections keep their reads hot (`hot_read.rs`):
-    /// a poll is armed only when a connection goes idle, and one left
-    /// armed would report every arrival of a busy connection.
-    poll_multi: bool,
     /// Fixed mode: the hot reads submitted, oldest first, checked for
     /// idleness after every batch (`hot_read.rs`).
     hot_queue: VecDeque<hot_read::HotEntry>,
@@ -422,7 +417,6 @@ impl Worker {
             action_scratch: Vec::new(),
             ring_pending: std::collections::HashMap::new(),
             idle_poll: buffers_mode == BufferMode::Fixed && !shared.config.hold_idle_slots,
-            poll_multi: false,
             hot_queue: VecDeque::new(),
             backend_tls: std::collections::HashMap::new(),
             shared,
@@ -503,10 +497,8 @@ impl Worker {
             OpTag::ClientRecv => self.on_client_recv(sid, res, flags),
             OpTag::BackendRecv => self.on_backend_recv(bid, res, flags),
             OpTag::BackendRecvCancel => self.on_backend_recv_cancel(bid, res),
-            OpTag::ClientPoll => self.on_client_poll(sid, res, flags),
-            OpTag::ClientPollCancel => self.on_client_poll_cancel(sid, res),
-            OpTag::BackendPoll => self.on_backend_poll(bid, res, flags),
-            OpTag::BackendPollCancel => self.on_backend_poll_cancel(bid, res),
+            OpTag::ClientPoll => self.on_client_poll(sid, res),
+            OpTag::BackendPoll => self.on_backend_poll(bid, res),
             OpTag::ClientReadCool => self.on_client_read_cool(sid, res),
             OpTag::DownReadCool => self.on_down_read_cool(sid, res),
             OpTag::BackendConnect => self.on_backend_connect(bid, res),

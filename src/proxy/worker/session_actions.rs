@@ -397,12 +397,9 @@ impl Worker {
             SessionAction::StartClientLeg(kind) => self.start_client_leg(sid, kind),
             SessionAction::StartTls => self.start_tls(sid),
             SessionAction::Close => {
-                let first = !slot.closing;
                 slot.closing = true;
+                // Also ends a poll the client waits on (POLLHUP).
                 slot.io.shutdown();
-                if first && slot.io.poll.armed {
-                    self.cancel_idle_poll(sid);
-                }
                 // A backend read waiting on its poll ends now (no wake-up
                 // is sure to come for it).
                 self.end_down_wait(sid, 0);

@@ -21,7 +21,7 @@ impl Worker {
                 None => buf.complete(res.max(0) as usize),
             }
         }
-        if self.idle_poll && (self.client_read_cooled(sid, res) || self.idle_read_done(sid, res)) {
+        if self.idle_poll && self.client_read_cooled(sid, res) {
             return;
         }
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
@@ -148,12 +148,9 @@ impl Worker {
     }
 
     pub(super) fn on_down_read(&mut self, sid: SessionId, res: i32) {
-        // Fixed mode: a read after the backend's poll that found nothing
-        // waits on the poll again.
-        let mut res = res;
-        if self.idle_poll
-            && (self.down_read_cooled(sid, res) || self.idle_down_read_done(sid, &mut res))
-        {
+        // Fixed mode: a hot read the worker cancelled because it went idle
+        // waits on the backend's poll now.
+        if self.idle_poll && self.down_read_cooled(sid, res) {
             return;
         }
         self.down_read_done(sid, res, true)
@@ -342,8 +339,6 @@ impl Worker {
             return;
         };
         let fd = slot.io.fd();
-        // This read sees every byte that a readiness report so far was about.
-        slot.io.poll.reading(false);
         let buf = self.buffers.ensure(&mut slot.io.buf, Owner::Client);
         let token = Token::new(OpTag::ClientRead, sid.index, sid.generation);
         let sqe = buf.read_sqe(fd, token.into());
