@@ -229,8 +229,8 @@ fn idle_clients(mode: Mode, transaction: bool, n: usize) -> Figures {
         }
     }
     // A client that just ran a query keeps its slot and a read pending in fixed mode (as does
-    // its backend connection) until that read has been idle for a whole tick (100–200 ms;
-    // src/proxy/worker/hot_read.rs). And in any mode a backend connection may still be busy
+    // its backend connection) until that read has been pending for 10 ms (checked after each
+    // batch, or at the 100 ms tick on a quiet worker; src/proxy/worker/hot_read.rs). And in any mode a backend connection may still be busy
     // when the last client has its answer: opening for a worker whose clients waited (the
     // workers share --backend-max-connections, and one closes a connection for the other), a
     // warm refill logging in, a give-back finishing; it holds its buffer until idle. A leak
