@@ -19,8 +19,8 @@
 # stopped again when not already running), RINGGATE_BIN (default $CARGO_TARGET_DIR/debug/ringgate,
 # built when missing), DRIVERS_KEEP=1 keeps the per-run logs, RINGGATE_DRIVERS_ARGS adds flags
 # to ringgate's (e.g. "--pooling transaction", which moves binary prepared statements between
-# backend connections; "--pooling transaction --tx-prepared-statements pin" pins), DRIVERS_BUSY=N runs N PyMySQL clients through the
-# same ringgate meanwhile (statements in a loop), so that under transaction pooling a session's
+# backend connections; "--pooling transaction --tx-prepared-statements pin" pins), DRIVERS_BUSY=N runs N clients (half PyMySQL, half
+# mysql-connector) through the same ringgate meanwhile (statements in a loop), so that under transaction pooling a session's
 # next command often lands on another backend connection than its last one: state a session
 # left on a connection, or expected to find there, shows up.
 set -euo pipefail
