@@ -150,7 +150,7 @@ fn failed_pushes_roll_back(mode: Mode) {
 both_modes!(push_failures, failed_pushes_roll_back);
 
 /// Fixed mode's hot reads (src/proxy/worker/hot_read.rs): a busy connection keeps its read
-/// pending with its slot, and one idle for a whole tick has the read cancelled so that it gives
+/// pending with its slot, and one idle for 10 ms (HOT_IDLE) has the read cancelled so that it gives
 /// the slot back. Here every second cancel never reaches the kernel (`cancel_fail=2`: a
 /// synthetic -EIO, the read it named still pending): the read must stay valid and hot, the
 /// next tick try again, and no client notice. Sessions idle past several ticks between

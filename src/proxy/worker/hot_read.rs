@@ -96,6 +96,20 @@ pub(super) struct HotReads {
     command_sent: bool,
 }
 
+impl HotReads {
+    /// A read of `leg` was submitted: it is pending, under a new sequence
+    /// number (returned), so that entries of earlier reads are stale.
+    fn submitted(&mut self, leg: Leg) -> u32 {
+        let (seq, pending) = match leg {
+            Leg::Client => (&mut self.client_seq, &mut self.client_pending),
+            Leg::Down => (&mut self.down_seq, &mut self.down_pending),
+        };
+        *seq = seq.wrapping_add(1);
+        *pending = true;
+        *seq
+    }
+}
+
 /// The cancel of a hot read completed with `res`: false when it failed and
 /// the read is still pending (anything but 0, -ENOENT: already completed,
 /// -EALREADY: completing now).
@@ -106,20 +120,29 @@ fn cool_cancel_took(res: i32) -> bool {
 impl Worker {
     /// A client read was submitted.
     pub(super) fn hot_client_submitted(&mut self, sid: SessionId) {
+        self.hot_submitted(sid, Leg::Client);
+    }
+
+    /// A read of `leg` was submitted: it is the session's pending one, to
+    /// be checked for idleness [`HOT_IDLE`] from now.
+    fn hot_submitted(&mut self, sid: SessionId, leg: Leg) {
         if !self.idle_poll {
             return;
         }
         if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
-            slot.hot.client_seq = slot.hot.client_seq.wrapping_add(1);
-            slot.hot.client_pending = true;
-            let seq = slot.hot.client_seq;
-            self.hot_queue.push_back(HotEntry {
-                sid,
-                leg: Leg::Client,
-                seq,
-                at: self.now,
-            });
+            let seq = slot.hot.submitted(leg);
+            self.queue_hot(sid, leg, seq);
         }
+    }
+
+    /// Check read `seq` of `leg` for idleness [`HOT_IDLE`] from now.
+    fn queue_hot(&mut self, sid: SessionId, leg: Leg, seq: u32) {
+        self.hot_queue.push_back(HotEntry {
+            sid,
+            leg,
+            seq,
+            at: self.now,
+        });
     }
 
     /// An idle client read (`idle_client_read`, buffer empty): true when it
@@ -184,20 +207,7 @@ impl Worker {
 
     /// A relay read of the backend was submitted to the kernel.
     pub(super) fn hot_down_submitted(&mut self, sid: SessionId) {
-        if !self.idle_poll {
-            return;
-        }
-        if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
-            slot.hot.down_seq = slot.hot.down_seq.wrapping_add(1);
-            slot.hot.down_pending = true;
-            let seq = slot.hot.down_seq;
-            self.hot_queue.push_back(HotEntry {
-                sid,
-                leg: Leg::Down,
-                seq,
-                at: self.now,
-            });
-        }
+        self.hot_submitted(sid, Leg::Down);
     }
 
     /// After a batch of completions: cancel the reads that have been
@@ -282,12 +292,7 @@ impl Worker {
             Leg::Down => (&mut slot.hot.down_cooling, slot.hot.down_seq),
         };
         if std::mem::take(cooling) {
-            self.hot_queue.push_back(HotEntry {
-                sid,
-                leg,
-                seq,
-                at: self.now,
-            });
+            self.queue_hot(sid, leg, seq);
         }
     }
 

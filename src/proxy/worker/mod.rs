@@ -182,7 +182,7 @@ struct SessionSlot {
     /// or `None`); counted in `relay_ops`.
     down_wait: idle_io::IdleWait,
     /// Fixed mode: the reads a busy session keeps pending with their slot
-    /// until they have been idle for a whole tick (`hot_read.rs`).
+    /// until they have been idle for `hot_read::HOT_IDLE` (`hot_read.rs`).
     hot: hot_read::HotReads,
     /// The relay cancelled its backend read (`CancelReadBackend`): a TLS
     /// backend's read that completed a partial record is not read again.
