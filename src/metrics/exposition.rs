@@ -203,25 +203,23 @@ impl Collector for Exposition {
         // Per worker: the workers share --backend-max-connections, and a
         // split that leaves one worker few connections while its clients
         // wait is invisible in the sums above.
-        let worker_label = |i: usize| [("worker", i.to_string())];
-        let held: Vec<_> = (s.worker_backend_held.iter().enumerate())
-            .map(|(i, &v)| (worker_label(i), v))
-            .collect();
+        let per_worker = |values: &[i64]| -> Vec<_> {
+            (values.iter().enumerate())
+                .map(|(i, &v)| ([("worker", i.to_string())], v))
+                .collect()
+        };
         gauges(
             &mut enc,
             "ringgate_worker_backend_connections",
             "Backend connections each worker holds against --backend-max-connections (opening, \
              idle, leased or closing).",
-            &held,
+            &per_worker(&s.worker_backend_held),
         )?;
-        let waiting: Vec<_> = (s.worker_pool_waiters.iter().enumerate())
-            .map(|(i, &v)| (worker_label(i), v))
-            .collect();
         gauges(
             &mut enc,
             "ringgate_worker_pool_waiters",
             "Client sessions waiting for a backend connection, per worker.",
-            &waiting,
+            &per_worker(&s.worker_pool_waiters),
         )?;
         counter(
             &mut enc,

@@ -386,10 +386,15 @@ impl Pool {
         }
     }
 
-    /// Tell the other workers what this pool holds and how many wait.
+    /// Tell the other workers what this pool holds and how many wait, and
+    /// the per-worker gauge what it holds (both from `slots`, so they
+    /// cannot drift from it).
     fn publish(&self) {
         self.share
             .publish(self.worker, self.slots.len(), self.waiters.len());
+        self.m()
+            .backend_held
+            .store(self.slots.len() as i64, Relaxed);
     }
 
     /// Reserve a unit of the cap for a new connection, unless another
@@ -600,7 +605,6 @@ impl Pool {
             watched: false,
             given: false,
         });
-        self.m().backend_held.fetch_add(1, Relaxed);
         self.publish();
         let id = BackendId { index, generation };
         self.apply(id, bo, now, out);

@@ -166,7 +166,6 @@ impl Pool {
             self.giving -= 1;
         }
         self.publish();
-        self.m().backend_held.fetch_sub(1, Relaxed);
         self.m().backend_discarded_total.fetch_add(1, Relaxed);
         self.dirty = true;
         Some(p)
