@@ -751,6 +751,8 @@ struct Acc {
     rounds: Vec<RoundFig>,
     errors: BTreeMap<String, u64>,
     cpu: f64,
+    /// Of `cpu`, the system (kernel) time.
+    system_cpu: f64,
     peak_rss: u64,
     rss_reset: bool,
     backend_cpu: f64,
@@ -804,7 +806,7 @@ async fn run_step(
         op_timeout: Duration::from_secs(10),
     };
     let before = read_counters(t, admin).await?;
-    let cpu0 = t.pid.and_then(procs::cpu_seconds);
+    let cpu0 = t.pid.and_then(procs::cpu_times);
     let vcs0 = t.pid.and_then(procs::voluntary_ctx_switches);
     let rss_reset = t.pid.map(procs::reset_peak_rss).unwrap_or(false);
     let bcpu0 = backend_pid.and_then(procs::cpu_seconds);
@@ -822,10 +824,11 @@ async fn run_step(
         stop.store(true, Ordering::Relaxed);
         h.join().unwrap_or_default()
     });
-    let cpu = match (cpu0, t.pid.and_then(procs::cpu_seconds)) {
-        (Some(a), Some(b)) => Some(b - a),
+    let cpu_times = match (cpu0, t.pid.and_then(procs::cpu_times)) {
+        (Some(a), Some(b)) => Some(a.until(b)),
         _ => None,
     };
+    let cpu = cpu_times.map(|c| c.user_s + c.system_s);
     let rss = t.pid.and_then(procs::peak_rss_kib);
     let vcs = match (vcs0, t.pid.and_then(procs::voluntary_ctx_switches)) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64),
@@ -899,6 +902,7 @@ async fn run_step(
         *acc.errors.entry(k).or_insert(0) += n;
     }
     acc.cpu += cpu.unwrap_or(0.0);
+    acc.system_cpu += cpu_times.map_or(0.0, |c| c.system_s);
     acc.peak_rss = acc.peak_rss.max(rss.unwrap_or(0));
     acc.rss_reset = rss_reset;
     acc.backend_cpu += bcpu.unwrap_or(0.0);
@@ -988,6 +992,7 @@ fn finish_record(
             } else {
                 0.0
             },
+            system_cpu_share: (acc.cpu > 0.0).then(|| acc.system_cpu / acc.cpu),
             peak_rss_kib: acc.peak_rss,
             peak_rss_reset_per_round: acc.rss_reset,
             voluntary_ctx_switches_per_op: acc.vcs.and_then(|n| per(n, acc.sys_ops)),

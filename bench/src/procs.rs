@@ -181,6 +181,30 @@ pub fn port_busy(addr: SocketAddr) -> bool {
 
 /// CPU time (user + system, all threads) of a process, in seconds.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    cpu_times(pid).map(|t| t.user_s + t.system_s)
+}
+
+/// A process's CPU time split into user and system (kernel) time, all threads.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuTimes {
+    pub user_s: f64,
+    pub system_s: f64,
+}
+
+impl CpuTimes {
+    /// What the process spent from `self` to `later`.
+    pub fn until(self, later: CpuTimes) -> CpuTimes {
+        CpuTimes {
+            user_s: later.user_s - self.user_s,
+            system_s: later.system_s - self.system_s,
+        }
+    }
+}
+
+/// User and system CPU time of a process (all threads). A proxy's system time is mostly the
+/// network stack working for it (copies in and out of socket buffers, loopback delivery),
+/// which every proxy pays the same way; its user time is what the proxy's own code costs.
+pub fn cpu_times(pid: u32) -> Option<CpuTimes> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = &stat[stat.rfind(')')? + 2..];
@@ -191,7 +215,10 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     // SAFETY: sysconf has no preconditions.
     let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     let tck = if tck > 0 { tck as f64 } else { 100.0 };
-    Some((utime + stime) / tck)
+    Some(CpuTimes {
+        user_s: utime / tck,
+        system_s: stime / tck,
+    })
 }
 
 /// Voluntary context switches of every thread of a process: each is a

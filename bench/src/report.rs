@@ -91,6 +91,10 @@ pub struct ProcFig {
     pub cpu_s: f64,
     /// Proxy CPU per successful operation, µs.
     pub cpu_us_per_op: f64,
+    /// The part of `cpu_s` spent in the kernel (system time), 0..1: for a proxy mostly the
+    /// network stack's work on its sockets, which any proxy pays; the rest is its own code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_cpu_share: Option<f64>,
     /// Highest VmHWM seen in any round (reset before each round when the kernel allows).
     pub peak_rss_kib: u64,
     pub peak_rss_reset_per_round: bool,
@@ -316,6 +320,7 @@ pub fn table(s: &Summary, markdown: bool) -> String {
         "p99/dir",
         "p999/dir",
         "cpu µs/op",
+        "sys %",
         "srv µs/op",
         "RSS MiB",
         "SQE/op",
@@ -352,6 +357,10 @@ pub fn table(s: &Summary, markdown: bool) -> String {
                     r.proxy
                         .as_ref()
                         .map_or("-".into(), |p| format!("{:.1}", p.cpu_us_per_op)),
+                    r.proxy
+                        .as_ref()
+                        .and_then(|p| p.system_cpu_share)
+                        .map_or("-".into(), |s| format!("{:.0}", s * 100.0)),
                     srv_cpu(r),
                     r.proxy.as_ref().map_or("-".into(), |p| {
                         format!("{:.1}", p.peak_rss_kib as f64 / 1024.0)
