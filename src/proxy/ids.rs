@@ -2,8 +2,6 @@
 //! and backend connections, the pool key, and a queued lease request. They
 //! import nothing from the machines, so no machine imports another.
 
-use std::time::Instant;
-
 pub use crate::mysql::client_login::TlsWish;
 
 pub use super::tx_settings::Settings;
@@ -113,11 +111,4 @@ pub struct LeaseSetup {
     /// connection that already carries the settings it leads to gives the
     /// same state after running it again.
     pub alt: u64,
-}
-
-/// A lease request that found no connection and waits for one.
-#[derive(Clone, Debug)]
-pub struct Waiter {
-    pub request: LeaseRequest,
-    pub deadline: Instant,
 }

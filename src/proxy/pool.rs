@@ -12,10 +12,19 @@
 //! opening); the rest are child modules that share its private fields:
 //! `pool_release.rs` (connections coming back), `pool_backend_events.rs`
 //! (completions on a connection's socket and its machine's events),
-//! `pool_upkeep.rs` (waiters, timeouts, refill, drain, giving connections to
-//! other workers) and `pool_share.rs` (how the workers share the cap).
+//! `pool_upkeep.rs` (serving waiters, timeouts, refill, drain, giving
+//! connections to other workers), `pool_share.rs` (how the workers share
+//! the cap) and `pool_waiters.rs` (the queues: one per key).
+//!
+//! Waiting (`--backend-wait-timeout`): a session that finds no connection
+//! waits in its key's FIFO queue. What a key can be served with (its own
+//! idle or resetting connections) goes to that key's oldest waiter, and a
+//! key that cannot be served holds up only its own queue. Units of the cap
+//! go first-come-first-served across keys; at the cap, an idle connection
+//! is closed for a waiter when nobody of its key waits, or when its key
+//! holds two more connections than the waiter's (or the waiter's holds
+//! none), so a busy key cannot starve another ([`Pool::evict_for`]).
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,8 +35,7 @@ use super::backend::{
 use super::conn_io::ConnIo;
 use super::identity::{BackendLogin, Identities, IdentityMode};
 use super::ids::{
-    BackendId, IdentityId, LeaseRequest, PoolKey, SessionId, Settings, TlsWish, Waiter,
-    ANY_SETTINGS,
+    BackendId, IdentityId, LeaseRequest, PoolKey, SessionId, Settings, TlsWish, ANY_SETTINGS,
 };
 use super::slab::Slab;
 use crate::metrics::{BackendTlsError, InternalQuery, Metrics, RejectReason, WorkerMetrics};
@@ -36,6 +44,7 @@ use crate::mysql::constants::ER_CON_COUNT_ERROR;
 use crate::mysql::reply::err_payload;
 use crate::mysql::users::Authenticated;
 pub use share::BackendShare;
+use waiters::Waiters;
 
 /// ER_UNKNOWN_ERROR: what MySQL itself uses for errors without a better code.
 const ER_UNKNOWN_ERROR: u16 = 1105;
@@ -87,6 +96,9 @@ pub struct Pooled {
     /// Closed to give its unit of the cap to another worker
     /// ([`Pool::give_to_other_workers`]).
     given: bool,
+    /// Closed at the cap to give its unit to a waiter of another key
+    /// ([`Pool::evict_for`]).
+    evicted: bool,
 }
 
 /// A give-back that waits for `SELECT LAST_INSERT_ID()`.
@@ -167,20 +179,39 @@ pub enum PoolEvent {
     },
 }
 
+/// What [`Pool::reserve`] found.
+enum Reserve {
+    Got,
+    /// The cap is reached.
+    Full,
+    /// Units are free, but they are another worker's (`pool_share.rs`).
+    Theirs,
+}
+
 pub struct Pool {
     cfg: PoolConfig,
     slots: Slab<Pooled>,
     /// Idle connection indexes, least recently used first.
     idle: Vec<u32>,
-    waiters: VecDeque<Waiter>,
+    /// Sessions waiting for a connection: a FIFO queue per key
+    /// (`pool_waiters.rs`).
+    waiters: Waiters,
     /// Something freed up: serve the waiters.
     dirty: bool,
+    /// A waiter left a free unit to another worker (`Reserve::Theirs`):
+    /// serve the waiters again after every batch until it is not so, since
+    /// the other worker taking the unit tells this one nothing.
+    deferred: bool,
     /// The cap across workers, and every worker's demand
     /// (`pool_share.rs`).
     share: Arc<BackendShare>,
     /// Connections of this pool closed to give their unit to another
     /// worker and not yet freed: one at a time.
     giving: usize,
+    /// Connections of this pool closed at the cap so that a waiter of
+    /// another key can have their unit, and not yet freed: each is the
+    /// unit of one waiter, oldest first ([`Pool::serve_waiters`]).
+    evicting: usize,
     /// The key of the most recent client: refills open this kind. None
     /// before any client logged in with passthrough identity (there is no
     /// account to log in as yet) and after its identity was refused.
@@ -241,10 +272,12 @@ impl Pool {
             cfg,
             slots: Slab::new(),
             idle: Vec::new(),
-            waiters: VecDeque::new(),
+            waiters: Waiters::default(),
             dirty: false,
+            deferred: false,
             share,
             giving: 0,
+            evicting: 0,
             warm_key,
             plain_fallback_logged: false,
             identities,
@@ -322,10 +355,7 @@ impl Pool {
     /// The session first in line for a connection of `key`: a connection
     /// opened now without a request goes to it once logged in.
     pub fn first_waiter(&self, key: PoolKey) -> Option<SessionId> {
-        self.waiters
-            .iter()
-            .find(|w| w.request.key == key)
-            .map(|w| w.request.session)
+        self.waiters.front(key).map(|r| r.session)
     }
 
     pub fn get_mut(&mut self, id: BackendId) -> Option<&mut Pooled> {
@@ -368,53 +398,67 @@ impl Pool {
     /// Find or open a connection for `req`, or queue it.
     pub fn lease(&mut self, mut req: LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) {
         req.key = self.stamp(req.key);
-        // FIFO per key: while sessions of the key wait, a new request queues
-        // behind them even if a connection is idle right now. One that came
-        // back earlier in this batch of completions is theirs (the waiters
-        // are served after the batch); taking it here let the sessions
-        // that happened to ask at the right moment cycle while queued ones
-        // waited: 1,000 sysbench clients on 64 connections had a 1.2 s
-        // average and an 11 s p99.
-        let queued = self.waiters.iter().any(|w| w.request.key == req.key);
-        if queued || !self.try_lease(&req, now, out) {
-            self.m().pool_waiters.fetch_add(1, Relaxed);
-            self.waiters.push_back(Waiter {
-                request: req,
-                deadline: now + self.cfg.wait_timeout,
-            });
-            self.publish();
+        // While anyone waits, a new request queues too, even if a
+        // connection is idle right now: the waiters are served at the end
+        // of this batch of completions (`serve_waiters`), in order, and a
+        // connection that came back earlier in the batch is theirs. Taking
+        // it here let the sessions that happened to ask at the right
+        // moment cycle while queued ones waited: 1,000 sysbench clients on
+        // 64 connections had a 1.2 s average and an 11 s p99. It costs
+        // nothing: the batch ends before the worker sleeps.
+        if !self.waiters.is_empty() {
+            self.dirty = true;
+            return self.enqueue(req, now);
+        }
+        // Nobody waits: connections being evicted are nobody's.
+        let mut covered = self.evicting;
+        if !self.try_lease(&req, &mut covered, now, out) {
+            self.enqueue(req, now);
         }
     }
 
+    fn enqueue(&mut self, req: LeaseRequest, now: Instant) {
+        let deadline = now + self.cfg.wait_timeout;
+        self.waiters.push(req, now, deadline);
+        self.publish();
+    }
+
     /// Tell the other workers what this pool holds and how many wait, and
-    /// the per-worker gauge what it holds (both from `slots`, so they
-    /// cannot drift from it).
+    /// the per-worker gauges what it holds and how many wait (from `slots`
+    /// and `waiters`, so they cannot drift from them).
     fn publish(&self) {
         self.share
             .publish(self.worker, self.slots.len(), self.waiters.len());
-        self.m()
-            .backend_held
-            .store(self.slots.len() as i64, Relaxed);
+        let m = self.m();
+        m.backend_held.store(self.slots.len() as i64, Relaxed);
+        m.pool_waiters.store(self.waiters.len() as i64, Relaxed);
     }
 
     /// Reserve a unit of the cap for a new connection, unless another
     /// worker whose sessions wait holds fewer connections than this one
     /// and the free units are too few for them (the unit is theirs: see
     /// `pool_share.rs`).
-    fn reserve(&self) -> bool {
+    fn reserve(&self) -> Reserve {
         let max = self.cfg.max_connections;
-        !self
+        if self.share.open() >= max {
+            return Reserve::Full;
+        }
+        if self
             .share
             .room_is_theirs(self.worker, Some(self.slots.len()), max)
-            && self.share.try_reserve(max)
+        {
+            return Reserve::Theirs;
+        }
+        match self.share.try_reserve(max) {
+            true => Reserve::Got,
+            // Another worker took the last one meanwhile.
+            false => Reserve::Full,
+        }
     }
 
     /// The session no longer wants a connection (it closed while waiting).
     pub fn cancel(&mut self, session: SessionId) {
-        let before = self.waiters.len();
-        self.waiters.retain(|w| w.request.session != session);
-        let removed = before - self.waiters.len();
-        self.m().pool_waiters.fetch_sub(removed as i64, Relaxed);
+        self.waiters.remove(session);
         self.publish();
         for index in self.slots.indexes() {
             if let Some(p) = self.slots.get_index_mut(index) {
@@ -426,9 +470,20 @@ impl Pool {
     }
 
     /// Lease an idle connection of the key, or open one if the global limit
-    /// allows (evicting an idle connection of another key when that is the
-    /// only way). False when the request must wait.
-    fn try_lease(&mut self, req: &LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) -> bool {
+    /// allows. False when the request must wait: for a connection of its
+    /// key being reset, for a unit of the cap that another worker's
+    /// sessions are owed, or, at the cap, for the unit of a connection
+    /// closed for it. `covered` counts the closes in flight that older
+    /// waiters have not claimed: one of them is this request's unit, if
+    /// any is left; otherwise the longest-idle connection is closed
+    /// for it ([`Pool::evict_for`]).
+    fn try_lease(
+        &mut self,
+        req: &LeaseRequest,
+        covered: &mut usize,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) -> bool {
         while let Some(pos) = self.pick_idle(req) {
             let index = self.idle.remove(pos);
             self.m().backend_idle.fetch_sub(1, Relaxed);
@@ -454,28 +509,89 @@ impl Pool {
         // one round trip to the server; waiting for it is far cheaper than a
         // new connection (TCP + login + a server thread), and it keeps a
         // connect storm from growing the pool past the real concurrency.
+        // (The request is the oldest of its key: the others wait behind it.)
         let resetting = self
             .slots
             .values()
-            .filter(|p| p.conn.is_resetting() && !p.relet && p.conn.key() == req.key)
-            .count();
-        if resetting > self.waiters_ahead(req.key, req.session) {
+            .any(|p| p.conn.is_resetting() && !p.relet && p.conn.key() == req.key);
+        if resetting {
             return false;
         }
-        if self.reserve() {
-            self.open(req.key, Some(req.clone()), out);
-            return true;
+        match self.reserve() {
+            Reserve::Got => {
+                self.open(req.key, Some(req.clone()), out);
+                true
+            }
+            // The free unit is another worker's: closing a connection here
+            // would only give it one more, outside the sharing's rules.
+            Reserve::Theirs => {
+                self.deferred = true;
+                false
+            }
+            Reserve::Full => {
+                if *covered > 0 {
+                    *covered -= 1;
+                } else {
+                    self.evict_for(req.key, out);
+                }
+                false
+            }
         }
-        // At the limit: make room by closing the longest-idle connection.
-        if let Some(&index) = self.idle.first() {
-            self.idle.remove(0);
-            self.m().backend_idle.fetch_sub(1, Relaxed);
-            let id = self.id_of(index);
-            self.close(id, out);
-            // The closed connection's unit returns when its slot is freed,
-            // after its last completion; this request waits for that.
+    }
+
+    /// At the cap, with no connection of its key to have: close an idle
+    /// connection so that the waiter gets its unit when the slot is freed.
+    /// Which one (longest idle first among those allowed):
+    /// - one of a key nobody waits for;
+    /// - one of its own key that cannot serve it (a schema is selected);
+    /// - one of a key that holds at least two more connections than the
+    ///   waiter's key, or any when the waiter's key holds none: a busy key
+    ///   keeps what comes back for its own waiters (no head-of-line
+    ///   blocking across keys) but cannot starve another key, and "two
+    ///   more" keeps units from moving back and forth (as between workers,
+    ///   `pool_share.rs`).
+    ///
+    /// None when the freed unit would be another worker's: then the
+    /// sharing's rules decide what moves.
+    fn evict_for(&mut self, key: PoolKey, out: &mut Vec<PoolEvent>) {
+        if self.idle.is_empty()
+            || self.share.freed_unit_is_theirs(
+                self.worker,
+                self.slots.len(),
+                self.cfg.max_connections,
+            )
+        {
+            return;
         }
-        false
+        let mut held: std::collections::HashMap<PoolKey, usize> = Default::default();
+        for p in self.slots.values() {
+            *held.entry(p.conn.key()).or_default() += 1;
+        }
+        let mine = held.get(&key).copied().unwrap_or(0);
+        let key_of = |i: u32| self.slots.get(i).map(|p| p.conn.key());
+        let unwanted = |k: PoolKey| !self.waiters.has_key(k);
+        let surplus =
+            |k: PoolKey| k == key || mine == 0 || held.get(&k).copied().unwrap_or(0) >= mine + 2;
+        let pos = self
+            .idle
+            .iter()
+            .position(|&i| key_of(i).is_some_and(unwanted))
+            .or_else(|| {
+                self.idle
+                    .iter()
+                    .position(|&i| key_of(i).is_some_and(surplus))
+            });
+        let Some(pos) = pos else {
+            return;
+        };
+        let index = self.idle.remove(pos);
+        self.m().backend_idle.fetch_sub(1, Relaxed);
+        let id = self.id_of(index);
+        if let Some(p) = self.slots.get_index_mut(index) {
+            p.evicted = true;
+            self.evicting += 1;
+        }
+        self.close(id, out);
     }
 
     /// The idle connection to lease: LIFO, preferring one whose schema is
@@ -541,15 +657,6 @@ impl Pool {
         true
     }
 
-    /// Requests of `key` queued ahead of `session` (all, if it is not queued).
-    fn waiters_ahead(&self, key: PoolKey, session: SessionId) -> usize {
-        self.waiters
-            .iter()
-            .take_while(|w| w.request.session != session)
-            .filter(|w| w.request.key == key)
-            .count()
-    }
-
     fn give(&mut self, id: BackendId, req: LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) {
         let metrics = Arc::clone(&self.metrics);
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
@@ -604,6 +711,7 @@ impl Pool {
             last_session: None,
             watched: false,
             given: false,
+            evicted: false,
         });
         self.publish();
         let id = BackendId { index, generation };
@@ -698,6 +806,9 @@ mod upkeep;
 
 #[path = "pool_share.rs"]
 mod share;
+
+#[path = "pool_waiters.rs"]
+mod waiters;
 
 #[cfg(test)]
 #[path = "pool_tests.rs"]

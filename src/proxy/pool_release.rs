@@ -165,6 +165,9 @@ impl Pool {
         if p.given {
             self.giving -= 1;
         }
+        if p.evicted {
+            self.evicting -= 1;
+        }
         self.publish();
         self.m().backend_discarded_total.fetch_add(1, Relaxed);
         self.dirty = true;

@@ -111,4 +111,16 @@ impl BackendShare {
         let free = max.saturating_sub(self.open());
         free <= waiting && held.is_none_or(|mine| fewest < mine)
     }
+
+    /// Would a unit this worker frees (it holds `held`, the cap is
+    /// reached) be another worker's, by [`BackendShare::room_is_theirs`]?
+    /// Then closing a connection to make room for its own waiter would
+    /// only hand the unit over, outside the rules above.
+    pub fn freed_unit_is_theirs(&self, me: usize, held: usize, max: usize) -> bool {
+        let Some((fewest, waiting)) = self.others_waiting(me) else {
+            return false;
+        };
+        let free = max.saturating_sub(self.open()) + 1;
+        free <= waiting && fewest + 1 < held
+    }
 }

@@ -758,3 +758,228 @@ fn with_room_for_everyone_a_worker_opens_whatever_the_other_holds() {
     assert_eq!(leased(&a.lease(req(5, key))), None);
     b.pool.share.publish(1, 0, 0);
 }
+
+// ---- waiting: FIFO per key, no head-of-line blocking across keys ----
+
+fn key_b() -> PoolKey {
+    PoolKey {
+        collation: 8,
+        ..PoolKey::default_warm()
+    }
+}
+
+fn key_c() -> PoolKey {
+    PoolKey {
+        collation: 9,
+        ..PoolKey::default_warm()
+    }
+}
+
+fn closes(events: &[PoolEvent]) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e, PoolEvent::Io(_, BackendOp::Close)))
+        .count()
+}
+
+fn all_failed(events: &[PoolEvent]) -> Vec<SessionId> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            PoolEvent::LeaseFailed { session, .. } => Some(*session),
+            _ => None,
+        })
+        .collect()
+}
+
+fn waiters_gauge(h: &Harness) -> i64 {
+    h.pool.metrics.snapshot().pool_waiters
+}
+
+#[test]
+fn a_key_waiting_for_its_own_reset_does_not_hold_up_another_key() {
+    let mut h = Harness::new(2, 0);
+    let (a, b) = (PoolKey::default_warm(), key_b());
+    let (_, ca) = leased(&h.lease(req(1, a))).unwrap();
+    let (_, cb) = leased(&h.lease(req(2, b))).unwrap();
+    assert_eq!(leased(&h.lease(req(3, a))), None, "at the cap");
+    assert_eq!(leased(&h.lease(req(4, b))), None, "at the cap");
+    // A's connection comes back and is being reset (its replies held):
+    // session 3, first in line, waits for it.
+    let mut resetting = Vec::new();
+    h.pool.release(ca, true, h.now, &mut resetting);
+    // B's comes back idle: B's waiter must not wait behind A's.
+    h.give_back(cb);
+    assert_eq!(leased(&h.serve()), Some((sid(4), cb)));
+    assert_eq!(h.pool.waiting(), 1);
+    // The reset ends: A's waiter has it.
+    assert_eq!(leased(&h.drive(resetting)), None);
+    assert_eq!(leased(&h.serve()), Some((sid(3), ca)));
+    assert_eq!(h.open.open(), 2, "nothing was closed or opened");
+}
+
+#[test]
+fn a_busy_key_keeps_its_returning_connections_for_its_own_waiters() {
+    // A and B hold one connection each and both have a session waiting, A's
+    // first. B's connection comes back: it goes to B's waiter; closing it
+    // for A's (a reconnect, while A holds as many as B) would hold B up
+    // for nothing.
+    let mut h = Harness::new(2, 0);
+    let (a, b) = (PoolKey::default_warm(), key_b());
+    leased(&h.lease(req(1, a))).unwrap();
+    let (_, cb) = leased(&h.lease(req(2, b))).unwrap();
+    assert_eq!(leased(&h.lease(req(3, a))), None);
+    assert_eq!(leased(&h.lease(req(4, b))), None);
+    h.give_back(cb);
+    let ev = h.serve();
+    assert_eq!(leased(&ev), Some((sid(4), cb)), "{ev:?}");
+    assert_eq!(closes(&ev), 0);
+    assert_eq!(h.pool.first_waiter(a), Some(sid(3)), "A's still waits");
+}
+
+#[test]
+fn a_key_holding_none_gets_a_connection_from_a_busy_key() {
+    // B holds the whole cap and keeps sessions waiting; A's older waiter is
+    // not starved: B's next connection back is closed for it.
+    let mut h = Harness::new(2, 0);
+    let (a, b) = (PoolKey::default_warm(), key_b());
+    let (_, b1) = leased(&h.lease(req(1, b))).unwrap();
+    let (_, b2) = leased(&h.lease(req(2, b))).unwrap();
+    assert_eq!(leased(&h.lease(req(3, a))), None);
+    assert_eq!(leased(&h.lease(req(4, b))), None);
+    h.give_back(b1);
+    assert_eq!(leased(&h.serve()), None);
+    assert_eq!(h.pool.len(), 1, "closed for A's waiter");
+    let ev = h.serve();
+    assert_eq!(leased(&ev), Some((sid(3), ev_backend(&ev))), "{ev:?}");
+    assert_eq!(h.pool.get_mut(ev_backend(&ev)).unwrap().conn.key(), a);
+    // A holds one, B one: B's next one back is B's.
+    h.give_back(b2);
+    assert_eq!(leased(&h.serve()), Some((sid(4), b2)));
+}
+
+/// The backend of the first lease in `events`.
+fn ev_backend(events: &[PoolEvent]) -> BackendId {
+    leased(events).expect("a lease").1
+}
+
+#[test]
+fn a_key_two_behind_another_gets_its_next_connection() {
+    // "Two more", as between workers: A holds 1, B 3; B's connection back
+    // goes to A's older waiter. At 2 against 2 it would stay with B.
+    let mut h = Harness::new(4, 0);
+    let (a, b) = (PoolKey::default_warm(), key_b());
+    leased(&h.lease(req(1, a))).unwrap();
+    let held: Vec<BackendId> = (2..=4)
+        .map(|s| leased(&h.lease(req(s, b))).unwrap().1)
+        .collect();
+    assert_eq!(leased(&h.lease(req(5, a))), None);
+    assert_eq!(leased(&h.lease(req(6, b))), None);
+    assert_eq!(leased(&h.lease(req(7, a))), None);
+    h.give_back(held[0]);
+    assert_eq!(leased(&h.serve()), None);
+    assert_eq!(h.pool.len(), 3, "closed for A's waiter");
+    let ev = h.serve();
+    assert_eq!(leased(&ev).map(|l| l.0), Some(sid(5)), "{ev:?}");
+    // 2 against 2 now: B keeps what comes back.
+    h.give_back(held[1]);
+    assert_eq!(leased(&h.serve()), Some((sid(6), held[1])));
+    assert_eq!(h.pool.first_waiter(a), Some(sid(7)));
+}
+
+#[test]
+fn a_waiter_at_the_cap_gets_one_connection_closed_for_it_not_one_per_pass() {
+    let mut h = Harness::new(2, 0);
+    let (a, b, c) = (PoolKey::default_warm(), key_b(), key_c());
+    let (_, ca) = leased(&h.lease(req(1, a))).unwrap();
+    let (_, cb) = leased(&h.lease(req(2, b))).unwrap();
+    assert_eq!(leased(&h.lease(req(3, c))), None);
+    // B's connection comes back: closed for C's waiter (nobody of B waits).
+    h.give_back(cb);
+    let mut first = Vec::new();
+    h.pool.serve_waiters(h.now, &mut first);
+    assert_eq!(closes(&first), 1, "{first:?}");
+    // Before that close completes, A's comes back: C's waiter already has
+    // a unit coming, so A's stays.
+    h.give_back(ca);
+    let mut second = Vec::new();
+    h.pool.serve_waiters(h.now, &mut second);
+    assert_eq!(closes(&second), 0, "{second:?}");
+    // The close completes: C's waiter opens, and A's connection is A's.
+    h.drive(first);
+    let ev = h.serve();
+    assert_eq!(leased(&ev).map(|l| l.0), Some(sid(3)), "{ev:?}");
+    assert_eq!(leased(&h.lease(req(4, a))), Some((sid(4), ca)));
+}
+
+#[test]
+fn deference_to_another_worker_closes_nothing() {
+    // A worker whose free unit is another worker's (pool_share.rs) must
+    // not close an idle connection of another key to make room: the unit
+    // it frees would be the other worker's too.
+    let (mut a, b) = two_workers(4);
+    let key = PoolKey::default_warm();
+    let held: Vec<BackendId> = (1..=3)
+        .map(|s| leased(&a.lease(req(s, key))).unwrap().1)
+        .collect();
+    a.give_back(held[2]);
+    assert_eq!(a.serve(), vec![]);
+    // B holds none and a session of it waits: the one free unit is B's.
+    b.pool.share.publish(1, 0, 1);
+    let ev = a.lease(req(4, key_b()));
+    assert_eq!(leased(&ev), None);
+    assert_eq!(closes(&ev), 0, "{ev:?}");
+    assert_eq!(a.pool.len(), 3);
+    assert_eq!(a.open.open(), 3);
+    assert_eq!(closes(&a.serve()), 0);
+    assert_eq!(a.pool.len(), 3);
+    // B took its unit: now at the cap, and A's waiter has A's idle one
+    // closed for it (B holds 1, A 3: the unit is not B's).
+    b.pool.share.publish(1, 1, 0);
+    assert!(a.open.try_reserve(4));
+    let mut out = Vec::new();
+    a.pool.serve_waiters(a.now, &mut out);
+    assert_eq!(closes(&out), 1, "{out:?}");
+    a.drive(out);
+    a.open.unreserve();
+    assert_eq!(leased(&a.serve()).map(|l| l.0), Some(sid(4)));
+}
+
+#[test]
+fn each_key_is_served_in_its_own_order_and_the_gauge_follows() {
+    let mut h = Harness::new(2, 0);
+    let (a, b) = (PoolKey::default_warm(), key_b());
+    let (_, ca) = leased(&h.lease(req(1, a))).unwrap();
+    let (_, cb) = leased(&h.lease(req(2, b))).unwrap();
+    for (s, k) in [(3, a), (4, b), (5, a), (6, b), (7, a)] {
+        assert_eq!(leased(&h.lease(req(s, k))), None);
+    }
+    assert_eq!((h.pool.waiting(), waiters_gauge(&h)), (5, 5));
+    h.pool.cancel(sid(5));
+    assert_eq!((h.pool.waiting(), waiters_gauge(&h)), (4, 4));
+    for (back, next) in [(ca, 3), (cb, 4), (ca, 7), (cb, 6)] {
+        h.give_back(back);
+        assert_eq!(leased(&h.serve()), Some((sid(next), back)));
+    }
+    assert_eq!((h.pool.waiting(), waiters_gauge(&h)), (0, 0));
+}
+
+#[test]
+fn timeouts_fail_each_live_waiter_once_in_arrival_order() {
+    let mut h = Harness::new(1, 0);
+    let (a, b) = (PoolKey::default_warm(), key_b());
+    leased(&h.lease(req(1, a))).unwrap();
+    assert_eq!(leased(&h.lease(req(2, b))), None);
+    h.now += Duration::from_secs(1);
+    for (s, k) in [(3, a), (4, b), (5, a)] {
+        assert_eq!(leased(&h.lease(req(s, k))), None);
+    }
+    h.pool.cancel(sid(4));
+    h.now += Duration::from_millis(4500);
+    assert_eq!(all_failed(&h.tick()), vec![sid(2)], "only 2 is 5 s old");
+    h.now += Duration::from_secs(1);
+    assert_eq!(all_failed(&h.tick()), vec![sid(3), sid(5)]);
+    assert_eq!(all_failed(&h.tick()), vec![]);
+    assert_eq!((h.pool.waiting(), waiters_gauge(&h)), (0, 0));
+    assert_eq!(h.pool.first_waiter(a), None);
+}

@@ -13,14 +13,25 @@ use super::*;
 pub(super) const IDLE_BEFORE_GIVING: Duration = Duration::from_millis(500);
 
 impl Pool {
-    /// Serve queued requests in order while connections can be had.
+    /// Serve queued requests while connections can be had: each key's in
+    /// arrival order (FIFO per key), and the keys by the arrival of their
+    /// oldest waiter, so that units of the cap go first-come-first-served
+    /// across keys. A key whose oldest waiter cannot be served now (it
+    /// waits for a reset of its own, or for a unit of the cap) holds up
+    /// only its own queue: the next key's waiter is served from that
+    /// key's idle connections.
+    ///
     /// Called after every batch of completions: besides a connection of
     /// this pool coming back (`dirty`), a unit of the cap that another
     /// worker freed is a reason to try (it cannot tell this worker, whose
-    /// ring may be asleep until its next tick).
+    /// ring may be asleep until its next tick), and so is a waiter that
+    /// left a free unit to another worker (`deferred`): once that worker
+    /// has taken it, the cap is reached and this one may make room. O(keys)
+    /// besides the work of the leases themselves.
     pub fn serve_waiters(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
         let room = !self.waiters.is_empty() && self.share.open() < self.cfg.max_connections;
-        if !std::mem::take(&mut self.dirty) && !room {
+        let deferred = std::mem::take(&mut self.deferred);
+        if !std::mem::take(&mut self.dirty) && !room && !deferred {
             return;
         }
         if self.draining {
@@ -30,13 +41,22 @@ impl Pool {
             return;
         }
         self.give_to_other_workers(now, out);
-        while let Some(w) = self.waiters.front() {
-            let req = w.request.clone();
-            if !self.try_lease(&req, now, out) {
-                break;
+        // Connections closed for waiters and not freed yet: one is the unit
+        // of each of the oldest waiters that need a unit.
+        let mut covered = self.evicting;
+        let mut fronts = self.waiters.fronts();
+        while let Some(std::cmp::Reverse((_, waiters::KeyOrd(key)))) = fronts.pop() {
+            let Some(req) = self.waiters.front(key).cloned() else {
+                continue;
+            };
+            if !self.try_lease(&req, &mut covered, now, out) {
+                continue;
             }
-            self.waiters.pop_front();
-            self.m().pool_waiters.fetch_sub(1, Relaxed);
+            self.waiters.pop_front(key);
+            // Its next waiter takes its turn by its own arrival.
+            if let Some(seq) = self.waiters.front_seq(key) {
+                fronts.push(std::cmp::Reverse((seq, waiters::KeyOrd(key))));
+            }
         }
         self.publish();
     }
@@ -86,13 +106,7 @@ impl Pool {
     /// `--backend-connect-timeout` (connects included), idle trimming and
     /// refills.
     pub fn on_tick(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
-        while let Some(w) = self.waiters.front() {
-            if w.deadline > now {
-                break;
-            }
-            let session = w.request.session;
-            self.waiters.pop_front();
-            self.m().pool_waiters.fetch_sub(1, Relaxed);
+        for (session, _since) in self.waiters.expire(now) {
             let msg = format!(
                 "ringgate: no backend connection became free within --backend-wait-timeout ({:?}); --backend-max-connections is {}",
                 self.cfg.wait_timeout, self.cfg.max_connections

@@ -1,0 +1,195 @@
+//! The sessions waiting for a backend connection: one FIFO queue per
+//! [`PoolKey`], so that what a key can be served with (its own idle or
+//! resetting connections) goes to that key's oldest waiter without looking
+//! at anyone else's, and a queue in arrival order across all keys for the
+//! timeouts (one `--backend-wait-timeout` for everyone: arrival order is
+//! deadline order).
+//!
+//! Every operation is O(1) or O(keys), never O(waiters): with 10,000
+//! clients queued, a lease used to scan the whole queue for its key.
+//! Removing a session from the middle (it closed, or timed out while
+//! younger ones of its key were served) only forgets it in `live`; its
+//! entries stay in the two queues, dead, until they reach a front, where
+//! they are dropped. An entry reaches the arrival queue's front by its
+//! deadline at the latest, so the dead ones are bounded by the arrivals of
+//! one wait timeout.
+
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::time::Instant;
+
+use super::super::ids::{LeaseRequest, PoolKey, SessionId};
+
+struct Queued {
+    seq: u64,
+    request: LeaseRequest,
+    since: Instant,
+}
+
+struct Arrival {
+    seq: u64,
+    session: SessionId,
+    deadline: Instant,
+}
+
+#[derive(Default)]
+pub struct Waiters {
+    /// Each key's waiters, oldest first; the front entry is always live,
+    /// and a key with no live waiter has no entry.
+    by_key: HashMap<PoolKey, VecDeque<Queued>>,
+    /// All waiters in arrival (= deadline) order, dead ones included.
+    arrivals: VecDeque<Arrival>,
+    /// The waiting sessions: the sequence number of their live entries and
+    /// their key. An entry whose seq is not here is dead.
+    live: HashMap<SessionId, (u64, PoolKey)>,
+    next_seq: u64,
+}
+
+impl Waiters {
+    pub fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+
+    /// Queue `request` (waiting since `now`, failed at `deadline`). A
+    /// session waits for one connection at a time: queued again, its older
+    /// entry is forgotten.
+    pub fn push(&mut self, request: LeaseRequest, now: Instant, deadline: Instant) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let session = request.session;
+        let key = request.key;
+        if let Some((_, old_key)) = self.live.insert(session, (seq, key)) {
+            self.prune(old_key);
+        }
+        self.arrivals.push_back(Arrival {
+            seq,
+            session,
+            deadline,
+        });
+        self.by_key.entry(key).or_default().push_back(Queued {
+            seq,
+            request,
+            since: now,
+        });
+        // The replaced entry may have been the front of this very key.
+        self.prune(key);
+    }
+
+    /// Do sessions of `key` wait?
+    pub fn has_key(&self, key: PoolKey) -> bool {
+        self.by_key.contains_key(&key)
+    }
+
+    /// The oldest waiter of `key`.
+    pub fn front(&self, key: PoolKey) -> Option<&LeaseRequest> {
+        self.by_key
+            .get(&key)
+            .and_then(|q| q.front())
+            .map(|q| &q.request)
+    }
+
+    /// Take the oldest waiter of `key` off the queue (it is served):
+    /// since when it waited.
+    pub fn pop_front(&mut self, key: PoolKey) -> Option<(LeaseRequest, Instant)> {
+        let queue = self.by_key.get_mut(&key)?;
+        let q = queue.pop_front()?;
+        self.live.remove(&q.request.session);
+        self.prune(key);
+        Some((q.request, q.since))
+    }
+
+    /// Forget `session` wherever it waits; true if it did.
+    pub fn remove(&mut self, session: SessionId) -> bool {
+        match self.live.remove(&session) {
+            Some((_, key)) => {
+                self.prune(key);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The keys with waiters, each with the arrival number of its oldest:
+    /// a min-heap, so that whatever is handed out across keys (units of the
+    /// cap) goes first-come-first-served. O(keys).
+    pub fn fronts(&self) -> BinaryHeap<std::cmp::Reverse<(u64, KeyOrd)>> {
+        self.by_key
+            .iter()
+            .filter_map(|(key, q)| Some(std::cmp::Reverse((q.front()?.seq, KeyOrd(*key)))))
+            .collect()
+    }
+
+    /// The arrival number of `key`'s oldest waiter.
+    pub fn front_seq(&self, key: PoolKey) -> Option<u64> {
+        self.by_key.get(&key)?.front().map(|q| q.seq)
+    }
+
+    /// Take every waiter whose deadline is not after `now` off the queues:
+    /// the session and since when it waited, oldest first.
+    pub fn expire(&mut self, now: Instant) -> Vec<(SessionId, Instant)> {
+        let mut gone = Vec::new();
+        while let Some(a) = self.arrivals.front() {
+            let alive = self
+                .live
+                .get(&a.session)
+                .is_some_and(|(seq, _)| *seq == a.seq);
+            if alive && a.deadline > now {
+                break;
+            }
+            let (session, seq) = (a.session, a.seq);
+            self.arrivals.pop_front();
+            if !alive {
+                continue;
+            }
+            let since = self
+                .by_key
+                .get(&self.live[&session].1)
+                .and_then(|q| q.iter().find(|q| q.seq == seq))
+                .map(|q| q.since);
+            self.remove(session);
+            if let Some(since) = since {
+                gone.push((session, since));
+            }
+        }
+        gone
+    }
+
+    /// Drop dead entries from the front of `key`'s queue (and the queue
+    /// when nothing live is left in it).
+    fn prune(&mut self, key: PoolKey) {
+        let Some(queue) = self.by_key.get_mut(&key) else {
+            return;
+        };
+        while let Some(q) = queue.front() {
+            let alive = self
+                .live
+                .get(&q.request.session)
+                .is_some_and(|(seq, _)| *seq == q.seq);
+            if alive {
+                return;
+            }
+            queue.pop_front();
+        }
+        self.by_key.remove(&key);
+    }
+}
+
+/// A [`PoolKey`] in a heap: ties on the arrival number never happen (it is
+/// unique), so any order will do.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct KeyOrd(pub PoolKey);
+
+impl PartialOrd for KeyOrd {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for KeyOrd {
+    fn cmp(&self, _other: &Self) -> std::cmp::Ordering {
+        std::cmp::Ordering::Equal
+    }
+}
