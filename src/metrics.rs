@@ -33,6 +33,7 @@ use hdrhistogram::Histogram;
 mod endpoint;
 mod exposition;
 mod labels;
+mod pool_wait;
 mod snapshot;
 
 pub use endpoint::{serve, MetricsError};
@@ -40,6 +41,7 @@ pub use labels::{
     AuthPath, BackendTlsError, BufferMode, InternalQuery, RejectReason, BACKEND_TLS_ERRORS,
     INTERNAL_QUERY_KINDS, PIN_REASONS,
 };
+pub use pool_wait::{pool_wait_bucket_bounds, PoolWaitSnapshot, POOL_WAIT_BUCKET_COUNT};
 pub use snapshot::{connect_bucket_bounds, ConnectDurationSnapshot, Snapshot};
 
 /// Content type of the Prometheus text exposition format we emit.
@@ -223,6 +225,8 @@ pub struct WorkerMetrics {
     /// Sessions waiting for a backend connection now (the pool is at its
     /// limit, or the connection they wait for is being reset).
     pub pool_waiters: AtomicI64,
+    /// How long sessions waited for a backend connection (`pool_wait.rs`).
+    pool_wait: pool_wait::PoolWaitHist,
     /// Backend connections this worker's pool holds against
     /// `--backend-max-connections` (opening, idle, leased or closing: from
     /// the reservation until its slot is freed). Exported per worker: the
@@ -320,6 +324,7 @@ impl WorkerMetrics {
             backend_tls_errors_total: Default::default(),
             client_compressed_bytes_total: Default::default(),
             pool_waiters: AtomicI64::new(0),
+            pool_wait: Default::default(),
             backend_held: AtomicI64::new(0),
             backend_rebalanced_total: AtomicU64::new(0),
             ring_ebusy_reaps: AtomicU64::new(0),
@@ -350,6 +355,12 @@ impl WorkerMetrics {
         h.buckets[idx] += 1;
         h.sum_ns = h.sum_ns.saturating_add(ns);
         h.count += 1;
+    }
+
+    /// Records how long a session waited for a backend connection (served
+    /// or timed out).
+    pub fn record_pool_wait(&self, waited: Duration) {
+        self.pool_wait.record(waited);
     }
 
     /// Counts one rejected client.

@@ -23,8 +23,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::{
-    connect_bucket_bounds, AuthPath, RejectReason, Snapshot, BACKEND_TLS_ERRORS,
-    INTERNAL_QUERY_KINDS, PIN_REASONS,
+    connect_bucket_bounds, pool_wait_bucket_bounds, AuthPath, RejectReason, Snapshot,
+    BACKEND_TLS_ERRORS, INTERNAL_QUERY_KINDS, PIN_REASONS,
 };
 
 /// Writes `snapshot` as Prometheus text.
@@ -434,8 +434,28 @@ impl Collector for Exposition {
             ],
         )?;
 
+        pool_wait(&mut enc, s)?;
         connect_duration(&mut enc, s)
     }
+}
+
+fn pool_wait(enc: &mut DescriptorEncoder, s: &Snapshot) -> fmt::Result {
+    let w = &s.pool_wait;
+    // Per-bucket counts, as for the connect histogram below.
+    let mut buckets = Vec::with_capacity(w.buckets.len());
+    let mut below = 0u64;
+    for (bound, &cumulative) in pool_wait_bucket_bounds().zip(&w.buckets) {
+        buckets.push((bound, cumulative.saturating_sub(below)));
+        below = cumulative;
+    }
+    enc.encode_descriptor(
+        "ringgate_pool_wait_duration_seconds",
+        "Time client sessions waited for a backend connection (all were busy), until one was \
+         found or --backend-wait-timeout failed them with ERR 1040.",
+        None,
+        MetricType::Histogram,
+    )?
+    .encode_histogram::<NoLabelSet>(w.sum.as_secs_f64(), w.count, &buckets, None)
 }
 
 fn connect_duration(enc: &mut DescriptorEncoder, s: &Snapshot) -> fmt::Result {

@@ -96,6 +96,8 @@ pub struct Snapshot {
     pub ring_busy_poll_hits_total: u64,
     pub ring_busy_poll_sleeps_total: u64,
     pub connect_duration: ConnectDurationSnapshot,
+    /// How long sessions waited for a backend connection, summed.
+    pub pool_wait: PoolWaitSnapshot,
 }
 
 impl Snapshot {
@@ -278,6 +280,7 @@ impl Metrics {
             ring_busy_poll_hits_total: u(|w| &w.ring_busy_poll_hits),
             ring_busy_poll_sleeps_total: u(|w| &w.ring_busy_poll_sleeps),
             connect_duration: self.connect_snapshot(),
+            pool_wait: PoolWaitSnapshot::sum(self.workers.iter().map(|w| &w.pool_wait)),
         }
     }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-const ALL_NAMES: [(&str, &str); 45] = [
+const ALL_NAMES: [(&str, &str); 46] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
@@ -51,6 +51,7 @@ const ALL_NAMES: [(&str, &str); 45] = [
     ("ringgate_ring_enter_waits_total", "counter"),
     ("ringgate_ring_sqes_total", "counter"),
     ("ringgate_ring_busy_polls_total", "counter"),
+    ("ringgate_pool_wait_duration_seconds", "histogram"),
     ("ringgate_connect_duration_seconds", "histogram"),
     ("ringgate_connect_duration_seconds_quantile", "gauge"),
 ];
@@ -170,7 +171,10 @@ fn render_has_help_and_type_for_every_name() {
             .strip_suffix("_bucket")
             .or_else(|| name.strip_suffix("_sum"))
             .or_else(|| name.strip_suffix("_count"))
-            .filter(|f| *f == "ringgate_connect_duration_seconds")
+            .filter(|f| {
+                *f == "ringgate_connect_duration_seconds"
+                    || *f == "ringgate_pool_wait_duration_seconds"
+            })
             .unwrap_or(name);
         assert!(
             text.contains(&format!("# TYPE {family} ")),
@@ -278,7 +282,11 @@ fn histogram_buckets_are_cumulative_and_count_is_right() {
 
     let mut prev = 0.0;
     let mut n = 0;
-    for line in m.render().lines().filter(|l| l.contains("_bucket{")) {
+    for line in m
+        .render()
+        .lines()
+        .filter(|l| l.starts_with("ringgate_connect_duration_seconds_bucket{"))
+    {
         let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
         assert!(v >= prev, "not cumulative: {line}");
         prev = v;
@@ -290,6 +298,32 @@ fn histogram_buckets_are_cumulative_and_count_is_right() {
     assert_eq!(s.count, 5);
     assert_eq!(s.buckets[CONNECT_BUCKET_COUNT - 1], 5);
     assert_eq!(connect_bucket_bounds().count(), CONNECT_BUCKET_COUNT - 1);
+}
+
+#[test]
+fn pool_wait_histogram_sums_workers_and_is_cumulative() {
+    let m = Metrics::new(2, BufferMode::Heap);
+    m.worker(0).record_pool_wait(Duration::from_micros(100)); // on a bound
+    m.worker(0).record_pool_wait(Duration::from_millis(3));
+    m.worker(1).record_pool_wait(Duration::from_secs(5));
+    m.worker(1).record_pool_wait(Duration::from_secs(90));
+    let p = parse_prometheus_text(&m.render());
+    let b = |le: &str| p[&format!("ringgate_pool_wait_duration_seconds_bucket{{le=\"{le}\"}}")];
+    assert_eq!(b("0.0001"), 1.0);
+    assert_eq!(b("0.001"), 1.0);
+    assert_eq!(b("0.005"), 2.0);
+    assert_eq!(b("5"), 3.0);
+    assert_eq!(b("60"), 3.0);
+    assert_eq!(b("+Inf"), 4.0);
+    assert_eq!(p["ringgate_pool_wait_duration_seconds_count"], 4.0);
+    let sum = p["ringgate_pool_wait_duration_seconds_sum"];
+    assert!((sum - 95.0031).abs() < 1e-9, "sum {sum}");
+    let s = m.snapshot().pool_wait;
+    assert_eq!(s.buckets[POOL_WAIT_BUCKET_COUNT - 1], 4);
+    assert_eq!(
+        pool_wait_bucket_bounds().count(),
+        POOL_WAIT_BUCKET_COUNT - 1
+    );
 }
 
 #[test]

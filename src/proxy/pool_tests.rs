@@ -962,6 +962,11 @@ fn each_key_is_served_in_its_own_order_and_the_gauge_follows() {
         assert_eq!(leased(&h.serve()), Some((sid(next), back)));
     }
     assert_eq!((h.pool.waiting(), waiters_gauge(&h)), (0, 0));
+    assert_eq!(
+        h.pool.metrics.snapshot().pool_wait.count,
+        4,
+        "the served ones"
+    );
 }
 
 #[test]
@@ -982,4 +987,9 @@ fn timeouts_fail_each_live_waiter_once_in_arrival_order() {
     assert_eq!(all_failed(&h.tick()), vec![]);
     assert_eq!((h.pool.waiting(), waiters_gauge(&h)), (0, 0));
     assert_eq!(h.pool.first_waiter(a), None);
+    // The wait histogram: the three timed out (5.5 s, 5.5 s, 5.5 s), the
+    // cancelled one is not counted, nor session 1, which never waited.
+    let w = h.pool.metrics.snapshot().pool_wait;
+    assert_eq!(w.count, 3);
+    assert_eq!(w.sum, Duration::from_millis(3 * 5500));
 }

@@ -52,7 +52,10 @@ impl Pool {
             if !self.try_lease(&req, &mut covered, now, out) {
                 continue;
             }
-            self.waiters.pop_front(key);
+            if let Some((_, since)) = self.waiters.pop_front(key) {
+                self.m()
+                    .record_pool_wait(now.saturating_duration_since(since));
+            }
             // Its next waiter takes its turn by its own arrival.
             if let Some(seq) = self.waiters.front_seq(key) {
                 fronts.push(std::cmp::Reverse((seq, waiters::KeyOrd(key))));
@@ -106,7 +109,9 @@ impl Pool {
     /// `--backend-connect-timeout` (connects included), idle trimming and
     /// refills.
     pub fn on_tick(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
-        for (session, _since) in self.waiters.expire(now) {
+        for (session, since) in self.waiters.expire(now) {
+            self.m()
+                .record_pool_wait(now.saturating_duration_since(since));
             let msg = format!(
                 "ringgate: no backend connection became free within --backend-wait-timeout ({:?}); --backend-max-connections is {}",
                 self.cfg.wait_timeout, self.cfg.max_connections
