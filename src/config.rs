@@ -149,6 +149,13 @@ pub(crate) fn parse_buffer_size(s: &str) -> Result<u32, String> {
     Ok(v)
 }
 
+pub(crate) fn parse_large_read_size(s: &str) -> Result<u32, String> {
+    if s.trim() == "0" {
+        return Ok(0);
+    }
+    parse_buffer_size(s).map_err(|e| format!("0 (off) or {e}"))
+}
+
 pub(crate) fn parse_buffer_count(s: &str) -> Result<u32, String> {
     let v: u32 = s.parse().map_err(|e| format!("{e}"))?;
     if v == 0 || v > MAX_READ_BUFFER_COUNT {
@@ -272,6 +279,15 @@ pub struct Config {
     /// With `--read-buffers ring`: the buffers in each worker's ring.
     #[arg(long, default_value = "1024", value_parser = parse_buffer_count, value_name = "N")]
     pub read_buffer_count: u32,
+
+    /// Bytes per read of a large result (0 = off). A backend read that fills
+    /// its read buffer means more of a result is behind it: the connection
+    /// then reads into a heap buffer of this size, from a small per-worker
+    /// pool, and gives it back at its first read that does not fill it
+    /// (fewer, larger trips through the network stack; docs/benchmarks.md).
+    /// A multiple of 4096; at most the read buffer size turns it off.
+    #[arg(long, default_value = "262144", value_parser = parse_large_read_size, value_name = "BYTES")]
+    pub large_read_size: u32,
 
     /// Client sessions allowed at once, across all workers. One more gets ERR 1040.
     #[arg(long, default_value = "4096", value_name = "N")]
@@ -574,6 +590,7 @@ impl std::fmt::Debug for Config {
             .field("socket", &self.socket)
             .field("allow_local_infile", &self.allow_local_infile)
             .field("hold_idle_slots", &self.hold_idle_slots)
+            .field("large_read_size", &self.large_read_size)
             .field("no_client_compression", &self.no_client_compression)
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)

@@ -199,6 +199,7 @@ file_config! {
     plain read_buffers: ReadBufferMode,
     plain read_buffer_size: BufferSize,
     plain read_buffer_count: BufferCount,
+    plain large_read_size: LargeReadSize,
     plain max_connections: usize,
     plain backend_pool_size: usize,
     plain backend_max_connections: usize,
@@ -290,6 +291,11 @@ validated!(
     /// Bytes per read buffer: a multiple of 4096.
     BufferSize(u32) from u64 = "u64",
     parse config::parse_buffer_size, show show_u32
+);
+validated!(
+    /// Bytes per read of a large result: 0 (off) or a multiple of 4096.
+    LargeReadSize(u32) from u64 = "u64",
+    parse config::parse_large_read_size, show show_u32
 );
 validated!(
     /// Registered read buffers per worker: 1..=16384.

@@ -140,6 +140,11 @@ pub struct WorkerMetrics {
     pub ring_enobufs_total: AtomicU64,
     /// Bytes copied from ring buffers into a connection's own buffer.
     pub ring_copied_bytes_total: AtomicU64,
+    /// Large-result reads started: a backend read filled its buffer and
+    /// the connection took a large buffer for the rest of the result.
+    pub large_reads_total: AtomicU64,
+    /// Large-result buffers held by connections now.
+    pub large_read_buffers_in_use: AtomicI64,
     /// Fixed mode: readable idle clients that found no free slot (and
     /// read into a heap buffer at once).
     pub slot_waits_total: AtomicU64,
@@ -291,6 +296,8 @@ impl WorkerMetrics {
             ring_buffers_in_use: AtomicI64::new(0),
             ring_enobufs_total: AtomicU64::new(0),
             ring_copied_bytes_total: AtomicU64::new(0),
+            large_reads_total: AtomicU64::new(0),
+            large_read_buffers_in_use: AtomicI64::new(0),
             slot_waits_total: AtomicU64::new(0),
             idle_read_cancels_total: AtomicU64::new(0),
             clients_polling: AtomicI64::new(0),

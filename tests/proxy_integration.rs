@@ -23,6 +23,16 @@ fn q_one<T: FromRow>(conn: &mut Conn, sql: &str) -> T {
         .unwrap_or_else(|| panic!("{sql}: no row"))
 }
 
+/// VmRSS of `pid` in KiB.
+fn proc_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
+}
+
 fn table_name(base: &str, mode: Mode) -> String {
     format!("{TEST_DB}.rs_{base}_{}", mode.as_str())
 }
@@ -94,6 +104,36 @@ fn large_rows(mode: Mode) {
                 s.iter().all(|&b| b == b'x'),
                 "row of {size} bytes is corrupted"
             );
+        }
+        // 64 MiB: the proxy forwards the row as it comes and never holds it,
+        // so its RSS stays flat (large-result reads use at most 16 buffers
+        // of --large-read-size per worker, whatever the row size).
+        let rss_before = proc_rss_kib(proxy.pid());
+        // (64 MiB less 64 KiB: the row packet must fit max_allowed_packet, 64M on both ends.)
+        let big = 64 * MIB - 64 * 1024;
+        let s: Vec<u8> = q_one(&mut conn, &format!("SELECT REPEAT('w', {big})"));
+        assert_eq!(s.len(), big, "row of 64 MiB");
+        assert!(s.iter().all(|&b| b == b'w'), "row of 64 MiB is corrupted");
+        drop(s);
+        let rss_after = proc_rss_kib(proxy.pid());
+        assert!(
+            rss_after < rss_before + 8 * 1024,
+            "proxy RSS grew from {rss_before} KiB to {rss_after} KiB over a 64 MiB row"
+        );
+        // Fixed and heap mode read a large result in --large-read-size pieces
+        // (ring mode reads from its ring).
+        let large_reads = proxy
+            .metrics()
+            .get("ringgate_read_buffer_large_reads_total");
+        match mode {
+            Mode::Ring => assert_eq!(large_reads, 0.0, "ring mode took large-result buffers"),
+            Mode::Fixed | Mode::Heap => {
+                assert!(
+                    large_reads > 0.0,
+                    "no large-result read in {} mode",
+                    mode.as_str()
+                )
+            }
         }
         // A row of exactly 0xFFFFFF - a few bytes, around the packet-split boundary.
         for size in [0xFF_FFFF - 8, 0xFF_FFFF - 4, 0xFF_FFFF] {

@@ -7,6 +7,12 @@
 //! gives its slot back ([`BufferPool::give_back_empty`]) and takes one again
 //! ([`BufferPool::try_acquire_slot`]) when its socket is readable.
 //!
+//! A large result swaps a backend connection's buffer for a larger heap
+//! one while it streams ([`BufferPool::grow`], [`BufferPool::shrink`]; at
+//! most [`LARGE_BUFFERS_PER_WORKER`] per worker), so it moves in fewer,
+//! larger reads and writes; the swap happens only between operations, on an
+//! empty buffer.
+//!
 //! In `ring` mode ([`provided`]) the relay's reads come from one
 //! provided-buffer ring per worker, taken by multishot receives only when
 //! bytes arrive. A connection's own [`ReadBuffer`] is then a heap buffer
@@ -97,6 +103,9 @@ pub struct ReadBuffer {
     wire: usize,
     in_flight: bool,
     owner: Owner,
+    /// A large-result buffer ([`BufferPool::grow`]): released to the
+    /// pool's large spares, not to the slots or the heap.
+    large: bool,
 }
 
 /// Bytes offsets into a socket: READ/WRITE on a socket need offset 0 or -1
@@ -111,6 +120,11 @@ impl ReadBuffer {
 
     pub fn is_fixed(&self) -> bool {
         matches!(self.memory, Memory::Fixed { .. })
+    }
+
+    /// A large-result buffer ([`BufferPool::grow`]).
+    pub fn is_large(&self) -> bool {
+        self.large
     }
 
     pub fn in_flight(&self) -> bool {
@@ -418,9 +432,27 @@ pub struct BufferPool {
     /// given back around each use without an allocation each time.
     spare: Vec<Box<[u8]>>,
     buffer_size: usize,
+    /// Bytes per large-result buffer; 0 (or not above `buffer_size`): off.
+    large_size: usize,
+    /// Large-result buffers held by connections now (at most
+    /// [`LARGE_BUFFERS_PER_WORKER`]).
+    large_out: usize,
+    /// Large-result buffers given back, kept for the next grow (at most
+    /// [`SPARE_LARGE_BUFFERS`]).
+    large_spare: Vec<Box<[u8]>>,
     metrics: Arc<Metrics>,
     worker: usize,
 }
+
+/// Large-result buffers a worker hands out at once: results beyond this
+/// many read in the ordinary buffer size. Bounds the memory large results
+/// take (16 × 256 KiB = 4 MiB per worker at the default size) whatever
+/// their number or size.
+pub const LARGE_BUFFERS_PER_WORKER: usize = 16;
+
+/// Large-result buffers kept after use, so that back-to-back large results
+/// allocate nothing; the rest are freed.
+const SPARE_LARGE_BUFFERS: usize = 4;
 
 /// Spare heap buffers a ring-mode pool keeps: enough for the connections
 /// that need one at the same moment on a busy worker (a transaction's first
@@ -437,9 +469,92 @@ impl BufferPool {
             free: Vec::new(),
             spare: Vec::new(),
             buffer_size,
+            large_size: 0,
+            large_out: 0,
+            large_spare: Vec::new(),
             metrics,
             worker,
         }
+    }
+
+    /// Turn large-result reads on with buffers of `size` bytes (off when
+    /// `size` is not larger than the ordinary buffers, and in ring mode,
+    /// whose relay reads come from the ring).
+    pub fn with_large_reads(mut self, size: usize) -> Self {
+        if size > self.buffer_size && self.ring.is_none() {
+            self.large_size = size;
+        }
+        self
+    }
+
+    /// A large result is being read: `buf` (empty and idle) was filled by
+    /// its last read, so more bytes are waiting. Swap it for a large
+    /// buffer, when large reads are on and one is free (true). The old
+    /// buffer goes back to the pool (a slot to the free list), so a
+    /// connection never holds two.
+    pub fn grow(&mut self, buf: &mut Option<ReadBuffer>) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let idle_empty = |b: &ReadBuffer| !b.in_flight && b.filled == 0 && b.wire == 0 && !b.large;
+        if self.large_size == 0
+            || self.large_out >= LARGE_BUFFERS_PER_WORKER
+            || !buf.as_ref().is_some_and(idle_empty)
+        {
+            return false;
+        }
+        let Some(old) = buf.take() else {
+            return false;
+        };
+        let owner = old.owner;
+        // Idle (checked above): release cannot refuse it.
+        let _ = self.release(old);
+        let memory = self
+            .large_spare
+            .pop()
+            .unwrap_or_else(|| vec![0u8; self.large_size].into_boxed_slice());
+        self.large_out += 1;
+        let wm = self.metrics.worker(self.worker);
+        wm.large_reads_total.fetch_add(1, Relaxed);
+        wm.large_read_buffers_in_use.fetch_add(1, Relaxed);
+        self.count_in_use(owner, 1);
+        *buf = Some(ReadBuffer {
+            memory: Memory::Heap(memory),
+            capacity: self.large_size,
+            filled: 0,
+            wire: 0,
+            in_flight: false,
+            owner,
+            large: true,
+        });
+        true
+    }
+
+    /// The large result slowed or ended (a read did not fill the large
+    /// buffer): give the large buffer back (empty and idle only) and take
+    /// an ordinary one, a free slot in fixed mode (none when every slot is
+    /// taken: the next read then waits on the poll as an idle one does).
+    pub fn shrink(&mut self, buf: &mut Option<ReadBuffer>) {
+        let idle_empty = |b: &ReadBuffer| !b.in_flight && b.filled == 0 && b.wire == 0 && b.large;
+        if !buf.as_ref().is_some_and(idle_empty) {
+            return;
+        }
+        let Some(old) = buf.take() else {
+            return;
+        };
+        let owner = old.owner;
+        let _ = self.release(old);
+        *buf = match self.region {
+            Some(_) => self.try_acquire_slot(owner),
+            None => Some(self.acquire(owner)),
+        };
+    }
+
+    fn count_in_use(&self, owner: Owner, delta: i64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let wm = self.metrics.worker(self.worker);
+        match owner {
+            Owner::Client => wm.read_buffers_in_use_client.fetch_add(delta, Relaxed),
+            Owner::Backend => wm.read_buffers_in_use_backend.fetch_add(delta, Relaxed),
+        };
     }
 
     /// A ring-mode pool: the worker's provided-buffer ring for the relay's
@@ -530,6 +645,9 @@ impl BufferPool {
             free,
             spare: Vec::new(),
             buffer_size,
+            large_size: 0,
+            large_out: 0,
+            large_spare: Vec::new(),
             metrics,
             worker,
         })
@@ -578,10 +696,7 @@ impl BufferPool {
                 )
             }
         };
-        match owner {
-            Owner::Client => wm.read_buffers_in_use_client.fetch_add(1, Relaxed),
-            Owner::Backend => wm.read_buffers_in_use_backend.fetch_add(1, Relaxed),
-        };
+        self.count_in_use(owner, 1);
         ReadBuffer {
             memory,
             capacity: self.buffer_size,
@@ -589,6 +704,7 @@ impl BufferPool {
             wire: 0,
             in_flight: false,
             owner,
+            large: false,
         }
     }
 
@@ -599,11 +715,19 @@ impl BufferPool {
         if buf.in_flight {
             return Err(buf);
         }
+        self.count_in_use(buf.owner, -1);
         let wm = self.metrics.worker(self.worker);
-        match buf.owner {
-            Owner::Client => wm.read_buffers_in_use_client.fetch_sub(1, Relaxed),
-            Owner::Backend => wm.read_buffers_in_use_backend.fetch_sub(1, Relaxed),
-        };
+        if buf.large {
+            self.large_out -= 1;
+            wm.large_read_buffers_in_use.fetch_sub(1, Relaxed);
+            if let Memory::Heap(b) = std::mem::replace(&mut buf.memory, Memory::Heap(Box::new([])))
+            {
+                if self.large_spare.len() < SPARE_LARGE_BUFFERS {
+                    self.large_spare.push(b);
+                }
+            }
+            return Ok(());
+        }
         match std::mem::replace(&mut buf.memory, Memory::Heap(Box::new([]))) {
             Memory::Fixed { index, .. } => {
                 self.free.push(index);
@@ -626,6 +750,59 @@ impl BufferPool {
 mod tests {
     use super::*;
     use crate::metrics::{BufferMode, Metrics};
+
+    #[test]
+    fn large_reads_grow_shrink_and_are_bounded() {
+        let metrics = Metrics::new(1, BufferMode::Heap);
+        let mut pool = BufferPool::heap(16, Arc::clone(&metrics), 0).with_large_reads(64);
+        let gauge = || {
+            let w = metrics.worker(0);
+            (
+                w.large_read_buffers_in_use
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                w.read_buffers_in_use_backend
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            )
+        };
+        let mut bufs: Vec<Option<ReadBuffer>> = (0..LARGE_BUFFERS_PER_WORKER + 2)
+            .map(|_| Some(pool.acquire(Owner::Backend)))
+            .collect();
+        // Bytes in the buffer: no swap (they would be lost).
+        bufs[0].as_mut().unwrap().fill_for_test(b"abc");
+        assert!(!pool.grow(&mut bufs[0]));
+        bufs[0].as_mut().unwrap().clear();
+        let mut grown = 0;
+        for b in bufs.iter_mut() {
+            grown += usize::from(pool.grow(b));
+        }
+        assert_eq!(
+            grown, LARGE_BUFFERS_PER_WORKER,
+            "the cap bounds the large buffers"
+        );
+        assert_eq!(
+            gauge(),
+            (LARGE_BUFFERS_PER_WORKER as i64, bufs.len() as i64)
+        );
+        assert_eq!(bufs[0].as_ref().unwrap().capacity(), 64);
+        assert!(bufs[0].as_ref().unwrap().is_large());
+        assert_eq!(bufs.last().unwrap().as_ref().unwrap().capacity(), 16);
+        // Growing twice does nothing.
+        assert!(!pool.grow(&mut bufs[0]));
+        for b in bufs.iter_mut() {
+            pool.shrink(b);
+            assert_eq!(b.as_ref().unwrap().capacity(), 16);
+        }
+        assert_eq!(gauge(), (0, bufs.len() as i64));
+        // A large buffer released directly (a connection closing) counts too.
+        assert!(pool.grow(&mut bufs[1]));
+        assert!(pool.release(bufs[1].take().unwrap()).is_ok());
+        assert_eq!(gauge(), (0, bufs.len() as i64 - 1));
+        assert!(pool.large_spare.len() <= SPARE_LARGE_BUFFERS);
+        // Off when not larger than the ordinary buffers.
+        let mut off = BufferPool::heap(16, Arc::clone(&metrics), 0).with_large_reads(16);
+        let mut b = Some(off.acquire(Owner::Backend));
+        assert!(!off.grow(&mut b));
+    }
 
     #[test]
     fn replace_prefix_keeps_the_rest() {

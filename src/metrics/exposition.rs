@@ -133,6 +133,20 @@ impl Collector for Exposition {
              straight from the ring and copy none.",
             s.ring_copied_bytes_total,
         )?;
+        counter(
+            &mut enc,
+            "ringgate_read_buffer_large_reads_total",
+            "Large-result reads started: a backend read filled its read buffer, and the \
+             connection read the rest of the result into a --large-read-size buffer.",
+            s.large_reads_total,
+        )?;
+        gauge(
+            &mut enc,
+            "ringgate_read_buffer_large_in_use",
+            "Large-result buffers held now (at most 16 per worker; 0 whenever no large result \
+             is being relayed).",
+            s.large_read_buffers_in_use,
+        )?;
 
         gauge(
             &mut enc,

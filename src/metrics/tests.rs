@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-const ALL_NAMES: [(&str, &str); 46] = [
+const ALL_NAMES: [(&str, &str); 48] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
@@ -17,6 +17,8 @@ const ALL_NAMES: [(&str, &str); 46] = [
     ("ringgate_read_buffer_ring_in_use", "gauge"),
     ("ringgate_read_buffer_ring_enobufs_total", "counter"),
     ("ringgate_read_buffer_ring_copied_bytes_total", "counter"),
+    ("ringgate_read_buffer_large_reads_total", "counter"),
+    ("ringgate_read_buffer_large_in_use", "gauge"),
     ("ringgate_client_connections", "gauge"),
     ("ringgate_client_connections_total", "counter"),
     ("ringgate_client_rejected_total", "counter"),

@@ -552,6 +552,11 @@ impl Proxy {
         if clients != 0.0 {
             p.push(format!("client_connections = {clients}, want 0"));
         }
+        // Large-result buffers are held only while a large result is relayed.
+        let large = m.get("ringgate_read_buffer_large_in_use");
+        if large != 0.0 {
+            p.push(format!("read_buffer_large_in_use = {large}, want 0"));
+        }
         if total_conns - baseline < min_new as f64 {
             p.push(format!(
                 "client_connections_total grew by {} (from {baseline} to {total_conns}), want >= {min_new}: \

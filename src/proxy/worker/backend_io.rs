@@ -292,6 +292,9 @@ impl Worker {
                 if let Some(buf) = b.io.buf.as_mut().filter(|b| !b.in_flight()) {
                     buf.clear();
                 }
+                // A large result's buffer goes back: an idle connection
+                // holds at most an ordinary one.
+                self.buffers.shrink(&mut b.io.buf);
                 // Ring mode: an idle backend connection holds no buffer.
                 self.buffers.shed(&mut b.io.buf);
                 // Nor, once idle, in fixed mode: its next read takes a slot.

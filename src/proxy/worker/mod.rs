@@ -340,6 +340,7 @@ impl Worker {
                 }
             }
         };
+        let buffers = buffers.with_large_reads(cfg.large_read_size as usize);
         let listener = listen::tcp(cfg.listen)?;
         let startup = WorkerStartup {
             features: ring.features(),

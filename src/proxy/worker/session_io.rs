@@ -251,12 +251,28 @@ impl Worker {
             if pos < end {
                 return self.relay_submit(sid, RelayIo::DownWrite { pos, end });
             }
+            // Large results: only on the plain path, where the relay
+            // writes the backend buffer itself (a leg or TLS re-frames it).
+            let plain = slot.leg.is_none() && slot.tls.is_none();
             if let Some(leg) = slot.leg.as_mut() {
                 leg.down.bytes_mut().clear();
             }
+            let plain = plain && !backend.is_some_and(|b| self.backend_tls_on(b));
             if let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) {
+                // The read filled its buffer: more of the result waits.
+                let filled_up =
+                    b.io.buf
+                        .as_ref()
+                        .map(|buf| buf.filled_len() == buf.capacity());
                 if let Some(buf) = b.io.buf.as_mut() {
                     buf.clear();
+                }
+                match filled_up {
+                    Some(true) if plain => {
+                        self.buffers.grow(&mut b.io.buf);
+                    }
+                    Some(false) => self.buffers.shrink(&mut b.io.buf),
+                    _ => {}
                 }
                 self.buffers.shed(&mut b.io.buf);
             }
