@@ -164,6 +164,9 @@ pub struct Relay {
     /// The server's unsolicited ERR is being written to the client; the
     /// relay ends with this once it is written.
     end_after_write: Option<RelayEnd>,
+    /// Part of an ERR arrived between commands: the server is closing the
+    /// connection, so the session may not park with it.
+    server_closing: bool,
     ended: bool,
 }
 
@@ -176,6 +179,7 @@ impl Relay {
             last_activity: now,
             ending: None,
             end_after_write: None,
+            server_closing: false,
             ended: false,
         }
     }
@@ -207,7 +211,10 @@ impl Relay {
     /// Transaction pooling: the relay may end now to give the backend back
     /// (between commands, nothing owed, not already ending).
     pub fn can_park(&self) -> bool {
-        self.idle_at_boundary() && !self.finishing() && self.end_after_write.is_none()
+        self.idle_at_boundary()
+            && !self.finishing()
+            && self.end_after_write.is_none()
+            && !self.server_closing
     }
 
     /// End to give the backend back (see [`RelayEnd::Parked`]); only when
@@ -339,6 +346,12 @@ impl Relay {
             // Only a cancelled idle read leaves the backend reusable: bytes
             // or EOF that beat the cancel mean the server is closing it.
             if res != -libc::ECANCELED {
+                if self.unpark() {
+                    // Parking: the session would go on without telling its
+                    // client, whose thread this was; it ends as a held
+                    // connection's would, its ERR first if it sent one.
+                    return self.on_idle_backend_read(res, data, now, out);
+                }
                 if let Some((_, clean)) = self.ending.as_mut() {
                     *clean = false;
                 }
@@ -369,6 +382,21 @@ impl Relay {
         out.push(RelayEvent::Op(RelayOp::WriteClient { end: data.len() }));
     }
 
+    /// A clean park (transaction pooling) whose cancelled idle read found
+    /// the server's EOF or bytes first: the park is called off (true), and
+    /// the read is handled as one between commands. The park's window
+    /// (the answer forwarded, the idle read armed, its cancel not yet
+    /// landed) is where an operator's KILL right after the answer lands;
+    /// parked, the connection was discarded and the session went on as if
+    /// nothing happened, its client never told (issue 12).
+    fn unpark(&mut self) -> bool {
+        if !matches!(self.ending, Some((RelayEnd::Parked { .. }, true))) {
+            return false;
+        }
+        self.ending = None;
+        true
+    }
+
     /// Bytes arrived between commands. `data` is all the backend buffer
     /// holds: a partial ERR stays there and the next read appends to it.
     fn on_idle_backend_read(
@@ -393,6 +421,8 @@ impl Relay {
             };
             return self.end(reason, out);
         }
+        // The server is closing the connection: it cannot go back.
+        self.server_closing = true;
         match self.tracker.unsolicited_server_bytes(data) {
             Ok(Unsolicited::Partial) => {
                 self.down = Down::Watching;

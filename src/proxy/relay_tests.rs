@@ -551,3 +551,72 @@ fn the_idle_read_is_not_cut_by_the_backend_read_timeout() {
     r.on_tick(t0 + Duration::from_secs(30), &strict, false, &mut out);
     assert!(out.is_empty(), "nothing is owed, so nothing is late");
 }
+
+// ---- transaction pooling: the server closing the connection while the relay parks ----
+
+#[test]
+fn a_park_whose_cancel_loses_to_the_servers_eof_ends_the_session_instead() {
+    for res in [0, -libc::ECONNRESET] {
+        let now = Instant::now();
+        let (mut r, mut out) = started(now);
+        assert!(r.can_park());
+        r.park(&mut out);
+        assert_eq!(ops(&out), vec![RelayOp::CancelReadBackend]);
+        assert_eq!(ended(&out), None, "the cancel has not landed");
+        out.clear();
+        // The KILL's EOF completes the idle read before the cancel does.
+        r.on_backend_read(res, &[], now, &mut out);
+        assert!(out.contains(&RelayEvent::AbortClient));
+        assert!(out.contains(&RelayEvent::AbortBackend));
+        assert!(
+            matches!(ended(&out), Some((RelayEnd::ServerClosed(_), false))),
+            "{out:?}"
+        );
+    }
+}
+
+#[test]
+fn a_park_whose_cancel_loses_to_the_servers_err_forwards_it_then_ends() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    r.park(&mut out);
+    out.clear();
+    let err = killed_err(0);
+    r.on_backend_read(err.len() as i32, &err, now, &mut out);
+    assert_eq!(ops(&out), vec![RelayOp::WriteClient { end: err.len() }]);
+    assert_eq!(ended(&out), None, "the ERR is written first");
+    assert!(!r.can_park(), "the server is closing: no park");
+    out.clear();
+    r.on_client_write(err.len() as i32, now, &mut out);
+    assert!(matches!(
+        ended(&out),
+        Some((RelayEnd::ServerClosed(cause), false)) if cause.contains("ERR 1927")
+    ));
+}
+
+#[test]
+fn a_park_whose_cancel_lands_gives_a_clean_backend_back() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    r.park(&mut out);
+    out.clear();
+    r.on_backend_read(-libc::ECANCELED, &[], now, &mut out);
+    assert_eq!(
+        ended(&out),
+        Some((RelayEnd::Parked { client_read: None }, true))
+    );
+    assert!(!out.contains(&RelayEvent::AbortClient));
+}
+
+#[test]
+fn part_of_an_err_between_commands_keeps_the_session_from_parking() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    let err = killed_err(0);
+    r.on_backend_read(5, &err[..5], now, &mut out);
+    assert_eq!(ops(&out), vec![RelayOp::ReadBackend]);
+    assert!(
+        !r.can_park(),
+        "the rest of the ERR and the EOF are on their way"
+    );
+}
