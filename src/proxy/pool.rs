@@ -93,6 +93,11 @@ pub struct Pooled {
     last_session: Option<SessionId>,
     /// Its close watch ([`PoolEvent::Watch`]) was asked for.
     watched: bool,
+    /// The watch saw the server close it while it was not idle (leased,
+    /// being reset, asked for LAST_INSERT_ID()); the watch is spent, so
+    /// when it comes back it is discarded and its last session told, as
+    /// [`Pool::on_watch`] does for an idle one.
+    server_closed: bool,
     /// Closed to give its unit of the cap to another worker
     /// ([`Pool::give_to_other_workers`]).
     given: bool,
@@ -500,7 +505,11 @@ impl Pool {
                 worker = self.worker,
                 "idle backend connection was closed by the server; discarded"
             );
-            self.close(id, out);
+            // Found dead before its close watch's completion was handled:
+            // its last session hears of it as from the watch, unless that
+            // session is the one leasing (its command, already here, runs
+            // on another connection).
+            self.discard_server_closed(id, Some(req.session), out);
         }
         if self.reset_for(req, now, out) {
             return false;
@@ -710,6 +719,7 @@ impl Pool {
             prepared: 0,
             last_session: None,
             watched: false,
+            server_closed: false,
             given: false,
             evicted: false,
         });

@@ -43,21 +43,46 @@ impl Pool {
     /// -errno). On an idle connection that is the server closing it: it is
     /// discarded now rather than found dead at its next lease, and the
     /// session that used it last hears of it ([`PoolEvent::ClosedIdle`]).
-    /// A leased connection's own reads see the close; one closed here
-    /// completes the watch with the shutdown.
+    /// A connection that is not idle (leased, or the pool's own exchange
+    /// on it) sees the close in its own reads, but the watch, armed once,
+    /// is spent: a relay's park may still win the race against that EOF
+    /// (its cancel lands first), so the connection is marked and handled
+    /// when it comes back ([`Pool::push_idle`]). One closed here completes
+    /// the watch with the shutdown.
     pub fn on_watch(&mut self, id: BackendId, res: i32, out: &mut Vec<PoolEvent>) {
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
             return;
         };
-        if res < 0 || p.conn.is_closed() || !p.conn.is_idle() {
+        if res < 0 || p.conn.is_closed() {
             return;
         }
+        if !p.conn.is_idle() {
+            p.server_closed = true;
+            return;
+        }
+        self.discard_server_closed(id, None, out);
+    }
+
+    /// The server closed connection `id` while no session held it (KILL
+    /// CONNECTION of its thread, its wait_timeout, a shutdown): close it,
+    /// and tell the session that used it last, whose `SELECT
+    /// CONNECTION_ID()` named that thread ([`PoolEvent::ClosedIdle`]; the
+    /// driver checks it has held no other since), unless it is `except`.
+    pub(super) fn discard_server_closed(
+        &mut self,
+        id: BackendId,
+        except: Option<SessionId>,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
         let thread = p.conn.thread_id();
-        let session = p.last_session;
+        let session = p.last_session.filter(|s| Some(*s) != except);
         tracing::info!(
             worker = self.worker,
             thread,
-            "the server closed the backend connection between commands (idle in the pool); discarded"
+            "the server closed the backend connection between commands (no session held it); discarded"
         );
         self.close(id, out);
         if let Some(session) = session {
@@ -148,7 +173,7 @@ impl Pool {
                 }
                 match p.opened_for.take() {
                     Some(req) => self.give(id, req, now, out),
-                    None => self.make_idle(id, now),
+                    None => self.make_idle(id, now, out),
                 }
             }
             BackendEvent::Probed {
@@ -201,7 +226,7 @@ impl Pool {
                     });
                 }
                 // The connection itself is fine (its schema is unchanged).
-                self.push_idle(id, now);
+                self.push_idle(id, now, out);
             }
             BackendEvent::ResetDone => {
                 let Some(p) = self.slots.get_mut(id.index, id.generation) else {
@@ -223,7 +248,7 @@ impl Pool {
                             schema: p.conn.schema().map(str::to_owned),
                         });
                     }
-                    _ => self.push_idle(id, now),
+                    _ => self.push_idle(id, now, out),
                 }
             }
             BackendEvent::LastInsertId(value) => {
@@ -305,20 +330,35 @@ impl Pool {
                         err_payload: unavailable(self.cfg.backend, &cause),
                         reject: Some(RejectReason::BackendUnavailable),
                     });
+                    return self.close(id, out);
                 }
-                self.close(id, out);
+                // The pool's own exchange on a connection no session holds
+                // (a reset or a LAST_INSERT_ID() read after a park, a reset
+                // for a waiter): the server closed it between the last
+                // session's commands, which hears of it as from the watch.
+                // (In session pooling that session has gone.)
+                self.discard_server_closed(id, None, out);
             }
         }
     }
 
-    pub(super) fn make_idle(&mut self, id: BackendId, now: Instant) {
+    pub(super) fn make_idle(&mut self, id: BackendId, now: Instant, out: &mut Vec<PoolEvent>) {
         if let Some(p) = self.slots.get_mut(id.index, id.generation) {
             p.conn.make_idle(now);
         }
-        self.push_idle(id, now);
+        self.push_idle(id, now, out);
     }
 
-    pub(super) fn push_idle(&mut self, id: BackendId, _now: Instant) {
+    /// Connection `id` is idle now; one whose watch saw the server close
+    /// it meanwhile is discarded instead, as the watch would have.
+    pub(super) fn push_idle(&mut self, id: BackendId, _now: Instant, out: &mut Vec<PoolEvent>) {
+        if self
+            .slots
+            .get_mut(id.index, id.generation)
+            .is_some_and(|p| p.server_closed)
+        {
+            return self.discard_server_closed(id, None, out);
+        }
         self.idle.push(id.index);
         self.m().backend_idle.fetch_add(1, Relaxed);
         self.dirty = true;

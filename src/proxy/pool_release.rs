@@ -76,7 +76,7 @@ impl Pool {
         p.set_busy(false, metrics.worker(self.worker));
         if p.conn.keep(kept, now) {
             self.m().tx_releases_total.fetch_add(1, Relaxed);
-            self.push_idle(id, now);
+            self.push_idle(id, now, out);
         } else {
             let mut bo = Vec::new();
             p.conn.close(&mut bo);

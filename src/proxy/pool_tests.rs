@@ -585,10 +585,6 @@ fn the_server_closing_an_idle_connection_discards_it_and_names_its_last_session(
         1,
         "{ev:?}"
     );
-    // Leased: the relay sees a close itself; the watch changes nothing.
-    let mut out = Vec::new();
-    h.pool.on_watch(b, libc::POLLRDHUP as i32, &mut out);
-    assert!(out.is_empty(), "{out:?}");
     h.release(b, true);
     h.serve();
     let thread = h.pool.get_mut(b).unwrap().conn.thread_id();
@@ -611,6 +607,79 @@ fn the_server_closing_an_idle_connection_discards_it_and_names_its_last_session(
     let mut out = Vec::new();
     h.pool.on_watch(b2, -libc::ECANCELED, &mut out);
     assert!(out.is_empty(), "{out:?}");
+}
+
+fn closed_idle(events: &[PoolEvent]) -> Vec<SessionId> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            PoolEvent::ClosedIdle { session, .. } => Some(*session),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_close_the_watch_sees_while_leased_is_acted_on_when_the_connection_comes_back() {
+    let mut h = Harness::new(10, 0);
+    let key = PoolKey::default_warm();
+    let (_, b) = leased(&h.lease(req(1, key))).unwrap();
+    // Leased: the holder's own reads see the close; the watch (armed once,
+    // spent now) only marks it.
+    let mut out = Vec::new();
+    h.pool.on_watch(b, libc::POLLRDHUP as i32, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    // The relay's park won the race against that EOF (its cancel landed
+    // first): given back as it is, it is discarded, and session 1 hears.
+    let ev = h.give_back(b);
+    assert_eq!(closed_idle(&ev), vec![sid(1)], "{ev:?}");
+    assert!(h.pool.get_mut(b).is_none(), "closed and freed");
+    assert_eq!(h.open.open(), 0);
+    // The same through a reset (a release that resets).
+    let (_, b2) = leased(&h.lease(req(2, key))).unwrap();
+    let mut out = Vec::new();
+    h.pool.on_watch(b2, libc::POLLRDHUP as i32, &mut out);
+    let ev = h.release(b2, true);
+    assert_eq!(closed_idle(&ev), vec![sid(2)], "{ev:?}");
+    assert_eq!(h.open.open(), 0);
+}
+
+#[test]
+fn the_pools_own_exchange_failing_on_a_given_back_connection_tells_its_last_session() {
+    let mut h = Harness::new(10, 0);
+    let key = PoolKey::default_warm();
+    let (_, b) = leased(&h.lease(req(1, key))).unwrap();
+    // Given back with a reset, whose answer is the server's EOF (KILL
+    // CONNECTION landed right after the session's last command).
+    let mut out = Vec::new();
+    h.pool.release(b, true, h.now, &mut out);
+    assert!(h.pool.get_mut(b).unwrap().conn.is_resetting());
+    let mut out = Vec::new();
+    h.pool.on_read(b, 0, h.now, &mut out);
+    assert_eq!(closed_idle(&out), vec![sid(1)], "{out:?}");
+    h.drive(out);
+    assert_eq!(h.open.open(), 0);
+}
+
+#[test]
+fn a_dead_idle_connection_found_at_checkout_tells_its_last_session_but_not_the_one_leasing() {
+    let mut h = Harness::new(10, 0);
+    let key = PoolKey::default_warm();
+    let (_, b) = leased(&h.lease(req(1, key))).unwrap();
+    h.give_back(b);
+    // The server side goes away before the watch's completion is handled.
+    h.peers.clear();
+    let ev = h.lease(req(2, key));
+    assert_eq!(closed_idle(&ev), vec![sid(1)], "{ev:?}");
+    let (_, b2) = leased(&ev).unwrap();
+    assert_ne!(b, b2);
+    // Session 2's own last connection found dead by its own next command:
+    // that command runs on another connection; nothing to tell.
+    h.give_back(b2);
+    h.peers.clear();
+    let ev = h.lease(req(2, key));
+    assert!(closed_idle(&ev).is_empty(), "{ev:?}");
+    assert!(leased(&ev).is_some());
 }
 
 // ---- the cap shared by two workers' pools (pool_share.rs) ----
