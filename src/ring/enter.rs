@@ -233,6 +233,14 @@ impl Ring {
         self.submit_and_wait()
     }
 
+    /// Debug builds: hand what is queued to the kernel now, without waiting
+    /// (a test hook holds the worker after it; see
+    /// `proxy::worker::debug_park`).
+    #[cfg(debug_assertions)]
+    pub fn submit_queued_now(&mut self) -> Result<(), RingError> {
+        self.submit_nowait()
+    }
+
     /// Submit what is queued and run deferred completion work, without
     /// waiting. The errno rules are those of `submit_and_wait`.
     fn submit_nowait(&mut self) -> Result<(), RingError> {

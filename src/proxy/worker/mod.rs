@@ -14,6 +14,7 @@
 mod accept;
 mod backend_io;
 mod backend_tls_io;
+mod debug_park;
 mod hot_read;
 mod idle_backend_io;
 mod idle_io;

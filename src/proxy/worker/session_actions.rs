@@ -221,6 +221,9 @@ impl Worker {
             }
             SessionAction::Relay(RelayOp::CancelReadBackend) => {
                 slot.down_cancelled = true;
+                // Debug builds: a test may hold the worker here (the window
+                // a server close can land in; debug_park.rs).
+                self.debug_park_delay();
                 // Fixed mode: a read waiting on the backend's poll is not in
                 // the kernel; it ends now, as a cancelled read would.
                 if self.end_down_wait(sid, -libc::ECANCELED) {
