@@ -283,7 +283,7 @@ pub struct Config {
     /// Bytes per read of a large result (0 = off). A backend read that fills
     /// its read buffer means more of a result is behind it: the connection
     /// then reads into a heap buffer of this size, from a small per-worker
-    /// pool, and gives it back at its first read that does not fill it
+    /// pool, and gives it back at its first read smaller than a read buffer
     /// (fewer, larger trips through the network stack; docs/benchmarks.md).
     /// A multiple of 4096; at most the read buffer size turns it off.
     #[arg(long, default_value = "262144", value_parser = parse_large_read_size, value_name = "BYTES")]

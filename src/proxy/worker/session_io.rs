@@ -259,21 +259,12 @@ impl Worker {
             }
             let plain = plain && !backend.is_some_and(|b| self.backend_tls_on(b));
             if let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) {
-                // The read filled its buffer: more of the result waits.
-                let filled_up =
-                    b.io.buf
-                        .as_ref()
-                        .map(|buf| buf.filled_len() == buf.capacity());
+                let read = b.io.buf.as_ref().map_or(0, |buf| buf.filled_len());
                 if let Some(buf) = b.io.buf.as_mut() {
                     buf.clear();
                 }
-                match filled_up {
-                    Some(true) if plain => {
-                        self.buffers.grow(&mut b.io.buf);
-                    }
-                    Some(false) => self.buffers.shrink(&mut b.io.buf),
-                    _ => {}
-                }
+                // A large result reads in large pieces.
+                self.buffers.fit_to_result(&mut b.io.buf, read, plain);
                 self.buffers.shed(&mut b.io.buf);
             }
             self.ring_forwarded(sid, Side::Backend, end);
