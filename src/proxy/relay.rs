@@ -382,6 +382,15 @@ impl Relay {
         out.push(RelayEvent::Op(RelayOp::WriteClient { end: data.len() }));
     }
 
+    /// The driver shuts the backend down to end the idle read whose cancel
+    /// failed: the end is dirty, and the EOF that follows is the proxy's
+    /// own (no park is called off for it).
+    pub fn backend_shut(&mut self) {
+        if let Some((_, clean)) = self.ending.as_mut() {
+            *clean = false;
+        }
+    }
+
     /// A clean park (transaction pooling) whose cancelled idle read found
     /// the server's EOF or bytes first: the park is called off (true), and
     /// the read is handled as one between commands. The park's window

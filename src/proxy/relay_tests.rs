@@ -620,3 +620,20 @@ fn part_of_an_err_between_commands_keeps_the_session_from_parking() {
         "the rest of the ERR and the EOF are on their way"
     );
 }
+
+#[test]
+fn a_park_whose_cancel_failed_ends_dirty_on_the_proxys_own_shutdown() {
+    let now = Instant::now();
+    let (mut r, mut out) = started(now);
+    r.park(&mut out);
+    out.clear();
+    // The cancel failed: the driver shuts the backend down, whose EOF ends
+    // the read. The session goes on parked; the connection is discarded.
+    r.backend_shut();
+    r.on_backend_read(0, &[], now, &mut out);
+    assert_eq!(
+        ended(&out),
+        Some((RelayEnd::Parked { client_read: None }, false))
+    );
+    assert!(!out.contains(&RelayEvent::AbortClient));
+}

@@ -142,6 +142,15 @@ impl Session {
         }
     }
 
+    /// The relay's cancel of its idle backend read failed, and the driver
+    /// shuts the backend down to end that read: the relay's end is dirty,
+    /// and the EOF is not the server closing the connection.
+    pub fn on_backend_cancel_failed(&mut self) {
+        if let State::Relay(relay) = &mut self.state {
+            relay.backend_shut();
+        }
+    }
+
     /// Act on the relay's events, then keep the emptied vector as the
     /// scratch for the next completion, so the relay path does not allocate.
     pub(super) fn apply_relay_events(

@@ -292,6 +292,8 @@ impl Worker {
         if slot.relay_ops == 0 && !ring_armed {
             return;
         }
+        // The EOF the shutdown brings is the proxy's own, not the server's.
+        slot.session.on_backend_cancel_failed();
         if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
             b.io.shutdown();
         }
