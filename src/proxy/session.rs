@@ -315,6 +315,10 @@ pub struct Session {
     /// Transaction pooling: a park is put off for a KILL in flight
     /// ([`SessionAction::ParkWaitsForKill`] was sent for this wait).
     park_waits_for_kill: bool,
+    /// Transaction pooling: the server closed the connection this session
+    /// used last while the session wrote an answer of its own
+    /// (`ParkedReply`); it ends once that is written.
+    last_backend_closed: bool,
     /// The client negotiated CLIENT_COMPRESS: the transform starts once
     /// the login OK is written (the OK itself goes out plain).
     client_leg: Option<LegKind>,
@@ -370,6 +374,7 @@ impl Session {
             kill_fence: None,
             own: None,
             park_waits_for_kill: false,
+            last_backend_closed: false,
             client_leg: None,
             client_caps: 0,
             transaction_pooling: n.transaction_pooling,
@@ -563,6 +568,9 @@ impl Session {
                     reading: true,
                     since: ctx.now,
                 };
+                if std::mem::take(&mut self.last_backend_closed) {
+                    return self.last_backend_gone(out);
+                }
                 out.push(SessionAction::ClearBuffer);
                 out.push(SessionAction::ReadClient);
             }

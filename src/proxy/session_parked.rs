@@ -91,14 +91,21 @@ impl Session {
     /// thread its `SELECT CONNECTION_ID()` named, its wait_timeout, a
     /// server shutdown). A parked session ends as a direct connection
     /// would: a bare close.
+    /// One writing an answer the proxy made itself ends once it is written.
     pub fn on_last_backend_closed(&mut self, out: &mut Vec<SessionAction>) {
-        if let State::Parked { .. } = self.state {
-            out.push(SessionAction::Log(
-                "the server closed the backend connection this session used last (idle since); client disconnected"
-                    .into(),
-            ));
-            self.close(out);
+        match self.state {
+            State::Parked { .. } => self.last_backend_gone(out),
+            State::ParkedReply { .. } => self.last_backend_closed = true,
+            _ => {}
         }
+    }
+
+    pub(super) fn last_backend_gone(&mut self, out: &mut Vec<SessionAction>) {
+        out.push(SessionAction::Log(
+            "the server closed the backend connection this session used last (idle since); client disconnected"
+                .into(),
+        ));
+        self.close(out);
     }
 
     /// Transaction pooling: the relay ended to give the backend back. A

@@ -1548,3 +1548,38 @@ fn change_user_caching_sha2_full_authentication_over_plain_tcp_is_1045() {
         SessionAction::Log(m) if m.contains("needs TLS or RSA keys"))));
     assert!(out.contains(&SessionAction::ResetBackend));
 }
+
+#[test]
+fn a_parked_session_whose_last_connection_the_server_closed_ends_also_mid_reply() {
+    let now = Instant::now();
+    let u = users();
+    let c = ctx(&u, now);
+    // Parked: it ends at once.
+    let mut s = tx_session(&u, now);
+    let mut out = Vec::new();
+    s.on_last_backend_closed(&mut out);
+    assert!(out.contains(&SessionAction::Close), "{out:?}");
+    assert!(s.is_closed());
+    // Writing an answer of its own (SELECT ROW_COUNT() after a parked
+    // statement): it ends once the answer is written, not parked again.
+    let mut s = tx_session(&u, now);
+    let q = query("SELECT ROW_COUNT()");
+    let mut out = Vec::new();
+    s.on_client_read(q.len() as i32, &q, &c, &mut out);
+    let reply = sent(&out);
+    assert_eq!(reply.len(), 1, "{out:?}");
+    out.clear();
+    s.on_last_backend_closed(&mut out);
+    assert!(out.is_empty(), "the reply is written first: {out:?}");
+    s.on_client_write(reply[0].len() as i32, &[], &c, &mut out);
+    assert!(out.contains(&SessionAction::Close), "{out:?}");
+    assert!(!out.contains(&SessionAction::ReadClient), "{out:?}");
+    // Without the close the session reads the client's next command.
+    let mut s = tx_session(&u, now);
+    let mut out = Vec::new();
+    s.on_client_read(q.len() as i32, &q, &c, &mut out);
+    let reply = sent(&out);
+    out.clear();
+    s.on_client_write(reply[0].len() as i32, &[], &c, &mut out);
+    assert!(out.contains(&SessionAction::ReadClient), "{out:?}");
+}
