@@ -64,6 +64,11 @@ impl Pool {
         self.publish();
     }
 
+    /// Something freed up or queued since the last [`Pool::serve_waiters`].
+    pub fn wants_serving(&self) -> bool {
+        self.dirty
+    }
+
     /// With the cap reached, close one idle connection so that another
     /// worker whose sessions wait can open one (the rules and why they do
     /// not oscillate: `pool_share.rs`). Only one such connection closes at

@@ -193,3 +193,98 @@ impl Ord for KeyOrd {
         std::cmp::Ordering::Equal
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn key(collation: u8) -> PoolKey {
+        PoolKey {
+            collation,
+            ..PoolKey::default_warm()
+        }
+    }
+
+    fn req(i: u32, k: PoolKey) -> LeaseRequest {
+        LeaseRequest {
+            session: SessionId {
+                index: i,
+                generation: 0,
+            },
+            key: k,
+            schema: None,
+            setup: None,
+        }
+    }
+
+    fn session(r: Option<&LeaseRequest>) -> Option<u32> {
+        r.map(|r| r.session.index)
+    }
+
+    fn fronts(w: &Waiters) -> Vec<u8> {
+        let mut heap = w.fronts();
+        std::iter::from_fn(|| heap.pop().map(|std::cmp::Reverse((_, k))| k.0.collation)).collect()
+    }
+
+    #[test]
+    fn each_key_is_its_own_fifo_and_keys_take_turns_by_their_oldest() {
+        let t = Instant::now();
+        let d = t + Duration::from_secs(5);
+        let mut w = Waiters::default();
+        for (i, c) in [(1, 1), (2, 2), (3, 1), (4, 2)] {
+            w.push(req(i, key(c)), t, d);
+        }
+        assert_eq!(w.len(), 4);
+        assert_eq!(fronts(&w), vec![1, 2]);
+        assert_eq!(w.pop_front(key(1)).map(|(r, _)| r.session.index), Some(1));
+        // Key 2's oldest (2) is now older than key 1's (3).
+        assert_eq!(fronts(&w), vec![2, 1]);
+        assert_eq!(session(w.front(key(1))), Some(3));
+        assert!(w.remove(SessionId {
+            index: 3,
+            generation: 0
+        }));
+        assert!(!w.has_key(key(1)), "nobody of key 1 is left");
+        assert_eq!(w.front(key(1)), None);
+        assert_eq!(w.len(), 2);
+    }
+
+    #[test]
+    fn a_removed_waiter_in_the_middle_is_skipped_and_expires_nobody() {
+        let t = Instant::now();
+        let mut w = Waiters::default();
+        for i in 1..=3 {
+            w.push(req(i, key(1)), t, t + Duration::from_secs(i.into()));
+        }
+        w.remove(SessionId {
+            index: 2,
+            generation: 0,
+        });
+        assert_eq!(w.pop_front(key(1)).map(|(r, _)| r.session.index), Some(1));
+        assert_eq!(session(w.front(key(1))), Some(3), "2 was skipped");
+        let later = t + Duration::from_secs(10);
+        let gone: Vec<u32> = w.expire(later).iter().map(|(s, _)| s.index).collect();
+        assert_eq!(gone, vec![3], "1 was served and 2 removed: only 3 expires");
+        assert!(w.is_empty());
+        assert!(
+            w.arrivals.is_empty() && w.by_key.is_empty(),
+            "nothing dead kept"
+        );
+    }
+
+    #[test]
+    fn a_session_queued_again_waits_once_at_the_back() {
+        let t = Instant::now();
+        let d = t + Duration::from_secs(5);
+        let mut w = Waiters::default();
+        w.push(req(1, key(1)), t, d);
+        w.push(req(2, key(1)), t, d);
+        w.push(req(1, key(2)), t, d);
+        assert_eq!(w.len(), 2);
+        assert_eq!(session(w.front(key(1))), Some(2));
+        assert_eq!(session(w.front(key(2))), Some(1));
+        let gone = w.expire(d);
+        assert_eq!(gone.len(), 2, "each live waiter once");
+    }
+}

@@ -65,6 +65,9 @@ use crate::ring::{ops, OpTag, Ring, RingError, Sqe, Token};
 /// wait), pool refills and the shutdown flag are checked at this cadence.
 const TICK: Duration = Duration::from_millis(100);
 
+/// Serving passes per batch of completions at most (see the loop in `run`).
+const SERVE_ROUNDS: usize = 4;
+
 /// Submission queue entries per ring.
 pub const RING_ENTRIES: u32 = 1024;
 
@@ -460,10 +463,19 @@ impl Worker {
             // A few relaxed stores: cheap enough per batch, and a scrape
             // right after a failure sees it (a per-tick export raced tests).
             self.export_ring_stats();
-            let mut events = Vec::new();
-            self.pool.serve_waiters(self.now, &mut events);
-            self.pool_q.extend(events);
-            self.drive();
+            // What serving sets off can leave more to serve (a connection
+            // back, a session asking again at once, which queues while
+            // others wait): serve again rather than leave it to the next
+            // batch, which may be a tick away. Bounded: each round serves.
+            for _ in 0..SERVE_ROUNDS {
+                let mut events = Vec::new();
+                self.pool.serve_waiters(self.now, &mut events);
+                self.pool_q.extend(events);
+                self.drive();
+                if !self.pool.wants_serving() {
+                    break;
+                }
+            }
             // Fixed mode: reads idle for a while give their slots back
             // (checked here, so a busy worker needs no wake-up for it).
             self.cool_idle_reads();
