@@ -429,6 +429,13 @@ impl Session {
         matches!(self.state, State::Statement(_))
     }
 
+    /// The relay waits for the client's next command with nothing owed:
+    /// a backend read it asks for now watches the connection between
+    /// commands rather than reading a response.
+    pub fn relay_between_commands(&self) -> bool {
+        matches!(&self.state, State::Relay(relay) if relay.idle_at_boundary())
+    }
+
     pub fn is_relaying(&self) -> bool {
         matches!(
             self.state,

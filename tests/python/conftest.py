@@ -371,6 +371,10 @@ class Proxy:
             )
         if clients != 0:
             p.append(f"client_connections = {clients}, want 0")
+        # A large result's buffer goes back before the connection idles (--large-read-size).
+        large = m("ringgate_read_buffer_large_in_use")
+        if large != 0:
+            p.append(f"read_buffer_large_in_use = {large}, want 0")
         if baseline is not None and total_conns - baseline < min_new:
             p.append(
                 f"client_connections_total grew by {total_conns - baseline} (from {baseline} to "

@@ -82,6 +82,27 @@ def test_large_rows(proxy):
     proxy.assert_settled(base, 1)
 
 
+def test_an_idle_session_holds_no_large_result_buffer(proxy):
+    # A result larger than a read buffer is read in --large-read-size pieces. Its last read can
+    # bring more than an ordinary buffer holds, and the read that then watches the connection
+    # between commands held the large buffer for as long as the session idled (heap mode), or
+    # in the pool (transaction pooling) until the connection's next result.
+    import time
+
+    base = proxy.connections_total()
+    with proxy.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT REPEAT('x', {MIB})")
+        assert len(cur.fetchone()[0]) == MIB
+        assert proxy.metrics()("ringgate_read_buffer_large_reads_total") > 0 or proxy.mode == "ring"
+        deadline = time.monotonic() + 5
+        while proxy.metrics()("ringgate_read_buffer_large_in_use") != 0:
+            assert time.monotonic() < deadline, "the idle session still holds a large buffer"
+            time.sleep(0.05)
+        cur.execute("SELECT 1")
+        assert cur.fetchone() == (1,)
+    proxy.assert_settled(base, 1)
+
+
 def test_wrong_password_and_unknown_user(proxy):
     base = proxy.connections_total()
     rejected0 = proxy.metrics()('ringgate_client_rejected_total{reason="auth"}')

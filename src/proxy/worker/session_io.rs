@@ -356,11 +356,32 @@ impl Worker {
         self.hot_client_submitted(sid);
     }
 
+    /// A large result's buffer goes back before the read that watches the
+    /// backend between commands: the result's last read may have brought
+    /// more than an ordinary buffer holds, which keeps the large buffer
+    /// (`BufferPool::fit_to_result`), and that read would then hold it while
+    /// the session idles (heap mode: for as long as it idles; transaction
+    /// pooling: in the pool, until the connection's next result).
+    fn shrink_between_commands(&mut self, sid: SessionId) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        if !slot.session.relay_between_commands() {
+            return;
+        }
+        if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
+            self.buffers.shrink(&mut b.io.buf);
+        }
+    }
+
     /// Submit one relay operation for `sid`. Up writes send the session's
     /// buffer to the backend's socket; down reads and writes use the
     /// backend's buffer, on the backend's and the client's socket. The op
     /// is counted on the socket it names and on the session its token names.
     pub(super) fn relay_submit(&mut self, sid: SessionId, io: RelayIo) {
+        if matches!(io, RelayIo::DownRead) {
+            self.shrink_between_commands(sid);
+        }
         // Fixed mode: a backend read between commands waits without a slot.
         if matches!(io, RelayIo::DownRead) && self.idle_down_read(sid) {
             return;
