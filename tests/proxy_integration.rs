@@ -135,6 +135,17 @@ fn large_rows(mode: Mode) {
                 )
             }
         }
+        // Between commands a session holds no large-result buffer (it goes
+        // back once every answer is written, not when the session ends).
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while proxy.metrics().get("ringgate_read_buffer_large_in_use") != 0.0 {
+            assert!(
+                Instant::now() < deadline,
+                "an idle session still holds a large-result buffer in {} mode",
+                mode.as_str()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         // A row of exactly 0xFFFFFF - a few bytes, around the packet-split boundary.
         for size in [0xFF_FFFF - 8, 0xFF_FFFF - 4, 0xFF_FFFF] {
             let n: Vec<u8> = q_one(&mut conn, &format!("SELECT REPEAT('y', {size})"));
