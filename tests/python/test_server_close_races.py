@@ -63,6 +63,24 @@ def iterations(default):
     return int(os.environ.get("RINGGATE_TEST_RACE_ITERATIONS", default))
 
 
+def kill_each_idle_client(proxy, n):
+    """`n` times: a client reads its `SELECT CONNECTION_ID()`, an admin connection kills that
+    thread at once, and the client's connection must end within 3 s. Returns the iterations
+    whose client stayed open."""
+    missed = []
+    with direct() as admin, admin.cursor() as acur:
+        for i in range(n):
+            conn = proxy.connect()
+            with conn.cursor() as cur:
+                cur.execute("SELECT CONNECTION_ID()")
+                (thread,) = cur.fetchone()
+            acur.execute(f"KILL CONNECTION {int(thread)}")
+            if not ended_within(conn._sock, 3.0):
+                missed.append(i)
+            conn.close()
+    return missed
+
+
 @pytest.mark.parametrize("pooling", POOLINGS)
 def test_a_connection_that_kills_its_own_thread_ends(make_proxy, pooling):
     """`KILL CONNECTION CONNECTION_ID()`: the server answers ERR 1927 and closes at once. The
@@ -92,17 +110,7 @@ def test_kill_right_after_a_query_ends_the_idle_client(make_proxy, pooling):
     sent the moment the answer is in: the idle client's connection ends within 3 s, every time."""
     proxy = make_proxy(workers=1, pooling=pooling)
     n = iterations(100)
-    missed = []
-    with direct() as admin, admin.cursor() as acur:
-        for i in range(n):
-            conn = proxy.connect()
-            with conn.cursor() as cur:
-                cur.execute("SELECT CONNECTION_ID()")
-                (thread,) = cur.fetchone()
-            acur.execute(f"KILL CONNECTION {int(thread)}")
-            if not ended_within(conn._sock, 3.0):
-                missed.append(i)
-            conn.close()
+    missed = kill_each_idle_client(proxy, n)
     assert not missed, (
         f"{len(missed)} of {n} idle clients stayed open after KILL CONNECTION of their thread "
         f"(iterations {missed[:10]}...)\n--- ringgate ---\n{proxy.stderr_tail(20)}"
@@ -121,18 +129,8 @@ def test_kill_inside_the_park_window_ends_the_idle_client(make_proxy, monkeypatc
     monkeypatch.setenv("RINGGATE_DEBUG_PARK_DELAY_MS", delay)
     proxy = make_proxy(workers=1, pooling=pooling)
     n = iterations(15)
-    missed = []
-    with direct() as admin, admin.cursor() as acur:
-        for i in range(n):
-            conn = proxy.connect()
-            with conn.cursor() as cur:
-                cur.execute("SELECT CONNECTION_ID()")
-                (thread,) = cur.fetchone()
-            # Within the 150 ms hold (the admin connection is open already).
-            acur.execute(f"KILL CONNECTION {int(thread)}")
-            if not ended_within(conn._sock, 3.0):
-                missed.append(i)
-            conn.close()
+    # Each KILL lands within the 150 ms hold (the admin connection is open before the first).
+    missed = kill_each_idle_client(proxy, n)
     assert not missed, (
         f"{len(missed)} of {n} idle clients stayed open after KILL CONNECTION of their thread "
         f"inside the park window (iterations {missed[:10]}...)\n--- ringgate ---\n"
