@@ -75,12 +75,18 @@ drivers:
 	cargo build
 	scripts/drivers.sh
 
-# The whole suite with the Python tests under --pooling transaction (RINGGATE_TEST_POOLING) and
-# the prepared-statement bound checked after the issue's 10,000 distinct prepares (make test runs
-# 2,000). About 20 minutes, so not part of make test; run it before changing pooling code.
-.PHONY: test-transaction
+# The whole suite with the Python tests under --pooling transaction (RINGGATE_TEST_POOLING, the
+# default now, so that only tests that chose session stay there) and the prepared-statement bound
+# checked after the issue's 10,000 distinct prepares (make test runs 2,000). About 20 minutes, so
+# not part of make test; run it before changing pooling code.
+.PHONY: test-transaction test-session
 test-transaction:
 	RINGGATE_TEST_POOLING=transaction RINGGATE_TEST_PREPARES=10000 scripts/test.sh
+
+# The whole suite with the Python tests under --pooling session (RINGGATE_TEST_POOLING): make test
+# runs them under the default, transaction pooling, so this is session pooling's run. ~20 minutes.
+test-session:
+	RINGGATE_TEST_POOLING=session scripts/test.sh
 
 .PHONY: fuzz chaos mem
 

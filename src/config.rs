@@ -204,13 +204,15 @@ pub struct Config {
     #[arg(long, value_enum, default_value_t = BackendIdentity::Passthrough)]
     pub backend_identity: BackendIdentity,
 
-    /// When a client holds a backend connection. `session` (the default):
-    /// from login to close. `transaction`: only while a statement or a
-    /// transaction runs, so many idle clients share few backend
-    /// connections; a session whose state cannot move between connections
-    /// (user variables, temporary tables, locks, prepared statements...)
-    /// is pinned to its connection. See docs/operations.md, "Transaction pooling".
-    #[arg(long, value_enum, default_value_t = Pooling::Session)]
+    /// When a client holds a backend connection. `transaction` (the
+    /// default): only while a statement or a transaction runs, so many idle
+    /// clients share few backend connections; a session whose state cannot
+    /// move between connections (user variables, temporary tables, locks...)
+    /// is pinned to its connection, and CONNECTION_ID() names whichever
+    /// backend thread ran the statement. `session`: from login to close,
+    /// every session feature works, and each client holds a backend
+    /// connection. See docs/operations.md, "Transaction pooling".
+    #[arg(long, value_enum, default_value_t = Pooling::Transaction)]
     pub pooling: Pooling,
 
     /// With --backend-identity shared: the account every client runs as

@@ -28,13 +28,13 @@ fn defaults() {
 }
 
 #[test]
-fn pooling_takes_two_modes_and_defaults_to_session() {
+fn pooling_takes_two_modes_and_defaults_to_transaction() {
     let parse = |args: &[&str]| {
         let mut all = vec!["ringgate", "--users-file", "u"];
         all.extend_from_slice(args);
         Config::try_parse_from(all)
     };
-    assert_eq!(parse(&[]).unwrap().pooling, Pooling::Session);
+    assert_eq!(parse(&[]).unwrap().pooling, Pooling::Transaction);
     assert_eq!(
         parse(&["--pooling", "transaction"]).unwrap().pooling,
         Pooling::Transaction

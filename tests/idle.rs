@@ -142,10 +142,13 @@ fn idle_clients(mode: Mode, transaction: bool, n: usize) -> Figures {
     let nofile = (n as u64 + backends as u64 + 1000).max(hard_nofile());
     o.wrapper = vec!["prlimit".into(), format!("--nofile={nofile}:{nofile}")];
     o.extra_args = vec!["--handshake-timeout".into(), "10m".into()];
-    if transaction {
-        o.extra_args
-            .extend(["--pooling".into(), "transaction".into()]);
-    }
+    // Said either way: the session-pooling runs count a backend per idle client.
+    let pooling = if transaction {
+        "transaction"
+    } else {
+        "session"
+    };
+    o.extra_args.extend(["--pooling".into(), pooling.into()]);
     let mut proxy = Proxy::start_with(o);
     let base = baseline(&mut proxy);
     let pid = proxy.pid();

@@ -425,7 +425,12 @@ both_modes!(max_packet_size, max_packet);
 // ---------------------------------------------------------------------------------------------
 
 fn idle_timeout(mode: Mode) {
-    let mut proxy = Proxy::start_with(opts(mode, &["--idle-timeout", "1s"]));
+    // Session pooling: the busy session keeps its backend connection between commands, and the
+    // idle one's goes back to the pool when it is closed.
+    let mut proxy = Proxy::start_with(opts(
+        mode,
+        &["--idle-timeout", "1s", "--pooling", "session"],
+    ));
     let base = baseline(&mut proxy);
     let disc0 = discarded(&proxy);
     let mut idle = Conn::new(quick_opts(&proxy)).unwrap();

@@ -7,7 +7,8 @@
 //! handling of an ERR that does arrive is covered by its unit tests (src/proxy/relay_tests.rs).
 //!
 //! Every scenario runs with `--workers 1 --backend-pool-size 1` so the killed connection is the
-//! only one, and ends with the leak checks.
+//! only one, and ends with the leak checks; and with `--pooling session`, where an idle client
+//! holds its backend connection (in transaction pooling, the default, it holds none to lose).
 
 #[macro_use]
 mod common;
@@ -21,11 +22,17 @@ use common::{Mode, Proxy, ProxyOpts};
 use mysql::prelude::Queryable;
 use relsupport::*;
 
-fn one_backend(mode: Mode) -> Proxy {
+/// One worker, one pooled backend connection, session pooling.
+fn one_backend_opts(mode: Mode) -> ProxyOpts {
     let mut o = ProxyOpts::new(mode);
     o.workers = 1;
     o.backend_pool_size = 1;
-    Proxy::start_with(o)
+    o.extra_args.extend(["--pooling".into(), "session".into()]);
+    o
+}
+
+fn one_backend(mode: Mode) -> Proxy {
+    Proxy::start_with(one_backend_opts(mode))
 }
 
 fn discarded(p: &Proxy) -> f64 {
@@ -283,9 +290,7 @@ fn an_err_the_server_sends_before_closing_reaches_the_idle_client() {
             std::thread::spawn(move || fake_mysql8_conn(s, 100 + id as u32));
         }
     });
-    let mut o = ProxyOpts::new(Mode::Fixed);
-    o.workers = 1;
-    o.backend_pool_size = 1;
+    let mut o = one_backend_opts(Mode::Fixed);
     let mut env = common::backend_env();
     env.port = port;
     env.socket = None;
@@ -325,9 +330,7 @@ fn an_err_the_server_sends_before_closing_reaches_the_idle_client() {
 #[test]
 fn server_shutdown_reaches_an_idle_client() {
     let db = OwnMariaDb::started("srvclose-shutdown");
-    let mut o = ProxyOpts::new(Mode::Fixed);
-    o.workers = 1;
-    o.backend_pool_size = 1;
+    let mut o = one_backend_opts(Mode::Fixed);
     o.backend_override = Some(db.env());
     let mut proxy = Proxy::start_with(o);
     let base = proxy.connections_total();

@@ -54,7 +54,9 @@ fn run_queries(proxy: &Proxy) {
 /// mode, 2 SQEs in ring mode: docs/benchmarks.md), and the metrics count every one: a ring that
 /// stopped counting (or a relay that started submitting per byte) fails here.
 fn counts_per_query(mode: Mode) {
-    let mut proxy = one_worker(mode, &[]);
+    // Session pooling's figures (docs/benchmarks.md): transaction pooling adds a lease and a
+    // release per query.
+    let mut proxy = one_worker(mode, &["--pooling", "session"]);
     let base = proxy.connections_total();
     let before = costs(&proxy);
     run_queries(&proxy);

@@ -186,7 +186,11 @@ fn one_backend_opts(wait: &'static str) -> ProxyOpts {
 /// next client gets in.
 #[test]
 fn backend_limit_reached_gets_err_1040_after_the_wait_timeout() {
-    let mut proxy = Proxy::start_with(one_backend_opts("1s"));
+    // Session pooling: a logged-in session holds the only connection (in transaction pooling
+    // the second client would log in and wait at its statement instead).
+    let mut o = one_backend_opts("1s");
+    o.extra_args = vec!["--pooling".into(), "session".into()];
+    let mut proxy = Proxy::start_with(o);
     let base = baseline(&mut proxy);
     let mut a = Conn::new(quick_opts(&proxy)).expect("first session");
     assert_eq!(a.query_first::<u32, _>("SELECT 1").unwrap(), Some(1));
@@ -291,7 +295,13 @@ fn backend_idle_timeout_closes_connections_beyond_the_pool_size() {
     let mut o = ProxyOpts::new(Mode::Fixed);
     o.workers = 1;
     o.backend_pool_size = 1;
-    o.extra_args = vec!["--backend-idle-timeout".into(), "2s".into()];
+    // Session pooling: each session held at once needs its own backend connection.
+    o.extra_args = vec![
+        "--backend-idle-timeout".into(),
+        "2s".into(),
+        "--pooling".into(),
+        "session".into(),
+    ];
     let mut proxy = Proxy::start_with(o);
     let base = baseline(&mut proxy);
     let discarded0 = discarded(&proxy.metrics());

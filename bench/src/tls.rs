@@ -876,7 +876,10 @@ pub async fn section(
     }
     .filter(|d| d.join("enabled").exists());
     let (cert, key) = cert_files(root, sandbox_tls.as_deref());
+    // Session pooling, as the recorded TLS figures were measured (transaction is the default).
     let extra = [
+        "--pooling".to_string(),
+        "session".to_string(),
         "--tls-cert".to_string(),
         cert.display().to_string(),
         "--tls-key".to_string(),

@@ -192,8 +192,10 @@ class Proxy:
     ):
         self.mode = mode
         # --pooling: the test's own choice, else RINGGATE_TEST_POOLING (which runs the whole
-        # suite in transaction mode), else ringgate's default.
-        self.pooling = pooling or os.environ.get("RINGGATE_TEST_POOLING") or None
+        # suite in one mode), else ringgate's default, given as no flag at all so that the
+        # default itself is what runs. `pooling` is the mode in force either way.
+        self.pooling_flag = pooling or os.environ.get("RINGGATE_TEST_POOLING") or None
+        self.pooling = self.pooling_flag or "transaction"
         self.workers = workers
         self.backend = backend_env()
         # Another server than the sandbox (a second ringgate in front of it), with its own
@@ -230,8 +232,8 @@ class Proxy:
             ]
             if allow_local_infile:
                 args.append("--allow-local-infile")
-            if self.pooling:
-                args += ["--pooling", self.pooling]
+            if self.pooling_flag:
+                args += ["--pooling", self.pooling_flag]
             # The suites' users (tests/users.json) deliberately do not exist on the backend: they
             # run as the sandbox's `ringgate` account. Passthrough tests bring their own users.
             if passthrough:
