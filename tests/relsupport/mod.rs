@@ -775,7 +775,12 @@ impl GeneralLog {
     /// `SELECT CONNECTION_ID()` through the proxy. Also the positive control for
     /// [`GeneralLog::assert_closed_and_never_ran`]: that query must be in the log under this
     /// thread, or the log is not capturing this connection and proves nothing.
+    ///
+    /// The session first opens a transaction, so that it keeps that backend connection for
+    /// its next command in either pooling mode: under transaction pooling an idle session
+    /// holds none, and its next command could reach any connection of the pool.
     pub fn backend_thread_of(&mut self, s: &mut TcpStream) -> u64 {
+        raw_query(s, "BEGIN").expect("BEGIN through the proxy");
         let tid: u64 = raw_query_value(s, "SELECT CONNECTION_ID()")
             .expect("SELECT CONNECTION_ID() through the proxy")
             .and_then(|v| v.parse().ok())
