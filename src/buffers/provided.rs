@@ -439,6 +439,13 @@ pub struct RingRecv {
     /// still armed: it is being cancelled, and the driver hands the
     /// connection on at its last CQE.
     pub release_pending: bool,
+    /// The relay cancelled its read while this receive was armed. If the
+    /// receive ends another way before the cancel reaches it (-ENOBUFS:
+    /// the ring ran dry), that end is the cancel's: the cancel then finds
+    /// nothing to cancel, and a re-armed receive would be one nobody
+    /// cancels, on a connection idle between commands (the relay would
+    /// wait for its -ECANCELED forever).
+    pub cancelling: bool,
 }
 
 impl RingRecv {

@@ -124,6 +124,8 @@ impl Worker {
         };
         let recv = io.recv.get_or_insert_with(RingRecv::default);
         recv.owner = Some((sid.index, sid.generation));
+        // A new read: any cancel of the previous one has been delivered.
+        recv.cancelling = false;
         if let Some(chunk) = recv.current.take() {
             if side == Side::Backend {
                 // Kept for the next read, as the backend buffer keeps it
@@ -365,6 +367,20 @@ impl Worker {
             return;
         };
         on_cqe(recv, ring, res, flags, wm);
+        if recv.cancelling && !recv.armed {
+            recv.cancelling = false;
+            if recv.end.is_none() {
+                // Ended before the relay's cancel reached it (-ENOBUFS):
+                // the read is over all the same, as the cancel's end.
+                tracing::debug!(
+                    worker = self.id,
+                    backend = bid.index,
+                    res,
+                    "ring receive ended before the relay's cancel reached it; taken as cancelled"
+                );
+                recv.end = Some(-libc::ECANCELED);
+            }
+        }
         let owner = recv
             .owner
             .map(|(index, generation)| SessionId { index, generation });
@@ -572,6 +588,15 @@ impl Worker {
             .map(|r| r.user_data)
     }
 
+    /// The relay cancels its backend read: the armed receive's user_data
+    /// (the cancel's target), marked so that any end of that receive is
+    /// the read's end (`RingRecv::cancelling`). None: not armed.
+    pub(super) fn ring_cancel_backend(&mut self, sid: SessionId) -> Option<u64> {
+        let recv = self.recv_of(sid, Side::Backend).filter(|r| r.armed)?;
+        recv.cancelling = true;
+        Some(recv.user_data)
+    }
+
     /// The session gives its backend back (`kind`). In ring mode it is
     /// reusable only if nothing is left of the relay's receive: no bytes
     /// queued, and no receive armed. A clean end usually finds the receive
@@ -601,6 +626,7 @@ impl Worker {
         let leftover = !recv.queue.is_empty() || recv.end.is_some_and(|e| e != -libc::ECANCELED);
         recv.owner = None;
         recv.waiting = false;
+        recv.cancelling = false;
         recv.drain_into(ring);
         if recv.armed && clean && !leftover {
             recv.release_pending = true;

@@ -233,7 +233,7 @@ impl Worker {
                 // buffer: the read's own completion (-ECANCELED) is what
                 // lets the backend go.
                 let read = Token::new(OpTag::DownRead, sid.index, sid.generation);
-                let target = self.ring_backend_armed(sid).unwrap_or(read.into());
+                let target = self.ring_cancel_backend(sid).unwrap_or(read.into());
                 let token = Token::new(OpTag::DownCancel, sid.index, sid.generation);
                 self.submit(ops::cancel_user_data(target, token));
             }
