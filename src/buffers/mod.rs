@@ -831,18 +831,6 @@ mod tests {
         pool.fit_to_result(&mut b, 15, true);
         assert!(!b.as_ref().unwrap().is_large());
         assert!(pool.release(b.take().unwrap()).is_ok());
-        // fit_to_result: a full ordinary read grows, a mid-size read keeps
-        // the large buffer, a read smaller than an ordinary buffer shrinks.
-        let mut b = Some(pool.acquire(Owner::Backend));
-        pool.fit_to_result(&mut b, 16, false);
-        assert!(!b.as_ref().unwrap().is_large(), "may_grow false: no grow");
-        pool.fit_to_result(&mut b, 16, true);
-        assert!(b.as_ref().unwrap().is_large());
-        pool.fit_to_result(&mut b, 40, true);
-        assert!(b.as_ref().unwrap().is_large(), "a mid-size read keeps it");
-        pool.fit_to_result(&mut b, 15, true);
-        assert!(!b.as_ref().unwrap().is_large());
-        assert!(pool.release(b.take().unwrap()).is_ok());
         // Off when not larger than the ordinary buffers.
         let mut off = BufferPool::heap(16, Arc::clone(&metrics), 0).with_large_reads(16);
         let mut b = Some(off.acquire(Owner::Backend));
