@@ -84,6 +84,26 @@ const CONNECT_BUCKETS_NS: [u64; 16] = [
 /// Number of histogram buckets including the implicit `+Inf` one.
 pub const CONNECT_BUCKET_COUNT: usize = CONNECT_BUCKETS_NS.len() + 1;
 
+/// The bucket of a `ns` duration among upper bounds `bounds_ns` (ascending,
+/// inclusive); `bounds_ns.len()` is the implicit `+Inf` one.
+fn bucket_index(bounds_ns: &[u64], ns: u64) -> usize {
+    bounds_ns
+        .iter()
+        .position(|&le| ns <= le)
+        .unwrap_or(bounds_ns.len())
+}
+
+/// Per-bucket counts made cumulative in place, as Prometheus reports them;
+/// returns the total.
+fn accumulate(buckets: &mut [u64]) -> u64 {
+    let mut acc = 0u64;
+    for b in buckets.iter_mut() {
+        acc = acc.saturating_add(*b);
+        *b = acc;
+    }
+    acc
+}
+
 /// Connect-duration state of one worker. The hdrhistogram gives exact-ish
 /// percentiles; the fixed buckets and the nanosecond sum are kept separately
 /// so the Prometheus histogram is exact (hdrhistogram bins values, which would
@@ -351,10 +371,7 @@ impl WorkerMetrics {
     pub fn record_connect(&self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        let idx = CONNECT_BUCKETS_NS
-            .iter()
-            .position(|&le_ns| ns <= le_ns)
-            .unwrap_or(CONNECT_BUCKETS_NS.len());
+        let idx = bucket_index(&CONNECT_BUCKETS_NS, ns);
         let mut h = self.hist();
         // Saturating: a >60 s connect clamps to 60 s in the percentiles
         // instead of being dropped.

@@ -453,42 +453,53 @@ impl Collector for Exposition {
     }
 }
 
+/// A histogram without labels from a snapshot's cumulative bucket counts.
+/// The crate wants per-bucket counts and accumulates them itself; `+Inf` is
+/// written from `count`.
+fn histogram(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    bounds: impl Iterator<Item = f64>,
+    cumulative: &[u64],
+    sum: std::time::Duration,
+    count: u64,
+) -> fmt::Result {
+    let mut buckets = Vec::with_capacity(cumulative.len());
+    let mut below = 0u64;
+    for (bound, &c) in bounds.zip(cumulative) {
+        buckets.push((bound, c.saturating_sub(below)));
+        below = c;
+    }
+    enc.encode_descriptor(name, help, None, MetricType::Histogram)?
+        .encode_histogram::<NoLabelSet>(sum.as_secs_f64(), count, &buckets, None)
+}
+
 fn pool_wait(enc: &mut DescriptorEncoder, s: &Snapshot) -> fmt::Result {
     let w = &s.pool_wait;
-    // Per-bucket counts, as for the connect histogram below.
-    let mut buckets = Vec::with_capacity(w.buckets.len());
-    let mut below = 0u64;
-    for (bound, &cumulative) in pool_wait_bucket_bounds().zip(&w.buckets) {
-        buckets.push((bound, cumulative.saturating_sub(below)));
-        below = cumulative;
-    }
-    enc.encode_descriptor(
+    histogram(
+        enc,
         "ringgate_pool_wait_duration_seconds",
         "Time client sessions waited for a backend connection (all were busy), until one was \
          found or --backend-wait-timeout failed them with ERR 1040.",
-        None,
-        MetricType::Histogram,
-    )?
-    .encode_histogram::<NoLabelSet>(w.sum.as_secs_f64(), w.count, &buckets, None)
+        pool_wait_bucket_bounds(),
+        &w.buckets,
+        w.sum,
+        w.count,
+    )
 }
 
 fn connect_duration(enc: &mut DescriptorEncoder, s: &Snapshot) -> fmt::Result {
     let cd = &s.connect_duration;
-    // The crate wants per-bucket counts and accumulates them itself; the
-    // snapshot's are cumulative. `+Inf` is written from `count`.
-    let mut buckets = Vec::with_capacity(cd.buckets.len());
-    let mut below = 0u64;
-    for (bound, &cumulative) in connect_bucket_bounds().zip(&cd.buckets) {
-        buckets.push((bound, cumulative.saturating_sub(below)));
-        below = cumulative;
-    }
-    enc.encode_descriptor(
+    histogram(
+        enc,
         "ringgate_connect_duration_seconds",
         "Time from client accept to successful authentication.",
-        None,
-        MetricType::Histogram,
-    )?
-    .encode_histogram::<NoLabelSet>(cd.sum.as_secs_f64(), cd.count, &buckets, None)?;
+        connect_bucket_bounds(),
+        &cd.buckets,
+        cd.sum,
+        cd.count,
+    )?;
 
     let quantile = |d: Option<std::time::Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64());
     gauges(

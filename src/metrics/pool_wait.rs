@@ -63,11 +63,7 @@ pub fn pool_wait_bucket_bounds() -> impl Iterator<Item = f64> {
 impl PoolWaitHist {
     pub fn record(&self, waited: Duration) {
         let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
-        let idx = BOUNDS_NS
-            .iter()
-            .position(|&le| ns <= le)
-            .unwrap_or(BOUNDS_NS.len());
-        self.buckets[idx].fetch_add(1, Relaxed);
+        self.buckets[super::bucket_index(&BOUNDS_NS, ns)].fetch_add(1, Relaxed);
         self.sum_ns.fetch_add(ns, Relaxed);
         self.count.fetch_add(1, Relaxed);
     }
@@ -85,11 +81,7 @@ impl PoolWaitSnapshot {
             sum_ns = sum_ns.saturating_add(h.sum_ns.load(Relaxed));
             s.count = s.count.saturating_add(h.count.load(Relaxed));
         }
-        let mut acc = 0u64;
-        for b in s.buckets.iter_mut() {
-            acc = acc.saturating_add(*b);
-            *b = acc;
-        }
+        let acc = super::accumulate(&mut s.buckets);
         // A worker may have counted a wait between reading its buckets and
         // its count: keep `+Inf` equal to the count, as Prometheus wants.
         s.count = s.count.max(acc);

@@ -309,11 +309,7 @@ impl Metrics {
             sum_ns = sum_ns.saturating_add(h.sum_ns);
             count = count.saturating_add(h.count);
         }
-        let mut acc = 0u64;
-        for b in buckets.iter_mut() {
-            acc = acc.saturating_add(*b);
-            *b = acc;
-        }
+        accumulate(&mut buckets);
         let q = |q: f64| {
             (!merged.is_empty()).then(|| Duration::from_micros(merged.value_at_quantile(q)))
         };
