@@ -9,17 +9,16 @@ first; B's waited for all of A's statement.
 
 Real MariaDB (the sandbox) through ringgate with transaction pooling, per-user backend identity
 (passthrough), one worker, --backend-max-connections 2. The accounts are created on the sandbox
-through a direct connection, as in test_identity.py.
+through a direct connection (helpers.sandbox_account).
 """
 
 import json
 import threading
 import time
 
-import pymysql
 import pytest
 
-from conftest import backend_env
+from helpers import sandbox_account
 
 WAIT_TIMEOUT_S = 20
 A_SLEEP_S = 3
@@ -33,24 +32,11 @@ def mode(request):
 
 @pytest.fixture
 def two_users(tmp_path):
-    env = backend_env()
-    root = pymysql.connect(
-        host=env["host"], port=env["port"], user=env["user"], password=env["password"], autocommit=True
-    )
     users = {"a": ("pwait_a", "pwait-a-secret"), "b": ("pwait_b", "pwait-b-secret")}
-    with root.cursor() as cur:
-        for user, pw in users.values():
-            cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
-            cur.execute(
-                f"CREATE USER '{user}'@'%%' IDENTIFIED WITH mysql_native_password USING PASSWORD(%s)", (pw,)
-            )
-    path = tmp_path / "users.json"
-    path.write_text(json.dumps({user: [{"Password": pw}] for user, pw in users.values()}))
-    yield users, path
-    with root.cursor() as cur:
-        for user, _ in users.values():
-            cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
-    root.close()
+    with sandbox_account(*users["a"]), sandbox_account(*users["b"]):
+        path = tmp_path / "users.json"
+        path.write_text(json.dumps({user: [{"Password": pw}] for user, pw in users.values()}))
+        yield users, path
 
 
 def waiters(proxy):

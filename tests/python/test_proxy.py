@@ -1,6 +1,7 @@
 """End-to-end tests of ringgate with PyMySQL and the mariadb CLI (fixed and heap mode each)."""
 
 import subprocess
+import time
 
 import pymysql
 import pytest
@@ -87,8 +88,6 @@ def test_an_idle_session_holds_no_large_result_buffer(proxy):
     # bring more than an ordinary buffer holds, and the read that then watches the connection
     # between commands held the large buffer for as long as the session idled (heap mode), or
     # in the pool (transaction pooling) until the connection's next result.
-    import time
-
     base = proxy.connections_total()
     with proxy.connect() as conn, conn.cursor() as cur:
         cur.execute(f"SELECT REPEAT('x', {MIB})")
