@@ -381,10 +381,10 @@ impl Worker {
     pub(super) fn relay_submit(&mut self, sid: SessionId, io: RelayIo) {
         if matches!(io, RelayIo::DownRead) {
             self.shrink_between_commands(sid);
-        }
-        // Fixed mode: a backend read between commands waits without a slot.
-        if matches!(io, RelayIo::DownRead) && self.idle_down_read(sid) {
-            return;
+            // Fixed mode: a backend read between commands waits without a slot.
+            if self.idle_down_read(sid) {
+                return;
+            }
         }
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
