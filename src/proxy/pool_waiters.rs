@@ -28,6 +28,7 @@ struct Queued {
 struct Arrival {
     seq: u64,
     session: SessionId,
+    since: Instant,
     deadline: Instant,
 }
 
@@ -67,6 +68,7 @@ impl Waiters {
         self.arrivals.push_back(Arrival {
             seq,
             session,
+            since: now,
             deadline,
         });
         self.by_key.entry(key).or_default().push_back(Queued {
@@ -132,29 +134,23 @@ impl Waiters {
     pub fn expire(&mut self, now: Instant) -> Vec<(SessionId, Instant)> {
         let mut gone = Vec::new();
         while let Some(a) = self.arrivals.front() {
-            let alive = self
-                .live
-                .get(&a.session)
-                .is_some_and(|(seq, _)| *seq == a.seq);
+            let alive = self.is_live(a.session, a.seq);
             if alive && a.deadline > now {
                 break;
             }
-            let (session, seq) = (a.session, a.seq);
+            let (session, since) = (a.session, a.since);
             self.arrivals.pop_front();
-            if !alive {
-                continue;
-            }
-            let since = self
-                .by_key
-                .get(&self.live[&session].1)
-                .and_then(|q| q.iter().find(|q| q.seq == seq))
-                .map(|q| q.since);
-            self.remove(session);
-            if let Some(since) = since {
+            if alive {
+                self.remove(session);
                 gone.push((session, since));
             }
         }
         gone
+    }
+
+    /// Whether the entry numbered `seq` is `session`'s live one.
+    fn is_live(&self, session: SessionId, seq: u64) -> bool {
+        self.live.get(&session).is_some_and(|(s, _)| *s == seq)
     }
 
     /// Drop dead entries from the front of `key`'s queue (and the queue
@@ -164,11 +160,11 @@ impl Waiters {
             return;
         };
         while let Some(q) = queue.front() {
-            let alive = self
+            if self
                 .live
                 .get(&q.request.session)
-                .is_some_and(|(seq, _)| *seq == q.seq);
-            if alive {
+                .is_some_and(|(s, _)| *s == q.seq)
+            {
                 return;
             }
             queue.pop_front();
