@@ -85,10 +85,37 @@ pub fn ringgate_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ringgate"))
 }
 
-/// A port nobody listens on right now (the kernel picks it; released before we return).
+/// Where `free_port` looks: below the kernel's ephemeral range (net.ipv4.ip_local_port_range,
+/// 32768–60999 by default). A port the kernel hands out for `bind(0)` comes from that range,
+/// and so does every outgoing connection's local port: a MariaDB a test restarts after
+/// `kill -9` on such a port, or one started a moment after the port was picked, could find it
+/// taken by some client's connection (the idle tests open 10,000 of them). Below the range only
+/// another test's pick can collide, and the bind check catches a port in use.
+const TEST_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+static PORT_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// A port nobody listens on right now, outside the ephemeral range (released before we return).
 pub fn free_port() -> u16 {
+    let span = (TEST_PORTS.end - TEST_PORTS.start) as u64;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64)
+        .unwrap_or(0);
+    // Spread the picks of concurrent test processes (pid) and threads (sequence, time).
+    let mut x = nanos ^ ((std::process::id() as u64) << 20);
+    for _ in 0..200 {
+        x = x
+            .wrapping_add(PORT_SEQ.fetch_add(1, Ordering::Relaxed) as u64)
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let port = TEST_PORTS.start + ((x >> 33) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().unwrap().port()
+    l.local_addr().expect("bound address").port()
 }
 
 static SCRATCH_SEQ: AtomicUsize = AtomicUsize::new(0);

@@ -9,6 +9,7 @@ Proxy.assert_settled() (in ring mode: every provided-ring buffer is back).
 """
 
 import os
+import random
 import re
 import shutil
 import socket
@@ -83,7 +84,24 @@ def node_with_mysql2():
     return node
 
 
+# Below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by default):
+# a port from bind(0) comes from that range, and so does every outgoing connection's local port,
+# so a proxy or MariaDB started (or restarted) on it a moment later could find it taken by some
+# client's connection. Below the range only another test's pick can collide, and the bind
+# check catches a port in use.
+_TEST_PORTS = range(20000, 32000)
+_port_rng = random.Random(os.getpid() ^ time.monotonic_ns())
+
+
 def free_port():
+    for _ in range(200):
+        port = _port_rng.choice(_TEST_PORTS)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
