@@ -158,6 +158,10 @@ pub struct WorkerMetrics {
     pub ring_buffers_in_use: AtomicI64,
     /// Multishot receives ended by an empty ring (-ENOBUFS).
     pub ring_enobufs_total: AtomicU64,
+    /// Receives re-armed after -ENOBUFS, each with a buffer back for it.
+    pub ring_rearms_total: AtomicU64,
+    /// Of the -ENOBUFS ends, those of receives that had delivered no byte.
+    pub ring_enobufs_empty_total: AtomicU64,
     /// Bytes copied from ring buffers into a connection's own buffer.
     pub ring_copied_bytes_total: AtomicU64,
     /// Large-result reads started: a backend read filled its buffer and
@@ -315,6 +319,8 @@ impl WorkerMetrics {
             ring_buffers_total: AtomicU64::new(0),
             ring_buffers_in_use: AtomicI64::new(0),
             ring_enobufs_total: AtomicU64::new(0),
+            ring_rearms_total: AtomicU64::new(0),
+            ring_enobufs_empty_total: AtomicU64::new(0),
             ring_copied_bytes_total: AtomicU64::new(0),
             large_reads_total: AtomicU64::new(0),
             large_read_buffers_in_use: AtomicI64::new(0),

@@ -426,8 +426,22 @@ pub struct RingRecv {
     /// Received, not yet handed to the machine.
     pub queue: VecDeque<Chunk>,
     /// How the receive ended (0 = EOF, -errno), handed over once the queue
-    /// is empty. ENOBUFS is not an end: the receive is re-armed.
+    /// is empty. ENOBUFS is not an end: the receive is re-armed (`starved`).
     pub end: Option<i32>,
+    /// The last receive ended with -ENOBUFS: the kernel found the ring
+    /// empty when it went to take a buffer. Its re-arm waits for the end
+    /// of the worker's batch of completions, one starved receive per batch
+    /// (`Worker::ring_rearm_starved`): re-armed at once, it raced every
+    /// other starved receive for the few buffers back, and one receive
+    /// with a full socket takes them all (a multishot receive goes on
+    /// while the socket stays non-empty), so the rest failed at once and
+    /// were re-armed again, a busy loop.
+    pub starved: bool,
+    /// In the worker's queue of starved receives waiting for their re-arm.
+    pub rearm_queued: bool,
+    /// The armed receive has delivered bytes (one that -ENOBUFS ends
+    /// without any was armed for nothing).
+    pub took: bool,
     /// The chunk handed to the machine, until forwarded or consumed.
     pub current: Option<Chunk>,
     /// The machine asked for bytes and got none yet.

@@ -122,8 +122,22 @@ impl Collector for Exposition {
             &mut enc,
             "ringgate_read_buffer_ring_enobufs_total",
             "Multishot receives ended because the buffer ring was empty (-ENOBUFS); each is \
-             re-armed, or served by a plain read, when the relay next reads.",
+             re-armed once a buffer is back for it, or served by a plain read.",
             s.ring_enobufs_total,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_read_buffer_ring_rearms_total",
+            "Multishot receives re-armed after -ENOBUFS, one at the end of each batch of \
+             completions while the ring has buffers (with the ring empty a plain read serves).",
+            s.ring_rearms_total,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_read_buffer_ring_enobufs_empty_total",
+            "Of the -ENOBUFS ends, those of receives that had delivered no byte since they were \
+             armed (armed for nothing: a few when the ring runs dry, never most of them).",
+            s.ring_enobufs_empty_total,
         )?;
         counter(
             &mut enc,

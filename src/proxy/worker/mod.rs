@@ -229,6 +229,9 @@ pub struct Worker {
     /// Ring mode: backends given back while their receive was armed, by
     /// (index, generation), and what to do once it has ended.
     ring_pending: std::collections::HashMap<(u32, u32), ring_io::PendingRelease>,
+    /// Ring mode: receives that -ENOBUFS ended and whose relay waits, in
+    /// the order they starved; re-armed at the end of the batch.
+    ring_starved: std::collections::VecDeque<(SessionId, ring_io::Side)>,
     /// Fixed mode without --hold-idle-slots: idle clients and backend
     /// connections give their slot back and wait for readability with a
     /// poll (`idle_io.rs`, `idle_backend_io.rs`).
@@ -421,6 +424,7 @@ impl Worker {
             now: Instant::now(),
             action_scratch: Vec::new(),
             ring_pending: std::collections::HashMap::new(),
+            ring_starved: std::collections::VecDeque::new(),
             idle_poll: buffers_mode == BufferMode::Fixed && !shared.config.hold_idle_slots,
             hot_queue: VecDeque::new(),
             backend_tls: std::collections::HashMap::new(),
@@ -479,6 +483,8 @@ impl Worker {
             // Fixed mode: reads idle for a while give their slots back
             // (checked here, so a busy worker needs no wake-up for it).
             self.cool_idle_reads();
+            // Ring mode: now that every completion is accounted for.
+            self.ring_rearm_starved();
             if self.draining.is_some() && self.sessions.len() == 0 && self.pool.len() == 0 {
                 break;
             }

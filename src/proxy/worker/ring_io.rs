@@ -13,10 +13,12 @@
 //! connection's own buffer, as the other modes keep them there.
 //!
 //! The receive ends with -ENOBUFS when the ring is empty; the bytes stay in
-//! the socket. It is re-armed the next time the relay reads and the queue is
-//! empty, or, while the ring is still empty, that read is a plain read into
-//! the connection's own buffer (as in heap mode), so an empty ring never
-//! stalls a connection whose peer waits on it.
+//! the socket. When the relay next reads with the queue empty, it is
+//! re-armed at the end of the batch of completions, one such receive per
+//! batch while the ring has buffers (`Worker::ring_rearm_starved`), or,
+//! while the ring is empty, that read is a plain read into the connection's
+//! own buffer (as in heap mode), so an empty ring never stalls a connection
+//! whose peer waits on it.
 //!
 //! A session with a client leg (compression) reads as in heap mode: its
 //! transform copies every byte anyway.
@@ -63,12 +65,14 @@ pub(super) enum Side {
     Backend,
 }
 
-/// Queue what a receive CQE brought; ENOBUFS is counted and is no end.
+/// Queue what a receive CQE brought; ENOBUFS is counted and is no end (the
+/// receive is starved: its re-arm waits for a buffer).
 fn on_cqe(recv: &mut RingRecv, ring: &mut BufRing, res: i32, flags: u32, wm: &WorkerMetrics) {
     if !cqueue::more(flags) {
         recv.armed = false;
     }
     if res > 0 {
+        recv.took = true;
         match ring.take(res, flags) {
             Some(chunk) => recv.queue.push_back(chunk),
             // A receive without a buffer: nothing we can deliver.
@@ -76,6 +80,11 @@ fn on_cqe(recv: &mut RingRecv, ring: &mut BufRing, res: i32, flags: u32, wm: &Wo
         }
     } else if res == -libc::ENOBUFS {
         wm.ring_enobufs_total.fetch_add(1, Relaxed);
+        if !recv.took {
+            // Armed for nothing: the busy loop's mark.
+            wm.ring_enobufs_empty_total.fetch_add(1, Relaxed);
+        }
+        recv.starved = true;
     } else if recv.end.is_none() {
         recv.end = Some(res);
     }
@@ -157,8 +166,34 @@ impl Worker {
 
     /// Make sure something will complete the relay's read: the multishot
     /// receive, or, while the ring is empty, a plain read into the
-    /// connection's own buffer.
+    /// connection's own buffer. A receive that -ENOBUFS ended is re-armed
+    /// only at the end of the batch, if a buffer is there for it
+    /// ([`Self::ring_rearm_starved`]).
     fn ring_arm(&mut self, sid: SessionId, side: Side) {
+        let Some(available) = self.buffers.buf_ring().map(|r| r.available()) else {
+            return;
+        };
+        let Some(recv) = self.recv_of(sid, side) else {
+            return;
+        };
+        if recv.armed {
+            return;
+        }
+        if available == 0 {
+            return self.ring_read_plain(sid, side);
+        }
+        if recv.starved {
+            if !recv.rearm_queued {
+                recv.rearm_queued = true;
+                self.ring_starved.push_back((sid, side));
+            }
+            return;
+        }
+        self.ring_submit_recv(sid, side);
+    }
+
+    /// Arm the multishot receive of `side`.
+    fn ring_submit_recv(&mut self, sid: SessionId, side: Side) {
         let Some(ring) = self.buffers.buf_ring() else {
             return;
         };
@@ -183,22 +218,112 @@ impl Worker {
         };
         let fd = io.fd();
         let Some(recv) = io.recv.as_mut() else { return };
-        if recv.armed {
-            return;
+        recv.armed = true;
+        recv.starved = false;
+        recv.took = false;
+        recv.user_data = token.into();
+        let sqe = ring.recv_multi_sqe(fd, token.into());
+        io.op_started();
+        self.submit(sqe);
+    }
+
+    /// The relay's read while the ring has no buffer for it: a plain read
+    /// into the connection's own buffer, as in heap mode, so a connection
+    /// whose peer waits on it makes progress even when other connections'
+    /// queues hold every buffer.
+    fn ring_read_plain(&mut self, sid: SessionId, side: Side) {
+        if let Some(recv) = self.recv_of(sid, side) {
+            recv.waiting = false;
+            // This read takes what waits in the socket: the next receive is
+            // armed as a first one.
+            recv.starved = false;
         }
-        if ring.available() > 0 {
-            recv.armed = true;
-            recv.user_data = token.into();
-            let sqe = ring.recv_multi_sqe(fd, token.into());
-            io.op_started();
-            return self.submit(sqe);
-        }
-        recv.waiting = false;
         self.metrics().heap_fallbacks_total.fetch_add(1, Relaxed);
         match side {
             Side::Client => self.client_read(sid, false),
             Side::Backend => self.relay_submit(sid, RelayIo::DownRead),
         }
+    }
+
+    /// End of a batch of completions: re-arm one receive that -ENOBUFS
+    /// ended and whose relay waits (the first to starve); the others wait
+    /// for the next batch, or, with the ring empty, read into their
+    /// connection's own buffer.
+    ///
+    /// Why here, and why one: the kernel takes a buffer for a receive
+    /// before it reads the socket (io_ring_buffer_select: head == tail is
+    /// -ENOBUFS), and a multishot receive whose socket stays non-empty goes
+    /// on taking buffers until the ring is empty (it retries while
+    /// IORING_CQE_F_SOCK_NONEMPTY). A starved receive has bytes waiting, so
+    /// of k re-armed together the first takes every buffer back and the
+    /// others end with -ENOBUFS before reading a byte. Re-armed whenever a
+    /// buffer was back, they did that again and again: in the tiny-ring
+    /// test two -ENOBUFS per completion that carried bytes, most of them
+    /// from receives that got none. The one re-armed completes at once
+    /// (bytes, or -ENOBUFS if an armed receive beat it to the buffers),
+    /// and that completion brings the next batch and the next re-arm. At
+    /// the end of a batch every reaped completion is accounted for, so
+    /// `available()` is what the kernel sees at the next submit (mid-batch
+    /// it still counts buffers that later completions of the batch took).
+    /// If the one re-armed has no bytes after all (its -ENOBUFS came as it
+    /// was armed on a ring already empty), the others wait for the
+    /// worker's next completion, a tick (100 ms) at worst.
+    pub(super) fn ring_rearm_starved(&mut self) {
+        let mut armed = false;
+        let mut keep = Vec::new();
+        // Bounded: a pass only arms, reads or delivers; a delivery may set
+        // off a read that queues again, which the next pass (or batch) sees.
+        for _ in 0..4 {
+            if self.ring_starved.is_empty() {
+                break;
+            }
+            let queued = std::mem::take(&mut self.ring_starved);
+            for &(sid, side) in &queued {
+                if self.ring_rearm_one(sid, side, &mut armed) {
+                    keep.push((sid, side));
+                }
+            }
+            self.drive();
+        }
+        self.ring_starved.extend(keep);
+    }
+
+    /// One starved receive at the end of a batch. True: it waits for the
+    /// next batch (still queued).
+    fn ring_rearm_one(&mut self, sid: SessionId, side: Side, armed: &mut bool) -> bool {
+        let Some(available) = self.buffers.buf_ring().map(|r| r.available()) else {
+            return false;
+        };
+        let closing = self
+            .sessions
+            .get_mut(sid.index, sid.generation)
+            .is_none_or(|s| s.closing);
+        let Some(recv) = self.recv_of(sid, side) else {
+            return false;
+        };
+        if !std::mem::take(&mut recv.rearm_queued) || closing {
+            return false;
+        }
+        if recv.armed || !recv.waiting || recv.owner != Some((sid.index, sid.generation)) {
+            return false;
+        }
+        if recv.ready() {
+            // The relay cancelled the read meanwhile (`ring_cancel_backend`).
+            self.ring_deliver(sid, side);
+            return false;
+        }
+        if available == 0 {
+            self.ring_read_plain(sid, side);
+            return false;
+        }
+        if *armed {
+            recv.rearm_queued = true;
+            return true;
+        }
+        *armed = true;
+        self.metrics().ring_rearms_total.fetch_add(1, Relaxed);
+        self.ring_submit_recv(sid, side);
+        false
     }
 
     /// Hand the next chunk (or the receive's end) to the session.
@@ -592,9 +717,18 @@ impl Worker {
     /// (the cancel's target), marked so that any end of that receive is
     /// the read's end (`RingRecv::cancelling`). None: not armed.
     pub(super) fn ring_cancel_backend(&mut self, sid: SessionId) -> Option<u64> {
-        let recv = self.recv_of(sid, Side::Backend).filter(|r| r.armed)?;
-        recv.cancelling = true;
-        Some(recv.user_data)
+        let recv = self.recv_of(sid, Side::Backend)?;
+        if recv.armed {
+            recv.cancelling = true;
+            return Some(recv.user_data);
+        }
+        if recv.rearm_queued && recv.waiting && !recv.ready() {
+            // The read waits for its re-arm at the end of the batch: no
+            // operation names it, so nothing would end it. It ends as the
+            // cancel's end; the re-arm pass delivers it.
+            recv.end = Some(-libc::ECANCELED);
+        }
+        None
     }
 
     /// The session gives its backend back (`kind`). In ring mode it is
@@ -627,6 +761,7 @@ impl Worker {
         recv.owner = None;
         recv.waiting = false;
         recv.cancelling = false;
+        recv.rearm_queued = false;
         recv.drain_into(ring);
         if recv.armed && clean && !leftover {
             recv.release_pending = true;
