@@ -95,6 +95,44 @@ fn counts_per_query(mode: Mode) {
 }
 both_modes!(sqes_and_enters_are_counted_per_query, counts_per_query);
 
+/// Transaction pooling (the default) at c=1 costs the SQEs session pooling does: 4 per query in
+/// fixed and heap mode (client read, command write, answer read, answer write), 4 in ring mode
+/// (two sends, and the backend's receive cancelled at the park and armed again at the lease).
+/// Fixed and heap mode took 6.00 while each park armed the backend's idle read and cancelled
+/// it in the same batch (docs/benchmarks.md, 2026-12-04). Counts, not times: the counters'
+/// deltas over `QUERIES` queries on one connection; the slack covers the worker's 100 ms tick
+/// (a TIMEOUT SQE each) and a read cooled after 10 ms idle on a loaded box (a cancel and a poll).
+fn transaction_pooling_counts_per_query(mode: Mode) {
+    let mut proxy = one_worker(mode, &["--pooling", "transaction"]);
+    let base = proxy.connections_total();
+    let mut c = proxy.connect_app();
+    // The login's park and the first lease are behind us.
+    let _: Option<u64> = c.query_first("SELECT 0").unwrap();
+    let before = costs(&proxy);
+    for i in 0..QUERIES {
+        let v: Option<u64> = c.query_first(format!("SELECT {i} + 1")).unwrap();
+        assert_eq!(v, Some(i as u64 + 1));
+    }
+    let after = costs(&proxy);
+    drop(c);
+    let commands = after.commands - before.commands;
+    assert!(commands >= QUERIES as f64, "{commands} commands");
+    let sqes = (after.sqes - before.sqes) / commands;
+    let enters = (after.enters - before.enters) / commands;
+    eprintln!("{mode:?}, transaction pooling: {sqes:.2} SQEs, {enters:.2} enters per query");
+    assert!(
+        (3.5..=4.5).contains(&sqes),
+        "{sqes} SQEs per query in {mode:?} with transaction pooling (session pooling: 4; \
+         does a park arm a backend read only to cancel it?)"
+    );
+    proxy.opts.mode = mode;
+    proxy.assert_settled(base, 1);
+}
+both_modes!(
+    transaction_pooling_sqes_per_query,
+    transaction_pooling_counts_per_query
+);
+
 /// With `--busy-poll-us`, every answer is still right and complete (a poll that skipped
 /// deferred completion work would stall or reorder), the pool settles, and the polls find
 /// completions: each hit is a sleep and wake-up saved.

@@ -225,6 +225,21 @@ impl Relay {
         self.end(RelayEnd::Parked { client_read: None }, out);
     }
 
+    /// Transaction pooling: forget the idle backend read armed in the
+    /// batch of events just returned, which the session withdraws before
+    /// it was submitted because it parks now (true). A park right after
+    /// an answer would otherwise arm that read and cancel it at once: two
+    /// SQEs and a completion per query for nothing, since the pool's close
+    /// watch, not this read, watches a parked connection. False: no idle
+    /// read is armed.
+    pub fn withdraw_idle_read(&mut self) -> bool {
+        if self.down != Down::Watching {
+            return false;
+        }
+        self.down = Down::Idle;
+        true
+    }
+
     /// The tracker, for commands that finished (transaction pooling).
     pub fn tracker_mut(&mut self) -> &mut Tracker {
         &mut self.tracker

@@ -197,6 +197,15 @@ pub struct SessionCtx<'a> {
     /// maps statement ids across connections instead of pinning at the
     /// first prepare.
     pub move_prepared_statements: bool,
+    /// Transaction pooling: a park right after an answer withdraws the
+    /// relay's idle backend read, armed in the same batch and not yet
+    /// submitted, instead of submitting it and cancelling it at once (two
+    /// SQEs and a completion per query; the pool's close watch is what
+    /// watches a parked connection). Fixed and heap mode; not ring mode,
+    /// where that read is the backend's armed multishot receive (no SQE of
+    /// its own, the release cancels it anyway) and the relay's cancel of it
+    /// is how a server EOF that beat the park reaches the session.
+    pub park_withdraws_idle_read: bool,
 }
 
 /// What the client told us at login (or in its last COM_CHANGE_USER).

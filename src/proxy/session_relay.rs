@@ -104,6 +104,9 @@ impl Session {
         ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,
     ) {
+        // What this batch asks of the driver starts here: nothing from
+        // `mark` on has been carried out yet.
+        let mark = out.len();
         self.apply_relay_events(events, ctx, out);
         let (State::Relay(relay), Some(tx)) = (&mut self.state, self.tx.as_mut()) else {
             return;
@@ -136,6 +139,19 @@ impl Session {
                 return;
             }
             self.park_waits_for_kill = false;
+            if ctx.park_withdraws_idle_read {
+                // The answer was just written and the relay armed its idle
+                // read of the backend in this batch: it would be submitted
+                // only to be cancelled by the park (two SQEs and a
+                // completion per query). Withdrawn, the read never reaches
+                // the kernel and the relay parks with nothing to cancel.
+                let read = SessionAction::Relay(RelayOp::ReadBackend);
+                if let Some(i) = out[mark..].iter().rposition(|a| *a == read) {
+                    if relay.withdraw_idle_read() {
+                        out.remove(mark + i);
+                    }
+                }
+            }
             let mut events = std::mem::take(&mut self.relay_scratch);
             relay.park(&mut events);
             self.apply_relay_events(&mut events, ctx, out);

@@ -28,6 +28,7 @@ pub(super) fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
         registry: &REGISTRY,
         rsa_key: None,
         move_prepared_statements: true,
+        park_withdraws_idle_read: false,
     }
 }
 
@@ -1078,26 +1079,40 @@ fn tx_statement(
     sql: &str,
     answer: &[u8],
 ) -> Vec<SessionAction> {
-    let c = ctx(u, now);
+    tx_statement_in(s, &ctx(u, now), sql, answer)
+}
+
+/// [`tx_statement`] in context `c`.
+fn tx_statement_in(
+    s: &mut Session,
+    c: &SessionCtx,
+    sql: &str,
+    answer: &[u8],
+) -> Vec<SessionAction> {
     let q = query(sql);
     let mut out = Vec::new();
-    s.on_client_read(q.len() as i32, &q, &c, &mut out);
+    s.on_client_read(q.len() as i32, &q, c, &mut out);
     assert!(
         out.iter()
             .any(|a| matches!(a, SessionAction::LeaseForCommand { .. })),
         "{out:?}"
     );
     out.clear();
-    s.on_leased(&q, &c, &mut out);
+    s.on_leased(&q, c, &mut out);
     assert!(out.contains(&SessionAction::Relay(RelayOp::WriteBackend {
         end: q.len()
     })));
+    // The answer's read is submitted with the command.
+    assert!(
+        out.contains(&SessionAction::Relay(RelayOp::ReadBackend)),
+        "{out:?}"
+    );
     out.clear();
-    s.on_backend_write(q.len() as i32, &c, &mut out);
+    s.on_backend_write(q.len() as i32, c, &mut out);
     let reply = crate::proxy::test_packets::framed(1, answer);
-    s.on_backend_read(reply.len() as i32, &reply, &c, &mut out);
+    s.on_backend_read(reply.len() as i32, &reply, c, &mut out);
     out.clear();
-    s.on_relay_client_write(reply.len() as i32, &c, &mut out);
+    s.on_relay_client_write(reply.len() as i32, c, &mut out);
     out
 }
 
@@ -1141,6 +1156,95 @@ fn transaction_pooling_gives_the_backend_back_between_transactions() {
     );
     assert!(!out.contains(&SessionAction::Relay(RelayOp::CancelReadBackend)));
     assert_eq!(s.pinned(), None);
+}
+
+/// Fixed and heap mode: the park right after an answer withdraws the idle
+/// backend read the relay armed in that same batch (it never reaches the
+/// kernel), so the connection goes back at once with nothing to cancel:
+/// four SQEs per query, as in session pooling, not six.
+#[test]
+fn a_park_right_after_an_answer_withdraws_the_idle_read_it_would_cancel() {
+    let now = Instant::now();
+    let u = users();
+    let mut s = tx_session(&u, now);
+    let mut c = ctx(&u, now);
+    c.park_withdraws_idle_read = true;
+    let ok = ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0);
+    for _ in 0..2 {
+        let out = tx_statement_in(&mut s, &c, "SELECT 1", &ok);
+        assert!(
+            !out.contains(&SessionAction::Relay(RelayOp::ReadBackend)),
+            "{out:?}"
+        );
+        assert!(
+            !out.contains(&SessionAction::Relay(RelayOp::CancelReadBackend)),
+            "{out:?}"
+        );
+        assert!(
+            out.contains(&SessionAction::Park {
+                clean: true,
+                kept: Some((None, Settings::default())),
+                reset: false,
+                ask_last_insert_id: false
+            }),
+            "{out:?}"
+        );
+    }
+    // Inside a transaction the session keeps the connection, and its idle
+    // read watches it.
+    let in_tx = ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT | SERVER_STATUS_IN_TRANS, 0);
+    let out = tx_statement_in(&mut s, &c, "BEGIN", &in_tx);
+    assert!(
+        out.contains(&SessionAction::Relay(RelayOp::ReadBackend)),
+        "{out:?}"
+    );
+    assert!(!out.iter().any(|a| matches!(a, SessionAction::Park { .. })));
+}
+
+/// A park that comes later than the answer's batch (here: after a KILL of
+/// its thread was answered) finds its idle read submitted: it cancels it,
+/// as before, and only the cancelled read's completion lets the backend go.
+#[test]
+fn a_late_park_still_cancels_the_idle_read_it_submitted() {
+    use crate::proxy::registry::PROXY_ID_BASE;
+    let now = Instant::now();
+    let u = users();
+    let reg = std::sync::Arc::new(Registry::default());
+    let me = reg.register(PROXY_ID_BASE + 71, -1).unwrap();
+    let mut s = tx_session(&u, now);
+    s.set_registry_entry(me.shared_entry());
+    me.entry().set_leased("app", 56);
+    let kill = crate::proxy::test_packets::framed(
+        0,
+        format!("\x03KILL QUERY {}", PROXY_ID_BASE + 71).as_bytes(),
+    );
+    let fence = crate::proxy::registry::intercept(&kill, "app", 0, &reg, 16384).unwrap();
+    let mut c = ctx(&u, now);
+    c.park_withdraws_idle_read = true;
+    let ok = ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0);
+    let out = tx_statement_in(&mut s, &c, "SELECT 1", &ok);
+    assert!(out.contains(&SessionAction::ParkWaitsForKill), "{out:?}");
+    // The idle read goes to the kernel: the park may be a while.
+    assert!(
+        out.contains(&SessionAction::Relay(RelayOp::ReadBackend)),
+        "{out:?}"
+    );
+    drop(fence);
+    let mut c = ctx(&u, now + Duration::from_millis(100));
+    c.park_withdraws_idle_read = true;
+    let mut out = Vec::new();
+    s.on_tick(&c, &mut out);
+    assert_eq!(
+        out,
+        vec![SessionAction::Relay(RelayOp::CancelReadBackend)],
+        "{out:?}"
+    );
+    out.clear();
+    s.on_backend_read(-libc::ECANCELED, &[], &c, &mut out);
+    assert!(
+        out.iter().any(|a| matches!(a, SessionAction::Park { .. })),
+        "{out:?}"
+    );
 }
 
 #[test]

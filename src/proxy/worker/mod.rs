@@ -277,6 +277,7 @@ fn session_ctx<'a>(
     users: &'a Users,
     now: Instant,
     draining: bool,
+    ring: bool,
 ) -> SessionCtx<'a> {
     let cfg = &shared.config;
     SessionCtx {
@@ -294,6 +295,7 @@ fn session_ctx<'a>(
         registry: &shared.registry,
         rsa_key: shared.rsa_key.as_deref(),
         move_prepared_statements: cfg.tx_prepared_statements.moves(),
+        park_withdraws_idle_read: !ring,
     }
 }
 
@@ -550,7 +552,13 @@ impl Worker {
         f: impl FnOnce(&mut Session, &ConnIo, &SessionCtx, &mut Vec<SessionAction>),
     ) {
         let mut out = std::mem::take(&mut self.action_scratch);
-        let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
+        let ctx = session_ctx(
+            &self.shared,
+            &self.users,
+            self.now,
+            self.draining.is_some(),
+            self.buffers.is_ring(),
+        );
         if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
             f(&mut slot.session, &slot.io, &ctx, &mut out);
         }

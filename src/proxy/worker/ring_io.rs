@@ -431,7 +431,13 @@ impl Worker {
             return;
         };
         let mut out = std::mem::take(&mut self.action_scratch);
-        let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
+        let ctx = session_ctx(
+            &self.shared,
+            &self.users,
+            self.now,
+            self.draining.is_some(),
+            true,
+        );
         let backend = *backend;
         match side {
             Side::Client => session.on_client_read(res, data, &ctx, &mut out),
@@ -681,7 +687,13 @@ impl Worker {
             return false;
         };
         let mut out = std::mem::take(&mut self.action_scratch);
-        let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
+        let ctx = session_ctx(
+            &self.shared,
+            &self.users,
+            self.now,
+            self.draining.is_some(),
+            true,
+        );
         slot.session
             .on_client_read(res, ring.bytes(chunk), &ctx, &mut out);
         self.session_q.extend(out.drain(..).map(|a| (sid, a)));

@@ -144,7 +144,13 @@ impl Worker {
                 // ring chunk; the session reads it from its own buffer.
                 self.ring_stage_client(sid);
                 let mut out = std::mem::take(&mut self.action_scratch);
-                let ctx = session_ctx(&self.shared, &self.users, self.now, self.draining.is_some());
+                let ctx = session_ctx(
+                    &self.shared,
+                    &self.users,
+                    self.now,
+                    self.draining.is_some(),
+                    self.buffers.is_ring(),
+                );
                 if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
                     let data = plain_buffered(&slot.leg, &slot.io);
                     slot.session.on_buffered(data, &ctx, &mut out);
@@ -281,6 +287,15 @@ impl Worker {
                 reset,
                 ask_last_insert_id,
             } => {
+                if !slot.down_cancelled && slot.backend.is_some() {
+                    // A park that cancelled no idle read (it withdrew it, or
+                    // the login's): the debug hold is here instead, where
+                    // the connection goes back to the pool.
+                    self.debug_park_delay();
+                }
+                let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+                    return;
+                };
                 // The session checked for KILLs in flight before it parked
                 // (try_clear_backend); this clears what is left.
                 let _ = slot.conn.entry().clear_backend();
@@ -296,6 +311,13 @@ impl Worker {
                     }
                     return;
                 };
+                // A large result's buffer goes back: idle in the pool a
+                // connection holds at most an ordinary one. (The relay's
+                // idle read did this before it was submitted; a park right
+                // after an answer no longer submits one.)
+                if let Some(conn) = self.pool.get_mut(b) {
+                    self.buffers.shrink(&mut conn.io.buf);
+                }
                 let park = PendingRelease::Park {
                     kept: kept.clone(),
                     reset,
