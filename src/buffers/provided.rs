@@ -622,4 +622,54 @@ mod tests {
         drop(b);
         cqes(&mut ring, recv2, 1);
     }
+
+    /// The kernel takes a buffer before it reads the socket: a receive
+    /// issued while the ring is empty ends with -ENOBUFS at once, although
+    /// no byte waits. So -ENOBUFS says nothing about the socket (a
+    /// backend given back whose receive ends that way may be clean), and a
+    /// starved receive re-armed before a buffer is back fails again.
+    #[test]
+    fn a_receive_issued_on_an_empty_ring_ends_with_enobufs_with_no_byte_waiting() {
+        let mut ring = Ring::with_knobs(
+            8,
+            16,
+            DebugKnobs {
+                probe_fail: crate::ring::ProbeFail {
+                    pbuf_inc: true,
+                    ..Default::default()
+                },
+                ..DebugKnobs::default()
+            },
+        )
+        .expect("ring");
+        let mut br =
+            BufRing::register(&ring, 1, 4096, Metrics::new(1, BufferMode::Ring), 0).expect("ring");
+        let (a, b) = socket2::Socket::pair(socket2::Domain::UNIX, socket2::Type::STREAM, None)
+            .expect("socketpair");
+        let (c, d) = socket2::Socket::pair(socket2::Domain::UNIX, socket2::Type::STREAM, None)
+            .expect("socketpair");
+        // Another socket's receive takes the only buffer.
+        let other = u64::from(Token::new(OpTag::Ignore, 10, 1));
+        ring.push(br.recv_multi_sqe(c.as_raw_fd(), other));
+        d.send(b"held").unwrap();
+        let (r, f) = cqes(&mut ring, other, 1)[0];
+        let held = br.take(r, f).expect("chunk");
+        assert_eq!(br.available(), 0);
+        // An idle socket's receive, issued now: no byte waits on `a`.
+        let idle = u64::from(Token::new(OpTag::Ignore, 11, 1));
+        ring.push(br.recv_multi_sqe(a.as_raw_fd(), idle));
+        let (r2, f2) = cqes(&mut ring, idle, 1)[0];
+        assert_eq!(r2, -libc::ENOBUFS, "ended at once, with nothing to read");
+        assert!(!cqueue::more(f2));
+        let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+        let peek = a.recv_with_flags(&mut probe, libc::MSG_PEEK | libc::MSG_DONTWAIT);
+        assert_eq!(
+            peek.map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::WouldBlock),
+            "the socket is as it was"
+        );
+        br.put(held).unwrap();
+        drop((b, d));
+        cqes(&mut ring, other, 1);
+    }
 }

@@ -135,4 +135,21 @@ mod tests {
         assert!(backend.quiescent());
         let _ = pool.release(backend.buf.take().unwrap());
     }
+
+    /// The peek that decides whether an idle connection (or one whose
+    /// receive -ENOBUFS ended at its give-back) is clean: nothing waiting
+    /// is clean; a byte or an EOF is not; and it consumes nothing.
+    #[test]
+    fn idle_peer_alive_is_false_once_a_byte_or_an_eof_waits() {
+        let (a, b) = Socket::pair(Domain::UNIX, Type::STREAM, None).unwrap();
+        let io = ConnIo::new(a, None);
+        assert!(io.idle_peer_alive());
+        b.send(b"x").unwrap();
+        assert!(!io.idle_peer_alive());
+        assert!(!io.idle_peer_alive(), "a peek leaves the byte there");
+        let (c, d) = Socket::pair(Domain::UNIX, Type::STREAM, None).unwrap();
+        let io = ConnIo::new(c, None);
+        drop(d);
+        assert!(!io.idle_peer_alive(), "EOF");
+    }
 }

@@ -520,6 +520,34 @@ impl Worker {
             // commands, so the connection is not reusable.
             recv.end = Some(-libc::EPROTO);
         }
+        if recv.release_pending && !recv.armed && recv.end.is_none() {
+            // -ENOBUFS ended the receive before the give-back's cancel
+            // reached it, and no byte reached userspace. The kernel takes
+            // a buffer before it reads the socket, so that says only that
+            // the receive was issued on an empty ring, or that the socket
+            // woke it (bytes or an EOF waiting there). A peek tells which:
+            // with nothing waiting the connection is as clean as the
+            // cancel would have left it, and taking this end for a dirty
+            // one cost a backend connection.
+            let clean = b.io.idle_peer_alive();
+            tracing::debug!(
+                worker = self.id,
+                backend = bid.index,
+                clean,
+                "ring receive of a backend given back ended with -ENOBUFS before its cancel"
+            );
+            let Some(recv) = b.io.recv.as_mut() else {
+                return;
+            };
+            recv.end = Some(if clean {
+                -libc::ECANCELED
+            } else {
+                -libc::EPROTO
+            });
+        }
+        let Some(recv) = b.io.recv.as_mut() else {
+            return;
+        };
         let release = !recv.armed && recv.release_pending;
         if !recv.armed {
             b.io.op_done();
