@@ -16,6 +16,7 @@
 //!   --targets fixed,busy,hold,tx,ring,heap,direct,haproxy   BENCH_TARGETS (hold = fixed with
 //!                   --hold-idle-slots, not in the default set; tx = fixed with --pooling transaction)
 //!   --select-concurrency 1,32  point-select concurrencies   BENCH_SELECT_CONC
+//!   --large-cells 1048576:1,1048576:8  large-result cells, ROW_BYTES:CONCURRENCY   BENCH_LARGE_CELLS
 //!   --ringgate-args "FLAGS"  extra flags for every ringgate target   BENCH_RINGGATE_ARGS
 //!   --busy-poll-us N  the busy target's --busy-poll-us   BENCH_BUSY_POLL_US (default 100)
 //!   --scenarios connect,point-select,large-result,tls,many-clients,idle-10k,idle-max
@@ -1233,6 +1234,20 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
                 x.trim()
                     .parse()
                     .map_err(|_| format!("bad concurrency {x:?}"))
+            })
+            .collect::<Res<_>>()?;
+    }
+    // Large-result cells as ROW_BYTES:CONCURRENCY pairs (1048576:1,1048576:8).
+    if let Some(c) = args.get("large-cells", "BENCH_LARGE_CELLS") {
+        prof.large = c
+            .split(',')
+            .map(|x| {
+                let bad = || format!("bad large-result cell {x:?} (ROW_BYTES:CONCURRENCY)");
+                let (rows, conc) = x.trim().split_once(':').ok_or_else(bad)?;
+                Ok((
+                    rows.parse().map_err(|_| bad())?,
+                    conc.parse().map_err(|_| bad())?,
+                ))
             })
             .collect::<Res<_>>()?;
     }
