@@ -23,9 +23,9 @@ const MIB: usize = 1024 * 1024;
 /// that finds it empty ends with -ENOBUFS). Every byte of every result and statement must
 /// still arrive, in order, within the clients' 60 s read timeout (no stall), the ENOBUFS
 /// metric must show it happened, and afterwards every ring buffer is back. A starved receive
-/// must not spin: at most one -ENOBUFS in five may end a receive that got no byte since it was
-/// armed (re-armed at once whenever a buffer came back, two in three did, with two -ENOBUFS
-/// per completion that carried bytes). In each pooling mode: transaction pooling parks a
+/// must not spin: at most one -ENOBUFS in eight may end a receive that got no byte since it was
+/// armed (re-armed at once whenever a buffer came back, 43-65% did in 9 runs of 10, 15% in the
+/// tenth; now 1-6% in 60 runs). In each pooling mode: transaction pooling parks a
 /// session between statements, so a command also arrives on a session that holds no backend
 /// connection.
 fn tiny_ring_under_load(pooling: &str) {
@@ -119,7 +119,7 @@ fn tiny_ring_under_load(pooling: &str) {
         m.dump()
     );
     assert!(
-        empty * 5.0 <= enobufs,
+        empty * 8.0 <= enobufs,
         "starved receives spin: {empty} of {enobufs} -ENOBUFS ended a receive armed for nothing"
     );
     assert_no_leaks(&mut proxy, &base, CLIENTS as u64);
