@@ -348,7 +348,13 @@ impl TxState {
                 .then_some(PinReason::PreparedStatement),
             _ => Some(PinReason::Unclassified),
         };
-        if c.command == COM_QUERY && !c.err && c.text.as_deref().is_some_and(ends_table_locks) {
+        // Only a session holding table locks can end them: the test lexes
+        // the statement again, which every query would pay for nothing.
+        if self.table_locks
+            && c.command == COM_QUERY
+            && !c.err
+            && c.text.as_deref().is_some_and(ends_table_locks)
+        {
             self.table_locks = false;
         }
         if c.command == COM_RESET_CONNECTION && !c.err {
@@ -520,27 +526,28 @@ impl TxState {
         let whole = crate::mysql::packet::split_packet(first)
             .filter(|(p, used)| *used == first.len() && p.seq == 0 && !p.has_continuation())
             .and_then(|(p, _)| p.payload.strip_prefix(&[COM_QUERY]).map(<[u8]>::to_vec));
-        let alt = whole
+        // Lexed once for the three tests below: this runs before every
+        // statement, and each lexing costs more than the lease itself.
+        let statements = whole
             .as_deref()
-            .filter(|sql| constant_set(sql))
-            .and_then(|sql| self.settings_after(sql).ok())
+            .map(|sql| (sql, lexer::classify(sql, &LexOptions::default())));
+        let alt = statements
+            .as_ref()
+            .filter(|(sql, sts)| constant_set(sql, sts))
+            .and_then(|(sql, _)| self.settings_after(sql).ok())
             .map_or(0, |s| s.fingerprint());
         // The connection will be held past this command (a transaction
         // begins, or autocommit is off): a later statement of the
         // transaction may read LAST_INSERT_ID() on it.
         let holds = self.status & SERVER_STATUS_AUTOCOMMIT == 0
-            || whole.as_deref().is_some_and(|sql| {
-                lexer::classify(sql, &LexOptions::default())
-                    .iter()
-                    .any(|st| st.class == Class::Begin)
-            });
+            || statements
+                .as_ref()
+                .is_some_and(|(_, sts)| sts.iter().any(|st| st.class == Class::Begin));
         // Reads of LAST_INSERT_ID() in code (not in strings or comments),
         // `@@identity` and `@@last_insert_id` included; a command not
         // whole in the buffer is searched as text.
-        let reads = match whole.as_deref() {
-            Some(sql) => lexer::classify(sql, &LexOptions::default())
-                .iter()
-                .any(|st| st.reads_last_insert_id),
+        let reads = match &statements {
+            Some((_, sts)) => sts.iter().any(|st| st.reads_last_insert_id),
             None => mentions_last_insert_id(first),
         };
         // The value lives in the connection that ran the INSERT; this one

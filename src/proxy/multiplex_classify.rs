@@ -105,7 +105,13 @@ pub fn classify_query(sql: &[u8], no_backslash_escapes: bool) -> Effect {
         no_backslash_escapes,
         ..LexOptions::default()
     };
-    let statements = lexer::classify(sql, &opts);
+    effect_of(sql, &lexer::classify(sql, &opts))
+}
+
+/// [`classify_query`] of `sql` already lexed into `statements` (a caller
+/// that needs the statements for other tests too lexes once: the lexer is
+/// most of transaction pooling's user time per query).
+pub(super) fn effect_of(sql: &[u8], statements: &[lexer::Statement]) -> Effect {
     let mut effects = statements
         .iter()
         .filter(|st| st.class != Class::Empty)
@@ -250,9 +256,10 @@ fn only_last_insert_id_reads(text: &[u8]) -> bool {
 }
 
 /// A `SET` whose values are constants (no `@@` reads, no function calls):
-/// running it twice leaves what running it once does.
-pub(super) fn constant_set(sql: &[u8]) -> bool {
-    if classify_query(sql, false) != Effect::SetVariables {
+/// running it twice leaves what running it once does. `statements`: `sql`
+/// lexed with the default options.
+pub(super) fn constant_set(sql: &[u8], statements: &[lexer::Statement]) -> bool {
+    if effect_of(sql, statements) != Effect::SetVariables {
         return false;
     }
     let code = scan(sql).code;
