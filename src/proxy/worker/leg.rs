@@ -138,13 +138,7 @@ impl Worker {
     /// (queued like any completion's actions: nothing recurses).
     pub(super) fn deliver_plain_read(&mut self, sid: SessionId, res: i32) {
         let mut out = std::mem::take(&mut self.action_scratch);
-        let ctx = session_ctx(
-            &self.shared,
-            &self.users,
-            self.now,
-            self.draining.is_some(),
-            self.buffers.is_ring(),
-        );
+        let ctx = worker_session_ctx!(self);
         if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
             if let Some(leg) = slot.leg.as_mut() {
                 note_stats(self.shared.metrics.worker(self.id), &mut leg.leg);

@@ -11,6 +11,22 @@
 //! (`ConnIo`), and relay operations are also counted on their session, so
 //! neither a socket nor a slot is freed while the kernel may still name it.
 
+/// The [`SessionCtx`] of worker `$w` (a `&mut Worker`): a macro, not a
+/// method, because the context borrows `shared` and `users` while the caller
+/// holds `sessions` mutably, and only field paths let the borrow checker see
+/// those borrows as disjoint.
+macro_rules! worker_session_ctx {
+    ($w:expr) => {
+        session_ctx(
+            &$w.shared,
+            &$w.users,
+            $w.now,
+            $w.draining.is_some(),
+            $w.buffers.is_ring(),
+        )
+    };
+}
+
 mod accept;
 mod backend_io;
 mod backend_tls_io;
@@ -552,13 +568,7 @@ impl Worker {
         f: impl FnOnce(&mut Session, &ConnIo, &SessionCtx, &mut Vec<SessionAction>),
     ) {
         let mut out = std::mem::take(&mut self.action_scratch);
-        let ctx = session_ctx(
-            &self.shared,
-            &self.users,
-            self.now,
-            self.draining.is_some(),
-            self.buffers.is_ring(),
-        );
+        let ctx = worker_session_ctx!(self);
         if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
             f(&mut slot.session, &slot.io, &ctx, &mut out);
         }

@@ -144,13 +144,7 @@ impl Worker {
                 // ring chunk; the session reads it from its own buffer.
                 self.ring_stage_client(sid);
                 let mut out = std::mem::take(&mut self.action_scratch);
-                let ctx = session_ctx(
-                    &self.shared,
-                    &self.users,
-                    self.now,
-                    self.draining.is_some(),
-                    self.buffers.is_ring(),
-                );
+                let ctx = worker_session_ctx!(self);
                 if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
                     let data = plain_buffered(&slot.leg, &slot.io);
                     slot.session.on_buffered(data, &ctx, &mut out);

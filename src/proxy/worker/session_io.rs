@@ -67,13 +67,7 @@ impl Worker {
             }
         }
         let mut out = std::mem::take(&mut self.action_scratch);
-        let ctx = session_ctx(
-            &self.shared,
-            &self.users,
-            self.now,
-            self.draining.is_some(),
-            self.buffers.is_ring(),
-        );
+        let ctx = worker_session_ctx!(self);
         if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
             let buffered = plain_buffered(&slot.leg, &slot.io);
             slot.session.on_client_write(res, buffered, &ctx, &mut out);
@@ -206,13 +200,7 @@ impl Worker {
             return;
         };
         let mut out = std::mem::take(&mut self.action_scratch);
-        let ctx = session_ctx(
-            &self.shared,
-            &self.users,
-            self.now,
-            self.draining.is_some(),
-            self.buffers.is_ring(),
-        );
+        let ctx = worker_session_ctx!(self);
         let data = b.io.buf.as_ref().map_or(&[][..], |b| b.filled());
         if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
             slot.session.on_backend_read(res, data, &ctx, &mut out);
