@@ -579,12 +579,10 @@ mod tests {
         assert!(!cqueue::more(end[0].1));
     }
 
-    /// A ring of 1 buffer without incremental consumption: the second
-    /// receive finds it empty and ends with -ENOBUFS; once the buffer is
-    /// back a new receive gets the bytes that waited in the socket.
-    #[test]
-    fn an_empty_ring_ends_the_receive_with_enobufs_and_loses_nothing() {
-        let mut ring = Ring::with_knobs(
+    /// A ring with one buffer of 4 KiB and incremental consumption turned
+    /// off (its probe forced to fail), so a receive takes the whole buffer.
+    fn one_buffer_ring_without_incremental() -> (Ring, BufRing) {
+        let ring = Ring::with_knobs(
             8,
             16,
             DebugKnobs {
@@ -596,8 +594,17 @@ mod tests {
             },
         )
         .expect("ring");
-        let mut br =
+        let br =
             BufRing::register(&ring, 1, 4096, Metrics::new(1, BufferMode::Ring), 0).expect("ring");
+        (ring, br)
+    }
+
+    /// A ring of 1 buffer without incremental consumption: the second
+    /// receive finds it empty and ends with -ENOBUFS; once the buffer is
+    /// back a new receive gets the bytes that waited in the socket.
+    #[test]
+    fn an_empty_ring_ends_the_receive_with_enobufs_and_loses_nothing() {
+        let (mut ring, mut br) = one_buffer_ring_without_incremental();
         assert!(!br.incremental());
         let (a, b) = socket2::Socket::pair(socket2::Domain::UNIX, socket2::Type::STREAM, None)
             .expect("socketpair");
@@ -630,20 +637,7 @@ mod tests {
     /// starved receive re-armed before a buffer is back fails again.
     #[test]
     fn a_receive_issued_on_an_empty_ring_ends_with_enobufs_with_no_byte_waiting() {
-        let mut ring = Ring::with_knobs(
-            8,
-            16,
-            DebugKnobs {
-                probe_fail: crate::ring::ProbeFail {
-                    pbuf_inc: true,
-                    ..Default::default()
-                },
-                ..DebugKnobs::default()
-            },
-        )
-        .expect("ring");
-        let mut br =
-            BufRing::register(&ring, 1, 4096, Metrics::new(1, BufferMode::Ring), 0).expect("ring");
+        let (mut ring, mut br) = one_buffer_ring_without_incremental();
         let (a, b) = socket2::Socket::pair(socket2::Domain::UNIX, socket2::Type::STREAM, None)
             .expect("socketpair");
         let (c, d) = socket2::Socket::pair(socket2::Domain::UNIX, socket2::Type::STREAM, None)
