@@ -1206,19 +1206,9 @@ fn a_park_right_after_an_answer_withdraws_the_idle_read_it_would_cancel() {
 /// as before, and only the cancelled read's completion lets the backend go.
 #[test]
 fn a_late_park_still_cancels_the_idle_read_it_submitted() {
-    use crate::proxy::registry::PROXY_ID_BASE;
     let now = Instant::now();
     let u = users();
-    let reg = std::sync::Arc::new(Registry::default());
-    let me = reg.register(PROXY_ID_BASE + 71, -1).unwrap();
-    let mut s = tx_session(&u, now);
-    s.set_registry_entry(me.shared_entry());
-    me.entry().set_leased("app", 56);
-    let kill = crate::proxy::test_packets::framed(
-        0,
-        format!("\x03KILL QUERY {}", PROXY_ID_BASE + 71).as_bytes(),
-    );
-    let fence = crate::proxy::registry::intercept(&kill, "app", 0, &reg, 16384).unwrap();
+    let (mut s, _reg, _me, fence) = tx_session_with_kill_in_flight(&u, now, 71, 56);
     let mut c = ctx(&u, now);
     c.park_withdraws_idle_read = true;
     let ok = ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0);
@@ -1356,23 +1346,45 @@ fn a_parked_session_ends_after_its_own_wait_timeout() {
     assert!(!s.is_closed(), "{out:?}");
 }
 
+/// A transaction-pooling session registered as proxy id `PROXY_ID_BASE +
+/// offset` and leased to backend thread `thread`, with another client's
+/// `KILL QUERY` of it on its way to that thread: the session, the registry
+/// and the session's registration (both must outlive the test's use of
+/// the session), and the rewrite whose fence holds the KILL in flight
+/// until it is dropped.
+fn tx_session_with_kill_in_flight(
+    u: &Users,
+    now: Instant,
+    offset: u32,
+    thread: u32,
+) -> (
+    Session,
+    std::sync::Arc<Registry>,
+    crate::proxy::registry::Registration,
+    crate::proxy::registry::Rewrite,
+) {
+    use crate::proxy::registry::PROXY_ID_BASE;
+    let reg = std::sync::Arc::new(Registry::default());
+    let me = reg.register(PROXY_ID_BASE + offset, -1).unwrap();
+    let mut s = tx_session(u, now);
+    s.set_registry_entry(me.shared_entry());
+    me.entry().set_leased("app", thread);
+    let kill = crate::proxy::test_packets::framed(
+        0,
+        format!("\x03KILL QUERY {}", PROXY_ID_BASE + offset).as_bytes(),
+    );
+    let fence = crate::proxy::registry::intercept(&kill, "app", 0, &reg, 16384).unwrap();
+    assert!(fence.fence.is_some());
+    (s, reg, me, fence)
+}
+
 #[test]
 fn a_session_keeps_its_connection_while_a_kill_of_its_thread_is_in_flight() {
     use crate::proxy::registry::PROXY_ID_BASE;
     let now = Instant::now();
     let u = users();
-    let reg = std::sync::Arc::new(Registry::default());
-    let me = reg.register(PROXY_ID_BASE + 70, -1).unwrap();
-    let mut s = tx_session(&u, now);
-    s.set_registry_entry(me.shared_entry());
-    me.entry().set_leased("app", 55);
     // Another client's KILL QUERY of this session is on its way to thread 55.
-    let kill = crate::proxy::test_packets::framed(
-        0,
-        format!("\x03KILL QUERY {}", PROXY_ID_BASE + 70).as_bytes(),
-    );
-    let fence = crate::proxy::registry::intercept(&kill, "app", 0, &reg, 16384).unwrap();
-    assert!(fence.fence.is_some());
+    let (mut s, reg, _me, fence) = tx_session_with_kill_in_flight(&u, now, 70, 55);
     let out = tx_statement(
         &mut s,
         &u,
