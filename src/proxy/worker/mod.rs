@@ -15,6 +15,9 @@
 /// method, because the context borrows `shared` and `users` while the caller
 /// holds `sessions` mutably, and only field paths let the borrow checker see
 /// those borrows as disjoint.
+///
+/// `worker_session_ctx!(self, ring)`: the same where the caller holds a
+/// ring buffer (so `buffers` is borrowed) and the mode is known to be ring.
 macro_rules! worker_session_ctx {
     ($w:expr) => {
         session_ctx(
@@ -24,6 +27,9 @@ macro_rules! worker_session_ctx {
             $w.draining.is_some(),
             $w.buffers.is_ring(),
         )
+    };
+    ($w:expr, ring) => {
+        session_ctx(&$w.shared, &$w.users, $w.now, $w.draining.is_some(), true)
     };
 }
 

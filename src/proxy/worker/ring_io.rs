@@ -431,13 +431,7 @@ impl Worker {
             return;
         };
         let mut out = std::mem::take(&mut self.action_scratch);
-        let ctx = session_ctx(
-            &self.shared,
-            &self.users,
-            self.now,
-            self.draining.is_some(),
-            true,
-        );
+        let ctx = worker_session_ctx!(self, ring);
         let backend = *backend;
         match side {
             Side::Client => session.on_client_read(res, data, &ctx, &mut out),
@@ -715,13 +709,7 @@ impl Worker {
             return false;
         };
         let mut out = std::mem::take(&mut self.action_scratch);
-        let ctx = session_ctx(
-            &self.shared,
-            &self.users,
-            self.now,
-            self.draining.is_some(),
-            true,
-        );
+        let ctx = worker_session_ctx!(self, ring);
         slot.session
             .on_client_read(res, ring.bytes(chunk), &ctx, &mut out);
         self.session_q.extend(out.drain(..).map(|a| (sid, a)));
