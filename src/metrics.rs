@@ -162,6 +162,9 @@ pub struct WorkerMetrics {
     pub ring_rearms_total: AtomicU64,
     /// Of the -ENOBUFS ends, those of receives that had delivered no byte.
     pub ring_enobufs_empty_total: AtomicU64,
+    /// Backend receives a park kept armed, cancelled before the pool's own
+    /// exchange on the idle connection or a lease that reads without the ring.
+    pub ring_idle_recv_cancels_total: AtomicU64,
     /// Bytes copied from ring buffers into a connection's own buffer.
     pub ring_copied_bytes_total: AtomicU64,
     /// Large-result reads started: a backend read filled its buffer and
@@ -320,6 +323,7 @@ impl WorkerMetrics {
             ring_buffers_in_use: AtomicI64::new(0),
             ring_enobufs_total: AtomicU64::new(0),
             ring_rearms_total: AtomicU64::new(0),
+            ring_idle_recv_cancels_total: AtomicU64::new(0),
             ring_enobufs_empty_total: AtomicU64::new(0),
             ring_copied_bytes_total: AtomicU64::new(0),
             large_reads_total: AtomicU64::new(0),

@@ -256,3 +256,92 @@ fn large_results_are_sent_from_the_ring_without_a_copy() {
     );
     assert_no_leaks(&mut proxy, &base, 1);
 }
+
+/// Transaction pooling keeps a backend's multishot receive armed across the park (2 SQEs per
+/// query, not 4: tests/syscalls.rs): idle in the pool, the connection is still named by that
+/// receive, which would take the answer of anything else that reads it. So the pool's own
+/// exchange on it (the settings of the next session set or set back) and a lease to a session
+/// that reads its backend without the ring (a compressed client) must cancel the receive first
+/// and go on at its last CQE. One backend connection serves every client here, so each lease
+/// below takes the connection the previous park left: every answer must be right and in time,
+/// the connection never lost (no discard, no new connect), and every ring buffer back.
+#[test]
+fn a_receive_kept_across_the_park_ends_before_the_pool_or_a_compressed_client_reads() {
+    let mut o = ProxyOpts::new(Mode::Ring);
+    o.workers = 1;
+    o.backend_pool_size = 1;
+    o.backend_max_connections = 1;
+    o.extra_args = vec!["--pooling".into(), "transaction".into()];
+    let mut proxy = Proxy::start_with(o);
+    let base = baseline(&mut proxy);
+    let default_tz: String = common::direct_conn()
+        .query_first("SELECT @@global.time_zone")
+        .unwrap()
+        .unwrap();
+    let tz_a = if default_tz == "+01:00" {
+        "+02:00"
+    } else {
+        "+01:00"
+    };
+    let m0 = proxy.metrics();
+    let counter = |m: &common::Metrics, name: &str| m.get(name);
+    let opts = proxy
+        .app_opts()
+        .read_timeout(Some(Duration::from_secs(10)))
+        .write_timeout(Some(Duration::from_secs(10)));
+    let stderr = |p: &Proxy| tail(&p.stderr(), 60);
+    let tz = |c: &mut Conn| -> String {
+        match c.query_first("SELECT @@time_zone") {
+            Ok(Some(v)) => v,
+            other => panic!("{other:?}\n{}", stderr(&proxy)),
+        }
+    };
+    let mut a = Conn::new(opts.clone()).unwrap();
+    a.query_drop(format!("SET SESSION time_zone = '{tz_a}'"))
+        .unwrap();
+    assert_eq!(tz(&mut a), tz_a);
+    // A's settings on the connection, its receive kept: B's lease sets them back first.
+    let mut b = Conn::new(opts.clone()).unwrap();
+    assert_eq!(tz(&mut b), default_tz);
+    // And A's lease sets them again.
+    assert_eq!(tz(&mut a), tz_a);
+    // Back to bare for B, whose park keeps the receive on a connection C can take as it is.
+    let v: Option<u32> = b.query_first("SELECT 40 + 2").unwrap();
+    assert_eq!(v, Some(42));
+    let mut c = Conn::new(opts.clone().compress(Some(mysql::Compression::default()))).unwrap();
+    assert_eq!(tz(&mut c), default_tz);
+    let row: Option<Vec<u8>> = match c.query_first("SELECT REPEAT('c', 100000)") {
+        Ok(r) => r,
+        Err(e) => panic!("{e}\n{}", tail(&proxy.stderr(), 40)),
+    };
+    assert_eq!(row.map(|r| r.len()), Some(100_000));
+    // A compressed client keeps its connection (pinned): its end gives it back.
+    drop(c);
+    // And the plain clients once more.
+    assert_eq!(tz(&mut b), default_tz);
+    assert_eq!(tz(&mut a), tz_a);
+    let m = proxy.metrics();
+    let delta = |name: &str| counter(&m, name) - counter(&m0, name);
+    let cancels = delta("ringgate_read_buffer_ring_idle_recv_cancels_total");
+    eprintln!("{cancels} kept receives cancelled before the pool's exchange or a lease");
+    assert!(
+        cancels >= 4.0,
+        "{cancels} kept receives cancelled: the three setting changes and the compressed \
+         client's lease each had to cancel one\n{}",
+        m.dump()
+    );
+    assert_eq!(
+        delta("ringgate_backend_discarded_total"),
+        0.0,
+        "{}",
+        m.dump()
+    );
+    assert_eq!(
+        delta("ringgate_backend_connects_total"),
+        0.0,
+        "{}",
+        m.dump()
+    );
+    drop((a, b));
+    assert_no_leaks(&mut proxy, &base, 3);
+}

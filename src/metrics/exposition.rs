@@ -134,6 +134,14 @@ impl Collector for Exposition {
         )?;
         counter(
             &mut enc,
+            "ringgate_read_buffer_ring_idle_recv_cancels_total",
+            "Backend receives that transaction pooling's park kept armed on an idle connection, \
+             cancelled before the pool's own exchange on it (a reset, a lease's setup) or a lease \
+             to a session that reads without the ring (client TLS or compression).",
+            s.ring_idle_recv_cancels_total,
+        )?;
+        counter(
+            &mut enc,
             "ringgate_read_buffer_ring_enobufs_empty_total",
             "Of the -ENOBUFS ends, those of receives that had delivered no byte since they were \
              armed (armed for nothing: a few when the ring runs dry, never most of them).",

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-const ALL_NAMES: [(&str, &str); 50] = [
+const ALL_NAMES: [(&str, &str); 51] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
@@ -17,6 +17,10 @@ const ALL_NAMES: [(&str, &str); 50] = [
     ("ringgate_read_buffer_ring_in_use", "gauge"),
     ("ringgate_read_buffer_ring_enobufs_total", "counter"),
     ("ringgate_read_buffer_ring_rearms_total", "counter"),
+    (
+        "ringgate_read_buffer_ring_idle_recv_cancels_total",
+        "counter",
+    ),
     ("ringgate_read_buffer_ring_enobufs_empty_total", "counter"),
     ("ringgate_read_buffer_ring_copied_bytes_total", "counter"),
     ("ringgate_read_buffer_large_reads_total", "counter"),

@@ -479,6 +479,13 @@ impl Session {
         self.key
     }
 
+    /// The client negotiated compression: its relay reads through the
+    /// transform once the login OK is written (true from the handshake
+    /// response on, before the leg itself exists).
+    pub fn has_client_leg(&self) -> bool {
+        self.client_leg.is_some()
+    }
+
     fn send_err(&mut self, code: u16, message: &str, then: State, out: &mut Vec<SessionAction>) {
         self.send_payload(&err_payload(code, message), then, out)
     }

@@ -126,10 +126,22 @@ impl Worker {
                 }
             }
             PoolEvent::Leased { session, backend } => {
-                let Some(slot) = self.sessions.get_mut(session.index, session.generation) else {
+                if self
+                    .sessions
+                    .get_mut(session.index, session.generation)
+                    .is_none()
+                {
                     let mut events = Vec::new();
                     self.pool.release(backend, true, now, &mut events);
                     self.pool_q.extend(events);
+                    return;
+                }
+                if self.ring_lease_waits(session, backend) {
+                    // Handed over once the receive a park left armed has
+                    // ended (ring mode).
+                    return;
+                }
+                let Some(slot) = self.sessions.get_mut(session.index, session.generation) else {
                     return;
                 };
                 slot.backend = Some(backend);
@@ -250,6 +262,10 @@ impl Worker {
     }
 
     pub(super) fn backend_op(&mut self, bid: BackendId, op: BackendOp) {
+        // Ring mode: a receive a park left armed would take the answer.
+        let Some(op) = self.ring_pool_op(bid, op) else {
+            return;
+        };
         if self.backend_tls_on(bid) {
             match op {
                 BackendOp::Send(bytes) => return self.backend_tls_send_own(bid, bytes),

@@ -17,19 +17,10 @@
 /// those borrows as disjoint.
 ///
 /// `worker_session_ctx!(self, ring)`: the same where the caller holds a
-/// ring buffer (so `buffers` is borrowed) and the mode is known to be ring.
+/// ring buffer (so `buffers` is borrowed).
 macro_rules! worker_session_ctx {
-    ($w:expr) => {
-        session_ctx(
-            &$w.shared,
-            &$w.users,
-            $w.now,
-            $w.draining.is_some(),
-            $w.buffers.is_ring(),
-        )
-    };
-    ($w:expr, ring) => {
-        session_ctx(&$w.shared, &$w.users, $w.now, $w.draining.is_some(), true)
+    ($w:expr $(, ring)?) => {
+        session_ctx(&$w.shared, &$w.users, $w.now, $w.draining.is_some())
     };
 }
 
@@ -299,7 +290,6 @@ fn session_ctx<'a>(
     users: &'a Users,
     now: Instant,
     draining: bool,
-    ring: bool,
 ) -> SessionCtx<'a> {
     let cfg = &shared.config;
     SessionCtx {
@@ -317,7 +307,9 @@ fn session_ctx<'a>(
         registry: &shared.registry,
         rsa_key: shared.rsa_key.as_deref(),
         move_prepared_statements: cfg.tx_prepared_statements.moves(),
-        park_withdraws_idle_read: !ring,
+        // Every mode: ring mode keeps the backend's receive armed across
+        // the park instead (`ring_io.rs`, `Worker::ring_give_back`).
+        park_withdraws_idle_read: true,
     }
 }
 

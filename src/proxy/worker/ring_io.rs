@@ -48,6 +48,15 @@ pub(super) enum PendingRelease {
     /// `Pool::statement` (transaction pooling: a prepared statement is
     /// looked up, or prepared, on the session's connection).
     Statement(Box<StatementAsk>),
+    /// The pool's own exchange (a reset, a lease's setup statements) on a
+    /// connection whose receive a park left armed: these operations, in
+    /// order, once the receive has ended (`Worker::ring_pool_op`).
+    Ops(Vec<BackendOp>),
+    /// A lease of such a connection to a session that reads its backend
+    /// into the connection's own buffer (a client leg or client TLS): the
+    /// `PoolEvent::Leased` again once the receive has ended
+    /// (`Worker::ring_lease_waits`).
+    Lease(SessionId),
 }
 
 /// A [`PendingRelease::Statement`]'s arguments.
@@ -113,7 +122,18 @@ impl Worker {
         };
         if slot.leg.is_some() || slot.tls.is_some() {
             // A client leg (compression, TLS) copies every byte through its
-            // transform anyway: its session reads as in heap mode.
+            // transform anyway: its session reads as in heap mode. (Its
+            // lease waited for any receive a park left armed to end:
+            // `ring_lease_waits`.)
+            debug_assert!(
+                side == Side::Client
+                    || slot
+                        .backend
+                        .and_then(|b| self.pool.get_mut(b))
+                        .and_then(|b| b.io.recv.as_ref())
+                        .is_none_or(|r| !r.armed),
+                "a backend read beside an armed ring receive"
+            );
             return false;
         }
         let backend = slot.backend;
@@ -558,16 +578,122 @@ impl Worker {
         }
         match session {
             Some(sid) => self.ring_after_cqe(sid, Side::Backend),
-            None => {
-                // Nobody reads this backend any more: it is being closed.
-                if let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) {
-                    if let Some(recv) = b.io.recv.as_mut() {
-                        recv.drain_into(ring);
-                    }
-                }
-            }
+            None => self.ring_idle_recv(bid),
         }
         self.try_finish_backend(Some(bid));
+    }
+
+    /// A CQE of a backend receive that no session reads: one a park left
+    /// armed (`ring_give_back`), on a connection idle in the pool or just
+    /// leased (its session has not read yet), or a receive of a connection
+    /// being closed.
+    fn ring_idle_recv(&mut self, bid: BackendId) {
+        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) else {
+            return;
+        };
+        let Some(recv) = b.io.recv.as_mut() else {
+            return;
+        };
+        if b.conn.is_leased() {
+            // Leased, and its session's first read has not come yet: that
+            // read takes what is queued (bytes, or the end), as any relay
+            // read of an armed receive would.
+            return;
+        }
+        let spoke = recv.ready();
+        recv.drain_into(ring);
+        if !b.conn.is_idle() {
+            // Nobody reads this backend any more: it is being closed.
+            return;
+        }
+        if !spoke {
+            if recv.armed {
+                return;
+            }
+            // -ENOBUFS ended the receive with no byte delivered: the socket
+            // woke it, or the ring was empty as it retried. As at a release
+            // (4784dad), a peek decides: with nothing waiting the connection
+            // is kept, and its next lease arms a new receive.
+            let done = recv.quiescent() && recv.current.is_none();
+            if b.io.idle_peer_alive() {
+                if done {
+                    b.io.recv = None;
+                }
+                return;
+            }
+        }
+        // Bytes, an EOF or an error on an idle connection: the server spoke
+        // or closed it (wait_timeout, KILL, shutdown). Discarded as the
+        // close watch does, and its last session hears of it.
+        let mut events = Vec::new();
+        self.pool.on_watch(bid, 0, &mut events);
+        self.pool_q.extend(events);
+    }
+
+    /// The pool's own operation `op` on backend `bid`. In ring mode, while
+    /// a receive a park left armed names the connection (or is being
+    /// cancelled for an earlier operation), the receive would take the
+    /// server's answer: it is cancelled and `op` runs at its last CQE
+    /// (None). Otherwise `op` back, to run now.
+    pub(super) fn ring_pool_op(&mut self, bid: BackendId, op: BackendOp) -> Option<BackendOp> {
+        if !self.buffers.is_ring() || matches!(op, BackendOp::Close | BackendOp::Connect) {
+            return Some(op);
+        }
+        let key = (bid.index, bid.generation);
+        if let Some(PendingRelease::Ops(ops)) = self.ring_pending.get_mut(&key) {
+            ops.push(op);
+            return None;
+        }
+        if matches!(op, BackendOp::Clear) || !self.ring_cancel_idle_recv(bid) {
+            return Some(op);
+        }
+        self.ring_pending.insert(key, PendingRelease::Ops(vec![op]));
+        None
+    }
+
+    /// A lease of backend `bid` to `session`. True: it waits, because a
+    /// receive a park left armed names the connection and the session reads
+    /// its backend into the connection's own buffer (a client leg or TLS
+    /// on either side), where that receive would take the answer; it is
+    /// cancelled and the lease is handed over at its last CQE.
+    pub(super) fn ring_lease_waits(&mut self, session: SessionId, bid: BackendId) -> bool {
+        if !self.buffers.is_ring() {
+            return false;
+        }
+        let plain = self
+            .sessions
+            .get_mut(session.index, session.generation)
+            .is_some_and(|s| s.leg.is_some() || s.tls.is_some() || s.session.has_client_leg());
+        if !plain && !self.backend_tls_on(bid) {
+            return false;
+        }
+        if !self.ring_cancel_idle_recv(bid) {
+            return false;
+        }
+        self.ring_pending
+            .insert((bid.index, bid.generation), PendingRelease::Lease(session));
+        true
+    }
+
+    /// Cancel the receive a park left armed on `bid`, if any (true); what
+    /// to do at its last CQE is the caller's `ring_pending` entry.
+    fn ring_cancel_idle_recv(&mut self, bid: BackendId) -> bool {
+        let Some(recv) = self
+            .pool
+            .get_mut(bid)
+            .and_then(|b| b.io.recv.as_mut())
+            .filter(|r| r.armed && r.owner.is_none() && !r.release_pending)
+        else {
+            return false;
+        };
+        recv.release_pending = true;
+        let target = recv.user_data;
+        self.metrics()
+            .ring_idle_recv_cancels_total
+            .fetch_add(1, Relaxed);
+        let token = Token::new(OpTag::BackendRecvCancel, bid.index, bid.generation);
+        self.submit(ops::cancel_user_data(target, token));
+        true
     }
 
     /// After a CQE: deliver to a waiting relay, or re-arm a receive that
@@ -791,6 +917,27 @@ impl Worker {
         recv.cancelling = false;
         recv.rearm_queued = false;
         recv.drain_into(ring);
+        let kept = matches!(
+            kind,
+            PendingRelease::Park {
+                reset: false,
+                ask: None,
+                ..
+            }
+        );
+        if recv.armed && clean && kept && recv.end.is_none() && recv.current.is_none() {
+            // Transaction pooling parks the session and the connection goes
+            // back to the idle list as it is: its receive stays armed, the
+            // pool's from here on, and the next lease's relay takes it over
+            // without arming another (the cancel here and the re-arm at the
+            // lease were two of ring mode's four SQEs per query). While the
+            // connection is idle the receive is its close watch: whatever it
+            // completes with (bytes, EOF, an error) means the server spoke
+            // or closed (`ring_idle_recv`). The pool's own exchanges on it
+            // cancel it first (`ring_pool_op`), as does a lease to a session
+            // that does not read through the ring (`ring_lease_waits`).
+            return Some(true);
+        }
         if recv.armed && clean && !leftover {
             recv.release_pending = true;
             self.ring_pending.insert((bid.index, bid.generation), kind);
@@ -869,6 +1016,31 @@ impl Worker {
             .unwrap_or(PendingRelease::Release);
         let mut events = Vec::new();
         match kind {
+            PendingRelease::Ops(ops) => {
+                if b.conn.is_closed() {
+                    return;
+                }
+                if !clean {
+                    // The server spoke or closed while the connection was
+                    // idle: the exchange fails on a shut socket, and the
+                    // pool's failure path takes it from there.
+                    b.io.shutdown();
+                }
+                for op in ops {
+                    self.backend_op(bid, op);
+                }
+                return;
+            }
+            PendingRelease::Lease(session) => {
+                if !clean {
+                    // As above: the session's relay finds the socket shut.
+                    b.io.shutdown();
+                }
+                events.push(PoolEvent::Leased {
+                    session,
+                    backend: bid,
+                });
+            }
             PendingRelease::Release => self.pool.release(bid, clean, self.now, &mut events),
             PendingRelease::Relet => {
                 if !clean {
