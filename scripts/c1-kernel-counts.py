@@ -16,9 +16,11 @@ env:   C1_BACKEND (127.0.0.1:3511), C1_USER / C1_PASSWORD (the backend account,
        also written to the proxy's users file), C1_BASE_PORT (3530),
        C1_PERF=0 (skip the perf run), C1_OUT (JSON of all rounds),
        C1_RG_EXTRA (more ringgate flags), C1_HOG=1 (one busy loop runs during
-       each round: shows what an idle CPU's wake-up costs on this VM)
-targets: fixed-sess-w{1,2} fixed-tx-w{1,2} ring-sess-w{1,2} heap-sess-w{1,2}
-         haproxy-t{1,2} (nbthread) direct
+       each round: shows what an idle CPU's wake-up costs on this VM),
+       C1_OLD_BIN (a second ringgate binary: each ringgate target also runs
+       as old-<target> with it, in the same interleaved rounds)
+targets: fixed-sess-w{1,2} fixed-tx-w{1,2} ring-sess-w{1,2} ring-tx-w{1,2}
+         heap-sess-w{1,2} haproxy-t{1,2} (nbthread) direct
 """
 import atexit
 import json
@@ -52,10 +54,12 @@ for name, n in (("q.sql", N), ("w.sql", 500)):
 targets = []  # (name, port, argv, env)
 
 
-def ringgate(name, workers, mode, pooling):
+def ringgate(name, workers, mode, pooling, binary=BIN):
     global port
+    if binary == BIN and os.environ.get("C1_OLD_BIN"):
+        ringgate(f"old-{name}", workers, mode, pooling, os.environ["C1_OLD_BIN"])
     p, port = port, port + 2
-    argv = [BIN, "--listen", f"127.0.0.1:{p}", "--workers", str(workers),
+    argv = [binary, "--listen", f"127.0.0.1:{p}", "--workers", str(workers),
             "--backend", BACKEND, "--backend-identity", "shared", "--backend-user", USER,
             "--users-file", users, "--read-buffers", mode, "--pooling", pooling,
             "--max-connections", "200", "--backend-max-connections", "100",
@@ -81,11 +85,13 @@ for w in (1, 2):
     ringgate(f"fixed-sess-w{w}", w, "fixed", "session")
     ringgate(f"fixed-tx-w{w}", w, "fixed", "transaction")
     ringgate(f"ring-sess-w{w}", w, "ring", "session")
+    ringgate(f"ring-tx-w{w}", w, "ring", "transaction")
     ringgate(f"heap-sess-w{w}", w, "heap", "session")
     haproxy(f"haproxy-t{w}", w)
 targets.append(("direct", int(BACKEND.rsplit(":", 1)[1]), None, None))
 if WANT:
-    targets = [t for t in targets if t[0] in WANT]
+    targets = [t for t in targets
+               if t[0] in WANT or (t[0].startswith("old-") and t[0][4:] in WANT)]
 
 procs = {}
 atexit.register(lambda: [p.terminate() for p in procs.values()])

@@ -130,9 +130,11 @@ fn a_tiny_ring_under_load_loses_no_byte_and_never_stalls_session_pooling() {
     tiny_ring_under_load("session");
 }
 
-/// Transaction pooling cancels the relay's backend read at every park, so the race between that
-/// cancel and a receive the dry ring ends (-ENOBUFS) comes up here in one run of 12 to 40 (a
-/// client then waited for its 60 s read timeout: see `RingRecv::cancelling`).
+/// Transaction pooling cancelled the relay's backend read at every park, so the race between that
+/// cancel and a receive the dry ring ends (-ENOBUFS) came up here in one run of 12 to 40 (a
+/// client then waited for its 60 s read timeout: see `RingRecv::cancelling`). Since 2026-12-04
+/// a park keeps the receive armed for the pool, and here the pool's exchanges (a session's
+/// settings) and a receive the dry ring ends on an idle connection meet it.
 #[test]
 fn a_tiny_ring_under_load_loses_no_byte_and_never_stalls_transaction_pooling() {
     tiny_ring_under_load("transaction");

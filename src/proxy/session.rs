@@ -201,10 +201,11 @@ pub struct SessionCtx<'a> {
     /// relay's idle backend read, armed in the same batch and not yet
     /// submitted, instead of submitting it and cancelling it at once (two
     /// SQEs and a completion per query; the pool's close watch is what
-    /// watches a parked connection). Fixed and heap mode; not ring mode,
-    /// where that read is the backend's armed multishot receive (no SQE of
-    /// its own, the release cancels it anyway) and the relay's cancel of it
-    /// is how a server EOF that beat the park reaches the session.
+    /// watches a parked connection). Every mode: in ring mode that read is
+    /// the backend's armed multishot receive, which the park hands to the
+    /// pool still armed (worker/ring_io.rs), where a server EOF that beat
+    /// the park discards the connection and reaches the session as
+    /// `PoolEvent::ClosedIdle`. False only in tests of the old path.
     pub park_withdraws_idle_read: bool,
 }
 

@@ -4,9 +4,9 @@ must reach that client as it would a direct client, in session and in transactio
 In transaction pooling a client between statements holds no backend connection, but the thread
 its `SELECT CONNECTION_ID()` named is the one an operator (or a driver's "server closed the
 connection" test) kills. The session parks right after the answer is forwarded: its idle backend
-read was armed and cancelled in the same batch (ring mode still cancels its receive there; fixed
-and heap mode withdraw the read before it is submitted since 2026-12-04, and the pool's close
-watch alone sees the KILL). A KILL landing in that window used to be lost silently (the client
+read was armed and cancelled in the same batch (since 2026-12-04 fixed and heap mode withdraw
+the read before it is submitted, and the pool's close watch alone sees the KILL; ring mode hands
+the backend's still-armed receive to the pool, where its EOF or the close watch sees it). A KILL landing in that window used to be lost silently (the client
 went on, its next statement on another connection; node mysql2's server_close.js once timed out
 on a loaded CI box):
 - the EOF completed the idle read before the cancel did, and the park discarded the connection
@@ -127,9 +127,10 @@ def test_kill_inside_the_park_window_ends_the_idle_client(make_proxy, monkeypatc
     pooling parks there, session pooling ends cleanly there only at a quit). `unarmed`: the read
     is not in the kernel yet, so the server's EOF beats the cancel; `armed`: the read waits in
     the kernel and the EOF wakes it and the close watch while the cancel is on its way. A park
-    that cancels nothing (transaction pooling in fixed and heap mode, which withdraws the read)
+    that cancels nothing (transaction pooling, which withdraws the read)
     is held where it hands the connection back: the EOF is in the socket when the connection
-    turns idle, and the close watch must report it."""
+    turns idle, and the close watch (in ring mode also the receive the park kept armed) must
+    report it."""
     delay = "150" if window == "unarmed" else "150,armed"
     monkeypatch.setenv("RINGGATE_DEBUG_PARK_DELAY_MS", delay)
     proxy = make_proxy(workers=1, pooling=pooling)

@@ -3,10 +3,11 @@
 //! transaction-pooling park, or a session's clean end), so that a test can
 //! make the server close that connection inside the window a loaded box
 //! opens there (tests/python/test_server_close_races.py). A park that
-//! cancels nothing (fixed and heap mode: it withdrew the idle read it would
-//! have cancelled; and the login's) is held where the connection goes back
-//! to the pool instead: the server's EOF is then in the socket when the
-//! connection turns idle, and the pool's close watch must find it. For
+//! cancels nothing (right after an answer it withdrew the idle read it
+//! would have cancelled; and the login's) is held where the connection goes
+//! back to the pool instead: the server's EOF is then in the socket when
+//! the connection turns idle, and the pool's close watch (in ring mode also
+//! the receive the park kept armed) must find it. For
 //! the cancelling parks:
 //! - `N`: the relay's idle read is still queued, not yet in the kernel: the
 //!   server's EOF is there before it, and the read finds it at once (the

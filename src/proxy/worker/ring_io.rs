@@ -22,6 +22,13 @@
 //!
 //! A session with a client leg (compression) reads as in heap mode: its
 //! transform copies every byte anyway.
+//!
+//! Transaction pooling: a park that keeps its connection as it is leaves
+//! the backend's receive armed, the pool's while the connection is idle
+//! (any completion of it there is the server speaking or closing), and the
+//! next lease's relay takes it over: no cancel at the park, no re-arm at
+//! the lease (`ring_give_back`, `ring_idle_recv`). What else would read the
+//! connection cancels it first (`ring_pool_op`, `ring_lease_waits`).
 
 use std::sync::atomic::Ordering::Relaxed;
 
