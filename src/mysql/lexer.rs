@@ -10,6 +10,8 @@
 //!   The ranges cover `sql` exactly, with one `;` byte between neighbours, so
 //!   the split round-trips. A text the lexer cannot split safely comes back
 //!   as a single statement of class `Pin(Pin::Unsplittable)`.
+//! - [`classify_into`]: the same into a caller's vectors, reused from one
+//!   text to the next (no allocation for most statements).
 //! - [`first_pin`]`(&[Statement]) -> Option<Pin>`: the pin of the first
 //!   pinning statement, if any.
 //! - [`Statement::reads_last_insert_id`]: the statement reads the
@@ -291,6 +293,11 @@ pub struct Statement {
     /// strings and comments. (Outside the plain form these reads are still
     /// classified `Pin(PreviousStatementState)`.)
     pub reads_last_insert_id: bool,
+    /// It is a `CALL` (its leading keyword, after any `(`, comments and
+    /// executable-comment markers): the procedure's body, which this lexer
+    /// never sees, may do anything that would pin. The class says only
+    /// what the call's own text does (`CALL p(@x)` writes `@x`).
+    pub call: bool,
 }
 
 /// The first pin among `statements`, in text order.
@@ -316,8 +323,8 @@ pub enum LexError {
 mod classifier;
 mod tokens;
 
-pub use classifier::classify;
-pub use tokens::{tokenize, Token, TokenKind};
+pub use classifier::{classify, classify_into};
+pub use tokens::{tokenize, tokenize_into, Token, TokenKind};
 
 #[cfg(test)]
 #[path = "lexer_tests.rs"]

@@ -468,6 +468,7 @@ fn unsplittable() {
                 range: 0..sql.len(),
                 class: Class::Pin(Pin::Unsplittable),
                 reads_last_insert_id: false,
+                call: false,
             }],
             "{sql}"
         );
@@ -493,6 +494,7 @@ fn routine_definitions() {
             range: 0..body.len(),
             class: Class::Plain,
             reads_last_insert_id: false,
+            call: false,
         }]
     );
     assert_eq!(

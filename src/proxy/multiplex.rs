@@ -188,6 +188,9 @@ pub struct TxState {
     /// `--tx-prepared-statements pin`: a binary statement command
     /// pins the session (its statement ids live on one connection).
     pub pin_prepared_statements: bool,
+    /// The last statement text lexed: `lease_setup` lexes the command,
+    /// `on_completed` reads the same statements back.
+    lexed: Lexed,
 }
 
 impl TxState {
@@ -236,10 +239,13 @@ impl TxState {
     /// command pinned the session (once: a pinned session stays pinned).
     pub fn on_completed(&mut self, c: &Completed) -> Option<PinReason> {
         self.status = c.status;
+        // The statements `lease_setup` lexed, unless the command changed
+        // how its own text reads (NO_BACKSLASH_ESCAPES, with a `\` in it).
+        let no_backslash = c.status & SERVER_STATUS_NO_BACKSLASH_ESCAPES != 0;
         let effect = (c.command == COM_QUERY).then(|| {
             c.text
                 .as_deref()
-                .map(|t| classify_query(t, c.status & SERVER_STATUS_NO_BACKSLASH_ESCAPES != 0))
+                .map(|t| effect_of(t, self.lexed.get(t, no_backslash)))
         });
         // SHOW WARNINGS and friends read the diagnostics area without
         // clearing it: the hold for the statement before goes on. So do
@@ -348,15 +354,15 @@ impl TxState {
                 .then_some(PinReason::PreparedStatement),
             _ => Some(PinReason::Unclassified),
         };
-        // Only a session holding table locks can end them: the test lexes
-        // the statement again, which every query would pay for nothing.
-        if self.table_locks
-            && c.command == COM_QUERY
-            && !c.err
-            && c.text.as_deref().is_some_and(ends_table_locks)
-        {
-            self.table_locks = false;
+        // Only a session holding table locks can end them.
+        if self.table_locks && c.command == COM_QUERY && !c.err {
+            if let Some(t) = c.text.as_deref() {
+                if ends_table_locks(self.lexed.get(t, false)) {
+                    self.table_locks = false;
+                }
+            }
         }
+        self.lexed.trim();
         if c.command == COM_RESET_CONNECTION && !c.err {
             self.table_locks = false;
         }
@@ -411,7 +417,9 @@ impl TxState {
         text: Option<&[u8]>,
         tracked: &[(String, String)],
     ) -> Option<PinReason> {
-        match self.settings_after_tracked(text?, tracked) {
+        let text = text?;
+        let statements = self.lexed.get(text, false);
+        match settings_after(&self.settings, self.collation, statements, tracked) {
             Ok(next) if next.len_hint() > MAX_SETTINGS => Some(PinReason::TooManySettings),
             Ok(next) => {
                 self.settings = next;
@@ -421,33 +429,6 @@ impl TxState {
             // else on a connection in another state.
             Err(_) => Some(PinReason::SessionCommand),
         }
-    }
-
-    /// The settings after the `SET` statement(s) of `sql` ran.
-    fn settings_after(&self, sql: &[u8]) -> Result<Settings, super::tx_settings::NotReplayable> {
-        self.settings_after_tracked(sql, &[])
-    }
-
-    /// [`TxState::settings_after`], with the values the server's tracker
-    /// reported for variables set to an expression.
-    fn settings_after_tracked(
-        &self,
-        sql: &[u8],
-        tracked: &[(String, String)],
-    ) -> Result<Settings, super::tx_settings::NotReplayable> {
-        let mut next = self.settings.clone();
-        for st in lexer::classify(sql, &LexOptions::default()) {
-            next = match &st.class {
-                Class::Set(items) => next.with_items_tracked(items, self.collation, tracked)?,
-                Class::SetTransaction {
-                    scope: Some(Scope::Session),
-                    characteristics,
-                } => next.with_session_transaction(characteristics)?,
-                Class::Empty => next,
-                _ => return Err(super::tx_settings::NotReplayable("not a SET".into())),
-            };
-        }
-        Ok(next)
     }
 
     /// `sql` is the plain `SELECT ROW_COUNT()` or `SELECT FOUND_ROWS()`
@@ -461,15 +442,21 @@ impl TxState {
             return None;
         }
         let item = item.trim();
-        let compact: String = item
-            .chars()
-            .filter(|c| !c.is_whitespace())
-            .collect::<String>()
-            .to_ascii_uppercase();
-        let value = match compact.as_str() {
-            "ROW_COUNT()" => self.row_count,
-            "FOUND_ROWS()" => i64::try_from(self.found_rows).unwrap_or(i64::MAX),
-            _ => return None,
+        // The item without its whitespace, in any case (compared in place:
+        // this runs before every statement a parked session sends).
+        let is = |want: &str| {
+            let mut compact = item
+                .chars()
+                .filter(|c| !c.is_whitespace())
+                .map(|c| c.to_ascii_uppercase());
+            want.chars().all(|w| compact.next() == Some(w)) && compact.next().is_none()
+        };
+        let value = if is("ROW_COUNT()") {
+            self.row_count
+        } else if is("FOUND_ROWS()") {
+            i64::try_from(self.found_rows).unwrap_or(i64::MAX)
+        } else {
+            return None;
         };
         Some((item.to_owned(), value))
     }
@@ -520,33 +507,28 @@ impl TxState {
 
     /// What a connection needs before it runs `first` (the start of the
     /// command that made the session lease one).
-    pub fn lease_setup(&self, first: &[u8]) -> LeaseSetup {
+    pub fn lease_setup(&mut self, first: &[u8]) -> LeaseSetup {
         // The command is one whole `SET` of constants: a connection that
         // carries the settings it leads to will do as well.
         let whole = crate::mysql::packet::split_packet(first)
             .filter(|(p, used)| *used == first.len() && p.seq == 0 && !p.has_continuation())
-            .and_then(|(p, _)| p.payload.strip_prefix(&[COM_QUERY]).map(<[u8]>::to_vec));
-        // Lexed once for the three tests below: this runs before every
-        // statement, and each lexing costs more than the lease itself.
-        let statements = whole
-            .as_deref()
-            .map(|sql| (sql, lexer::classify(sql, &LexOptions::default())));
+            .and_then(|(p, _)| p.payload.strip_prefix(&[COM_QUERY]));
+        // Lexed once for the tests below and for `on_completed`: this runs
+        // before every statement, and a lexing costs more than the lease.
+        let statements = whole.map(|sql| (sql, self.lexed.get(sql, false)));
         let alt = statements
-            .as_ref()
             .filter(|(sql, sts)| constant_set(sql, sts))
-            .and_then(|(sql, _)| self.settings_after(sql).ok())
+            .and_then(|(_, sts)| settings_after(&self.settings, self.collation, sts, &[]).ok())
             .map_or(0, |s| s.fingerprint());
         // The connection will be held past this command (a transaction
         // begins, or autocommit is off): a later statement of the
         // transaction may read LAST_INSERT_ID() on it.
         let holds = self.status & SERVER_STATUS_AUTOCOMMIT == 0
-            || statements
-                .as_ref()
-                .is_some_and(|(_, sts)| sts.iter().any(|st| st.class == Class::Begin));
+            || statements.is_some_and(|(_, sts)| sts.iter().any(|st| st.class == Class::Begin));
         // Reads of LAST_INSERT_ID() in code (not in strings or comments),
         // `@@identity` and `@@last_insert_id` included; a command not
         // whole in the buffer is searched as text.
-        let reads = match &statements {
+        let reads = match statements {
             Some((_, sts)) => sts.iter().any(|st| st.reads_last_insert_id),
             None => mentions_last_insert_id(first),
         };
@@ -564,6 +546,30 @@ impl TxState {
             last_insert_id,
         }
     }
+}
+
+/// The settings after the `SET` statement(s) lexed into `statements` ran
+/// on a connection carrying `settings`, with the values the server's
+/// tracker reported (`tracked`) for variables set to an expression.
+fn settings_after(
+    settings: &Settings,
+    collation: u8,
+    statements: &[lexer::Statement],
+    tracked: &[(String, String)],
+) -> Result<Settings, super::tx_settings::NotReplayable> {
+    let mut next = settings.clone();
+    for st in statements {
+        next = match &st.class {
+            Class::Set(items) => next.with_items_tracked(items, collation, tracked)?,
+            Class::SetTransaction {
+                scope: Some(Scope::Session),
+                characteristics,
+            } => next.with_session_transaction(characteristics)?,
+            Class::Empty => next,
+            _ => return Err(super::tx_settings::NotReplayable("not a SET".into())),
+        };
+    }
+    Ok(next)
 }
 
 /// The session-state blocks of the command's final OK, if it kept them.
@@ -592,7 +598,11 @@ fn tracked_variables(c: &Completed) -> Vec<(String, String)> {
 #[path = "multiplex_classify.rs"]
 mod classify;
 pub use classify::{classify_query, reads_previous_statement, Effect};
-use classify::{constant_set, ends_table_locks, may_insert, mentions_last_insert_id};
+use classify::{constant_set, effect_of, ends_table_locks, may_insert, mentions_last_insert_id};
+
+#[path = "multiplex_lexed.rs"]
+mod lexed;
+use lexed::Lexed;
 
 #[cfg(test)]
 #[path = "multiplex_tests.rs"]

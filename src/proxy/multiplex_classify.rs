@@ -24,75 +24,78 @@ pub enum Effect {
     Diagnostics,
 }
 
-/// What the scanner found outside string literals and quoted identifiers.
-#[derive(Default)]
-struct Scan {
-    /// Upper-cased text with literals and quoted identifiers blanked.
-    code: Vec<u8>,
+/// The offsets of `sql`'s code bytes: those outside string literals and
+/// quoted identifiers (`'…'`, `"…"`, `` `…` ``; a backslash escapes in the
+/// first two, a doubled quote in all three). Comments count as code: the
+/// text tests below may over-match in them, never under-match. The tests
+/// compare case-insensitively on the original bytes, with no upper-cased
+/// copy (they run on every statement of transaction pooling).
+struct CodeOffsets<'a> {
+    sql: &'a [u8],
+    i: usize,
 }
 
-fn scan(sql: &[u8]) -> Scan {
-    let mut s = Scan {
-        code: Vec::with_capacity(sql.len()),
-    };
-    let mut i = 0;
-    while i < sql.len() {
-        let c = sql[i];
-        match c {
-            b'\'' | b'"' | b'`' => {
-                // Blank the literal; a backslash escapes in '' and "".
-                s.code.push(b' ');
-                i += 1;
-                while i < sql.len() {
-                    if sql[i] == b'\\' && c != b'`' {
+fn code_offsets(sql: &[u8]) -> CodeOffsets<'_> {
+    CodeOffsets { sql, i: 0 }
+}
+
+impl Iterator for CodeOffsets<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        let sql = self.sql;
+        while let Some(&c) = sql.get(self.i) {
+            if !matches!(c, b'\'' | b'"' | b'`') {
+                self.i += 1;
+                return Some(self.i - 1);
+            }
+            // Skip the literal, to just past its closing quote.
+            let mut i = self.i + 1;
+            while i < sql.len() {
+                if sql[i] == b'\\' && c != b'`' {
+                    i += 2;
+                    continue;
+                }
+                if sql[i] == c {
+                    if sql.get(i + 1) == Some(&c) {
                         i += 2;
                         continue;
                     }
-                    if sql[i] == c {
-                        if sql.get(i + 1) == Some(&c) {
-                            i += 2;
-                            continue;
-                        }
-                        break;
-                    }
-                    i += 1;
+                    break;
                 }
                 i += 1;
             }
-            _ => {
-                s.code.push(c.to_ascii_uppercase());
-                i += 1;
-            }
+            self.i = i + 1;
         }
+        None
     }
-    s
 }
 
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
+/// `needle` (upper case, no quote bytes) at offset `i` of `sql`, in any case.
+fn at(sql: &[u8], i: usize, needle: &[u8]) -> bool {
+    sql.get(i..i + needle.len())
+        .is_some_and(|w| w.eq_ignore_ascii_case(needle))
 }
 
-/// `needle` as a whole word (not part of a longer identifier).
-fn contains_word(hay: &[u8], needle: &[u8]) -> bool {
-    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'$';
-    hay.windows(needle.len()).enumerate().any(|(i, w)| {
-        w == needle
-            && (i == 0 || !ident(hay[i - 1]))
-            && hay.get(i + needle.len()).is_none_or(|&c| !ident(c))
+/// `needle` (upper case, no quote bytes) in the code of `sql`. A match
+/// that starts on a code byte lies wholly in code: a quote ends it.
+fn code_contains(sql: &[u8], needle: &[u8]) -> bool {
+    code_offsets(sql).any(|i| at(sql, i, needle))
+}
+
+fn ident(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c == b'$'
+}
+
+/// `needle` (upper case letters and `_`) as a whole word in the code of
+/// `sql` (not part of a longer identifier; a quote next to it is no part
+/// of one).
+fn code_contains_word(sql: &[u8], needle: &[u8]) -> bool {
+    code_offsets(sql).any(|i| {
+        at(sql, i, needle)
+            && (i == 0 || !ident(sql[i - 1]))
+            && sql.get(i + needle.len()).is_none_or(|&c| !ident(c))
     })
-}
-
-/// The first word (upper-cased) and the rest after it.
-fn first_word(code: &[u8]) -> (&[u8], &[u8]) {
-    let start = code
-        .iter()
-        .position(|c| !c.is_ascii_whitespace() && *c != b'(')
-        .unwrap_or(code.len());
-    let end = code[start..]
-        .iter()
-        .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
-        .map_or(code.len(), |n| start + n);
-    (&code[start..end], &code[end..])
 }
 
 /// Classify one COM_QUERY text with the statement lexer (`mysql::lexer`),
@@ -115,7 +118,7 @@ pub(super) fn effect_of(sql: &[u8], statements: &[lexer::Statement]) -> Effect {
     let mut effects = statements
         .iter()
         .filter(|st| st.class != Class::Empty)
-        .map(|st| statement_effect(&sql[st.range.clone()], &st.class));
+        .map(|st| statement_effect(&sql[st.range.clone()], st));
     let Some(first) = effects.next() else {
         return Effect::Plain;
     };
@@ -151,8 +154,8 @@ pub(super) fn effect_of(sql: &[u8], statements: &[lexer::Statement]) -> Effect {
     }
 }
 
-fn statement_effect(text: &[u8], class: &Class) -> Effect {
-    match class {
+fn statement_effect(text: &[u8], st: &lexer::Statement) -> Effect {
+    match &st.class {
         // LAST_INSERT_ID() read in an expression: the connection got the
         // session's value before the command (`lease_setup`), so it needs
         // no pin, unlike the other reads of the previous statement.
@@ -188,7 +191,9 @@ fn statement_effect(text: &[u8], class: &Class) -> Effect {
         | Class::ShowErrors
         | Class::ShowCountWarnings
         | Class::ShowCountErrors => Effect::Diagnostics,
-        _ if first_word(&scan(text).code).0 == b"CALL" => Effect::Pin(PinReason::SessionCommand),
+        // A procedure can set user variables, create temporary tables or
+        // take locks inside, where the lexer does not look.
+        _ if st.call => Effect::Pin(PinReason::SessionCommand),
         _ => Effect::Plain,
     }
 }
@@ -211,9 +216,10 @@ fn pin_reason(pin: Pin) -> PinReason {
 }
 
 /// UNLOCK TABLES, or a statement that begins a transaction (which releases
-/// the table locks as well).
-pub(super) fn ends_table_locks(sql: &[u8]) -> bool {
-    lexer::classify(sql, &LexOptions::default())
+/// the table locks as well). `statements`: the text lexed with the default
+/// options.
+pub(super) fn ends_table_locks(statements: &[lexer::Statement]) -> bool {
+    statements
         .iter()
         .any(|st| matches!(st.class, Class::UnlockTables | Class::Begin))
 }
@@ -222,7 +228,6 @@ pub(super) fn ends_table_locks(sql: &[u8]) -> bool {
 /// without an argument (with one it sets the value, which a SELECT's
 /// result does not report).
 fn only_last_insert_id_reads(text: &[u8]) -> bool {
-    let code = scan(text).code;
     for other in [
         &b"ROW_COUNT"[..],
         b"FOUND_ROWS",
@@ -231,23 +236,23 @@ fn only_last_insert_id_reads(text: &[u8]) -> bool {
         b"LASTVAL",
         b"PREVIOUS",
     ] {
-        if contains(&code, other) {
+        if code_contains(text, other) {
             return false;
         }
     }
     const F: &[u8] = b"LAST_INSERT_ID";
     let mut found = false;
-    for (i, w) in code.windows(F.len()).enumerate() {
-        if w != F {
+    for i in code_offsets(text) {
+        if !at(text, i, F) {
             continue;
         }
-        let rest: Vec<u8> = code[i + F.len()..]
-            .iter()
-            .copied()
-            .filter(|c| !c.is_ascii_whitespace())
-            .take(2)
-            .collect();
-        if rest != b"()" {
+        // The next two code bytes that are not whitespace must be `()`
+        // (a literal between them is skipped).
+        let rest = &text[i + F.len()..];
+        let mut next = code_offsets(rest)
+            .map(|k| rest[k])
+            .filter(|c| !c.is_ascii_whitespace());
+        if (next.next(), next.next()) != (Some(b'('), Some(b')')) {
             return false;
         }
         found = true;
@@ -262,16 +267,14 @@ pub(super) fn constant_set(sql: &[u8], statements: &[lexer::Statement]) -> bool 
     if effect_of(sql, statements) != Effect::SetVariables {
         return false;
     }
-    let code = scan(sql).code;
-    !contains(&code, b"@@") && !code.contains(&b'(')
+    !code_contains(sql, b"@@") && !code_contains(sql, b"(")
 }
 
 /// A statement that reads a count the previous statement left on its
 /// connection: ROW_COUNT() or FOUND_ROWS() (SQL_CALC_FOUND_ROWS itself
 /// pins, so a FOUND_ROWS() after it runs on the same connection).
 pub fn reads_previous_statement(sql: &[u8]) -> bool {
-    let s = scan(sql);
-    contains_word(&s.code, b"ROW_COUNT") || contains_word(&s.code, b"FOUND_ROWS")
+    code_contains_word(sql, b"ROW_COUNT") || code_contains_word(sql, b"FOUND_ROWS")
 }
 
 /// The client bytes start a COM_QUERY that may be an INSERT, REPLACE or
@@ -281,10 +284,10 @@ pub(super) fn may_insert(bytes: &[u8]) -> bool {
     let Some(text) = bytes.get(4..).and_then(|p| p.strip_prefix(&[COM_QUERY])) else {
         return false;
     };
-    let code = scan(&text[..text.len().min(512)]).code;
-    contains_word(&code, b"INSERT")
-        || contains_word(&code, b"REPLACE")
-        || contains_word(&code, b"LOAD")
+    let text = &text[..text.len().min(512)];
+    code_contains_word(text, b"INSERT")
+        || code_contains_word(text, b"REPLACE")
+        || code_contains_word(text, b"LOAD")
 }
 
 /// The client bytes (one or more packets, possibly cut) mention
@@ -295,3 +298,7 @@ pub(super) fn mentions_last_insert_id(bytes: &[u8]) -> bool {
         .windows(NEEDLE.len())
         .any(|w| w.eq_ignore_ascii_case(NEEDLE))
 }
+
+#[cfg(test)]
+#[path = "multiplex_classify_tests.rs"]
+mod tests;

@@ -638,3 +638,52 @@ fn lock_tables_holds_the_connection_until_unlock_tables() {
         Effect::Pin(PinReason::UserVariable)
     );
 }
+
+#[test]
+fn the_answer_is_judged_from_its_own_text_not_the_leased_one() {
+    // lease_setup lexes the command and on_completed reads the statements
+    // back: only for the same text (a pipelined second command, or a
+    // command the client changed, is lexed on its own).
+    let mut tx = TxState::new(None, 45, false);
+    tx.lease_setup(&query_packet("SELECT 1"));
+    assert_eq!(
+        tx.on_completed(&done(COM_QUERY, "SET @x = 1", AC)),
+        Some(PinReason::UserVariable)
+    );
+    let mut tx = TxState::new(None, 45, false);
+    tx.lease_setup(&query_packet("SELECT '\\'; SET @x = 1"));
+    // Lexed with backslash escapes on lease: one unterminated string (a
+    // multi-statement pin). The answer says NO_BACKSLASH_ESCAPES: a
+    // string, then a user-variable write.
+    assert_eq!(
+        tx.on_completed(&done(
+            COM_QUERY,
+            "SELECT '\\'; SET @x = 1",
+            AC | SERVER_STATUS_NO_BACKSLASH_ESCAPES
+        )),
+        Some(PinReason::UserVariable)
+    );
+}
+
+#[test]
+fn plain_row_count_and_found_rows_are_answered_in_any_case() {
+    let tx = TxState::new(None, 45, false);
+    assert_eq!(
+        tx.answer_previous(b"select  Row_Count ( ) ;"),
+        Some(("Row_Count ( )".to_owned(), -1))
+    );
+    assert_eq!(
+        tx.answer_previous(b"  SELECT\tFOUND_ROWS()"),
+        Some(("FOUND_ROWS()".to_owned(), 0))
+    );
+    for sql in [
+        "SELECT 1",
+        "SELECT ROW_COUNT()x",
+        "SELECT ROW_COUNT",
+        "SELECTROW_COUNT()",
+        "SELECT ROW_COUNT() + 1",
+        "SELECT FOUND_ROWS()()",
+    ] {
+        assert_eq!(tx.answer_previous(sql.as_bytes()), None, "{sql}");
+    }
+}

@@ -169,7 +169,7 @@ impl Session {
             self.command_waiting = true;
             return;
         }
-        let Some(tx) = self.tx.as_ref() else {
+        let Some(tx) = self.tx.as_mut() else {
             return self.close(out);
         };
         let whole = split_packet(data)

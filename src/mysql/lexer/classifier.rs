@@ -5,63 +5,86 @@
 
 use std::ops::Range;
 
-use super::tokens::{tokenize, Token, TokenKind};
+use super::tokens::{tokenize_into, Token, TokenKind};
 use super::{Class, LexOptions, Pin, Scope, SetItem, Statement};
 
 /// Splits and classifies a COM_QUERY text (see the module docs).
 pub fn classify(sql: &[u8], opts: &LexOptions) -> Vec<Statement> {
-    let unsplittable = || {
-        vec![Statement {
+    let mut out = Vec::new();
+    classify_into(sql, opts, &mut Vec::new(), &mut out);
+    out
+}
+
+/// [`classify`] into `out` (cleared first), with `toks` as the tokenizer's
+/// scratch space: a caller that lexes every statement (transaction pooling
+/// does, per query) keeps both and allocates nothing for a statement whose
+/// class carries no text (a `SELECT`, an `INSERT`, `BEGIN`, ...).
+pub fn classify_into(
+    sql: &[u8],
+    opts: &LexOptions,
+    toks: &mut Vec<Token>,
+    out: &mut Vec<Statement>,
+) {
+    out.clear();
+    if tokenize_into(sql, opts, toks).is_err() {
+        out.push(Statement {
             range: 0..sql.len(),
             class: Class::Pin(Pin::Unsplittable),
             reads_last_insert_id: false,
-        }]
-    };
-    let Ok(toks) = tokenize(sql, opts) else {
-        return unsplittable();
-    };
+            call: false,
+        });
+        return;
+    }
+    let toks: &[Token] = toks;
+    let semicolon = |t: &Token| t.kind == TokenKind::Semicolon;
     // Statements: the token runs between top-level semicolons, and their
-    // byte ranges.
-    let mut parts: Vec<(Range<usize>, &[Token])> = Vec::new();
+    // byte ranges, taken one at a time (no list of them is built).
     let mut start_byte = 0;
     let mut start_tok = 0;
-    for (k, t) in toks.iter().enumerate() {
-        if t.kind == TokenKind::Semicolon {
-            parts.push((start_byte..t.start, &toks[start_tok..k]));
-            start_byte = t.end;
-            start_tok = k + 1;
-        }
-    }
-    parts.push((start_byte..sql.len(), &toks[start_tok..]));
-
-    let mut out = Vec::with_capacity(parts.len());
-    for (k, (range, ts)) in parts.iter().enumerate() {
+    loop {
+        let end_tok = toks[start_tok..]
+            .iter()
+            .position(semicolon)
+            .map(|p| start_tok + p);
+        let (range, ts, rest): (Range<usize>, &[Token], &[Token]) = match end_tok {
+            Some(e) => (
+                start_byte..toks[e].start,
+                &toks[start_tok..e],
+                &toks[e + 1..],
+            ),
+            None => (start_byte..sql.len(), &toks[start_tok..], &[]),
+        };
         let c = Cx { sql, toks: ts };
-        let rest_has_code = parts[k + 1..].iter().any(|(_, t)| !t.is_empty());
+        let rest_has_code = rest.iter().any(|t| !semicolon(t));
+        // This statement and the ones after it (a trailing empty one is
+        // harmless to the searches below).
+        let parts = || std::iter::once(ts).chain(rest.split(semicolon));
         match compound_kind(&c) {
             Compound::None => out.push(Statement {
-                range: range.clone(),
+                range,
                 class: c.classify(),
                 reads_last_insert_id: c.reads_last_insert_id(),
+                call: c.is_call(),
             }),
             // A single statement: the server reads all of it as one.
             Compound::Routine if !rest_has_code => out.push(Statement {
-                range: range.clone(),
+                range,
                 class: Class::Plain,
                 reads_last_insert_id: false,
+                call: false,
             }),
             Compound::Routine => {
                 // A routine body with `;` inside: the server's parser knows
                 // where it ends, this lexer does not. Accept it when the text
                 // ends with the body's END, and pin on anything inside that
                 // would pin if it ran (conservative, since it does not run).
-                let last = parts.iter().rev().find(|(_, t)| !t.is_empty());
-                let ends_with_end = last.is_some_and(|(_, t)| {
+                let last = parts().rev().find(|t| !t.is_empty());
+                let ends_with_end = last.is_some_and(|t| {
                     let c = Cx { sql, toks: t };
                     let n = t.len();
                     c.kw(n - 1, "END") || (n >= 2 && c.kw(n - 2, "END"))
                 });
-                let pin = parts[k..].iter().find_map(|(_, t)| {
+                let pin = parts().find_map(|t| {
                     let c = Cx { sql, toks: t };
                     c.classify().pin()
                 });
@@ -70,27 +93,34 @@ pub fn classify(sql: &[u8], opts: &LexOptions) -> Vec<Statement> {
                     (true, Some(p)) => Class::Pin(p),
                     (true, None) => Class::Plain,
                 };
-                let reads_last_insert_id = parts[k..]
-                    .iter()
-                    .any(|(_, t)| Cx { sql, toks: t }.reads_last_insert_id());
+                let reads_last_insert_id =
+                    parts().any(|t| Cx { sql, toks: t }.reads_last_insert_id());
                 out.push(Statement {
                     range: range.start..sql.len(),
                     class,
                     reads_last_insert_id,
+                    call: false,
                 });
-                return out;
+                return;
             }
             Compound::Anonymous => {
                 out.push(Statement {
                     range: range.start..sql.len(),
                     class: Class::Pin(Pin::Unsplittable),
                     reads_last_insert_id: false,
+                    call: false,
                 });
-                return out;
+                return;
             }
         }
+        match end_tok {
+            Some(e) => {
+                start_byte = toks[e].end;
+                start_tok = e + 1;
+            }
+            None => return,
+        }
     }
-    out
 }
 
 enum Compound {
@@ -204,6 +234,14 @@ impl<'a> Cx<'a> {
             _ => return None,
         };
         Some(s.to_lowercase())
+    }
+
+    /// A `CALL` statement: its leading keyword (after any `(`) is CALL.
+    fn is_call(&self) -> bool {
+        let first = (0..self.toks.len())
+            .find(|&i| !self.punct(i, b'('))
+            .unwrap_or(0);
+        self.kw(first, "CALL")
     }
 
     /// `LAST_INSERT_ID()` (no argument), `@@last_insert_id` or `@@identity`

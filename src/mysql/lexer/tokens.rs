@@ -40,10 +40,19 @@ fn is_word_byte(b: u8) -> bool {
 /// Tokenizes `sql`, skipping whitespace and comments; the contents of
 /// executable comments are tokens like any other code.
 pub fn tokenize(sql: &[u8], opts: &LexOptions) -> Result<Vec<Token>, LexError> {
+    let mut toks = Vec::new();
+    tokenize_into(sql, opts, &mut toks)?;
+    Ok(toks)
+}
+
+/// [`tokenize`] into `toks` (cleared first), so that a caller lexing every
+/// statement reuses one allocation. On an error `toks` holds the tokens
+/// before it.
+pub fn tokenize_into(sql: &[u8], opts: &LexOptions, toks: &mut Vec<Token>) -> Result<(), LexError> {
+    toks.clear();
     if !opts.ascii_safe_charset && sql.iter().any(|&b| b >= 0x80) {
         return Err(LexError::UnsafeMultibyte);
     }
-    let mut toks = Vec::new();
     let mut i = 0;
     let mut in_exec_comment = false;
     let at = |j: usize| sql.get(j).copied();
@@ -200,7 +209,7 @@ pub fn tokenize(sql: &[u8], opts: &LexOptions) -> Result<Vec<Token>, LexError> {
     if in_exec_comment {
         return Err(LexError::UnterminatedComment);
     }
-    Ok(toks)
+    Ok(())
 }
 
 /// The index just past the end of the line that starts at `i` (or the end).
