@@ -68,18 +68,27 @@ fn code_is_matched_in_any_case_outside_literals() {
     assert!(code_contains(b"SeLeCt DiAgNoStIcS", b"DIAGNOSTICS"));
     // An unterminated literal runs to the end.
     assert!(!code_contains(b"select 'abc @@x", b"@@"));
-    assert!(code_contains_word(b"select ROW_COUNT()", b"ROW_COUNT"));
-    assert!(code_contains_word(b"select row_count()", b"ROW_COUNT"));
-    assert!(code_contains_word(b"select 'a'Row_Count()", b"ROW_COUNT"));
-    assert!(code_contains_word(b"row_count", b"ROW_COUNT"));
-    assert!(!code_contains_word(b"select my_row_count()", b"ROW_COUNT"));
-    assert!(!code_contains_word(b"select row_counts()", b"ROW_COUNT"));
-    assert!(!code_contains_word(b"select $row_count", b"ROW_COUNT"));
-    assert!(!code_contains_word(b"select row_count$", b"ROW_COUNT"));
-    assert!(!code_contains_word(b"select 'row_count()'", b"ROW_COUNT"));
-    assert!(!code_contains_word(b"select `row_count`", b"ROW_COUNT"));
-    assert!(!code_contains_word(b"select 1", b"ROW_COUNT"));
-    assert!(!code_contains_word(b"", b"ROW_COUNT"));
+    assert!(code_contains_word(b"select ROW_COUNT()", &[b"ROW_COUNT"]));
+    assert!(code_contains_word(b"select row_count()", &[b"ROW_COUNT"]));
+    assert!(code_contains_word(
+        b"select 'a'Row_Count()",
+        &[b"ROW_COUNT"]
+    ));
+    assert!(code_contains_word(b"row_count", &[b"ROW_COUNT"]));
+    assert!(!code_contains_word(
+        b"select my_row_count()",
+        &[b"ROW_COUNT"]
+    ));
+    assert!(!code_contains_word(b"select row_counts()", &[b"ROW_COUNT"]));
+    assert!(!code_contains_word(b"select $row_count", &[b"ROW_COUNT"]));
+    assert!(!code_contains_word(b"select row_count$", &[b"ROW_COUNT"]));
+    assert!(!code_contains_word(
+        b"select 'row_count()'",
+        &[b"ROW_COUNT"]
+    ));
+    assert!(!code_contains_word(b"select `row_count`", &[b"ROW_COUNT"]));
+    assert!(!code_contains_word(b"select 1", &[b"ROW_COUNT"]));
+    assert!(!code_contains_word(b"", &[b"ROW_COUNT"]));
 }
 
 #[test]
