@@ -172,7 +172,7 @@ impl Pool {
                     out.push(PoolEvent::Watch(id));
                 }
                 match p.opened_for.take() {
-                    Some(req) => self.give(id, req, now, out),
+                    Some(req) => self.give(id, &req, now, out),
                     None => self.make_idle(id, now, out),
                 }
             }
