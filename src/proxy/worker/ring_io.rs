@@ -896,8 +896,10 @@ impl Worker {
     /// reusable only if nothing is left of the relay's receive: no bytes
     /// queued, and no receive armed. A clean end usually finds the receive
     /// still armed (it stays armed while the answer is written): it is
-    /// cancelled, and `kind` is carried out at its last CQE (`None` here).
-    /// Otherwise: whether the connection is still clean.
+    /// cancelled, and `kind` is carried out at its last CQE (`None` here),
+    /// unless `kind` is a park that keeps the connection as it is, which
+    /// leaves it armed for the pool. Otherwise: whether the connection is
+    /// still clean.
     pub(super) fn ring_give_back(
         &mut self,
         bid: BackendId,
@@ -932,7 +934,8 @@ impl Worker {
                 ..
             }
         );
-        if recv.armed && clean && kept && recv.end.is_none() && recv.current.is_none() {
+        if recv.armed && clean && !leftover && kept && recv.end.is_none() && recv.current.is_none()
+        {
             // Transaction pooling parks the session and the connection goes
             // back to the idle list as it is: its receive stays armed, the
             // pool's from here on, and the next lease's relay takes it over
