@@ -444,3 +444,37 @@ def test_mysql_clear_password_only_over_tls(tls_proxy, pki):
     assert "mysql_clear_password refused over TCP without TLS" in stderr
     assert APP_PASSWORD not in stderr
     proxy.assert_settled(base, 3)
+
+
+def test_a_tls_client_leases_the_connection_a_plain_client_parked(make_proxy, pki):
+    """Transaction pooling with one backend connection, shared by a plain client and a TLS
+    client in turns. In ring mode a plain client's park leaves the backend's multishot receive
+    armed for the pool, and the next lease's relay takes it over; a TLS client reads its backend
+    without the ring, so its lease must wait for that receive to be cancelled (else it takes the
+    answers: the client stalls). Every answer right, in every mode, and once both clients have
+    run a statement (the first rounds may replace the connection), it is never lost."""
+    proxy = make_proxy(
+        workers=1,
+        pooling="transaction",
+        extra_args=_tls_args(pki) + ("--backend-pool-size", "1", "--backend-max-connections", "1"),
+        read_buffer_size=TLS_BUFFER,
+    )
+    base = proxy.connections_total()
+    ca = pki / "ca1.pem"
+    plain = proxy.connect(ssl_disabled=True, read_timeout=10)
+    tls = _pymysql_tls(proxy, ca, read_timeout=10)
+    assert _one(plain, "SELECT 1") == (1,)
+    assert _one(tls, "SELECT 2") == (2,)
+    cancels0 = _metric(proxy, "ringgate_read_buffer_ring_idle_recv_cancels_total")
+    connects0 = _metric(proxy, "ringgate_backend_connects_total")
+    for i in range(3):
+        assert _one(plain, "SELECT %s + 1", (i,)) == (i + 1,)
+        assert _one(tls, "SELECT %s + 2", (i,)) == (i + 2,)
+        assert _one(tls, "SELECT REPEAT('t', 200000)")[0] == "t" * 200_000
+    assert _metric(proxy, "ringgate_backend_connects_total") == connects0
+    if proxy.mode == "ring":
+        cancels = _metric(proxy, "ringgate_read_buffer_ring_idle_recv_cancels_total") - cancels0
+        assert cancels >= 3, f"{cancels} kept receives cancelled for the TLS client's leases"
+    plain.close()
+    tls.close()
+    proxy.assert_settled(base, 2)
