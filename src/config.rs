@@ -26,6 +26,18 @@ pub enum ReadBufferMode {
     Ring,
 }
 
+/// Whether clients are accepted into direct descriptors (`--direct-descriptors`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum DirectDescriptors {
+    /// Accept clients into each worker ring's registered file table
+    /// (IORING_FILE_INDEX_ALLOC, Linux 5.19) when the kernel has it, and
+    /// fall back to plain fds (one start-up warning) when it does not.
+    Auto,
+    /// Plain fds for every client.
+    Off,
+}
+
 /// How clients appear on the backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -424,6 +436,13 @@ pub struct Config {
     #[arg(long)]
     pub hold_idle_slots: bool,
 
+    /// Accept clients into each worker ring's file table (direct
+    /// descriptors: no fd per client, no fd lookup per I/O) when the kernel
+    /// supports it (`auto`), or as plain fds (`off`). A client beyond the
+    /// table (sized from --max-connections per worker) gets a plain fd.
+    #[arg(long, value_enum, default_value_t = DirectDescriptors::Auto)]
+    pub direct_descriptors: DirectDescriptors,
+
     /// Do not offer the compressed protocol (CLIENT_COMPRESS) to clients.
     /// Offered by default; it runs between the client and ringgate only
     /// (the backend leg stays uncompressed) and costs proxy CPU.
@@ -539,6 +558,7 @@ macro_rules! value_enum_serde {
 }
 value_enum_serde!(
     ReadBufferMode,
+    DirectDescriptors,
     LogFormat,
     BackendIdentity,
     Pooling,
@@ -592,6 +612,7 @@ impl std::fmt::Debug for Config {
             .field("socket", &self.socket)
             .field("allow_local_infile", &self.allow_local_infile)
             .field("hold_idle_slots", &self.hold_idle_slots)
+            .field("direct_descriptors", &self.direct_descriptors)
             .field("large_read_size", &self.large_read_size)
             .field("no_client_compression", &self.no_client_compression)
             .field("tls_cert", &self.tls_cert)

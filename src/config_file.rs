@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::config::{
-    self, BackendIdentity, BackendTls, Config, LogFormat, Pooling, ReadBufferMode,
-    TxPreparedStatements,
+    self, BackendIdentity, BackendTls, Config, DirectDescriptors, LogFormat, Pooling,
+    ReadBufferMode, TxPreparedStatements,
 };
 
 mod file;
@@ -223,6 +223,7 @@ file_config! {
     optional socket: PathBuf,
     plain allow_local_infile: bool,
     plain hold_idle_slots: bool,
+    plain direct_descriptors: DirectDescriptors,
     plain no_client_compression: bool,
     optional tls_cert: PathBuf,
     optional tls_key: PathBuf,

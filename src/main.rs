@@ -191,6 +191,12 @@ fn run(config: Config) -> Result<(), RunError> {
              (IORING_REGISTER_RING_FDS needs Linux 5.18)"
         );
     }
+    if let Some(cause) = started.iter().find_map(|(_, s)| s.direct_fallback.clone()) {
+        tracing::warn!(
+            "direct descriptors unavailable, clients are accepted as plain fds: {cause} \
+             (--direct-descriptors off silences this)"
+        );
+    }
     if let Some(cause) = started.iter().find_map(|(_, s)| s.fallback.clone()) {
         tracing::warn!("fixed read buffers unavailable, running with --read-buffers heap: {cause}");
     }
@@ -210,6 +216,7 @@ fn run(config: Config) -> Result<(), RunError> {
         read_buffers = %mode,
         slots_per_worker = if mode == BufferMode::Heap { 0 } else { config.read_buffer_count },
         slot_bytes = config.read_buffer_size,
+        direct_descriptor_slots = first.direct_slots,
         "ringgate started; io_uring: {}",
         first.features
     );

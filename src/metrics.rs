@@ -182,6 +182,12 @@ pub struct WorkerMetrics {
     /// Fixed mode: idle clients waiting for readability without a slot
     /// (a poll in flight).
     pub clients_polling: AtomicI64,
+    /// Client sockets held as direct descriptors now (accepted into the
+    /// ring's file table and not yet closed by IORING_OP_CLOSE).
+    pub direct_descriptors_in_use: AtomicI64,
+    /// Clients accepted as plain fds while direct descriptors are on (the
+    /// table was full), or direct accepts that failed.
+    pub direct_descriptor_fallbacks_total: AtomicU64,
     /// Client sessions open now.
     pub client_connections: AtomicI64,
     /// Client connections accepted since start.
@@ -331,6 +337,8 @@ impl WorkerMetrics {
             slot_waits_total: AtomicU64::new(0),
             idle_read_cancels_total: AtomicU64::new(0),
             clients_polling: AtomicI64::new(0),
+            direct_descriptors_in_use: AtomicI64::new(0),
+            direct_descriptor_fallbacks_total: AtomicU64::new(0),
             client_connections: AtomicI64::new(0),
             client_connections_total: AtomicU64::new(0),
             client_rejected_total: Default::default(),

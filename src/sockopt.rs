@@ -173,6 +173,41 @@ mod tests {
         assert_eq!(client.tcp_user_timeout().unwrap(), None);
     }
 
+    /// Direct descriptors (worker/direct.rs) have no fd to setsockopt on:
+    /// the options are set once on the listener, and this is the kernel
+    /// fact that rests on (Linux 6.18): an accepted socket inherits
+    /// TCP_NODELAY, SO_KEEPALIVE, TCP_KEEPIDLE/INTVL/CNT and TCP_USER_TIMEOUT.
+    #[test]
+    fn an_accepted_socket_inherits_the_listeners_options() {
+        let cfg = config(&[
+            "--tcp-keepalive-idle=7s",
+            "--tcp-keepalive-interval=3s",
+            "--tcp-keepalive-count=2",
+            "--tcp-user-timeout=1500ms",
+        ]);
+        let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        listener.bind(&any.into()).unwrap();
+        listener.set_nodelay(true).unwrap();
+        apply_tcp_options(&listener, &cfg).unwrap();
+        listener.listen(4).unwrap();
+        let client = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        client.connect(&listener.local_addr().unwrap()).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        assert!(accepted.nodelay().unwrap());
+        assert!(accepted.keepalive().unwrap());
+        assert_eq!(accepted.keepalive_time().unwrap(), Duration::from_secs(7));
+        assert_eq!(
+            accepted.keepalive_interval().unwrap(),
+            Duration::from_secs(3)
+        );
+        assert_eq!(accepted.keepalive_retries().unwrap(), 2);
+        assert_eq!(
+            accepted.tcp_user_timeout().unwrap(),
+            Some(Duration::from_millis(1500))
+        );
+    }
+
     #[test]
     fn works_on_an_unconnected_socket() {
         let cfg = config(&[]);

@@ -621,6 +621,14 @@ const WANT_KEEPALIVE: Keepalive = Keepalive {
 /// Every TCP socket of `pid` that has a peer, duplicated into this process with
 /// pidfd_getfd(2) (root, or the same user with ptrace rights): (local, peer, socket).
 fn peer_sockets(pid: u32) -> Vec<(SocketAddr, SocketAddr, socket2::Socket)> {
+    tcp_sockets(pid)
+        .into_iter()
+        .filter_map(|(l, p, s)| Some((l, p?, s)))
+        .collect()
+}
+
+/// Every TCP socket of `pid`, as [`peer_sockets`], listeners (no peer) included.
+fn tcp_sockets(pid: u32) -> Vec<(SocketAddr, Option<SocketAddr>, socket2::Socket)> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is passed.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     assert!(
@@ -653,12 +661,10 @@ fn peer_sockets(pid: u32) -> Vec<(SocketAddr, SocketAddr, socket2::Socket)> {
         }
         // SAFETY: fd is a fresh duplicate that we own; the Socket closes it once.
         let sock = unsafe { socket2::Socket::from_raw_fd(fd as i32) };
-        let (Ok(local), Ok(peer)) = (sock.local_addr(), sock.peer_addr()) else {
+        let Some(local) = sock.local_addr().ok().and_then(|a| a.as_socket()) else {
             continue;
         };
-        let (Some(local), Some(peer)) = (local.as_socket(), peer.as_socket()) else {
-            continue;
-        };
+        let peer = sock.peer_addr().ok().and_then(|a| a.as_socket());
         out.push((local, peer, sock));
     }
     out
@@ -675,11 +681,35 @@ fn keepalive_of(sock: &socket2::Socket) -> Keepalive {
 }
 
 /// The client and backend sockets of `proxy` (with a session open) whose settings differ from
-/// `want`, one line each.
+/// `want`, one line each. With direct descriptors (the default) a client socket has no fd to
+/// duplicate: the listeners are checked instead, whose options every accepted socket
+/// inherits (src/sockopt.rs tests that kernel fact), and must also have TCP_NODELAY.
 fn sockets_without(proxy: &Proxy, want: &Keepalive) -> Vec<String> {
     let mut conn = proxy.connect_app();
     assert_eq!(conn.query_first::<u32, _>("SELECT 1").unwrap(), Some(1));
     let backend_port = backend_env().port;
+    let direct = proxy.metrics().get("ringgate_direct_descriptors_in_use") > 0.0;
+    let all = tcp_sockets(proxy.pid());
+    if direct {
+        let listeners: Vec<_> = all
+            .iter()
+            .filter(|(l, p, _)| l.port() == proxy.port && p.is_none())
+            .collect();
+        assert!(!listeners.is_empty(), "no listener socket found");
+        let mut wrong = Vec::new();
+        for (local, _, sock) in listeners {
+            let got = keepalive_of(sock);
+            if got != *want || !sock.nodelay().unwrap() {
+                wrong.push(format!(
+                    "listener {local}: {got:?}, nodelay {:?}",
+                    sock.nodelay()
+                ));
+            }
+        }
+        if !wrong.is_empty() {
+            return wrong;
+        }
+    }
     let sockets = peer_sockets(proxy.pid());
     let clients: Vec<_> = sockets
         .iter()
@@ -690,7 +720,7 @@ fn sockets_without(proxy: &Proxy, want: &Keepalive) -> Vec<String> {
         .filter(|(_, p, _)| p.port() == backend_port)
         .collect();
     assert!(
-        !clients.is_empty() && !backends.is_empty(),
+        (direct || !clients.is_empty()) && !backends.is_empty(),
         "want at least one client and one backend socket, found {} and {}",
         clients.len(),
         backends.len()
@@ -720,6 +750,18 @@ fn d06_client_and_backend_sockets_have_keepalive_and_user_timeout() {
     assert!(
         wrong.is_empty(),
         "want {WANT_KEEPALIVE:?} on every client and backend socket by default, got:\n  {}",
+        wrong.join("\n  ")
+    );
+    drop(proxy);
+
+    // Plain client fds: set on each accepted socket.
+    let mut o = ProxyOpts::new(Mode::Fixed);
+    o.extra_args = ["--direct-descriptors", "off"].map(String::from).to_vec();
+    let proxy = Proxy::start_with(o);
+    let wrong = sockets_without(&proxy, &WANT_KEEPALIVE);
+    assert!(
+        wrong.is_empty(),
+        "want {WANT_KEEPALIVE:?} on every plain client socket and backend socket, got:\n  {}",
         wrong.join("\n  ")
     );
     drop(proxy);

@@ -59,17 +59,18 @@
 //! - Bytes are only readable through [`ReadBuffer::filled`] up to the count
 //!   the completion reported.
 
+pub mod accept_addr;
 mod fixed;
 mod mapping;
 pub mod provided;
 
-use std::os::fd::RawFd;
 use std::sync::Arc;
 
-use io_uring::{opcode, types};
+use io_uring::opcode;
 
 use crate::metrics::{BufferMode, Metrics};
-use crate::ring::Sqe;
+use crate::ring::{SockRef, Sqe};
+use crate::sock_op;
 use fixed::FixedRegion;
 use provided::BufRing;
 
@@ -256,7 +257,7 @@ impl ReadBuffer {
     /// SQE that reads from `fd` into the free space after the valid bytes:
     /// READ_FIXED for a registered slot, READ for a heap buffer. The buffer
     /// is in flight until [`ReadBuffer::complete`].
-    pub fn read_sqe(&mut self, fd: RawFd, user_data: u64) -> Sqe {
+    pub fn read_sqe(&mut self, fd: SockRef, user_data: u64) -> Sqe {
         assert!(!self.in_flight, "second operation on a busy buffer");
         let start = self.filled + self.wire;
         assert!(start < self.capacity, "read into a full buffer");
@@ -265,12 +266,14 @@ impl ReadBuffer {
         let ptr = unsafe { self.base_ptr().add(start) };
         self.in_flight = true;
         let entry = match self.memory {
-            Memory::Fixed { index, .. } => opcode::ReadFixed::new(types::Fd(fd), ptr, len, index)
+            Memory::Fixed { index, .. } => {
+                sock_op!(fd, |t| opcode::ReadFixed::new(t, ptr, len, index)
+                    .offset(SOCKET_OFFSET)
+                    .build())
+            }
+            Memory::Heap(_) => sock_op!(fd, |t| opcode::Read::new(t, ptr, len)
                 .offset(SOCKET_OFFSET)
-                .build(),
-            Memory::Heap(_) => opcode::Read::new(types::Fd(fd), ptr, len)
-                .offset(SOCKET_OFFSET)
-                .build(),
+                .build()),
         };
         // SAFETY: the buffer is now marked in flight: it cannot be released
         // to the pool, its bytes cannot be touched, and dropping it leaks the
@@ -281,7 +284,7 @@ impl ReadBuffer {
 
     /// SQE that writes `filled()[range]` to `fd`: WRITE_FIXED straight from
     /// the registered slot (no userspace copy), WRITE for a heap buffer.
-    pub fn write_sqe(&mut self, fd: RawFd, start: usize, end: usize, user_data: u64) -> Sqe {
+    pub fn write_sqe(&mut self, fd: SockRef, start: usize, end: usize, user_data: u64) -> Sqe {
         assert!(!self.in_flight, "second operation on a busy buffer");
         assert!(
             start < end && end <= self.filled,
@@ -292,12 +295,14 @@ impl ReadBuffer {
         let len = (end - start) as u32;
         self.in_flight = true;
         let entry = match self.memory {
-            Memory::Fixed { index, .. } => opcode::WriteFixed::new(types::Fd(fd), ptr, len, index)
+            Memory::Fixed { index, .. } => {
+                sock_op!(fd, |t| opcode::WriteFixed::new(t, ptr, len, index)
+                    .offset(SOCKET_OFFSET)
+                    .build())
+            }
+            Memory::Heap(_) => sock_op!(fd, |t| opcode::Write::new(t, ptr, len)
                 .offset(SOCKET_OFFSET)
-                .build(),
-            Memory::Heap(_) => opcode::Write::new(types::Fd(fd), ptr, len)
-                .offset(SOCKET_OFFSET)
-                .build(),
+                .build()),
         };
         // SAFETY: as in `read_sqe`: in flight until `complete_write`.
         unsafe { Sqe::new(entry.user_data(user_data)) }
@@ -387,17 +392,17 @@ impl WriteBuf {
     }
 
     /// SQE that sends `bytes[start..]`.
-    pub fn write_sqe(&mut self, fd: RawFd, start: usize, user_data: u64) -> Sqe {
+    pub fn write_sqe(&mut self, fd: SockRef, start: usize, user_data: u64) -> Sqe {
         assert!(!self.in_flight && start < self.bytes.len());
         self.in_flight = true;
         let len = (self.bytes.len() - start) as u32;
         // SAFETY: `start < len()`, inside the Vec, which is not touched until
         // `complete` (bytes_mut asserts that).
         let ptr = unsafe { self.bytes.as_ptr().add(start) };
-        let entry = opcode::Write::new(types::Fd(fd), ptr, len)
+        let entry = sock_op!(fd, |t| opcode::Write::new(t, ptr, len)
             .offset(SOCKET_OFFSET)
-            .build()
-            .user_data(user_data);
+            .build())
+        .user_data(user_data);
         // SAFETY: the Vec is marked in flight: `bytes_mut` refuses to hand it
         // out and dropping it leaks it, until `complete` is called for this
         // operation's (real or synthetic) completion.

@@ -16,7 +16,6 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 
@@ -24,7 +23,8 @@ use io_uring::{cqueue, opcode, types};
 
 use super::mapping::Mapping;
 use crate::metrics::Metrics;
-use crate::ring::{Ring, Sqe};
+use crate::ring::{Ring, SockRef, Sqe};
+use crate::sock_op;
 
 /// IOU_PBUF_RING_INC (include/uapi/linux/io_uring.h): incremental consumption.
 const IOU_PBUF_RING_INC: u16 = 2;
@@ -320,7 +320,7 @@ impl BufRing {
     pub fn send_sqe(
         &self,
         chunk: &mut Chunk,
-        fd: RawFd,
+        fd: SockRef,
         start: usize,
         end: usize,
         user_data: u64,
@@ -329,10 +329,10 @@ impl BufRing {
         assert!(start < end && end <= chunk.len(), "send beyond the chunk");
         let ptr = self.bytes(chunk)[start..].as_ptr();
         chunk.in_flight = true;
-        let entry = opcode::Send::new(types::Fd(fd), ptr, (end - start) as u32)
+        let entry = sock_op!(fd, |t| opcode::Send::new(t, ptr, (end - start) as u32)
             .flags(libc::MSG_NOSIGNAL)
-            .build()
-            .user_data(user_data);
+            .build())
+        .user_data(user_data);
         // SAFETY: the chunk is marked in flight, so `put` refuses it and
         // the buffer cannot go back to the kernel (which would overwrite
         // these bytes) until the send's (real or synthetic) completion.
@@ -340,10 +340,8 @@ impl BufRing {
     }
 
     /// A multishot receive on `fd` that takes buffers from this ring.
-    pub fn recv_multi_sqe(&self, fd: RawFd, user_data: u64) -> Sqe {
-        let entry = opcode::RecvMulti::new(types::Fd(fd), BGID)
-            .build()
-            .user_data(user_data);
+    pub fn recv_multi_sqe(&self, fd: SockRef, user_data: u64) -> Sqe {
+        let entry = sock_op!(fd, |t| opcode::RecvMulti::new(t, BGID).build()).user_data(user_data);
         // SAFETY: the only memory the receive can name is the registered
         // ring's buffers, which stay mapped until after the io_uring is
         // dropped; each CQE hands its piece to userspace as a `Chunk`.
@@ -366,7 +364,7 @@ impl BufRing {
         b.send(b"x").map_err(|e| bad(format!("write: {e}")))?;
         use std::os::fd::AsRawFd;
         let recv = Token::new(OpTag::Ignore, u32::MAX, 1);
-        ring.push(self.recv_multi_sqe(a.as_raw_fd(), recv.into()));
+        ring.push(self.recv_multi_sqe(a.as_raw_fd().into(), recv.into()));
         static TIMEOUT: types::Timespec = types::Timespec::new().sec(2);
         let timer = Token::new(OpTag::Ignore, u32::MAX, 2);
         ring.push(ops::timeout(&TIMEOUT, timer));
@@ -539,7 +537,7 @@ mod tests {
         let (a, b) = socket2::Socket::pair(socket2::Domain::UNIX, socket2::Type::STREAM, None)
             .expect("socketpair");
         let recv = u64::from(Token::new(OpTag::Ignore, 7, 1));
-        ring.push(br.recv_multi_sqe(a.as_raw_fd(), recv));
+        ring.push(br.recv_multi_sqe(a.as_raw_fd().into(), recv));
         b.send(b"hello").unwrap();
         let first = cqes(&mut ring, recv, 1);
         b.send(b"world!").unwrap();
@@ -564,7 +562,7 @@ mod tests {
         }
         assert_eq!(metrics.snapshot().ring_buffers_in_use, br.in_use() as i64);
         // A chunk named by a send in flight cannot go back.
-        let _send = br.send_sqe(&mut c1, b.as_raw_fd(), 0, 5, 0);
+        let _send = br.send_sqe(&mut c1, b.as_raw_fd().into(), 0, 5, 0);
         let mut c1 = br.put(c1).expect_err("in flight");
         c1.complete_write();
         br.put(c1).unwrap();
@@ -609,7 +607,7 @@ mod tests {
         let (a, b) = socket2::Socket::pair(socket2::Domain::UNIX, socket2::Type::STREAM, None)
             .expect("socketpair");
         let recv = u64::from(Token::new(OpTag::Ignore, 8, 1));
-        ring.push(br.recv_multi_sqe(a.as_raw_fd(), recv));
+        ring.push(br.recv_multi_sqe(a.as_raw_fd().into(), recv));
         b.send(b"one").unwrap();
         let (r, f) = cqes(&mut ring, recv, 1)[0];
         let c = br.take(r, f).expect("chunk");
@@ -621,7 +619,7 @@ mod tests {
         br.put(c).unwrap();
         assert_eq!(br.available(), 1);
         let recv2 = u64::from(Token::new(OpTag::Ignore, 9, 1));
-        ring.push(br.recv_multi_sqe(a.as_raw_fd(), recv2));
+        ring.push(br.recv_multi_sqe(a.as_raw_fd().into(), recv2));
         let (r3, f3) = cqes(&mut ring, recv2, 1)[0];
         let c3 = br.take(r3, f3).expect("chunk");
         assert_eq!(br.bytes(&c3), b"two", "the bytes waited in the socket");
@@ -644,14 +642,14 @@ mod tests {
             .expect("socketpair");
         // Another socket's receive takes the only buffer.
         let other = u64::from(Token::new(OpTag::Ignore, 10, 1));
-        ring.push(br.recv_multi_sqe(c.as_raw_fd(), other));
+        ring.push(br.recv_multi_sqe(c.as_raw_fd().into(), other));
         d.send(b"held").unwrap();
         let (r, f) = cqes(&mut ring, other, 1)[0];
         let held = br.take(r, f).expect("chunk");
         assert_eq!(br.available(), 0);
         // An idle socket's receive, issued now: no byte waits on `a`.
         let idle = u64::from(Token::new(OpTag::Ignore, 11, 1));
-        ring.push(br.recv_multi_sqe(a.as_raw_fd(), idle));
+        ring.push(br.recv_multi_sqe(a.as_raw_fd().into(), idle));
         let (r2, f2) = cqes(&mut ring, idle, 1)[0];
         assert_eq!(r2, -libc::ENOBUFS, "ended at once, with nothing to read");
         assert!(!cqueue::more(f2));

@@ -172,6 +172,20 @@ impl Collector for Exposition {
 
         gauge(
             &mut enc,
+            "ringgate_direct_descriptors_in_use",
+            "Client sockets held as direct descriptors (slots of the workers' io_uring file \
+             tables) now; 0 with --direct-descriptors off or when the kernel lacks them.",
+            s.direct_descriptors_in_use,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_direct_descriptor_fallbacks_total",
+            "Clients accepted as plain fds although direct descriptors are on (a worker's file \
+             table was full), and direct accepts that failed.",
+            s.direct_descriptor_fallbacks_total,
+        )?;
+        gauge(
+            &mut enc,
             "ringgate_client_connections",
             "Client sessions currently open.",
             s.client_connections,

@@ -50,6 +50,8 @@ pub struct Snapshot {
     pub slot_waits_total: u64,
     pub idle_read_cancels_total: u64,
     pub clients_polling: i64,
+    pub direct_descriptors_in_use: i64,
+    pub direct_descriptor_fallbacks_total: u64,
     pub client_connections: i64,
     pub client_connections_total: u64,
     /// Indexed by [`RejectReason::index`]; see [`Snapshot::rejected`].
@@ -228,6 +230,8 @@ impl Metrics {
             slot_waits_total: u(|w| &w.slot_waits_total),
             idle_read_cancels_total: u(|w| &w.idle_read_cancels_total),
             clients_polling: i(|w| &w.clients_polling),
+            direct_descriptors_in_use: i(|w| &w.direct_descriptors_in_use),
+            direct_descriptor_fallbacks_total: u(|w| &w.direct_descriptor_fallbacks_total),
             client_connections: i(|w| &w.client_connections),
             client_connections_total: u(|w| &w.client_connections_total),
             client_rejected_total: rejected,

@@ -9,15 +9,38 @@
 //! so the count is kept per socket, not per buffer.
 
 use std::net::Shutdown;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 
 use socket2::Socket;
 
 use crate::buffers::provided::RingRecv;
 use crate::buffers::{ReadBuffer, WriteBuf};
+use crate::ring::SockRef;
+
+/// How a connection's socket is held.
+pub enum SockHandle {
+    /// An fd in the process's table, closed by close(2) when dropped.
+    Plain(Socket),
+    /// A direct descriptor: slot `n` of the worker ring's registered file
+    /// table (a client accepted with IORING_FILE_INDEX_ALLOC). It has no
+    /// fd: every operation on it, shutdown and close included, is an SQE
+    /// on that ring (`worker/direct.rs`).
+    Fixed(u32),
+}
+
+/// What a shutdown of the connection needs from the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShutdownHow {
+    /// Done already (a plain socket, shut down with shutdown(2)), or
+    /// nothing to do (shut down before).
+    Done,
+    /// A direct descriptor: submit IORING_OP_SHUTDOWN with this `how` on
+    /// this slot (and count it on the connection like any op).
+    Submit { slot: u32, how: i32 },
+}
 
 pub struct ConnIo {
-    sock: Socket,
+    sock: SockHandle,
     /// The read buffer; `None` once returned to the pool at close.
     pub buf: Option<ReadBuffer>,
     /// Packets the proxy makes itself (greetings, ERR, login, reset).
@@ -34,6 +57,10 @@ pub struct ConnIo {
 
 impl ConnIo {
     pub fn new(sock: Socket, buf: Option<ReadBuffer>) -> ConnIo {
+        ConnIo::with_handle(SockHandle::Plain(sock), buf)
+    }
+
+    pub fn with_handle(sock: SockHandle, buf: Option<ReadBuffer>) -> ConnIo {
         ConnIo {
             sock,
             buf,
@@ -45,8 +72,20 @@ impl ConnIo {
         }
     }
 
-    pub fn fd(&self) -> RawFd {
-        self.sock.as_raw_fd()
+    /// What an SQE names for this socket: its fd or its fixed slot.
+    pub fn fd(&self) -> SockRef {
+        match &self.sock {
+            SockHandle::Plain(s) => SockRef::Fd(s.as_raw_fd()),
+            SockHandle::Fixed(slot) => SockRef::Fixed(*slot),
+        }
+    }
+
+    /// The direct-descriptor slot, if the socket is one.
+    pub fn fixed_slot(&self) -> Option<u32> {
+        match self.sock {
+            SockHandle::Fixed(slot) => Some(slot),
+            SockHandle::Plain(_) => None,
+        }
     }
 
     /// An SQE naming this fd was queued.
@@ -71,27 +110,53 @@ impl ConnIo {
 
     /// shutdown(2) both ways: an in-flight read or write on the socket
     /// completes now (close(2) alone would not cancel it; io_uring-facts.md).
-    pub fn shutdown(&mut self) {
-        if !self.shut {
-            self.shut = true;
-            let _ = self.sock.shutdown(Shutdown::Both);
+    /// A direct descriptor asks the driver for an IORING_OP_SHUTDOWN
+    /// (`Worker::shutdown_client`); a backend, always a plain fd, may
+    /// ignore the result.
+    pub fn shutdown(&mut self) -> ShutdownHow {
+        if self.shut {
+            return ShutdownHow::Done;
         }
+        self.shut = true;
+        self.shutdown_how(Shutdown::Both)
     }
 
     /// Half-close after a final ERR, so the client sees EOF after it.
-    pub fn shutdown_write(&mut self) {
-        let _ = self.sock.shutdown(Shutdown::Write);
+    #[must_use]
+    pub fn shutdown_write(&mut self) -> ShutdownHow {
+        if self.shut {
+            return ShutdownHow::Done;
+        }
+        self.shutdown_how(Shutdown::Write)
+    }
+
+    fn shutdown_how(&self, how: Shutdown) -> ShutdownHow {
+        match &self.sock {
+            SockHandle::Plain(s) => {
+                let _ = s.shutdown(how);
+                ShutdownHow::Done
+            }
+            SockHandle::Fixed(slot) => ShutdownHow::Submit {
+                slot: *slot,
+                how: match how {
+                    Shutdown::Read => libc::SHUT_RD,
+                    Shutdown::Write => libc::SHUT_WR,
+                    Shutdown::Both => libc::SHUT_RDWR,
+                },
+            },
+        }
     }
 
     /// A cheap check on checkout (as Pingora does): an idle connection must
     /// have nothing to read. EOF or stray bytes mean the server closed it
     /// (e.g. wait_timeout, or a restart).
     pub fn idle_peer_alive(&self) -> bool {
+        // Only backend connections are checked, and they are plain fds.
+        let SockHandle::Plain(sock) = &self.sock else {
+            return true;
+        };
         let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-        match self
-            .sock
-            .recv_with_flags(&mut probe, libc::MSG_PEEK | libc::MSG_DONTWAIT)
-        {
+        match sock.recv_with_flags(&mut probe, libc::MSG_PEEK | libc::MSG_DONTWAIT) {
             Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
             Ok(_) => false,
         }

@@ -109,6 +109,43 @@ impl ConnectionIds {
     }
 }
 
+/// How a KILL reaches a client's socket from another thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientSock {
+    /// A plain fd: shutdown(2) on it under the shard lock.
+    Fd(RawFd),
+    /// A direct descriptor, which only its worker's ring can name: the
+    /// killer's worker posts `wake` to that ring with IORING_OP_MSG_RING,
+    /// and the owner shuts the slot down (`worker/direct.rs`).
+    Ring(RingWake),
+}
+
+impl From<RawFd> for ClientSock {
+    fn from(fd: RawFd) -> ClientSock {
+        ClientSock::Fd(fd)
+    }
+}
+
+/// A message for the worker ring that owns a killed client: `user_data`
+/// names the session by slab index and generation, so a session that ended
+/// meanwhile (and whose slot was reused) is not touched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingWake {
+    pub ring_fd: RawFd,
+    pub user_data: u64,
+}
+
+/// What [`Registry::kill_client`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Killed {
+    /// No such session (any more).
+    Gone,
+    /// Marked killed and its socket shut down.
+    Done,
+    /// Marked killed; its worker must be sent this wake-up to shut it down.
+    Wake(RingWake),
+}
+
 /// What the registry knows of one client connection.
 #[derive(Debug)]
 pub struct ConnEntry {
@@ -125,7 +162,7 @@ pub struct ConnEntry {
     /// this session while no later session has used the thread.
     last_thread: AtomicU64,
     /// The client socket (open while the entry is registered).
-    fd: RawFd,
+    sock: ClientSock,
     /// A KILL CONNECTION shut the client down: its backend connection is
     /// being killed by the server and must not go back to the pool.
     killed: AtomicBool,
@@ -331,7 +368,11 @@ impl Registry {
     /// Register `id` for the client socket `fd`; `None` if the id is still
     /// in use (the caller takes the next). The registration removes itself
     /// when dropped, which must happen before `fd` is closed.
-    pub fn register(self: &Arc<Self>, id: u32, fd: RawFd) -> Option<Registration> {
+    pub fn register(
+        self: &Arc<Self>,
+        id: u32,
+        sock: impl Into<ClientSock>,
+    ) -> Option<Registration> {
         let mut map = lock(self.shard(id));
         if map.contains_key(&id) {
             return None;
@@ -341,7 +382,7 @@ impl Registry {
             user: Mutex::new(None),
             lease: AtomicU64::new(0),
             last_thread: AtomicU64::new(0),
-            fd,
+            sock: sock.into(),
             killed: AtomicBool::new(false),
         });
         map.insert(id, Arc::clone(&entry));
@@ -352,10 +393,15 @@ impl Registry {
     }
 
     /// Take the next free id of `ids`' worker and register it.
-    pub fn register_next(self: &Arc<Self>, ids: &ConnectionIds, fd: RawFd) -> Registration {
+    pub fn register_next(
+        self: &Arc<Self>,
+        ids: &ConnectionIds,
+        sock: impl Into<ClientSock>,
+    ) -> Registration {
+        let sock = sock.into();
         loop {
             let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-            if let Some(r) = self.register(ids.id_for(seq), fd) {
+            if let Some(r) = self.register(ids.id_for(seq), sock) {
                 return r;
             }
         }
@@ -364,18 +410,29 @@ impl Registry {
     /// KILL CONNECTION of session `id`: mark it killed and shut its client
     /// socket down now (see the module docs); false if it is gone.
     pub fn close_client(&self, id: u32) -> bool {
+        self.kill_client(id) != Killed::Gone
+    }
+
+    /// [`Registry::close_client`], saying what is left to do for a client
+    /// held as a direct descriptor.
+    pub fn kill_client(&self, id: u32) -> Killed {
         let map = lock(self.shard(id));
         let Some(e) = map.get(&id) else {
-            return false;
+            return Killed::Gone;
         };
         e.killed.store(true, Ordering::Release);
-        // SAFETY: shutdown(2) takes no memory. `fd` is still open and still
-        // this session's socket: it is closed only after the entry is
-        // removed, and removal takes the shard lock held here.
-        unsafe {
-            libc::shutdown(e.fd, libc::SHUT_RDWR);
+        match e.sock {
+            ClientSock::Fd(fd) => {
+                // SAFETY: shutdown(2) takes no memory. `fd` is still open and
+                // still this session's socket: it is closed only after the
+                // entry is removed, and removal takes the shard lock held here.
+                unsafe {
+                    libc::shutdown(fd, libc::SHUT_RDWR);
+                }
+                Killed::Done
+            }
+            ClientSock::Ring(wake) => Killed::Wake(wake),
         }
-        true
     }
 
     pub fn lookup(&self, id: u32) -> Option<Target> {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use super::client_leg::LegKind;
 use super::ids::{IdentityId, LeaseSetup, PoolKey, Settings};
 use super::multiplex::{self, PinReason, TxState};
-use super::registry::{intercept, ConnEntry, KillFence, Registry};
+use super::registry::{intercept, ConnEntry, KillFence, Killed, Registry};
 use super::relay::{Relay, RelayEnd, RelayEvent, RelayOp, RelayTimeouts};
 use crate::metrics::{AuthPath, RejectReason};
 use crate::mysql::auth::NATIVE_PASSWORD;
@@ -155,6 +155,9 @@ pub enum SessionAction {
     ParkWaitsForKill,
     /// Shut the client socket down for writing (after an ERR, to linger).
     HalfClose,
+    /// This session's KILL CONNECTION marked a client that is held as a
+    /// direct descriptor: wake its worker so it shuts the socket down.
+    WakeKilled(super::registry::RingWake),
     /// Shut the client socket down and free the session once every
     /// operation that names it has completed.
     Close,

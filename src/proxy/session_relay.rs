@@ -60,7 +60,9 @@ impl Session {
                 // The answer to this session's KILL CONNECTION: an OK means
                 // the server killed the victim's thread.
                 if res > 0 && data.get(4) == Some(&0x00) {
-                    ctx.registry.close_client(victim);
+                    if let Killed::Wake(wake) = ctx.registry.kill_client(victim) {
+                        out.push(SessionAction::WakeKilled(wake));
+                    }
                 }
             }
             let mut events = std::mem::take(&mut self.relay_scratch);

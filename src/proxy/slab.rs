@@ -24,6 +24,17 @@ impl<T> Slab<T> {
         }
     }
 
+    /// The (index, generation) the next `insert` returns.
+    pub fn next_key(&self) -> (u32, u32) {
+        match self.free.last() {
+            Some(&index) => (
+                index,
+                next_generation(self.entries[index as usize].generation),
+            ),
+            None => (self.entries.len() as u32, 0),
+        }
+    }
+
     /// Insert and return (index, generation).
     pub fn insert(&mut self, value: T) -> (u32, u32) {
         self.len += 1;

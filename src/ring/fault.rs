@@ -10,9 +10,9 @@
 //! - `RINGGATE_DEBUG_CQ_ENTRIES=N`: a completion ring of N entries, so that
 //!   real kernel CQ overflow happens under load.
 //!
-//! - `RINGGATE_DEBUG_PROBE_FAIL=buf_ring,recv_multishot,pbuf_inc,ring_fd`:
+//! - `RINGGATE_DEBUG_PROBE_FAIL=buf_ring,recv_multishot,pbuf_inc,ring_fd,direct_fd`:
 //!   the start-up probes of `--read-buffers ring` (and the ring-fd
-//!   registration) report these kernel features missing, so each fallback
+//!   registration, and direct descriptors) report these kernel features missing, so each fallback
 //!   runs on a kernel that has them.
 //!
 //! Release builds never read these variables (the hooks compile to
@@ -35,9 +35,11 @@ pub struct ProbeFail {
     pub pbuf_inc: bool,
     /// IORING_REGISTER_RING_FDS (registered ring fd, 5.18).
     pub ring_fd: bool,
+    /// Direct descriptors (registered file table + IORING_FILE_INDEX_ALLOC, 5.19).
+    pub direct_fd: bool,
 }
 
-/// Parse `name[,name]`: buf_ring, recv_multishot, pbuf_inc, ring_fd.
+/// Parse `name[,name]`: buf_ring, recv_multishot, pbuf_inc, ring_fd, direct_fd.
 pub fn parse_probe_fail(spec: &str) -> Result<ProbeFail, String> {
     let mut p = ProbeFail::default();
     for item in spec.split(',').filter(|s| !s.is_empty()) {
@@ -46,9 +48,11 @@ pub fn parse_probe_fail(spec: &str) -> Result<ProbeFail, String> {
             "recv_multishot" => p.recv_multishot = true,
             "pbuf_inc" => p.pbuf_inc = true,
             "ring_fd" => p.ring_fd = true,
+            "direct_fd" => p.direct_fd = true,
             _ => {
                 return Err(format!(
-                    "unknown probe `{item}` (known: buf_ring, recv_multishot, pbuf_inc, ring_fd)"
+                    "unknown probe `{item}` (known: buf_ring, recv_multishot, pbuf_inc, ring_fd, \
+                     direct_fd)"
                 ))
             }
         }

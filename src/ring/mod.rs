@@ -28,6 +28,7 @@
 //! - The CQ may be at most IORING_MAX_CQ_ENTRIES = 65536 entries and must
 //!   hold at least as many as the SQ; the SQ at most 32768.
 
+mod direct;
 mod enter;
 mod fault;
 mod queue;
@@ -37,17 +38,19 @@ mod token;
 #[cfg(test)]
 mod tests;
 
+pub use direct::MAX_FIXED_FILES;
 pub use fault::{
     parse_cq_entries, parse_fault_plan, parse_probe_fail, DebugKnobs, FaultPlan, ProbeFail,
     DEBUG_CQ_ENTRIES_VAR, DEBUG_PROBE_FAIL_VAR, FAULT_INJECT_VAR,
 };
 pub use queue::{Completion, RingStats};
-pub use sqe::Sqe;
+pub use sqe::{SockRef, Sqe};
 pub use token::{next_generation, OpTag, Token};
 
 /// Builders for the SQEs that point at no caller memory. The ones that do
 /// (reads, writes) are built by `crate::buffers`, which owns that memory.
 pub mod ops {
+    pub use super::direct::{accept_direct, close_fixed, msg_ring, shutdown};
     pub use super::sqe::{
         accept, accept_multi, cancel_fd, cancel_user_data, connect, link_timeout, nop, poll_closed,
         poll_readable, timeout,
@@ -202,6 +205,8 @@ pub struct Ring {
     registered_index: Option<u32>,
     /// Why the ring fd could not be registered, for one start-up line.
     ring_fd_fallback: Option<String>,
+    /// Slots of the registered file table (`direct.rs`); 0 = none.
+    direct_slots: u32,
 }
 
 impl Drop for Ring {
@@ -310,6 +315,7 @@ impl Ring {
                         probe_fail: knobs.probe_fail,
                         registered_index: None,
                         ring_fd_fallback: None,
+                        direct_slots: 0,
                     });
                 }
                 Err(e) if is_unavailable(&e) => return Err(RingError::Unavailable(e)),

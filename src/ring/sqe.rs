@@ -13,6 +13,39 @@ use io_uring::{opcode, squeue, types};
 
 use super::Token;
 
+/// The socket an SQE names: a plain fd, or a direct descriptor (a slot in
+/// the ring's registered file table, which has no fd in the process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SockRef {
+    Fd(RawFd),
+    Fixed(u32),
+}
+
+impl From<RawFd> for SockRef {
+    fn from(fd: RawFd) -> SockRef {
+        SockRef::Fd(fd)
+    }
+}
+
+/// Build an opcode on a [`SockRef`]: `sock_op!(target, |t| Op::new(t, ..).build())`
+/// expands to the two builds, `t` being `types::Fd` or `types::Fixed` (the
+/// crate's fd types are sealed, so one generic value cannot carry both).
+#[macro_export]
+macro_rules! sock_op {
+    ($target:expr, |$t:ident| $build:expr) => {
+        match $target {
+            $crate::ring::SockRef::Fd(fd) => {
+                let $t = io_uring::types::Fd(fd);
+                $build
+            }
+            $crate::ring::SockRef::Fixed(slot) => {
+                let $t = io_uring::types::Fixed(slot);
+                $build
+            }
+        }
+    };
+}
+
 /// One submission whose memory (if it names any) outlives its completion.
 ///
 /// Not `Clone`: pushing the same entry twice would start two operations on
@@ -81,10 +114,10 @@ pub fn timeout(ts: &'static types::Timespec, token: Token) -> Sqe {
 /// TCP connect to `addr` (`'static`: one per worker, leaked on purpose so
 /// the kernel's pointer is valid for the whole process). Pair it with
 /// [`link_timeout`] through `Ring::push_linked`.
-pub fn connect(fd: RawFd, addr: &'static socket2::SockAddr, token: Token) -> Sqe {
-    let e = opcode::Connect::new(types::Fd(fd), addr.as_ptr(), addr.len())
-        .build()
-        .user_data(token.into());
+pub fn connect(fd: SockRef, addr: &'static socket2::SockAddr, token: Token) -> Sqe {
+    let e = sock_op!(fd, |t| opcode::Connect::new(t, addr.as_ptr(), addr.len())
+        .build())
+    .user_data(token.into());
     // SAFETY: the only memory named is `addr`, which lives forever.
     unsafe { Sqe::new(e) }
 }
@@ -100,9 +133,8 @@ pub fn link_timeout(ts: &'static types::Timespec, token: Token) -> Sqe {
 /// One-shot POLL_ADD for readability (POLLIN; EOF, errors and hang-ups
 /// complete it too): an idle connection waits for its next bytes without
 /// naming a buffer.
-pub fn poll_readable(fd: RawFd, token: Token) -> Sqe {
-    let e = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
-        .build()
+pub fn poll_readable(fd: SockRef, token: Token) -> Sqe {
+    let e = sock_op!(fd, |t| opcode::PollAdd::new(t, libc::POLLIN as u32).build())
         .user_data(token.into());
     // SAFETY: a poll names an fd, no memory.
     unsafe { Sqe::new(e) }
@@ -111,10 +143,10 @@ pub fn poll_readable(fd: RawFd, token: Token) -> Sqe {
 /// One-shot POLL_ADD that completes only when the peer closes (POLLRDHUP;
 /// errors and hang-ups complete it too), not when bytes arrive: it can
 /// stay armed for a connection's whole life, through every response.
-pub fn poll_closed(fd: RawFd, token: Token) -> Sqe {
-    let e = opcode::PollAdd::new(types::Fd(fd), libc::POLLRDHUP as u32)
-        .build()
-        .user_data(token.into());
+pub fn poll_closed(fd: SockRef, token: Token) -> Sqe {
+    let e = sock_op!(fd, |t| opcode::PollAdd::new(t, libc::POLLRDHUP as u32)
+        .build())
+    .user_data(token.into());
     // SAFETY: a poll names an fd, no memory.
     unsafe { Sqe::new(e) }
 }
@@ -131,10 +163,12 @@ pub fn cancel_user_data(target: u64, token: Token) -> Sqe {
 /// Cancel every in-flight operation on `fd` (5.19:
 /// IORING_ASYNC_CANCEL_FD|ALL). Completions of the cancelled ops still
 /// arrive, with -ECANCELED, and must be reaped before their memory is reused.
-pub fn cancel_fd(fd: RawFd, token: Token) -> Sqe {
-    let e = opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fd(fd)).all())
-        .build()
-        .user_data(token.into());
+pub fn cancel_fd(fd: SockRef, token: Token) -> Sqe {
+    let e = sock_op!(fd, |t| opcode::AsyncCancel2::new(
+        types::CancelBuilder::fd(t).all()
+    )
+    .build())
+    .user_data(token.into());
     // SAFETY: a cancel by fd names no memory.
     unsafe { Sqe::new(e) }
 }

@@ -49,6 +49,18 @@ pub enum OpTag {
     ClientReadCool = 23,
     /// Fixed mode: the same for the relay's read of the backend.
     DownReadCool = 24,
+    /// A one-shot accept into a direct descriptor; the index is its lane
+    /// (`worker/direct.rs`).
+    DirectAccept = 25,
+    /// IORING_OP_CLOSE of a direct descriptor; the index is its slot.
+    DirectClose = 26,
+    /// IORING_OP_SHUTDOWN of a client's direct descriptor (session token).
+    ClientShutdown = 27,
+    /// Posted by another worker's MSG_RING (or this worker itself): KILL
+    /// CONNECTION marked this session (session token); shut its client down.
+    KillWake = 28,
+    /// This ring's own completion of a MSG_RING it sent.
+    MsgRingSent = 29,
 }
 
 impl OpTag {
@@ -76,6 +88,11 @@ impl OpTag {
             21 => OpTag::BackendPoll,
             23 => OpTag::ClientReadCool,
             24 => OpTag::DownReadCool,
+            25 => OpTag::DirectAccept,
+            26 => OpTag::DirectClose,
+            27 => OpTag::ClientShutdown,
+            28 => OpTag::KillWake,
+            29 => OpTag::MsgRingSent,
             _ => return None,
         })
     }

@@ -579,6 +579,18 @@ impl Proxy {
         if clients != 0.0 {
             p.push(format!("client_connections = {clients}, want 0"));
         }
+        // Every client's direct descriptor was closed (IORING_OP_CLOSE): the metric and
+        // the kernel's own view of the rings' file tables agree that none is left.
+        let direct = m.get("ringgate_direct_descriptors_in_use");
+        if direct != 0.0 {
+            p.push(format!("direct_descriptors_in_use = {direct}, want 0"));
+        }
+        let files = io_uring_user_files(self.child.id());
+        if files.iter().any(|(_, n)| *n != 0) {
+            p.push(format!(
+                "io_uring file tables still hold sockets (fd, slots in use): {files:?}, want none"
+            ));
+        }
         // Large-result buffers are held only while a large result is relayed.
         let large = m.get("ringgate_read_buffer_large_in_use");
         if large != 0.0 {
@@ -871,6 +883,35 @@ pub fn io_uring_user_bufs(pid: u32) -> Vec<(String, u64)> {
         if let Some(n) = bufs {
             out.push((fd, n));
         }
+    }
+    out.sort();
+    out
+}
+
+/// For every io_uring fd of `pid` with a registered file table: (fd, slots of it that hold a
+/// file). fdinfo lists `UserFiles: N` (the table size) and then one `i: name` line per
+/// occupied slot, before `UserBufs:`.
+pub fn io_uring_user_files(pid: u32) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let fd = e.file_name().to_string_lossy().into_owned();
+        let Ok(info) = fs::read_to_string(e.path()) else {
+            continue;
+        };
+        let mut lines = info
+            .lines()
+            .skip_while(|l| !l.trim().starts_with("UserFiles:"));
+        if lines.next().is_none() {
+            continue;
+        }
+        let held = lines
+            .take_while(|l| !l.trim().starts_with("UserBufs:"))
+            .filter(|l| l.contains(": "))
+            .count();
+        out.push((fd, held));
     }
     out.sort();
     out

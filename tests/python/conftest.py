@@ -391,6 +391,10 @@ class Proxy:
             )
         if clients != 0:
             p.append(f"client_connections = {clients}, want 0")
+        # Every client's direct descriptor was closed (IORING_OP_CLOSE).
+        direct = m("ringgate_direct_descriptors_in_use")
+        if direct != 0:
+            p.append(f"direct_descriptors_in_use = {direct}, want 0")
         # A large result's buffer goes back before the connection idles (--large-read-size).
         large = m("ringgate_read_buffer_large_in_use")
         if large != 0:

@@ -5,9 +5,9 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::Relaxed;
 
-use socket2::Socket;
-
 use super::*;
+use crate::proxy::conn_io::SockHandle;
+use crate::proxy::registry::{ClientSock, RingWake};
 
 impl Worker {
     // ---- accepting ----
@@ -19,6 +19,9 @@ impl Worker {
     }
 
     pub(super) fn arm_accept(&mut self, which: usize) {
+        if self.direct.is_some() {
+            return self.arm_direct_accepts(which);
+        }
         let multishot = self.accept_multishot;
         let Some(listener) = self.listeners[which].as_mut() else {
             return;
@@ -54,26 +57,7 @@ impl Worker {
                     );
                     self.accept_multishot = false;
                 }
-                libc::EMFILE | libc::ENFILE => {
-                    let now = self.now;
-                    self.fd_exhaustion_paused += 1;
-                    if self
-                        .fd_exhaustion_logged_at
-                        .is_none_or(|t| now.duration_since(t) >= FD_EXHAUSTION_LOG_INTERVAL)
-                    {
-                        tracing::warn!(
-                            worker = self.id,
-                            "out of file descriptors ({}); accepts paused {} time(s) for {:?} each: raise LimitNOFILE / ulimit -n",
-                            io::Error::from_raw_os_error(errno),
-                            self.fd_exhaustion_paused,
-                            ACCEPT_BACKOFF
-                        );
-                        self.fd_exhaustion_logged_at = Some(now);
-                        self.fd_exhaustion_paused = 0;
-                    }
-                    self.accept_resume_at = Some(now + ACCEPT_BACKOFF);
-                    return;
-                }
+                libc::EMFILE | libc::ENFILE => return self.accept_paused(errno),
                 _ if self.draining.is_some() => return,
                 _ => tracing::debug!(
                     worker = self.id,
@@ -87,10 +71,46 @@ impl Worker {
                 // Raced with the drain: refuse by closing at once.
                 drop(sock);
             } else {
-                self.on_new_client(sock);
+                if self.direct.is_some() {
+                    // The file table was full (`direct.rs`).
+                    self.metrics()
+                        .direct_descriptor_fallbacks_total
+                        .fetch_add(1, Relaxed);
+                } else {
+                    // Both fail harmlessly on a unix socket. With direct
+                    // descriptors on, the listener's options are inherited.
+                    let _ = sock.set_nodelay(true);
+                    if let Err(e) = crate::sockopt::apply_tcp_options(&sock, &self.shared.config) {
+                        tracing::debug!(worker = self.id, "client socket options: {e}");
+                    }
+                }
+                let peer = peer_of(&sock);
+                self.on_new_client(SockHandle::Plain(sock), peer);
             }
         }
         self.arm_accept(which);
+    }
+
+    /// EMFILE/ENFILE: back off instead of spinning, with a log line at most
+    /// once per interval.
+    pub(super) fn accept_paused(&mut self, errno: i32) {
+        let now = self.now;
+        self.fd_exhaustion_paused += 1;
+        if self
+            .fd_exhaustion_logged_at
+            .is_none_or(|t| now.duration_since(t) >= FD_EXHAUSTION_LOG_INTERVAL)
+        {
+            tracing::warn!(
+                worker = self.id,
+                "out of file descriptors ({}); accepts paused {} time(s) for {:?} each: raise LimitNOFILE / ulimit -n",
+                io::Error::from_raw_os_error(errno),
+                self.fd_exhaustion_paused,
+                ACCEPT_BACKOFF
+            );
+            self.fd_exhaustion_logged_at = Some(now);
+            self.fd_exhaustion_paused = 0;
+        }
+        self.accept_resume_at = Some(now + ACCEPT_BACKOFF);
     }
 
     /// What the greeting offers: the proxy's own capabilities plus the
@@ -122,12 +142,9 @@ impl Worker {
         )
     }
 
-    pub(super) fn on_new_client(&mut self, sock: Socket) {
-        // Both fail harmlessly on a unix socket.
-        let _ = sock.set_nodelay(true);
-        if let Err(e) = crate::sockopt::apply_tcp_options(&sock, &self.shared.config) {
-            tracing::debug!(worker = self.id, "client socket options: {e}");
-        }
+    /// A client accepted: `peer` is (address for log lines, host for the
+    /// login's `'user'@'host'`).
+    pub(super) fn on_new_client(&mut self, sock: SockHandle, (peer, peer_host): (String, String)) {
         let m = self.metrics();
         m.client_connections_total.fetch_add(1, Relaxed);
         m.client_connections.fetch_add(1, Relaxed);
@@ -139,7 +156,6 @@ impl Worker {
                 [b'x'; 20]
             }
         };
-        let (peer, peer_host) = peer_of(&sock);
         if !counted && self.log_limiter.allow(self.now) {
             tracing::warn!(
                 worker = self.id,
@@ -151,11 +167,21 @@ impl Worker {
         // The read buffer is taken now, before the greeting is written, so a
         // connection storm meets the pool at accept time (never blocking).
         let buf = counted.then(|| self.buffers.acquire(Owner::Client));
-        // Registered at once: the greeting tells the client this id.
+        // Registered at once: the greeting tells the client this id. A
+        // direct descriptor is reached through this ring, by the token of
+        // the session about to be inserted.
+        let (index, generation) = self.sessions.next_key();
+        let client_sock = match &sock {
+            SockHandle::Plain(s) => ClientSock::Fd(s.as_raw_fd()),
+            SockHandle::Fixed(_) => ClientSock::Ring(RingWake {
+                ring_fd: self.ring.fd(),
+                user_data: Token::new(OpTag::KillWake, index, generation).into(),
+            }),
+        };
         let conn = self
             .shared
             .registry
-            .register_next(&self.conn_ids, sock.as_raw_fd());
+            .register_next(&self.conn_ids, client_sock);
         let connection_id = conn.id();
         let mut out = Vec::new();
         let (capabilities, ext_capabilities) = self.advertised_caps();
@@ -175,8 +201,8 @@ impl Worker {
             &mut out,
         );
         session.set_registry_entry(conn.shared_entry());
-        let (index, generation) = self.sessions.insert(SessionSlot {
-            io: ConnIo::new(sock, buf),
+        let key = self.sessions.insert(SessionSlot {
+            io: ConnIo::with_handle(sock, buf),
             session,
             backend: None,
             relay_ops: 0,
@@ -193,6 +219,7 @@ impl Worker {
             down_wait: Default::default(),
             down_cancelled: false,
         });
+        debug_assert_eq!(key, (index, generation), "the key the registry was given");
         let sid = SessionId { index, generation };
         self.session_q.extend(out.into_iter().map(|a| (sid, a)));
     }

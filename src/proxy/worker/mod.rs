@@ -28,6 +28,7 @@ mod accept;
 mod backend_io;
 mod backend_tls_io;
 mod debug_park;
+mod direct;
 mod hot_read;
 mod idle_backend_io;
 mod idle_io;
@@ -66,13 +67,13 @@ use super::slab::Slab;
 use super::{try_reserve, unreserve, LogLimiter, Shared};
 use crate::buffers::provided::{BufRing, RingSetupError};
 use crate::buffers::{BufferPool, Owner};
-use crate::config::{BackendIdentity, Pooling, ReadBufferMode};
+use crate::config::{BackendIdentity, DirectDescriptors, Pooling, ReadBufferMode};
 use crate::metrics::{BufferMode, WorkerMetrics};
 use crate::mysql::auth;
 use crate::mysql::client_sha2::FullAuthTransport;
 use crate::mysql::constants::{CLIENT_COMPRESS, CLIENT_LOCAL_FILES, CLIENT_SSL};
 use crate::mysql::Users;
-use crate::ring::{ops, OpTag, Ring, RingError, Sqe, Token};
+use crate::ring::{ops, OpTag, Ring, RingError, SockRef, Sqe, Token};
 
 /// How often the worker wakes up on its own: timeouts (handshake, pool
 /// wait), pool refills and the shutdown flag are checked at this cadence.
@@ -135,6 +136,11 @@ pub struct WorkerStartup {
     /// Why the ring fd could not be registered (enters then pass the fd).
     pub ring_fd_fallback: Option<String>,
     pub ring_fd: i32,
+    /// Slots of the ring's file table clients are accepted into (0: plain
+    /// fds, `--direct-descriptors off` or `direct_fallback`).
+    pub direct_slots: u32,
+    /// Why direct descriptors are not used although asked for.
+    pub direct_fallback: Option<String>,
 }
 
 /// A relay operation with the byte range a write covers (a write that
@@ -219,6 +225,9 @@ pub struct Worker {
     listeners: [Option<Listener>; 2],
     accept_multishot: bool,
     accept_resume_at: Option<Instant>,
+    /// Direct descriptors (`direct.rs`): clients accepted into the ring's
+    /// file table; `None` when they are plain fds.
+    direct: Option<direct::Direct>,
     sessions: Slab<SessionSlot>,
     pool: Pool,
     template: BackendTemplate,
@@ -365,6 +374,27 @@ impl Worker {
         };
         let buffers = buffers.with_large_reads(cfg.large_read_size as usize);
         let listener = listen::tcp(cfg.listen)?;
+        let mut direct_fallback = None;
+        let direct = match cfg.direct_descriptors {
+            DirectDescriptors::Off => None,
+            DirectDescriptors::Auto => {
+                match ring.setup_direct_files(direct::table_slots(cfg.max_connections)) {
+                    Ok(()) => {
+                        // A direct descriptor has no fd to set options on:
+                        // accepted sockets inherit the listener's.
+                        let _ = listener.set_nodelay(true);
+                        if let Err(e) = crate::sockopt::apply_tcp_options(&listener, cfg) {
+                            tracing::warn!(worker = id, "listener socket options: {e}");
+                        }
+                        Some(direct::Direct::new(ring.direct_slots(), 2))
+                    }
+                    Err(e) => {
+                        direct_fallback = Some(e);
+                        None
+                    }
+                }
+            }
+        };
         let startup = WorkerStartup {
             features: ring.features(),
             mode: buffers.mode(),
@@ -372,6 +402,8 @@ impl Worker {
             ring_fallback,
             ring_fd_fallback: ring.ring_fd_fallback().map(str::to_owned),
             ring_fd: ring.fd(),
+            direct_slots: ring.direct_slots(),
+            direct_fallback,
         };
         let mut pool = Pool::new(
             PoolConfig {
@@ -420,6 +452,7 @@ impl Worker {
             ],
             accept_multishot: true,
             accept_resume_at: None,
+            direct,
             sessions: Slab::new(),
             pool,
             template: BackendTemplate {
@@ -542,6 +575,11 @@ impl Worker {
             OpTag::BackendWrite => self.on_backend_write(bid, res),
             OpTag::BackendTlsWrite => self.on_backend_tls_write(bid, res),
             OpTag::BackendWatch => self.on_backend_watch(bid, res),
+            OpTag::DirectAccept => self.on_direct_accept(token.index as usize, res),
+            OpTag::DirectClose => self.on_direct_close(token.index, res),
+            OpTag::ClientShutdown => self.on_client_shutdown(sid, res),
+            OpTag::KillWake => self.on_kill_wake(sid),
+            OpTag::MsgRingSent => self.on_msg_ring_sent(res),
             OpTag::Ignore => {}
         }
     }

@@ -733,7 +733,7 @@ impl Worker {
         &mut self,
         sid: SessionId,
         io: RelayIo,
-        fd: std::os::fd::RawFd,
+        fd: SockRef,
         user_data: u64,
     ) -> Option<Sqe> {
         let ring = self.buffers.buf_ring()?;

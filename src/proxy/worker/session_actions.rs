@@ -246,7 +246,10 @@ impl Worker {
                 // on the wake-up.
                 self.end_down_wait(sid, 0);
             }
-            SessionAction::AbortClient => slot.io.shutdown(),
+            SessionAction::AbortClient => {
+                let how = slot.io.shutdown();
+                self.shutdown_client(sid, how);
+            }
             SessionAction::Release { clean } => {
                 // A KILL mapped to this thread still in flight: the
                 // connection must not serve anyone else (registry.rs).
@@ -412,13 +415,18 @@ impl Worker {
                     s.on_client_read(res, data, ctx, out)
                 });
             }
-            SessionAction::HalfClose => slot.io.shutdown_write(),
+            SessionAction::HalfClose => {
+                let how = slot.io.shutdown_write();
+                self.shutdown_client(sid, how);
+            }
+            SessionAction::WakeKilled(wake) => self.wake_killed(wake),
             SessionAction::StartClientLeg(kind) => self.start_client_leg(sid, kind),
             SessionAction::StartTls => self.start_tls(sid),
             SessionAction::Close => {
                 slot.closing = true;
                 // Also ends a poll the client waits on (POLLHUP).
-                slot.io.shutdown();
+                let how = slot.io.shutdown();
+                self.shutdown_client(sid, how);
                 // A backend read waiting on its poll ends now (no wake-up
                 // is sure to come for it).
                 self.end_down_wait(sid, 0);

@@ -518,7 +518,11 @@ impl Worker {
             unreserve(&self.shared.clients);
         }
         self.metrics().client_connections.fetch_sub(1, Relaxed);
-        // The socket closes here, after its last CQE.
+        // The socket closes here, after its last CQE (a direct descriptor
+        // by an IORING_OP_CLOSE of its slot).
+        if let Some(n) = slot.io.fixed_slot() {
+            self.close_direct(n);
+        }
     }
 }
 

@@ -65,7 +65,8 @@ impl Worker {
             other => {
                 let why = other.and_then(|r| r.err()).map(|e| e.to_string());
                 tracing::error!(worker = self.id, peer = %slot.peer, "cannot start TLS: {why:?}");
-                slot.io.shutdown();
+                let how = slot.io.shutdown();
+                self.shutdown_client(sid, how);
                 return;
             }
         };

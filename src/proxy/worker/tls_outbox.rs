@@ -13,8 +13,8 @@
 //! one: a TLS stream cannot skip a record, so nothing after a lost byte
 //! can be sent.
 
+use crate::ring::SockRef;
 use std::collections::VecDeque;
-use std::os::fd::RawFd;
 
 use crate::buffers::WriteBuf;
 use crate::ring::Sqe;
@@ -97,7 +97,7 @@ impl<U: Copy> TlsOutbox<U> {
     }
 
     /// The next socket write, if none is in flight and records wait.
-    pub(super) fn start(&mut self, fd: RawFd, user_data: u64) -> Option<Sqe> {
+    pub(super) fn start(&mut self, fd: SockRef, user_data: u64) -> Option<Sqe> {
         if self.out.in_flight() || self.next.is_empty() || self.failed.is_some() {
             return None;
         }
@@ -117,7 +117,7 @@ impl<U: Copy> TlsOutbox<U> {
         &mut self,
         res: i32,
         stop: bool,
-        fd: RawFd,
+        fd: SockRef,
         user_data: u64,
     ) -> Written<U> {
         self.out.complete();
@@ -177,16 +177,28 @@ mod tests {
     fn writes_complete_in_order_after_their_last_record() {
         let mut o = TlsOutbox::new();
         seal(&mut o, 1, 3, &[0; 10]).unwrap();
-        assert!(o.start(-1, 7).is_some());
+        assert!(o.start(SockRef::Fd(-1), 7).is_some());
         assert!(o.in_flight());
         // Sealed while the first write is in flight: queued behind it.
         seal(&mut o, 2, 5, &[0; 20]).unwrap();
-        assert!(o.start(-1, 7).is_none());
-        assert!(matches!(o.on_written(4, false, -1, 7), Written::Again(_)));
-        assert_eq!(done(o.on_written(6, false, -1, 7)), vec![(1, 3)]);
-        assert!(o.start(-1, 7).is_some());
-        assert_eq!(done(o.on_written(20, false, -1, 7)), vec![(2, 5)]);
-        assert!(o.start(-1, 7).is_none(), "nothing left to write");
+        assert!(o.start(SockRef::Fd(-1), 7).is_none());
+        assert!(matches!(
+            o.on_written(4, false, SockRef::Fd(-1), 7),
+            Written::Again(_)
+        ));
+        assert_eq!(
+            done(o.on_written(6, false, SockRef::Fd(-1), 7)),
+            vec![(1, 3)]
+        );
+        assert!(o.start(SockRef::Fd(-1), 7).is_some());
+        assert_eq!(
+            done(o.on_written(20, false, SockRef::Fd(-1), 7)),
+            vec![(2, 5)]
+        );
+        assert!(
+            o.start(SockRef::Fd(-1), 7).is_none(),
+            "nothing left to write"
+        );
     }
 
     /// A failed write fails everything waiting and every later seal.
@@ -194,12 +206,12 @@ mod tests {
     fn a_failed_write_fails_what_waits_and_what_comes() {
         let mut o = TlsOutbox::new();
         seal(&mut o, 1, 3, &[0; 10]).unwrap();
-        o.start(-1, 7).unwrap();
+        o.start(SockRef::Fd(-1), 7).unwrap();
         seal(&mut o, 2, 5, &[0; 10]).unwrap();
-        let d = done(o.on_written(-libc::ECONNRESET, false, -1, 7));
+        let d = done(o.on_written(-libc::ECONNRESET, false, SockRef::Fd(-1), 7));
         assert_eq!(d, vec![(1, -libc::ECONNRESET), (2, -libc::ECONNRESET)]);
         assert_eq!(seal(&mut o, 3, 1, &[0; 4]), Err(-libc::ECONNRESET));
-        assert!(o.start(-1, 7).is_none());
+        assert!(o.start(SockRef::Fd(-1), 7).is_none());
     }
 
     /// Closing: a short write is not continued and what waits fails.
@@ -207,8 +219,11 @@ mod tests {
     fn stop_ends_a_short_write() {
         let mut o = TlsOutbox::new();
         seal(&mut o, 1, 3, &[0; 10]).unwrap();
-        o.start(-1, 7).unwrap();
-        assert_eq!(done(o.on_written(4, true, -1, 7)), vec![(1, -libc::EPIPE)]);
+        o.start(SockRef::Fd(-1), 7).unwrap();
+        assert_eq!(
+            done(o.on_written(4, true, SockRef::Fd(-1), 7)),
+            vec![(1, -libc::EPIPE)]
+        );
     }
 
     /// Sealing that fails completes the write with EPROTO, queueing nothing.
@@ -217,6 +232,6 @@ mod tests {
         let mut o: TlsOutbox<u8> = TlsOutbox::new();
         let r = o.seal(1, 3, |_: &mut Vec<u8>| Err(()));
         assert_eq!(r, Err(-libc::EPROTO));
-        assert!(o.start(-1, 7).is_none());
+        assert!(o.start(SockRef::Fd(-1), 7).is_none());
     }
 }

@@ -1,0 +1,264 @@
+//! Direct descriptors (`--direct-descriptors auto`): clients accepted into
+//! the ring's registered file table, so a client socket has no fd in the
+//! process and every SQE names it as `types::Fixed(slot)` (no fd install or
+//! close(2) per connection, no fget/fput per operation).
+//!
+//! What a plain fd did that a slot cannot, and what replaces it:
+//! - socket options: set once on the listener, which accepted sockets
+//!   inherit (`sockopt.rs` tests it);
+//! - the peer address: each of a listener's [`LANES`] one-shot accepts has
+//!   its own address buffer (`buffers::accept_addr`); a multishot accept
+//!   would share one;
+//! - shutdown(2): IORING_OP_SHUTDOWN, counted on the connection like any op;
+//! - close(2): IORING_OP_CLOSE of the slot after the connection's last CQE;
+//!   the kernel hands the slot out again only after that close ran;
+//! - KILL from another thread (`registry.rs`): the killer's worker posts the
+//!   session's token to this ring with IORING_OP_MSG_RING, and this worker
+//!   shuts the slot down ([`Worker::on_kill_wake`]).
+//!
+//! A full table fails an accept with -ENFILE after the kernel has taken the
+//! connection (and then closes it), so the worker never has more direct
+//! accepts in flight than free slots: beyond that a listener gets one plain
+//! accept, and that client a plain fd (`ringgate_direct_descriptor_fallbacks_total`).
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::*;
+use crate::buffers::accept_addr::AcceptAddrs;
+use crate::proxy::conn_io::{ShutdownHow, SockHandle};
+use crate::proxy::registry::RingWake;
+
+/// One-shot direct accepts in flight per listener: enough that a connection
+/// storm does not wait for a re-arm between two accepts.
+pub(super) const LANES: usize = 8;
+
+/// A worker's direct-descriptor state.
+pub(super) struct Direct {
+    /// Slots in the ring's file table.
+    slots: u32,
+    /// Slots holding a client (from its accept's CQE to its close's CQE).
+    in_use: u32,
+    /// Direct accepts in flight (each may take a slot).
+    armed: u32,
+    addrs: AcceptAddrs,
+}
+
+impl Direct {
+    pub(super) fn new(slots: u32, listeners: usize) -> Direct {
+        Direct {
+            slots,
+            in_use: 0,
+            armed: 0,
+            addrs: AcceptAddrs::new(LANES * listeners),
+        }
+    }
+}
+
+/// The file-table size for one worker: every client the proxy allows, plus
+/// headroom for the ones it rejects with ERR 1040 and for closes still in
+/// flight. SO_REUSEPORT does not spread clients evenly, so not a per-worker
+/// share. Capped by RLIMIT_NOFILE (the kernel refuses a larger table) and
+/// the kernel's maximum. Slots cost 8 bytes each.
+pub fn table_slots(max_connections: usize) -> u32 {
+    let want = u32::try_from(max_connections.saturating_add(256)).unwrap_or(u32::MAX);
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct we pass.
+    let nofile = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0 {
+        u32::try_from(rl.rlim_cur).unwrap_or(u32::MAX)
+    } else {
+        1024
+    };
+    want.min(nofile).min(crate::ring::MAX_FIXED_FILES)
+}
+
+impl Worker {
+    /// Arm `which`'s direct accepts, as many as free slots allow; with none
+    /// free, one plain accept instead.
+    pub(super) fn arm_direct_accepts(&mut self, which: usize) {
+        let Some(listener) = self.listeners[which].as_mut() else {
+            return;
+        };
+        let Some(d) = self.direct.as_mut() else {
+            return;
+        };
+        if self.draining.is_some() || self.accept_resume_at.is_some() {
+            return;
+        }
+        let fd = listener.sock.as_raw_fd();
+        let mut armed = false;
+        for lane in which * LANES..(which + 1) * LANES {
+            if d.addrs.in_flight(lane) {
+                armed = true;
+                continue;
+            }
+            if d.in_use + d.armed >= d.slots {
+                break;
+            }
+            let token = Token::new(OpTag::DirectAccept, lane as u32, 0);
+            let sqe = d.addrs.accept_sqe(lane, fd.into(), token.into());
+            d.armed += 1;
+            armed = true;
+            self.ring.push(sqe);
+        }
+        if !armed && !listener.armed {
+            // The table is full: the next client of this listener gets a
+            // plain fd rather than a slot the kernel does not have.
+            listener.armed = true;
+            self.ring
+                .push(ops::accept(fd, Token::new(OpTag::Accept, which as u32, 0)));
+        }
+    }
+
+    pub(super) fn on_direct_accept(&mut self, lane: usize, res: i32) {
+        let which = lane / LANES;
+        let Some(d) = self.direct.as_mut() else {
+            return;
+        };
+        let peer = d.addrs.complete(lane, res);
+        d.armed = d.armed.saturating_sub(1);
+        if res < 0 {
+            let errno = -res;
+            if self.draining.is_some() {
+                return;
+            }
+            self.metrics()
+                .direct_descriptor_fallbacks_total
+                .fetch_add(1, Relaxed);
+            match errno {
+                libc::ENFILE | libc::EMFILE => {
+                    // ENFILE from the table itself would be a bug in the
+                    // count above; from the system, fd exhaustion.
+                    return self.accept_paused(errno);
+                }
+                _ => tracing::debug!(
+                    worker = self.id,
+                    "direct accept failed: {}",
+                    io::Error::from_raw_os_error(errno)
+                ),
+            }
+        } else {
+            let slot = res as u32;
+            d.in_use += 1;
+            self.metrics()
+                .direct_descriptors_in_use
+                .fetch_add(1, Relaxed);
+            if self.draining.is_some() {
+                // Raced with the drain: refuse by closing at once.
+                self.close_direct(slot);
+            } else {
+                let peer = match peer {
+                    Some(a) => (a.to_string(), a.ip().to_string()),
+                    None => ("local".into(), "localhost".into()),
+                };
+                self.on_new_client(SockHandle::Fixed(slot), peer);
+            }
+        }
+        self.arm_accept(which);
+    }
+
+    /// IORING_OP_CLOSE of a slot whose connection has no operation left.
+    pub(super) fn close_direct(&mut self, slot: u32) {
+        self.submit(ops::close_fixed(
+            slot,
+            Token::new(OpTag::DirectClose, slot, 0),
+        ));
+    }
+
+    pub(super) fn on_direct_close(&mut self, slot: u32, res: i32) {
+        if let Some(d) = self.direct.as_mut() {
+            d.in_use = d.in_use.saturating_sub(1);
+        }
+        self.metrics()
+            .direct_descriptors_in_use
+            .fetch_sub(1, Relaxed);
+        if res < 0 {
+            tracing::warn!(
+                worker = self.id,
+                slot,
+                "closing a direct descriptor failed: {}",
+                io::Error::from_raw_os_error(-res)
+            );
+        }
+        // A freed slot may let a listener go back to direct accepts.
+        if self.direct.as_ref().is_some_and(|d| d.armed == 0) {
+            self.arm_accepts();
+        }
+    }
+
+    /// Carry out a client shutdown: nothing more for a plain socket; for a
+    /// direct descriptor an IORING_OP_SHUTDOWN counted on the connection.
+    pub(super) fn shutdown_client(&mut self, sid: SessionId, how: ShutdownHow) {
+        let ShutdownHow::Submit { slot: n, how } = how else {
+            return;
+        };
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        slot.io.op_started();
+        let token = Token::new(OpTag::ClientShutdown, sid.index, sid.generation);
+        self.submit(ops::shutdown(SockRef::Fixed(n), how, token));
+    }
+
+    pub(super) fn on_client_shutdown(&mut self, sid: SessionId, res: i32) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        slot.io.op_done();
+        if res < 0 && res != -libc::ENOTCONN {
+            tracing::debug!(
+                worker = self.id,
+                "client shutdown: {}",
+                io::Error::from_raw_os_error(-res)
+            );
+        }
+        if slot.closing {
+            self.try_finish_session(sid);
+        }
+    }
+
+    /// A KILL CONNECTION marked a client held as a direct descriptor: wake
+    /// its worker (this one: at once).
+    pub(super) fn wake_killed(&mut self, wake: RingWake) {
+        if wake.ring_fd == self.ring.fd() {
+            if let Some(t) = Token::decode(wake.user_data) {
+                self.on_kill_wake(SessionId {
+                    index: t.index,
+                    generation: t.generation,
+                });
+            }
+            return;
+        }
+        self.submit(ops::msg_ring(
+            wake.ring_fd,
+            wake.user_data,
+            Token::new(OpTag::MsgRingSent, 0, 0),
+        ));
+    }
+
+    pub(super) fn on_msg_ring_sent(&mut self, res: i32) {
+        if res < 0 {
+            tracing::warn!(
+                worker = self.id,
+                "KILL could not wake the victim's worker (IORING_OP_MSG_RING): {}",
+                io::Error::from_raw_os_error(-res)
+            );
+        }
+    }
+
+    /// The session named by a KILL's wake-up: if it is still the one that
+    /// was killed, shut its client down as shutdown(2) would.
+    pub(super) fn on_kill_wake(&mut self, sid: SessionId) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        if !slot.conn.entry().is_killed() {
+            return;
+        }
+        let how = slot.io.shutdown();
+        self.shutdown_client(sid, how);
+    }
+}
