@@ -13,8 +13,10 @@
 //!
 //! Options (each also as an environment variable):
 //!   --profile quick|full|smoke       BENCH_PROFILE      (default quick)
-//!   --targets fixed,busy,hold,tx,ring,heap,direct,haproxy   BENCH_TARGETS (hold = fixed with
-//!                   --hold-idle-slots, not in the default set; tx = fixed with --pooling transaction)
+//!   --targets fixed,busy,hold,tx,plainfd,ring,heap,direct,haproxy   BENCH_TARGETS (hold = fixed
+//!                   with --hold-idle-slots, not in the default set; tx = fixed with --pooling
+//!                   transaction; plainfd = fixed with --direct-descriptors off, not in the
+//!                   default set: the A/B of direct descriptors)
 //!   --select-concurrency 1,32  point-select concurrencies   BENCH_SELECT_CONC
 //!   --large-cells 1048576:1,1048576:8  large-result cells, ROW_BYTES:CONCURRENCY   BENCH_LARGE_CELLS
 //!   --ringgate-args "FLAGS"  extra flags for every ringgate target   BENCH_RINGGATE_ARGS
@@ -29,7 +31,8 @@
 //!   --ringgate-bin PATH  RINGGATE_BIN   (default target/release/ringgate)
 //!   --mysql-port N  BENCH_MYSQL_PORT    (default 3408; sandbox in target/bench-mariadb)
 //!   --base-port N   BENCH_BASE_PORT     (default 16400: haproxy +0, fixed +1, heap +2, ring +3,
-//!                                       busy +4, hold +5, tx +6, metrics +11..+16; mux.rs's
+//!                                       busy +4, hold +5, tx +6, plainfd +7, metrics +11..+17;
+//!                                       mux.rs's
 //!                                       ringgates +20..+25, metrics +30..+35)
 //! load: --host H --port P --user U --password PW --db D --scenario S --concurrency N
 //!       [--row-bytes N] [--table-size N] [--duration S] [--warmup S] [--rate N]
@@ -509,6 +512,8 @@ struct Ports {
     hold: u16,
     hold_metrics: u16,
     tx_metrics: u16,
+    plainfd: u16,
+    plainfd_metrics: u16,
 }
 
 /// The buffer mode of a ringgate target: its name, except `busy`, which is
@@ -518,7 +523,7 @@ struct Ports {
 /// (`ring-idle-max`).
 fn ringgate_mode(name: &str) -> &str {
     match name {
-        "busy" | "hold" | "tx" | "tls" => "fixed",
+        "busy" | "hold" | "tx" | "tls" | "plainfd" => "fixed",
         n => n.split_once('-').map_or(n, |(m, _)| m),
     }
 }
@@ -1217,12 +1222,13 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
             .collect();
         for t in &prof.targets {
             if ![
-                "fixed", "busy", "hold", "tx", "ring", "heap", "direct", "haproxy",
+                "fixed", "busy", "hold", "tx", "plainfd", "ring", "heap", "direct", "haproxy",
             ]
             .contains(&t.as_str())
             {
                 return Err(format!(
-                    "unknown target {t:?} (fixed, busy, hold, tx, ring, heap, direct, haproxy)"
+                    "unknown target {t:?} (fixed, busy, hold, tx, plainfd, ring, heap, direct, \
+                     haproxy)"
                 ));
             }
         }
@@ -1317,7 +1323,7 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
     if (prof
         .targets
         .iter()
-        .any(|t| ["fixed", "busy", "hold", "tx", "heap", "ring"].contains(&t.as_str()))
+        .any(|t| ["fixed", "busy", "hold", "tx", "plainfd", "heap", "ring"].contains(&t.as_str()))
         || !extras.is_empty())
         && !bin.is_file()
     {
@@ -1353,6 +1359,8 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
         hold: base + 5,
         hold_metrics: base + 15,
         tx_metrics: base + 16,
+        plainfd: base + 7,
+        plainfd_metrics: base + 17,
     };
     let busy_poll_us: u32 = args
         .num("busy-poll-us", "BENCH_BUSY_POLL_US")?
@@ -1376,6 +1384,7 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
     let hold_args = with(&["--pooling", "session", "--hold-idle-slots"]);
     let tx_args = with(&["--pooling", "transaction"]);
     let plain_args = with(&["--pooling", "session"]);
+    let plainfd_args = with(&["--pooling", "session", "--direct-descriptors", "off"]);
     let mut targets = Vec::new();
     let mut warnings = Vec::new();
     for name in &prof.targets {
@@ -1423,6 +1432,17 @@ async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
                 &run_dir,
                 &prof,
                 &busy_args,
+            )?,
+            "plainfd" => start_ringgate(
+                "plainfd",
+                &bin,
+                ports.plainfd,
+                ports.plainfd_metrics,
+                &backend,
+                &users,
+                &run_dir,
+                &prof,
+                &plainfd_args,
             )?,
             "hold" => start_ringgate(
                 "hold",

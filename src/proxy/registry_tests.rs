@@ -428,3 +428,21 @@ fn a_kill_connection_of_an_own_session_closes_its_client_first() {
     drop(victim);
     assert!(!reg.close_client(vid));
 }
+
+/// A client held as a direct descriptor has no fd another thread could shut down: the KILL
+/// marks it and hands back the wake-up for its worker's ring (worker/direct.rs), once.
+#[test]
+fn a_direct_descriptor_client_is_killed_through_its_workers_ring() {
+    let reg = Arc::new(Registry::default());
+    let wake = RingWake {
+        ring_fd: 42,
+        user_data: 0xABCD,
+    };
+    let victim = reg
+        .register(PROXY_ID_BASE + 9, ClientSock::Ring(wake))
+        .unwrap();
+    assert_eq!(reg.kill_client(PROXY_ID_BASE + 9), Killed::Wake(wake));
+    assert!(victim.entry().is_killed());
+    drop(victim);
+    assert_eq!(reg.kill_client(PROXY_ID_BASE + 9), Killed::Gone);
+}
