@@ -154,3 +154,36 @@ fn clients_beyond_a_full_table_get_plain_fds() {
     drop(clients);
     proxy.assert_settled(base, 140);
 }
+
+/// Every 23rd push fails (a synthetic completion: the ring could not queue the SQE). Direct
+/// accepts, shutdowns and closes of slots fail that way too: a lost close would leak its slot
+/// and a lost shutdown would leave a closing client waiting. So they are submitted again:
+/// after 100 short-lived clients (many of which fail) the file tables are empty.
+#[test]
+fn failed_closes_and_shutdowns_are_submitted_again() {
+    let mut o = ProxyOpts::new(Mode::Fixed);
+    o.workers = 1;
+    o.wrapper = vec!["env".into(), "RINGGATE_FAULT_INJECT=push_fail=23".into()];
+    let mut proxy = Proxy::start_with(o);
+    let base = proxy.connections_total();
+    let opts = proxy
+        .app_opts()
+        .read_timeout(Some(std::time::Duration::from_secs(5)))
+        .tcp_connect_timeout(Some(std::time::Duration::from_secs(5)));
+    let (mut ok, mut failed) = (0, 0);
+    for _ in 0..100 {
+        match mysql::Conn::new(opts.clone()).and_then(|mut c| c.query_first::<u32, _>("SELECT 1")) {
+            Ok(Some(1)) => ok += 1,
+            other => {
+                if failed == 0 {
+                    eprintln!("first failure: {other:?}");
+                }
+                failed += 1
+            }
+        }
+    }
+    eprintln!("{ok} clients served, {failed} failed");
+    assert!(failed > 0, "is push_fail injected?");
+    proxy.assert_settled(base, 1);
+    assert_eq!(slots_held(&proxy), 0);
+}

@@ -53,6 +53,8 @@ pub struct ConnIo {
     /// Operations in the kernel that name this socket's fd.
     fd_ops: u32,
     shut: bool,
+    /// Direct descriptors: full shutdowns submitted again after failing.
+    shut_retries: u32,
 }
 
 impl ConnIo {
@@ -69,6 +71,7 @@ impl ConnIo {
             recv: None,
             fd_ops: 0,
             shut: false,
+            shut_retries: 0,
         }
     }
 
@@ -128,6 +131,18 @@ impl ConnIo {
             return ShutdownHow::Done;
         }
         self.shutdown_how(Shutdown::Write)
+    }
+
+    /// A direct descriptor's IORING_OP_SHUTDOWN failed: the full shutdown
+    /// to submit again, if one was asked for and fewer than `max` retries
+    /// were made (a failed half-close is not retried: the session closes
+    /// after its linger anyway).
+    pub fn retry_shutdown(&mut self, max: u32) -> Option<ShutdownHow> {
+        if !self.shut || self.shut_retries >= max {
+            return None;
+        }
+        self.shut_retries += 1;
+        Some(self.shutdown_how(Shutdown::Both))
     }
 
     fn shutdown_how(&self, how: Shutdown) -> ShutdownHow {

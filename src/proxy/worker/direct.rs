@@ -28,10 +28,18 @@ use super::*;
 use crate::buffers::accept_addr::AcceptAddrs;
 use crate::proxy::conn_io::{ShutdownHow, SockHandle};
 use crate::proxy::registry::RingWake;
+use crate::proxy::slab::Slab;
 
 /// One-shot direct accepts in flight per listener: enough that a connection
 /// storm does not wait for a re-arm between two accepts.
 pub(super) const LANES: usize = 8;
+
+/// How often a close, shutdown or MSG_RING that failed is submitted again.
+/// They fail when the ring could not queue them (a synthetic completion:
+/// `RINGGATE_FAULT_INJECT=push_fail`, or a failing io_uring_enter): a close
+/// lost there would leak the slot, a shutdown or wake-up lost there would
+/// leave a killed or closing client waiting.
+const RETRIES: u32 = 16;
 
 /// A worker's direct-descriptor state.
 pub(super) struct Direct {
@@ -42,6 +50,9 @@ pub(super) struct Direct {
     /// Direct accepts in flight (each may take a slot).
     armed: u32,
     addrs: AcceptAddrs,
+    /// KILL wake-ups sent to other rings and not yet completed, with the
+    /// attempts so far (retried on failure).
+    wakes: Slab<(RingWake, u32)>,
 }
 
 impl Direct {
@@ -51,6 +62,7 @@ impl Direct {
             in_use: 0,
             armed: 0,
             addrs: AcceptAddrs::new(LANES * listeners),
+            wakes: Slab::new(),
         }
     }
 }
@@ -168,7 +180,17 @@ impl Worker {
         ));
     }
 
-    pub(super) fn on_direct_close(&mut self, slot: u32, res: i32) {
+    /// `attempt`: the token's generation field, the tries so far.
+    pub(super) fn on_direct_close(&mut self, slot: u32, attempt: u32, res: i32) {
+        // EBADF: the slot is empty (closed already); anything else may
+        // have left it open: try again, a few times.
+        if res < 0 && res != -libc::EBADF && attempt < RETRIES {
+            self.submit(ops::close_fixed(
+                slot,
+                Token::new(OpTag::DirectClose, slot, attempt + 1),
+            ));
+            return;
+        }
         if let Some(d) = self.direct.as_mut() {
             d.in_use = d.in_use.saturating_sub(1);
         }
@@ -208,6 +230,13 @@ impl Worker {
             return;
         };
         slot.io.op_done();
+        // A full shutdown that did not run (the ring could not queue it)
+        // is tried again: the client's reads would wait for it forever.
+        if res < 0 && res != -libc::ENOTCONN {
+            if let Some(how) = slot.io.retry_shutdown(RETRIES) {
+                return self.shutdown_client(sid, how);
+            }
+        }
         if res < 0 && res != -libc::ENOTCONN {
             tracing::debug!(
                 worker = self.id,
@@ -232,21 +261,37 @@ impl Worker {
             }
             return;
         }
-        self.submit(ops::msg_ring(
-            wake.ring_fd,
-            wake.user_data,
-            Token::new(OpTag::MsgRingSent, 0, 0),
-        ));
+        self.send_wake(wake, 0);
     }
 
-    pub(super) fn on_msg_ring_sent(&mut self, res: i32) {
-        if res < 0 {
-            tracing::warn!(
-                worker = self.id,
-                "KILL could not wake the victim's worker (IORING_OP_MSG_RING): {}",
-                io::Error::from_raw_os_error(-res)
-            );
+    fn send_wake(&mut self, wake: RingWake, attempts: u32) {
+        let Some(d) = self.direct.as_mut() else {
+            // Only a worker with direct descriptors registers them, but
+            // another worker's fallback may differ: send without retries.
+            let token = Token::new(OpTag::MsgRingSent, u32::MAX, 0);
+            return self.submit(ops::msg_ring(wake.ring_fd, wake.user_data, token));
+        };
+        let (index, generation) = d.wakes.insert((wake, attempts));
+        let token = Token::new(OpTag::MsgRingSent, index, generation);
+        self.submit(ops::msg_ring(wake.ring_fd, wake.user_data, token));
+    }
+
+    pub(super) fn on_msg_ring_sent(&mut self, index: u32, generation: u32, res: i32) {
+        let sent = self
+            .direct
+            .as_mut()
+            .and_then(|d| d.wakes.remove_checked(index, generation));
+        if res >= 0 {
+            return;
         }
+        if let Some((wake, attempts)) = sent.filter(|(_, n)| *n < RETRIES) {
+            return self.send_wake(wake, attempts + 1);
+        }
+        tracing::warn!(
+            worker = self.id,
+            "KILL could not wake the victim's worker (IORING_OP_MSG_RING): {}",
+            io::Error::from_raw_os_error(-res)
+        );
     }
 
     /// The session named by a KILL's wake-up: if it is still the one that

@@ -576,10 +576,10 @@ impl Worker {
             OpTag::BackendTlsWrite => self.on_backend_tls_write(bid, res),
             OpTag::BackendWatch => self.on_backend_watch(bid, res),
             OpTag::DirectAccept => self.on_direct_accept(token.index as usize, res),
-            OpTag::DirectClose => self.on_direct_close(token.index, res),
+            OpTag::DirectClose => self.on_direct_close(token.index, token.generation, res),
             OpTag::ClientShutdown => self.on_client_shutdown(sid, res),
             OpTag::KillWake => self.on_kill_wake(sid),
-            OpTag::MsgRingSent => self.on_msg_ring_sent(res),
+            OpTag::MsgRingSent => self.on_msg_ring_sent(token.index, token.generation, res),
             OpTag::Ignore => {}
         }
     }
