@@ -43,32 +43,42 @@ impl Iterator for CodeOffsets<'_> {
     type Item = usize;
 
     fn next(&mut self) -> Option<usize> {
-        let sql = self.sql;
-        while let Some(&c) = sql.get(self.i) {
-            if !matches!(c, b'\'' | b'"' | b'`') {
+        while let Some(&c) = self.sql.get(self.i) {
+            if is_quote(c) {
+                self.i = skip_literal(self.sql, self.i);
+            } else {
                 self.i += 1;
                 return Some(self.i - 1);
             }
-            // Skip the literal, to just past its closing quote.
-            let mut i = self.i + 1;
-            while i < sql.len() {
-                if sql[i] == b'\\' && c != b'`' {
-                    i += 2;
-                    continue;
-                }
-                if sql[i] == c {
-                    if sql.get(i + 1) == Some(&c) {
-                        i += 2;
-                        continue;
-                    }
-                    break;
-                }
-                i += 1;
-            }
-            self.i = i + 1;
         }
         None
     }
+}
+
+fn is_quote(c: u8) -> bool {
+    matches!(c, b'\'' | b'"' | b'`')
+}
+
+/// Just past the literal that opens at `i` (past the end of `sql` when it
+/// is unterminated: it runs to the end).
+fn skip_literal(sql: &[u8], i: usize) -> usize {
+    let q = sql[i];
+    let mut i = i + 1;
+    while i < sql.len() {
+        if sql[i] == b'\\' && q != b'`' {
+            i += 2;
+            continue;
+        }
+        if sql[i] == q {
+            if sql.get(i + 1) == Some(&q) {
+                i += 2;
+                continue;
+            }
+            break;
+        }
+        i += 1;
+    }
+    i + 1
 }
 
 /// `needle` (upper case, no quote bytes) at offset `i` of `sql`, in any case.
@@ -92,21 +102,26 @@ fn ident(c: u8) -> bool {
 /// part of one). One pass for all the needles, comparing only at the start
 /// of each word: this runs on every statement of transaction pooling.
 fn code_contains_word(sql: &[u8], needles: &[&[u8]]) -> bool {
-    let mut code = code_offsets(sql);
-    while let Some(i) = code.next() {
-        if !ident(sql[i]) || (i > 0 && ident(sql[i - 1])) {
-            continue;
+    let mut i = 0;
+    while let Some(&c) = sql.get(i) {
+        if is_quote(c) {
+            i = skip_literal(sql, i);
+        } else if ident(c) {
+            // A word starts here: the byte before is no identifier byte (a
+            // word is taken whole) or a closing quote. It holds no quote:
+            // all of it is code.
+            let end = sql[i..]
+                .iter()
+                .position(|&c| !ident(c))
+                .map_or(sql.len(), |n| i + n);
+            let word = &sql[i..end];
+            if needles.iter().any(|n| word.eq_ignore_ascii_case(n)) {
+                return true;
+            }
+            i = end;
+        } else {
+            i += 1;
         }
-        // A run of identifier bytes holds no quote: all of it is code.
-        let end = sql[i..]
-            .iter()
-            .position(|&c| !ident(c))
-            .map_or(sql.len(), |n| i + n);
-        let word = &sql[i..end];
-        if needles.iter().any(|n| word.eq_ignore_ascii_case(n)) {
-            return true;
-        }
-        code.i = end;
     }
     false
 }
