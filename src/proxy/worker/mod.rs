@@ -248,6 +248,9 @@ pub struct Worker {
     /// Reused for what a session handler returns (no allocation per
     /// completion on the relay path).
     action_scratch: Vec<SessionAction>,
+    /// Reused for what the pool returns to a lease (transaction pooling
+    /// leases once per statement).
+    lease_scratch: Vec<PoolEvent>,
     /// Ring mode: backends given back while their receive was armed, by
     /// (index, generation), and what to do once it has ended.
     ring_pending: std::collections::HashMap<(u32, u32), ring_io::PendingRelease>,
@@ -472,6 +475,7 @@ impl Worker {
             pool_q: VecDeque::new(),
             now: Instant::now(),
             action_scratch: Vec::new(),
+            lease_scratch: Vec::new(),
             ring_pending: std::collections::HashMap::new(),
             ring_starved: std::collections::VecDeque::new(),
             idle_poll: buffers_mode == BufferMode::Fixed && !shared.config.hold_idle_slots,

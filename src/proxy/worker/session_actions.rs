@@ -125,7 +125,7 @@ impl Worker {
                 // per transaction's first read; the rest stays zero-copy).
                 self.ring_stage_client(sid);
                 self.metrics().tx_leases_total.fetch_add(1, Relaxed);
-                let mut events = Vec::new();
+                let mut events = std::mem::take(&mut self.lease_scratch);
                 self.pool.lease(
                     LeaseRequest {
                         session: sid,
@@ -136,7 +136,8 @@ impl Worker {
                     now,
                     &mut events,
                 );
-                self.pool_q.extend(events);
+                self.pool_q.extend(events.drain(..));
+                self.lease_scratch = events;
             }
             SessionAction::CancelLease => self.pool.cancel(sid),
             SessionAction::ExamineBuffer => {
