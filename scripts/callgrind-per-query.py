@@ -15,7 +15,10 @@ usage: scripts/callgrind-per-query.py RINGGATE_BIN POOLING [BIG] [SMALL]
 env:   CG_BACKEND (127.0.0.1:3512), CG_USER / CG_PASSWORD (the backend
        account, also written to the proxy's users file), CG_PORT (3620),
        CG_RG_EXTRA (more ringgate flags), CG_TOP (30 rows), CG_KEEP (a
-       directory to keep the callgrind dumps in)
+       directory to keep the callgrind dumps in), CG_SQL (the statements
+       sent in turn, separated by `|`; default `SELECT 1`: transaction
+       pooling keeps the last statement lexed, so a text sent again is not
+       lexed again, and `SELECT 1|SELECT 2` measures one lexing per query)
 """
 import json
 import os
@@ -36,6 +39,7 @@ PASSWORD = os.environ.get("CG_PASSWORD", "ringgate-backend")
 PORT = int(os.environ.get("CG_PORT", "3620"))
 TOP = int(os.environ.get("CG_TOP", "30"))
 EXTRA = os.environ.get("CG_RG_EXTRA", "").split()
+SQL = os.environ.get("CG_SQL", "SELECT 1").split("|")
 WORK = tempfile.mkdtemp(prefix="cg-per-query-")
 
 users = os.path.join(WORK, "users.json")
@@ -59,7 +63,8 @@ proc = subprocess.Popen(argv, env=dict(os.environ, RINGGATE_BACKEND_PASSWORD=PAS
 def client(n):
     host = BACKEND.rsplit(":", 1)[0]
     subprocess.run(["mariadb", f"-h{host}", f"-P{PORT}", f"-u{USER}", f"-p{PASSWORD}", "-N", "-B"],
-                   input="SELECT 1;\n" * n, text=True, stdout=subprocess.DEVNULL, check=True)
+                   input="".join(f"{SQL[i % len(SQL)]};\n" for i in range(n)), text=True,
+                   stdout=subprocess.DEVNULL, check=True)
 
 
 def control(flag):

@@ -17,6 +17,9 @@
 //! - [`Statement::reads_last_insert_id`]: the statement reads the
 //!   connection's LAST_INSERT_ID (`LAST_INSERT_ID()`, `@@last_insert_id`,
 //!   `@@identity`), in code only.
+//! - [`Statement::call`]: the statement is a `CALL` (leading keyword, after
+//!   comments and executable-comment markers): the proxy pins on it, since
+//!   the procedure's body is out of the lexer's sight.
 //! - [`LexOptions`]: `no_backslash_escapes` (from the backend's status flag
 //!   SERVER_STATUS_NO_BACKSLASH_ESCAPES), `ansi_quotes` (from `sql_mode`),
 //!   `ascii_safe_charset` (false for big5, cp932, gbk, sjis, gb18030, whose
