@@ -215,12 +215,36 @@ fn no_incremental_consumption_keeps_the_ring_with_one_log_line() {
     works(&mut proxy, Mode::Ring);
 }
 
+/// Without bundled receives (6.10, or a kernel that refuses their length cap) the ring still
+/// works, one buffer per receive, and one line says so.
+#[test]
+fn no_bundles_keeps_the_ring_with_one_log_line() {
+    let mut proxy = probe_fail("bundle");
+    let stderr = proxy.stderr();
+    let n = stderr
+        .lines()
+        .filter(|l| l.contains("without bundled receives"))
+        .count();
+    assert_eq!(
+        n, 1,
+        "want one line about IORING_RECVSEND_BUNDLE:\n{stderr}"
+    );
+    let m = proxy.metrics();
+    assert!(
+        m.get("ringgate_read_buffer_ring_buffers") > 0.0,
+        "{}",
+        m.dump()
+    );
+    works(&mut proxy, Mode::Ring);
+}
+
 /// A large result in ring mode goes from the backend's ring buffers straight to the client:
 /// no byte of it is copied in userspace (`ringgate_read_buffer_ring_copied_bytes_total`),
 /// although with incremental consumption every 16 KiB chunk of it ends its ring buffer with
 /// more bytes behind it (the case a client command is joined for). The rows are checked byte
 /// by byte, with a pattern whose period (37) does not divide the buffer size, so a chunk
-/// forwarded twice, out of order or short would show; afterwards every buffer is back.
+/// forwarded twice, out of order or short would show (also where chunks are joined into one
+/// send); the SQEs per MiB show that they were; afterwards every buffer is back.
 #[test]
 fn large_results_are_sent_from_the_ring_without_a_copy() {
     const PATTERN: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789!";
@@ -229,6 +253,7 @@ fn large_results_are_sent_from_the_ring_without_a_copy() {
     let copied0 = proxy
         .metrics()
         .get("ringgate_read_buffer_ring_copied_bytes_total");
+    let sqes0 = proxy.metrics().get("ringgate_ring_sqes_total");
     let mut relayed = 0;
     {
         let mut c = proxy.connect_app();
@@ -255,6 +280,16 @@ fn large_results_are_sent_from_the_ring_without_a_copy() {
     assert!(
         copied < 4096.0,
         "{copied} of {relayed} result bytes were copied in userspace on the relay path"
+    );
+    // Sent in large pieces: the chunks that lie back to back in the ring (a bundled
+    // receive's buffers) go out in one SEND each, not one per 16 KiB ring buffer
+    // (68 SQEs per MiB before bundles; 8-16 with them).
+    let sqes = proxy.metrics().get("ringgate_ring_sqes_total") - sqes0;
+    let per_mib = sqes / (relayed as f64 / MIB as f64);
+    eprintln!("{sqes} SQEs, {per_mib:.1} per MiB relayed");
+    assert!(
+        per_mib < 40.0,
+        "{per_mib:.1} SQEs per MiB: the ring's chunks were not sent in large pieces"
     );
     assert_no_leaks(&mut proxy, &base, 1);
 }

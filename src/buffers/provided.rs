@@ -7,6 +7,13 @@
 //! With IOU_PBUF_RING_INC (6.12) the kernel consumes a buffer in pieces: a
 //! 40-byte packet takes 40 bytes of a 16 KiB buffer, not all of it, and the
 //! next receive (of any connection of the worker) lands right behind it.
+//! With IORING_RECVSEND_BUNDLE (6.10) one receive CQE covers several ring
+//! buffers, the ones that follow the named buffer in ring order (the
+//! kernel takes them from the ring's head): [`BufRing::take`] splits it
+//! into one chunk per buffer, from a mirror of which buffer sits in which
+//! ring entry, and [`BufRing::join`] merges chunks that lie back to back in
+//! memory, so a large result is received and sent in large pieces without
+//! a byte copied.
 //!
 //! Ownership (rule 4 of `buffers`): a piece of a buffer is a [`Chunk`],
 //! owned by userspace from the CQE that names it until [`BufRing::put`].
@@ -19,7 +26,7 @@ use std::io;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 
-use io_uring::{cqueue, opcode, types};
+use io_uring::{cqueue, opcode, squeue, types};
 
 use super::mapping::Mapping;
 use crate::metrics::Metrics;
@@ -77,6 +84,7 @@ impl Chunk {
     }
 
     /// Drop the first `n` bytes (they were copied out); the loan is kept.
+    /// Only chunks of one buffer are advanced (joined chunks are sent whole).
     pub fn advance(&mut self, n: usize) {
         assert!(!self.in_flight && n <= self.len());
         self.off += n as u32;
@@ -112,6 +120,24 @@ pub struct BufRing {
     /// Our copy of the tail the kernel reads.
     tail: u16,
     incremental: bool,
+    /// Receives take bundles (IORING_RECVSEND_BUNDLE).
+    bundle: bool,
+    /// [`Self::join`] makes chunks of at most this many bytes.
+    join_limit: u32,
+    /// Buffers done with, not yet back on the ring: published together in
+    /// id order (`hold` of them, or sooner when the ring runs low), so the
+    /// ring keeps runs of consecutive ids, which is what lets a bundle's
+    /// buffers join into one send. Published as they came back, the ring's
+    /// order scrambled within seconds of load (each bundle that ended
+    /// inside a run split it for good), and sends per MiB crept from ~15
+    /// back towards one per buffer.
+    freed: Vec<u16>,
+    hold: usize,
+    /// The buffer id written into each ring entry (index: tail & mask).
+    entry_bid: Vec<u16>,
+    /// Where each buffer was last published: the tail value then (a
+    /// bundle's buffers are the entries that follow its first one).
+    entry_of: Vec<u16>,
     state: Vec<BufState>,
     /// Buffers out of the kernel's hands (done, not yet back on the ring).
     out: usize,
@@ -171,6 +197,13 @@ impl BufRing {
             size,
             tail: 0,
             incremental,
+            bundle: false,
+            join_limit: size,
+            freed: Vec::new(),
+            // Small rings give every buffer back at once (the tiny-ring test).
+            hold: usize::from(count) / 16,
+            entry_bid: vec![0; usize::from(entries)],
+            entry_of: vec![0; usize::from(count)],
             state: vec![BufState::default(); usize::from(count)],
             out: 0,
             in_use: 0,
@@ -189,6 +222,47 @@ impl BufRing {
 
     pub fn incremental(&self) -> bool {
         self.incremental
+    }
+
+    /// Receives take bundles of buffers ([`Self::enable_bundles`]).
+    pub fn bundles(&self) -> bool {
+        self.bundle
+    }
+
+    /// Make receives take bundles where the kernel has them
+    /// (IORING_FEAT_RECVSEND_BUNDLE, 6.10; one log line when it does not),
+    /// and let a bundle, and a chunk [`Self::join`] builds, hold up to
+    /// `join_limit` bytes (a large read's size: `--large-read-size`), but
+    /// never more than an eighth of the ring: one receive or send must not
+    /// hold the ring every other connection reads through (a bundle takes
+    /// as many buffers as the socket has bytes waiting; on a 4-buffer ring
+    /// it took all four each time). Before any receive is armed.
+    pub fn enable_bundles(&mut self, ring: &Ring, join_limit: u32) {
+        let ring_bytes = u64::from(self.count) * u64::from(self.size);
+        let eighth = u32::try_from(ring_bytes / 8).unwrap_or(u32::MAX);
+        self.join_limit = join_limit.min(eighth).max(self.size);
+        self.bundle = ring.recvsend_bundle();
+        if !self.bundle {
+            self.log_no_bundles("IORING_RECVSEND_BUNDLE needs Linux 6.10+");
+        }
+    }
+
+    /// Receive without bundles (the kernel refused a capped bundled
+    /// receive: the cap needs 6.16+, where a multishot receive takes a
+    /// length); one log line.
+    pub fn disable_bundles(&mut self, why: &str) {
+        self.bundle = false;
+        self.log_no_bundles(why);
+    }
+
+    fn log_no_bundles(&self, why: &str) {
+        if self.worker == 0 {
+            tracing::info!(
+                "read-buffer ring without bundled receives ({why}): a receive fills at most \
+                 one {}-byte buffer",
+                self.size
+            );
+        }
     }
 
     pub fn count(&self) -> usize {
@@ -224,6 +298,8 @@ impl BufRing {
             e.set_len(self.size);
             e.set_bid(bid);
         }
+        self.entry_bid[idx] = bid;
+        self.entry_of[usize::from(bid)] = self.tail;
         self.tail = self.tail.wrapping_add(1);
     }
 
@@ -240,48 +316,122 @@ impl BufRing {
         }
     }
 
-    /// A receive CQE with `res > 0` bytes: the chunk it names. `None` when
-    /// the CQE names no buffer (never for a successful buffer-select recv).
-    pub fn take(&mut self, res: i32, flags: u32) -> Option<Chunk> {
-        let bid = cqueue::buffer_select(flags)?;
-        if bid >= self.count || res <= 0 {
-            return None;
+    /// A receive CQE with `res > 0` bytes: queue the chunks it filled on
+    /// `out`, one per ring buffer (several for a bundle). False when the CQE
+    /// names no buffer (never for a successful buffer-select recv).
+    ///
+    /// A bundle's bytes fill the named buffer (from where the kernel left
+    /// it, with incremental consumption) and then the buffers of the
+    /// following ring entries, each to its end but the last: the kernel
+    /// takes them from the ring's head in order (io_ring_buffers_peek), and
+    /// `entry_bid` remembers which buffer each entry holds. Every buffer
+    /// but the last is finished; the last is finished unless
+    /// IORING_CQE_F_BUF_MORE says the kernel goes on filling it.
+    pub fn take(&mut self, res: i32, flags: u32, out: &mut VecDeque<Chunk>) -> bool {
+        let Some(first) = cqueue::buffer_select(flags) else {
+            return false;
+        };
+        if first >= self.count || res <= 0 {
+            return false;
         }
-        let len = res as u32;
-        let incremental = self.incremental;
-        let st = &mut self.state[usize::from(bid)];
-        let off = if incremental { st.consumed } else { 0 };
-        if incremental {
-            st.consumed += len;
+        let mut left = res as u32;
+        let mut entry = self.entry_of[usize::from(first)];
+        let mut bid = first;
+        loop {
+            let incremental = self.incremental;
+            let size = self.size;
+            let st = &mut self.state[usize::from(bid)];
+            let off = if incremental { st.consumed } else { 0 };
+            let len = left.min(size - off);
+            left -= len;
+            let last = left == 0;
+            if incremental {
+                st.consumed += len;
+            }
+            // Without IOU_PBUF_RING_INC every CQE ends the kernel's use of
+            // its buffers; with it, all but a last one with F_BUF_MORE.
+            let done = !last || !incremental || !cqueue::buffer_more(flags);
+            if done && !st.kernel_done {
+                st.kernel_done = true;
+                self.out += 1;
+            }
+            if st.loans == 0 {
+                self.in_use += 1;
+            }
+            st.loans += 1;
+            // A cut with more bytes behind it: inside a bundle always; at
+            // its end when the socket still had bytes.
+            // (Without incremental consumption no chunk is marked, as before
+            // bundles.)
+            let tail = incremental && (!last || (done && cqueue::sock_nonempty(flags)));
+            out.push_back(Chunk {
+                bid,
+                off,
+                len,
+                in_flight: false,
+                tail,
+            });
+            if last {
+                break;
+            }
+            entry = entry.wrapping_add(1);
+            bid = self.entry_bid[usize::from(entry & self.mask)];
+            if bid >= self.count || len == 0 {
+                // Cannot happen with the kernel's accounting; stop rather
+                // than hand out a buffer that was not filled.
+                debug_assert!(false, "bundle ran past the ring");
+                break;
+            }
         }
-        // Without IOU_PBUF_RING_INC every CQE ends the kernel's use of the
-        // buffer; with it, only the one without IORING_CQE_F_BUF_MORE.
-        let done = !incremental || !cqueue::buffer_more(flags);
-        if done && !st.kernel_done {
-            st.kernel_done = true;
-            self.out += 1;
+        if !self.freed.is_empty() && self.available() < usize::from(self.count) / 4 {
+            // The ring runs low: what is held back goes on it now.
+            self.flush_freed();
         }
-        if st.loans == 0 {
-            self.in_use += 1;
-        }
-        st.loans += 1;
         self.export();
-        let tail = incremental && done && cqueue::sock_nonempty(flags);
-        Some(Chunk {
-            bid,
-            off,
-            len,
-            in_flight: false,
-            tail,
-        })
+        true
+    }
+
+    /// The buffers a chunk spans (one, or several after [`Self::join`]).
+    fn span(&self, chunk: &Chunk) -> std::ops::RangeInclusive<u16> {
+        let last = (chunk.off + chunk.len.max(1) - 1) / self.size;
+        chunk.bid..=chunk.bid + last as u16
+    }
+
+    /// `next` starts where `chunk` ends in memory (the next piece of the
+    /// same buffer, or the start of the buffer with the next id).
+    pub fn adjacent(&self, chunk: &Chunk, next: &Chunk) -> bool {
+        let end = u64::from(chunk.bid) * u64::from(self.size) + u64::from(chunk.off + chunk.len);
+        let start = u64::from(next.bid) * u64::from(self.size) + u64::from(next.off);
+        end == start && !chunk.in_flight && !next.in_flight
+    }
+
+    /// Merge `next` into `chunk`, which it follows in memory
+    /// ([`Self::adjacent`]): one send then carries both. The merged chunk
+    /// holds one loan on every buffer it spans. `next` is handed back when
+    /// it does not follow, or the merged chunk would pass the join limit.
+    pub fn join(&mut self, chunk: &mut Chunk, next: Chunk) -> Result<(), Chunk> {
+        if !self.adjacent(chunk, &next) || chunk.len + next.len > self.join_limit {
+            return Err(next);
+        }
+        if self.span(chunk).end() == &next.bid {
+            // Both held a loan on the buffer where they meet: keep one.
+            let st = &mut self.state[usize::from(next.bid)];
+            debug_assert!(st.loans >= 2);
+            st.loans -= 1;
+        }
+        chunk.len += next.len;
+        chunk.tail = next.tail;
+        Ok(())
     }
 
     /// The bytes of a held chunk.
     pub fn bytes(&self, chunk: &Chunk) -> &[u8] {
+        assert!(usize::from(*self.span(chunk).end()) < usize::from(self.count));
         // SAFETY: the chunk is a loan of bytes the kernel wrote and will not
-        // write again until the buffer is back on the ring, which needs this
-        // loan put first; `off + len` stays inside the buffer (the kernel's
-        // byte count).
+        // write again until its buffers are back on the ring, which needs
+        // this loan put first; `off + len` stays inside the buffers it spans
+        // (the kernel's byte count; a joined chunk spans buffers with
+        // consecutive ids, which lie back to back in `bufs`).
         unsafe {
             std::slice::from_raw_parts(self.buf_ptr(chunk.bid).add(chunk.off as usize), chunk.len())
         }
@@ -293,20 +443,38 @@ impl BufRing {
         if chunk.in_flight {
             return Err(chunk);
         }
-        let st = &mut self.state[usize::from(chunk.bid)];
-        debug_assert!(st.loans > 0);
-        st.loans = st.loans.saturating_sub(1);
-        if st.loans == 0 {
-            self.in_use -= 1;
-            if st.kernel_done {
-                *st = BufState::default();
-                self.out -= 1;
-                self.publish(chunk.bid);
-                self.commit_tail();
+        for bid in self.span(&chunk) {
+            let st = &mut self.state[usize::from(bid)];
+            debug_assert!(st.loans > 0);
+            st.loans = st.loans.saturating_sub(1);
+            if st.loans == 0 {
+                self.in_use -= 1;
+                if st.kernel_done {
+                    *st = BufState::default();
+                    self.freed.push(bid);
+                }
             }
+        }
+        if !self.freed.is_empty()
+            && (self.freed.len() >= self.hold || self.available() < usize::from(self.count) / 4)
+        {
+            self.flush_freed();
         }
         self.export();
         Ok(())
+    }
+
+    /// Put the buffers done with back on the ring, in id order.
+    fn flush_freed(&mut self) {
+        let mut freed = std::mem::take(&mut self.freed);
+        freed.sort_unstable();
+        for &bid in &freed {
+            self.out -= 1;
+            self.publish(bid);
+        }
+        self.commit_tail();
+        freed.clear();
+        self.freed = freed;
     }
 
     fn export(&self) {
@@ -340,8 +508,28 @@ impl BufRing {
     }
 
     /// A multishot receive on `fd` that takes buffers from this ring.
+    /// With bundles, each CQE covers as many buffers as the bytes waiting
+    /// in the socket fill, up to the join limit.
     pub fn recv_multi_sqe(&self, fd: SockRef, user_data: u64) -> Sqe {
-        let entry = sock_op!(fd, |t| opcode::RecvMulti::new(t, BGID).build()).user_data(user_data);
+        let entry = if self.bundle {
+            let mut e = sock_op!(fd, |t| opcode::RecvMultiBundle::new(t, BGID).build());
+            // The io-uring crate has no length for it: the SQE's `len`
+            // (offset 24 of the uapi's io_uring_sqe; `Entry` is that struct,
+            // repr(C)) caps the bytes of each CQE (6.16+; older kernels
+            // refuse it, and the probe then turns bundles off).
+            let len_at = (&mut e as *mut squeue::Entry).cast::<u8>();
+            // SAFETY: offset 24..28 is `len` (u32) inside the 64-byte SQE.
+            unsafe {
+                len_at
+                    .add(24)
+                    .cast::<u32>()
+                    .write_unaligned(self.join_limit)
+            };
+            e
+        } else {
+            sock_op!(fd, |t| opcode::RecvMulti::new(t, BGID).build())
+        }
+        .user_data(user_data);
         // SAFETY: the only memory the receive can name is the registered
         // ring's buffers, which stay mapped until after the io_uring is
         // dropped; each CQE hands its piece to userspace as a `Chunk`.
@@ -381,7 +569,9 @@ impl BufRing {
                     ended = true;
                 } else if c.user_data == u64::from(recv) {
                     if c.result > 0 {
-                        if let Some(chunk) = self.take(c.result, c.flags) {
+                        let mut chunks = VecDeque::new();
+                        self.take(c.result, c.flags, &mut chunks);
+                        for chunk in chunks {
                             let _ = self.put(chunk);
                         }
                     }
@@ -507,6 +697,14 @@ mod tests {
     use crate::ring::{DebugKnobs, OpTag, Token};
     use std::os::fd::AsRawFd;
 
+    /// The one chunk a CQE without a bundle filled.
+    fn take1(br: &mut BufRing, res: i32, flags: u32) -> Chunk {
+        let mut q = VecDeque::new();
+        assert!(br.take(res, flags, &mut q), "a buffer");
+        assert_eq!(q.len(), 1, "one buffer");
+        q.pop_front().unwrap()
+    }
+
     /// Receive `want` CQEs of the multishot `recv`.
     fn cqes(ring: &mut Ring, recv: u64, want: usize) -> Vec<(i32, u32)> {
         let mut got = Vec::new();
@@ -548,8 +746,8 @@ mod tests {
             cqueue::more(f1) && cqueue::more(f2),
             "the receive stays armed"
         );
-        let mut c1 = br.take(r1, f1).expect("a buffer");
-        let c2 = br.take(r2, f2).expect("a buffer");
+        let mut c1 = take1(&mut br, r1, f1);
+        let c2 = take1(&mut br, r2, f2);
         assert_eq!(br.bytes(&c1), b"hello");
         assert_eq!(br.bytes(&c2), b"world!");
         if br.incremental() {
@@ -610,7 +808,7 @@ mod tests {
         ring.push(br.recv_multi_sqe(a.as_raw_fd().into(), recv));
         b.send(b"one").unwrap();
         let (r, f) = cqes(&mut ring, recv, 1)[0];
-        let c = br.take(r, f).expect("chunk");
+        let c = take1(&mut br, r, f);
         assert_eq!(br.available(), 0);
         b.send(b"two").unwrap();
         let (r2, f2) = cqes(&mut ring, recv, 1)[0];
@@ -621,7 +819,7 @@ mod tests {
         let recv2 = u64::from(Token::new(OpTag::Ignore, 9, 1));
         ring.push(br.recv_multi_sqe(a.as_raw_fd().into(), recv2));
         let (r3, f3) = cqes(&mut ring, recv2, 1)[0];
-        let c3 = br.take(r3, f3).expect("chunk");
+        let c3 = take1(&mut br, r3, f3);
         assert_eq!(br.bytes(&c3), b"two", "the bytes waited in the socket");
         br.put(c3).unwrap();
         drop(b);
@@ -645,7 +843,7 @@ mod tests {
         ring.push(br.recv_multi_sqe(c.as_raw_fd().into(), other));
         d.send(b"held").unwrap();
         let (r, f) = cqes(&mut ring, other, 1)[0];
-        let held = br.take(r, f).expect("chunk");
+        let held = take1(&mut br, r, f);
         assert_eq!(br.available(), 0);
         // An idle socket's receive, issued now: no byte waits on `a`.
         let idle = u64::from(Token::new(OpTag::Ignore, 11, 1));
@@ -663,5 +861,205 @@ mod tests {
         br.put(held).unwrap();
         drop((b, d));
         cqes(&mut ring, other, 1);
+    }
+
+    /// A connected TCP pair on loopback (bundles follow the bytes waiting
+    /// in the socket, as on the proxy's sockets).
+    fn tcp_pair() -> (std::net::TcpStream, std::net::TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let a = std::net::TcpStream::connect(l.local_addr().unwrap()).expect("connect");
+        let (b, _) = l.accept().expect("accept");
+        (a, b)
+    }
+
+    /// A ring of 16 buffers of 4 KiB with bundled receives (this kernel
+    /// has them: 6.10+) and incremental consumption (6.12+); bundles and
+    /// joins are capped at an eighth of the ring, 8 KiB.
+    fn bundle_ring() -> (Ring, BufRing) {
+        let ring = Ring::with_knobs(8, 64, DebugKnobs::default()).expect("ring");
+        let mut br =
+            BufRing::register(&ring, 16, 4096, Metrics::new(1, BufferMode::Ring), 0).expect("ring");
+        br.enable_bundles(&ring, 1 << 20);
+        assert!(br.bundles() && br.incremental(), "6.12+ kernel");
+        assert_eq!(br.join_limit, 8192);
+        (ring, br)
+    }
+
+    /// Receive CQEs of `recv` until `want` bytes have come, each split
+    /// into its chunks; also how many CQEs covered more than one buffer.
+    fn bundle_bytes(
+        ring: &mut Ring,
+        br: &mut BufRing,
+        recv: u64,
+        want: usize,
+    ) -> (VecDeque<Chunk>, usize) {
+        let mut q = VecDeque::new();
+        let (mut got, mut bundles) = (0, 0);
+        while got < want {
+            // One wait may reap several CQEs.
+            for (r, f) in cqes(ring, recv, 1) {
+                assert!(r > 0 && cqueue::more(f), "bytes, receive armed: {r}");
+                let before = q.len();
+                assert!(br.take(r, f, &mut q));
+                bundles += usize::from(q.len() - before > 1);
+                got += r as usize;
+            }
+        }
+        assert_eq!(got, want);
+        (q, bundles)
+    }
+
+    fn pattern(n: usize, seed: u8) -> Vec<u8> {
+        (0..n).map(|i| (i % 251) as u8 ^ seed).collect()
+    }
+
+    /// Real kernel (6.18): a bundled multishot receive on an incremental
+    /// ring goes on in the buffer a small receive left partly used (at its
+    /// offset), fills the next ring buffers, and keeps the last one for
+    /// the next receive (IORING_CQE_F_BUF_MORE): bundles and incremental
+    /// consumption work together. The SQE's length caps each CQE (6.16+).
+    /// Ring order is bid order here, so the pieces join into chunks of up
+    /// to the cap (a send each), and every buffer comes back.
+    #[test]
+    fn a_bundle_continues_a_partly_used_buffer_and_its_pieces_join() {
+        use std::io::Write;
+        let (mut ring, mut br) = bundle_ring();
+        let (a, mut b) = tcp_pair();
+        let recv = u64::from(Token::new(OpTag::Ignore, 12, 1));
+        ring.push(br.recv_multi_sqe(a.as_raw_fd().into(), recv));
+        b.write_all(&[7; 100]).unwrap();
+        let (small, _) = bundle_bytes(&mut ring, &mut br, recv, 100);
+        assert_eq!((small[0].bid, small[0].off, small[0].len), (0, 0, 100));
+        for c in small {
+            br.put(c).unwrap();
+        }
+        let data = pattern(3 * 4096, 1);
+        b.write_all(&data).unwrap();
+        let (mut q, bundles) = bundle_bytes(&mut ring, &mut br, recv, data.len());
+        assert!(bundles >= 1, "one CQE covered several buffers");
+        assert_eq!(
+            (q[0].bid, q[0].off),
+            (0, 100),
+            "the bundle goes on where the small receive left buffer 0"
+        );
+        let last = q.back().unwrap();
+        assert_eq!((last.bid, last.off, last.len), (3, 0, 100));
+        assert_eq!(br.available(), 13, "buffer 3 is still the kernel's");
+        assert_eq!(br.in_use(), 4);
+        let mut seen = Vec::new();
+        let mut sends = 0;
+        while let Some(mut cur) = q.pop_front() {
+            while let Some(next) = q.pop_front() {
+                if let Err(next) = br.join(&mut cur, next) {
+                    q.push_front(next);
+                    break;
+                }
+            }
+            assert!(cur.len() <= 8192, "joined beyond the cap");
+            seen.extend_from_slice(br.bytes(&cur));
+            sends += 1;
+            let n = cur.len();
+            let _send = br.send_sqe(&mut cur, b.as_raw_fd().into(), 0, n, 0);
+            let mut cur = br.put(cur).expect_err("in flight");
+            cur.complete_write();
+            br.put(cur).unwrap();
+        }
+        assert_eq!(seen, data, "every byte in order");
+        assert_eq!(sends, 2, "12 KiB in 8 KiB pieces");
+        assert_eq!((br.in_use(), br.available()), (0, 16));
+        drop(b);
+        cqes(&mut ring, recv, 1);
+    }
+
+    /// Real kernel: a bundle's buffers are the ring entries after the one
+    /// the CQE names, which are not consecutive ids once buffers come back
+    /// out of order: the mirror of the ring hands out the right buffers,
+    /// and pieces that are not back to back in memory do not join.
+    #[test]
+    fn a_bundle_follows_ring_order_not_buffer_ids() {
+        use std::io::Write;
+        let (mut ring, mut br) = bundle_ring();
+        let (a, mut b) = tcp_pair();
+        let recv = u64::from(Token::new(OpTag::Ignore, 13, 1));
+        ring.push(br.recv_multi_sqe(a.as_raw_fd().into(), recv));
+        let first = pattern(16 * 4096, 2);
+        b.write_all(&first).unwrap();
+        let (q, _) = bundle_bytes(&mut ring, &mut br, recv, first.len());
+        let mut held: Vec<Option<Chunk>> = (0..16).map(|_| None).collect();
+        let mut seen = Vec::new();
+        for c in q {
+            seen.extend_from_slice(br.bytes(&c));
+            let bid = usize::from(c.bid);
+            held[bid] = Some(c);
+        }
+        assert_eq!(seen, first);
+        assert_eq!(br.available(), 0);
+        // Back on the ring as 15, 14, ..., 0 (one at a time: `hold` is 1).
+        for bid in (0..16).rev() {
+            br.put(held[bid].take().expect("one chunk per buffer"))
+                .unwrap();
+        }
+        let second = pattern(16 * 4096, 3);
+        b.write_all(&second).unwrap();
+        let (q, bundles) = bundle_bytes(&mut ring, &mut br, recv, second.len());
+        assert!(bundles >= 1, "one CQE covered several buffers");
+        let bids: Vec<u16> = q.iter().map(|c| c.bid).collect();
+        assert_eq!(bids, (0..16).rev().collect::<Vec<u16>>(), "ring order");
+        let mut seen = Vec::new();
+        let mut q = q;
+        let mut cur = q.pop_front().unwrap();
+        while let Some(next) = q.pop_front() {
+            seen.extend_from_slice(br.bytes(&cur));
+            cur = match br.join(&mut cur, next) {
+                Ok(()) => panic!("descending ids are not back to back"),
+                Err(next) => {
+                    br.put(cur).unwrap();
+                    next
+                }
+            };
+        }
+        seen.extend_from_slice(br.bytes(&cur));
+        br.put(cur).unwrap();
+        assert_eq!(seen, second);
+        assert_eq!((br.in_use(), br.available()), (0, 16));
+        drop(b);
+        cqes(&mut ring, recv, 1);
+    }
+
+    /// Bundles forced off (`ProbeFail::bundle`): receives fill one buffer
+    /// each, as before 6.10.
+    #[test]
+    fn bundles_forced_off_receive_one_buffer_per_cqe() {
+        use std::io::Write;
+        let ring = Ring::with_knobs(
+            8,
+            16,
+            DebugKnobs {
+                probe_fail: crate::ring::ProbeFail {
+                    bundle: true,
+                    ..Default::default()
+                },
+                ..DebugKnobs::default()
+            },
+        )
+        .expect("ring");
+        let mut ring = ring;
+        let mut br =
+            BufRing::register(&ring, 4, 4096, Metrics::new(1, BufferMode::Ring), 0).expect("ring");
+        br.enable_bundles(&ring, 1 << 20);
+        assert!(!br.bundles());
+        let (a, mut b) = tcp_pair();
+        let recv = u64::from(Token::new(OpTag::Ignore, 14, 1));
+        ring.push(br.recv_multi_sqe(a.as_raw_fd().into(), recv));
+        let data = pattern(3 * 4096, 4);
+        b.write_all(&data).unwrap();
+        let (q, bundles) = bundle_bytes(&mut ring, &mut br, recv, data.len());
+        assert_eq!(bundles, 0);
+        assert_eq!(q.len(), 3);
+        for c in q {
+            br.put(c).unwrap();
+        }
+        drop(b);
+        cqes(&mut ring, recv, 1);
     }
 }

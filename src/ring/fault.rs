@@ -10,7 +10,7 @@
 //! - `RINGGATE_DEBUG_CQ_ENTRIES=N`: a completion ring of N entries, so that
 //!   real kernel CQ overflow happens under load.
 //!
-//! - `RINGGATE_DEBUG_PROBE_FAIL=buf_ring,recv_multishot,pbuf_inc,ring_fd,direct_fd`:
+//! - `RINGGATE_DEBUG_PROBE_FAIL=buf_ring,recv_multishot,pbuf_inc,ring_fd,direct_fd,bundle`:
 //!   the start-up probes of `--read-buffers ring` (and the ring-fd
 //!   registration, and direct descriptors) report these kernel features missing, so each fallback
 //!   runs on a kernel that has them.
@@ -37,9 +37,11 @@ pub struct ProbeFail {
     pub ring_fd: bool,
     /// Direct descriptors (registered file table + IORING_FILE_INDEX_ALLOC, 5.19).
     pub direct_fd: bool,
+    /// IORING_RECVSEND_BUNDLE (bundled receives, 6.10).
+    pub bundle: bool,
 }
 
-/// Parse `name[,name]`: buf_ring, recv_multishot, pbuf_inc, ring_fd, direct_fd.
+/// Parse `name[,name]`: buf_ring, recv_multishot, pbuf_inc, ring_fd, direct_fd, bundle.
 pub fn parse_probe_fail(spec: &str) -> Result<ProbeFail, String> {
     let mut p = ProbeFail::default();
     for item in spec.split(',').filter(|s| !s.is_empty()) {
@@ -49,10 +51,11 @@ pub fn parse_probe_fail(spec: &str) -> Result<ProbeFail, String> {
             "pbuf_inc" => p.pbuf_inc = true,
             "ring_fd" => p.ring_fd = true,
             "direct_fd" => p.direct_fd = true,
+            "bundle" => p.bundle = true,
             _ => {
                 return Err(format!(
                     "unknown probe `{item}` (known: buf_ring, recv_multishot, pbuf_inc, ring_fd, \
-                     direct_fd)"
+                     direct_fd, bundle)"
                 ))
             }
         }

@@ -331,6 +331,12 @@ impl Ring {
         self.features
     }
 
+    /// IORING_FEAT_RECVSEND_BUNDLE (6.10): receives may take bundles of
+    /// provided buffers (false when forced by `ProbeFail::bundle`).
+    pub fn recvsend_bundle(&self) -> bool {
+        self.uring.params().is_feature_recvsend_bundle() && !self.probe_fail.bundle
+    }
+
     /// SQ entries the kernel gave us (for the start-up log).
     pub fn sq_capacity(&self) -> u32 {
         self.uring.params().sq_entries()

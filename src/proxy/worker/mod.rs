@@ -279,7 +279,20 @@ fn ring_buffers(
 ) -> Result<BufRing, RingSetupError> {
     let count = u16::try_from(cfg.read_buffer_count).unwrap_or(u16::MAX);
     let mut bufs = BufRing::register(ring, count, cfg.read_buffer_size, metrics, id)?;
-    if let Err(e) = bufs.probe_recv_multishot(ring) {
+    bufs.enable_bundles(ring, cfg.large_read_size);
+    let mut probed = bufs.probe_recv_multishot(ring);
+    if probed.is_err() && bufs.bundles() {
+        bufs.disable_bundles(&format!(
+            "a capped bundled receive failed: {}",
+            probed
+                .as_ref()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        ));
+        probed = bufs.probe_recv_multishot(ring);
+    }
+    if let Err(e) = probed {
         // Nothing may take from the ring once its memory is unmapped.
         let _ = ring.unregister_buf_ring(crate::buffers::provided::BGID);
         return Err(e);

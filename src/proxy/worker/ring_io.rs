@@ -89,10 +89,9 @@ fn on_cqe(recv: &mut RingRecv, ring: &mut BufRing, res: i32, flags: u32, wm: &Wo
     }
     if res > 0 {
         recv.took = true;
-        match ring.take(res, flags) {
-            Some(chunk) => recv.queue.push_back(chunk),
+        if !ring.take(res, flags, &mut recv.queue) {
             // A receive without a buffer: nothing we can deliver.
-            None => recv.end = Some(-libc::EIO),
+            recv.end = Some(-libc::EIO);
         }
     } else if res == -libc::ENOBUFS {
         wm.ring_enobufs_total.fetch_add(1, Relaxed);
@@ -432,12 +431,26 @@ impl Worker {
             res = buf.filled_len() as i32;
             buf.filled()
         } else if let Some(chunk) = recv.queue.pop_front() {
+            let mut chunk = chunk;
+            let kept = buf.as_ref().is_some_and(|b| b.filled_len() > 0);
+            if side == Side::Backend && !kept && !session.relay_between_commands() {
+                // A response is owed, so the relay forwards all it is
+                // handed: give it every queued chunk that follows this one
+                // in memory (a bundle's buffers, the next pieces of an
+                // incremental buffer), up to a large read's size, for one
+                // send instead of one per ring buffer.
+                while let Some(next) = recv.queue.pop_front() {
+                    if let Err(next) = ring.join(&mut chunk, next) {
+                        recv.queue.push_front(next);
+                        break;
+                    }
+                }
+            }
             res = chunk.len() as i32;
             match buf.filter(|b| b.filled_len() > 0) {
                 Some(buf) => {
                     // Bytes kept from earlier reads come first; what does
                     // not fit stays queued for the next read.
-                    let mut chunk = chunk;
                     let n = chunk.len().min(buf.capacity() - buf.filled_len());
                     buf.append(&ring.bytes(&chunk)[..n]);
                     copied(&self.shared, self.id, n);
