@@ -20,6 +20,12 @@ fn slots_held(proxy: &Proxy) -> usize {
         .sum()
 }
 
+/// The client still gets its answer (`SELECT 1`).
+fn answers(c: &mut mysql::Conn) {
+    let one: Option<u32> = c.query_first("SELECT 1").unwrap();
+    assert_eq!(one, Some(1));
+}
+
 fn socket_fds(proxy: &Proxy) -> usize {
     std::fs::read_dir(format!("/proc/{}/fd", proxy.pid()))
         .expect("read /proc/PID/fd")
@@ -46,10 +52,7 @@ fn clients_hold_slots_not_fds(mode: Mode) {
     let fds_before = socket_fds(&proxy);
     let held_before = slots_held(&proxy);
     let mut clients: Vec<_> = (0..20).map(|_| proxy.connect_app()).collect();
-    for c in clients.iter_mut() {
-        let one: Option<u32> = c.query_first("SELECT 1").unwrap();
-        assert_eq!(one, Some(1));
-    }
+    clients.iter_mut().for_each(answers);
     let m = proxy.metrics();
     assert_eq!(
         m.get("ringgate_direct_descriptors_in_use"),
@@ -93,8 +96,7 @@ fn a_kernel_without_direct_descriptors_falls_back_to_plain_fds_with_one_line() {
     let base = proxy.connections_total();
     {
         let mut c = proxy.connect_app();
-        let one: Option<u32> = c.query_first("SELECT 1").unwrap();
-        assert_eq!(one, Some(1));
+        answers(&mut c);
         assert_eq!(
             proxy.metrics().get("ringgate_direct_descriptors_in_use"),
             0.0
@@ -113,8 +115,7 @@ fn off_means_plain_fds_and_no_warning() {
     let base = proxy.connections_total();
     {
         let mut c = proxy.connect_app();
-        let one: Option<u32> = c.query_first("SELECT 1").unwrap();
-        assert_eq!(one, Some(1));
+        answers(&mut c);
         assert_eq!(
             proxy.metrics().get("ringgate_direct_descriptors_in_use"),
             0.0
@@ -134,10 +135,7 @@ fn clients_beyond_a_full_table_get_plain_fds() {
     let mut proxy = Proxy::start_with(o);
     let base = proxy.connections_total();
     let mut clients: Vec<_> = (0..140).map(|_| proxy.connect_app()).collect();
-    for c in clients.iter_mut() {
-        let one: Option<u32> = c.query_first("SELECT 1").unwrap();
-        assert_eq!(one, Some(1));
-    }
+    clients.iter_mut().for_each(answers);
     let m = proxy.metrics();
     assert_eq!(
         m.get("ringgate_direct_descriptors_in_use"),

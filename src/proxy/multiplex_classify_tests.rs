@@ -4,17 +4,10 @@
 //! comments, literals and longer identifiers.
 
 use super::*;
+use crate::proxy::multiplex::tests::query_packet;
 
 fn effect(sql: &str) -> Effect {
     classify_query(sql.as_bytes(), false)
-}
-
-fn packet(sql: &str) -> Vec<u8> {
-    let mut payload = vec![COM_QUERY];
-    payload.extend_from_slice(sql.as_bytes());
-    let mut out = Vec::new();
-    crate::mysql::packet::write_packet(&mut out, 0, &payload);
-    out
 }
 
 #[test]
@@ -124,7 +117,7 @@ fn may_insert_in_any_case_outside_literals() {
         "Load Data Infile 'f' INTO TABLE t",
         "WITH a AS (SELECT 1) INSERT INTO t SELECT * FROM a",
     ] {
-        assert!(may_insert(&packet(sql)), "{sql}");
+        assert!(may_insert(&query_packet(sql)), "{sql}");
     }
     for sql in [
         "SELECT 1",
@@ -134,7 +127,7 @@ fn may_insert_in_any_case_outside_literals() {
         "SELECT reinsert FROM t",
         "SELECT \"load\"",
     ] {
-        assert!(!may_insert(&packet(sql)), "{sql}");
+        assert!(!may_insert(&query_packet(sql)), "{sql}");
     }
     // Not a COM_QUERY.
     assert!(!may_insert(b"\x05\x00\x00\x00\x02INSERT"));

@@ -576,7 +576,9 @@ fn pin_reason_labels_match_the_metrics_table() {
     }
 }
 
-fn query_packet(sql: &str) -> Vec<u8> {
+/// A framed COM_QUERY of `sql` (sequence 0), as a client sends it; the
+/// classifier's tests use it too.
+pub(super) fn query_packet(sql: &str) -> Vec<u8> {
     let mut payload = vec![COM_QUERY];
     payload.extend_from_slice(sql.as_bytes());
     let mut out = Vec::new();
