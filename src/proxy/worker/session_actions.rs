@@ -426,7 +426,7 @@ impl Worker {
             SessionAction::Close => {
                 slot.closing = true;
                 // Also ends a poll the client waits on (POLLHUP).
-                let how = slot.io.shutdown();
+                let how = slot.io.shutdown_for_close();
                 self.shutdown_client(sid, how);
                 // A backend read waiting on its poll ends now (no wake-up
                 // is sure to come for it).
