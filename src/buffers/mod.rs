@@ -197,7 +197,10 @@ impl ReadBuffer {
 
     /// Append `data` after the valid bytes (ring mode keeps bytes across
     /// reads this way: a rewritten KILL, a server ERR in pieces; small and
-    /// rare). False, and nothing changed, when it does not fit.
+    /// rare). False, and nothing changed, when it does not fit: the caller
+    /// must not go on as if the bytes were kept (a dropped byte corrupts
+    /// the stream), hence `must_use`.
+    #[must_use = "false means nothing was copied: those bytes would be lost"]
     pub fn append(&mut self, data: &[u8]) -> bool {
         assert!(!self.in_flight);
         debug_assert_eq!(self.wire, 0, "ring mode has no TLS leg");
@@ -854,6 +857,24 @@ mod tests {
         // 12 + 5 > 16: refused, unchanged.
         assert!(!b.replace_prefix(2, b"KILL CONNECT"));
         assert_eq!(b.filled(), b"K1|rest");
+        assert!(pool.release(b).is_ok());
+    }
+
+    /// Ring mode's keep sites rely on this: an append that does not fit
+    /// copies nothing and says so (it never keeps a prefix and drops the
+    /// rest), and one that fits exactly keeps every byte.
+    #[test]
+    fn append_is_all_or_nothing() {
+        let mut pool = BufferPool::heap(16, Metrics::new(1, BufferMode::Heap), 0);
+        let mut b = pool.acquire(Owner::Backend);
+        assert!(b.append(b"0123456789"));
+        assert!(!b.append(b"abcdefg"), "10 + 7 > 16");
+        assert_eq!(b.filled(), b"0123456789");
+        assert!(b.append(b"abcdef"), "10 + 6 = 16");
+        assert_eq!(b.filled(), b"0123456789abcdef");
+        assert!(!b.append(b"x"));
+        assert!(b.append(b""), "nothing always fits");
+        assert_eq!(b.filled_len(), 16);
         assert!(pool.release(b).is_ok());
     }
 }

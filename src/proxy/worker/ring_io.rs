@@ -161,14 +161,26 @@ impl Worker {
         recv.owner = Some((sid.index, sid.generation));
         // A new read: any cancel of the previous one has been delivered.
         recv.cancelling = false;
+        let mut lost = 0;
         if let Some(chunk) = recv.current.take() {
             if side == Side::Backend {
                 // Kept for the next read, as the backend buffer keeps it
-                // in the other modes.
+                // in the other modes. It fits: the relay reads its backend
+                // again without forwarding only for a partial unsolicited
+                // ERR between commands (or one that beat a park's cancel),
+                // which the tracker bounds below 4 + MAX_UNSOLICITED_ERR =
+                // 4096 bytes, the smallest --read-buffer-size; longer data,
+                // even a chunk joined at delivery (a response owed, up to
+                // --large-read-size), is forwarded whole or ends the relay.
+                // A current chunk was handed over only to an empty buffer,
+                // and nothing fills that buffer before this read.
                 let buf = self.buffers.ensure(&mut io.buf, Owner::Backend);
                 if let Some(ring) = self.buffers.buf_ring() {
-                    buf.append(ring.bytes(&chunk));
-                    copied(&self.shared, self.id, chunk.len());
+                    if buf.append(ring.bytes(&chunk)) {
+                        copied(&self.shared, self.id, chunk.len());
+                    } else {
+                        lost = chunk.len();
+                    }
                 }
             }
             if let Some(ring) = self.buffers.buf_ring() {
@@ -177,6 +189,12 @@ impl Worker {
                     recv.current = Some(c);
                 }
             }
+        }
+        if lost > 0 {
+            self.ring_lost(sid, side, "a backend's kept bytes", lost);
+            // The read ends with the error ring_lost left on the receive.
+            self.ring_deliver(sid, side);
+            return true;
         }
         if recv.ready() {
             self.ring_deliver(sid, side);
@@ -397,6 +415,7 @@ impl Worker {
         // buffer (a copy of up to a read buffer per ring buffer's worth of
         // client traffic).
         let mut joined = false;
+        let mut lost = 0;
         if join {
             if recv.queue.len() < 2 && recv.armed {
                 // The continuation's CQE is on its way.
@@ -410,7 +429,12 @@ impl Worker {
                         break;
                     };
                     let n = c.len().min(buf.capacity() - buf.filled_len());
-                    buf.append(&ring.bytes(&c)[..n]);
+                    if !buf.append(&ring.bytes(&c)[..n]) {
+                        // Cannot happen: `n` is the room left.
+                        recv.queue.push_front(c);
+                        lost = n;
+                        break;
+                    }
                     copied(&self.shared, self.id, n);
                     joined = true;
                     if n == c.len() {
@@ -422,6 +446,10 @@ impl Worker {
                     }
                 }
             }
+        }
+        if lost > 0 {
+            self.ring_lost(sid, side, "a client's joined command", lost);
+            return self.ring_deliver(sid, side);
         }
         recv.waiting = false;
         let buf = io.buf.as_mut();
@@ -452,15 +480,21 @@ impl Worker {
                     // Bytes kept from earlier reads come first; what does
                     // not fit stays queued for the next read.
                     let n = chunk.len().min(buf.capacity() - buf.filled_len());
-                    buf.append(&ring.bytes(&chunk)[..n]);
-                    copied(&self.shared, self.id, n);
-                    if n == chunk.len() {
-                        let _ = ring.put(chunk);
-                    } else {
-                        chunk.advance(n);
+                    if !buf.append(&ring.bytes(&chunk)[..n]) {
+                        // Cannot happen: `n` is the room left.
                         recv.queue.push_front(chunk);
+                        lost = n;
+                        &[][..]
+                    } else {
+                        copied(&self.shared, self.id, n);
+                        if n == chunk.len() {
+                            let _ = ring.put(chunk);
+                        } else {
+                            chunk.advance(n);
+                            recv.queue.push_front(chunk);
+                        }
+                        buf.filled()
                     }
-                    buf.filled()
                 }
                 None => ring.bytes(recv.current.insert(chunk)),
             }
@@ -470,6 +504,10 @@ impl Worker {
         } else {
             return;
         };
+        if lost > 0 {
+            self.ring_lost(sid, side, "bytes behind kept ones", lost);
+            return self.ring_deliver(sid, side);
+        }
         let mut out = std::mem::take(&mut self.action_scratch);
         let ctx = worker_session_ctx!(self, ring);
         let backend = *backend;
@@ -798,15 +836,26 @@ impl Worker {
         let Some(chunk) = io.recv.as_mut().and_then(|r| r.current.take()) else {
             return;
         };
+        let mut lost = 0;
         if chunk.len() > end {
+            // They fit: only the client's side gets here (a backend's
+            // chunk is forwarded whole: `end` is all the relay was handed,
+            // an unsolicited ERR with bytes behind it ends the relay), and
+            // a client's chunk is never joined, so it is one ring buffer of
+            // --read-buffer-size at most, the connection buffer's size; the
+            // relay wrote it from the chunk, handed over to an empty
+            // buffer, which the write's completion cleared.
             let owner = match side {
                 Side::Client => Owner::Client,
                 Side::Backend => Owner::Backend,
             };
             let buf = self.buffers.ensure(&mut io.buf, owner);
             if let Some(ring) = self.buffers.buf_ring() {
-                buf.append(&ring.bytes(&chunk)[end..]);
-                copied(&self.shared, self.id, chunk.len() - end);
+                if buf.append(&ring.bytes(&chunk)[end..]) {
+                    copied(&self.shared, self.id, chunk.len() - end);
+                } else {
+                    lost = chunk.len() - end;
+                }
             }
         }
         let Some(ring) = self.buffers.buf_ring() else {
@@ -817,6 +866,9 @@ impl Worker {
             if let Some(r) = io.recv.as_mut() {
                 r.current = Some(c);
             }
+        }
+        if lost > 0 {
+            self.ring_lost(sid, side, "bytes behind a forwarded command", lost);
         }
     }
 
@@ -832,13 +884,65 @@ impl Worker {
         let Some(chunk) = slot.io.recv.as_mut().and_then(|r| r.current.take()) else {
             return;
         };
+        // It fits: a client's chunk is never joined (one ring buffer of
+        // --read-buffer-size at most, the connection buffer's size), and a
+        // current chunk was handed over only to an empty buffer.
         let buf = self.buffers.ensure(&mut slot.io.buf, Owner::Client);
         let Some(ring) = self.buffers.buf_ring() else {
             return;
         };
-        buf.append(ring.bytes(&chunk));
-        copied(&self.shared, self.id, chunk.len());
+        let kept = buf.append(ring.bytes(&chunk));
+        let n = chunk.len();
         let _ = ring.put(chunk);
+        if kept {
+            copied(&self.shared, self.id, n);
+        } else {
+            self.ring_lost(sid, Side::Client, "a client's staged command", n);
+        }
+    }
+
+    /// Bytes of a ring chunk that had to be kept in the connection's own
+    /// buffer did not fit it (`ReadBuffer::append` copied nothing). Each
+    /// site says why that cannot happen; if it does anyway, the session may
+    /// not go on with bytes missing from the MySQL stream (rule: nothing
+    /// lost). Debug builds stop here; release builds log one error line
+    /// and end the session: the side's receive drops what it queued and
+    /// ends with -EIO, so no byte behind the gap is handed over, and both
+    /// sockets are shut: the backend's at once (nothing more reaches the
+    /// server; the connection is discarded), the client's too, or, for a
+    /// direct descriptor, by an IORING_OP_SHUTDOWN (the session's own
+    /// packets, whole ones, may still go out before it lands).
+    fn ring_lost(&mut self, sid: SessionId, side: Side, site: &'static str, bytes: usize) {
+        debug_assert!(
+            false,
+            "ring mode: {site} ({bytes} bytes) do not fit the buffer"
+        );
+        tracing::error!(
+            worker = self.id,
+            site,
+            bytes,
+            "ring mode: bytes to keep did not fit the connection's buffer; closing the session \
+             rather than losing them"
+        );
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        let how = slot.io.shutdown();
+        let backend = slot.backend;
+        self.shutdown_client(sid, how);
+        if let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) {
+            b.io.shutdown();
+        }
+        let Some(recv) = self.recv_of(sid, side) else {
+            return;
+        };
+        recv.end = Some(-libc::EIO);
+        let queued = std::mem::take(&mut recv.queue);
+        if let Some(ring) = self.buffers.buf_ring() {
+            for c in queued {
+                let _ = ring.put(c);
+            }
+        }
     }
 
     /// Transaction pooling hands a client read to the session again once
