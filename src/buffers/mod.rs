@@ -44,6 +44,16 @@
 //!    send in flight cannot be given back ([`provided::Chunk`] carries the
 //!    same in-flight mark as a [`ReadBuffer`]).
 //!
+//! 5. A write linked to the read behind it and posting no CQE on success
+//!    (`Ring::push_write_then_read`, IOSQE_CQE_SKIP_SUCCESS) completes
+//!    without a CQE of its own: the read's CQE, whatever its result, proves
+//!    the write finished (the kernel runs the read only after the whole
+//!    write), so the owner completes the write ([`ReadBuffer::
+//!    complete_write`]) on that CQE, before it handles the read's. A write
+//!    that fails or is short posts its CQE, and then the read never ran and
+//!    posts none: that CQE also ends the read ([`ReadBuffer::read_dropped`]).
+//!    Kernel facts in `ring::link_tests`.
+//!
 //! The types enforce rules 1 and 3:
 //! - An SQE that points at a buffer can only be built by
 //!   [`ReadBuffer::read_sqe`], [`ReadBuffer::write_sqe`] or
@@ -311,6 +321,45 @@ impl ReadBuffer {
         unsafe { Sqe::new(entry.user_data(user_data)) }
     }
 
+    /// [`ReadBuffer::write_sqe`] with RWF_NOWAIT: a write the socket cannot
+    /// take at once completes (-EAGAIN, or short) instead of waiting for
+    /// room. For `Ring::push_write_then_read`, whose linked read must never
+    /// wait behind a write the peer is not draining (the half-duplex
+    /// deadlock `proxy::relay` describes): the write either finishes in the
+    /// enter that submits it, and the read runs, or comes back to its owner.
+    pub fn write_nowait_sqe(
+        &mut self,
+        fd: SockRef,
+        start: usize,
+        end: usize,
+        user_data: u64,
+    ) -> Sqe {
+        assert!(!self.in_flight, "second operation on a busy buffer");
+        assert!(
+            start < end && end <= self.filled,
+            "write beyond the completed bytes"
+        );
+        // SAFETY: `start < end <= filled <= capacity`.
+        let ptr = unsafe { self.base_ptr().add(start) };
+        let len = (end - start) as u32;
+        self.in_flight = true;
+        let nowait = libc::RWF_NOWAIT;
+        let entry = match self.memory {
+            Memory::Fixed { index, .. } => {
+                sock_op!(fd, |t| opcode::WriteFixed::new(t, ptr, len, index)
+                    .offset(SOCKET_OFFSET)
+                    .rw_flags(nowait)
+                    .build())
+            }
+            Memory::Heap(_) => sock_op!(fd, |t| opcode::Write::new(t, ptr, len)
+                .offset(SOCKET_OFFSET)
+                .rw_flags(nowait)
+                .build()),
+        };
+        // SAFETY: as in `read_sqe`: in flight until `complete_write`.
+        unsafe { Sqe::new(entry.user_data(user_data)) }
+    }
+
     /// The CQE of this buffer's operation was reaped. For a read, `read`
     /// is the byte count it delivered (appended to the valid bytes).
     pub fn complete(&mut self, read: usize) {
@@ -336,6 +385,13 @@ impl ReadBuffer {
         let end = (start + data.len()).min(self.capacity);
         self.as_mut_slice()[start..end].copy_from_slice(&data[..end - start]);
         self.filled = end;
+    }
+
+    /// A read linked behind a write that failed or was short (rule 5): the
+    /// kernel dropped it without running it and without a CQE; the write's
+    /// CQE is its end. Nothing was read.
+    pub fn read_dropped(&mut self) {
+        self.complete(0);
     }
 
     /// The CQE of a write was reaped: clear the in-flight mark only.

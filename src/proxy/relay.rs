@@ -250,6 +250,14 @@ impl Relay {
         self.tracker
     }
 
+    /// The backend read in flight (or just asked for) is owed an answer: the
+    /// server will send something, unlike the idle read between commands.
+    /// The driver links a command's write only to such a read, whose
+    /// completion is certain to come (`worker/link_write.rs`).
+    pub fn awaits_answer(&self) -> bool {
+        matches!(self.down, Down::Reading { .. })
+    }
+
     /// Waiting for the client's next command with nothing outstanding.
     pub fn idle_at_boundary(&self) -> bool {
         self.up == Up::Reading && self.down_free() && self.tracker.at_command_boundary()

@@ -445,6 +445,11 @@ impl Session {
     /// The relay waits for the client's next command with nothing owed:
     /// a backend read it asks for now watches the connection between
     /// commands rather than reading a response.
+    /// The relay's backend read is owed an answer ([`Relay::awaits_answer`]).
+    pub fn relay_awaits_answer(&self) -> bool {
+        matches!(&self.state, State::Relay(relay) if relay.awaits_answer())
+    }
+
     pub fn relay_between_commands(&self) -> bool {
         matches!(&self.state, State::Relay(relay) if relay.idle_at_boundary())
     }

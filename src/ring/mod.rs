@@ -38,6 +38,9 @@ mod token;
 #[cfg(test)]
 mod tests;
 
+#[cfg(test)]
+mod link_tests;
+
 pub use direct::MAX_FIXED_FILES;
 pub use fault::{
     parse_cq_entries, parse_fault_plan, parse_probe_fail, DebugKnobs, FaultPlan, ProbeFail,

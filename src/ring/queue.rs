@@ -118,6 +118,37 @@ impl Ring {
         }
     }
 
+    /// Queue `write` linked to `read` (IOSQE_IO_LINK), the write with
+    /// IOSQE_CQE_SKIP_SUCCESS, so that one enter submits both and sleeps
+    /// until the read completes. The kernel's contract (pinned by
+    /// `ring::link_tests`): a write that writes everything posts no CQE and
+    /// the read runs after it, so the read's CQE is also the write's; a
+    /// write that fails or is short posts its CQE and the read is dropped
+    /// without one (REQ_F_SKIP_LINK_CQES), never run. Pairs that cannot be
+    /// queued fail the same way: a synthetic completion for the write only.
+    pub fn push_write_then_read(&mut self, write: Sqe, read: Sqe) {
+        let w = write.user_data();
+        if self.faults.fail_push() {
+            return self.synthesize(w, -libc::EIO);
+        }
+        if let Some(errno) = self.latched {
+            return self.synthesize(w, -errno);
+        }
+        let flags = squeue::Flags::IO_LINK | squeue::Flags::SKIP_SUCCESS;
+        let pair = [write.0.flags(flags), read.0];
+        // SAFETY: as in `push`, for both entries.
+        if unsafe { self.uring.submission().push_multiple(&pair) }.is_ok() {
+            return;
+        }
+        if let Err(errno) = self.make_room(2) {
+            return self.synthesize(w, -errno);
+        }
+        // SAFETY: as in `push`, for both entries.
+        if unsafe { self.uring.submission().push_multiple(&pair) }.is_err() {
+            self.synthesize(w, -libc::EAGAIN);
+        }
+    }
+
     /// Submit, and wait for at least one completion unless the backlog
     /// already holds some (then it only submits). Returns a latched hard
     /// error: the worker must then stop.

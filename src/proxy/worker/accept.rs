@@ -207,6 +207,7 @@ impl Worker {
             backend: None,
             relay_ops: 0,
             up_write: (0, 0),
+            linked_write: None,
             down_write: (0, 0),
             counted,
             peer,

@@ -295,6 +295,7 @@ impl Worker {
                 );
                 let timeout = ops::link_timeout(connect_timeout, Token::new(OpTag::Ignore, 0, 0));
                 b.io.op_started();
+                self.flush_held_write();
                 self.ring.push_linked(connect, timeout);
             }
             BackendOp::Read => {

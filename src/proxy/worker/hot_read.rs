@@ -110,6 +110,14 @@ impl HotReads {
     }
 }
 
+impl HotReads {
+    /// The backend read just submitted never ran (it was linked behind a
+    /// write that failed, `link_write.rs`): no longer pending.
+    pub(super) fn read_dropped(&mut self) {
+        self.down_pending = false;
+    }
+}
+
 /// The cancel of a hot read completed with `res`: false when it failed and
 /// the read is still pending (anything but 0, -ENOENT: already completed,
 /// -EALREADY: completing now).

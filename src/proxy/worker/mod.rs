@@ -33,6 +33,7 @@ mod hot_read;
 mod idle_backend_io;
 mod idle_io;
 mod leg;
+mod link_write;
 mod ring_io;
 mod session_actions;
 mod session_io;
@@ -186,6 +187,10 @@ struct SessionSlot {
     relay_ops: u32,
     /// Bytes of the current relay write to the backend: (written, end).
     up_write: (usize, usize),
+    /// The relay write to the backend went out linked to the backend read
+    /// behind it, posting no CQE when it writes everything (`link_write.rs`):
+    /// its length, completed on that read's CQE (buffers rule 5).
+    linked_write: Option<usize>,
     /// Bytes of the current relay write to the client: (written, end).
     down_write: (usize, usize),
     /// Holds one unit of `Shared::clients`.
@@ -251,6 +256,12 @@ pub struct Worker {
     /// Reused for what the pool returns to a lease (transaction pooling
     /// leases once per statement).
     lease_scratch: Vec<PoolEvent>,
+    /// A relay write to the backend waiting for the read the relay asked
+    /// for right behind it, to go out linked to it (`link_write.rs`).
+    held_write: Option<(SessionId, Sqe, usize)>,
+    /// The next relay write to the backend is a command's first
+    /// (`WriteBackend`), which may be linked.
+    link_up_write: bool,
     /// Ring mode: backends given back while their receive was armed, by
     /// (index, generation), and what to do once it has ended.
     ring_pending: std::collections::HashMap<(u32, u32), ring_io::PendingRelease>,
@@ -489,6 +500,8 @@ impl Worker {
             now: Instant::now(),
             action_scratch: Vec::new(),
             lease_scratch: Vec::new(),
+            held_write: None,
+            link_up_write: false,
             ring_pending: std::collections::HashMap::new(),
             ring_starved: std::collections::VecDeque::new(),
             idle_poll: buffers_mode == BufferMode::Fixed && !shared.config.hold_idle_slots,
@@ -507,6 +520,7 @@ impl Worker {
     /// queue comes back as a failed completion, which the owner's normal
     /// error path rolls back.
     fn submit(&mut self, sqe: Sqe) {
+        self.flush_held_write();
         self.ring.push(sqe);
     }
 
@@ -609,7 +623,7 @@ impl Worker {
             } else if let Some(event) = self.pool_q.pop_front() {
                 self.do_pool_event(event);
             } else {
-                return;
+                return self.flush_held_write();
             }
         }
     }

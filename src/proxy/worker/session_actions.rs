@@ -189,7 +189,9 @@ impl Worker {
                 // Fixed mode: the answer is imminent; a backend read that
                 // waits on the poll becomes a READ_FIXED, submitted first.
                 self.hot_command_written(sid);
-                self.relay_submit(sid, RelayIo::UpWrite { pos: 0, end })
+                self.link_up_write = true;
+                self.relay_submit(sid, RelayIo::UpWrite { pos: 0, end });
+                self.link_up_write = false;
             }
             SessionAction::Relay(RelayOp::ReadBackend) => {
                 slot.down_cancelled = false;

@@ -77,6 +77,8 @@ impl Worker {
     }
 
     pub(super) fn on_up_write(&mut self, sid: SessionId, res: i32) {
+        // A linked write's CQE: the read behind it never ran.
+        self.linked_write_ended(sid);
         self.up_write_done(sid, res, false)
     }
 
@@ -115,8 +117,14 @@ impl Worker {
             self.try_finish_session(sid);
             return self.try_finish_backend(backend);
         }
-        let res = if res == 0 { -libc::EPIPE } else { res };
-        if res > 0 {
+        let res = match res {
+            0 => -libc::EPIPE,
+            // A linked write (RWF_NOWAIT, `link_write.rs`) found no room:
+            // nothing written; the rest goes out waiting for room.
+            e if e == -libc::EAGAIN => 0,
+            n => n,
+        };
+        if res >= 0 {
             self.shared
                 .metrics
                 .worker(self.id)
@@ -148,6 +156,8 @@ impl Worker {
     }
 
     pub(super) fn on_down_read(&mut self, sid: SessionId, res: i32) {
+        // Linked behind the command's write, the read ran after all of it.
+        self.linked_write_proven(sid);
         // Fixed mode: a hot read the worker cancelled because it went idle
         // waits on the backend's poll now.
         if self.idle_poll && self.down_read_cooled(sid, res) {
@@ -396,6 +406,10 @@ impl Worker {
             return;
         };
         let (client_fd, backend_fd) = (slot.io.fd(), b.io.fd());
+        let link = self.up_write_links(sid, io);
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
         let tag = match io {
             RelayIo::UpWrite { .. } => OpTag::UpWrite,
             RelayIo::DownRead => OpTag::DownRead,
@@ -457,16 +471,35 @@ impl Worker {
             RelayIo::DownRead => None,
         });
         let sqe = leg_sqe.unwrap_or_else(|| match io {
+            RelayIo::UpWrite { pos, end } if link => {
+                buf.write_nowait_sqe(backend_fd, pos, end, user_data)
+            }
             RelayIo::UpWrite { pos, end } => buf.write_sqe(backend_fd, pos, end, user_data),
             RelayIo::DownRead => buf.read_sqe(backend_fd, user_data),
             RelayIo::DownWrite { pos, end } => buf.write_sqe(client_fd, pos, end, user_data),
         });
+        if let (true, RelayIo::UpWrite { pos, end }) = (link, io) {
+            // Held for the read the relay asked for behind it.
+            self.relay_count(sid, io);
+            return self.hold_up_write(sid, sqe, end - pos);
+        }
         self.relay_counted(sid, io, sqe);
     }
 
     /// Count a relay operation on the socket it names and on its session,
     /// then submit it.
     fn relay_counted(&mut self, sid: SessionId, io: RelayIo, sqe: Sqe) {
+        self.relay_count(sid, io);
+        if matches!(io, RelayIo::DownRead) {
+            self.submit_down_read(sid, sqe);
+            self.hot_down_submitted(sid);
+        } else {
+            self.submit(sqe);
+        }
+    }
+
+    /// Count a relay operation on the socket it names and on its session.
+    fn relay_count(&mut self, sid: SessionId, io: RelayIo) {
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
@@ -479,10 +512,6 @@ impl Worker {
             RelayIo::DownWrite { .. } => slot.io.op_started(),
         }
         slot.relay_ops += 1;
-        self.submit(sqe);
-        if matches!(io, RelayIo::DownRead) {
-            self.hot_down_submitted(sid);
-        }
     }
 
     /// Free a closing session once nothing in the kernel names it.
