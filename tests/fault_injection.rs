@@ -228,3 +228,40 @@ fn failed_idle_read_cancels_are_invisible_session_pooling() {
 fn failed_idle_read_cancels_are_invisible_transaction_pooling() {
     failed_idle_read_cancels(true);
 }
+
+/// Transaction pooling links each command's write to the read of its answer
+/// (src/proxy/worker/link_write.rs), the write with RWF_NOWAIT. Here every second linked
+/// write finds no room (`link_eagain=2`: -EAGAIN, the linked read dropped without a CQE, as
+/// the kernel does): the read must be issued again on its own and the command written
+/// unlinked, so every query is answered right, and every slot, fd and backend comes back.
+fn linked_writes_without_room(mode: Mode) {
+    let mut o = ProxyOpts::new(mode);
+    o.workers = 1;
+    o.extra_args = vec!["--pooling".into(), "transaction".into()];
+    o.wrapper = vec!["env".into(), "RINGGATE_FAULT_INJECT=link_eagain=2".into()];
+    let mut p = Proxy::start_with(o);
+    assert!(p.stderr().contains("fault injection is active"));
+    let base = baseline(&mut p);
+    let (ok, failed) = traffic(&p);
+    assert_eq!((ok, failed), (CLIENTS * QUERIES, 0));
+    assert_no_leaks(&mut p, &base, CLIENTS as u64);
+    let m = p.metrics();
+    // One synthetic -EAGAIN per second linked write: one per second query at least.
+    let eagain = m.get("ringgate_ring_synthetic_failures_total");
+    eprintln!("{eagain} linked writes found no room");
+    assert!(
+        eagain >= (CLIENTS * QUERIES / 2 - 1) as f64,
+        "{eagain} linked writes failed: are commands' writes linked?\n{}",
+        m.dump()
+    );
+}
+
+#[test]
+fn linked_writes_without_room_are_finished_unlinked_fixed() {
+    linked_writes_without_room(Mode::Fixed);
+}
+
+#[test]
+fn linked_writes_without_room_are_finished_unlinked_heap() {
+    linked_writes_without_room(Mode::Heap);
+}

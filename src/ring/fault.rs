@@ -6,7 +6,10 @@
 //!   io_uring_enter is replaced by an EBUSY, which forces the
 //!   reap-into-backlog path. `cancel_fail=N`: every Nth ASYNC_CANCEL push
 //!   fails the same way (a cancel that never reached the kernel: the
-//!   operation it named stays in flight).
+//!   operation it named stays in flight). `link_eagain=N`: every Nth
+//!   write linked to a read (`Ring::push_write_then_read`) comes back as
+//!   one that found no room: -EAGAIN for the write, the read dropped without
+//!   a CQE, as the kernel does (`ring::link_tests`).
 //! - `RINGGATE_DEBUG_CQ_ENTRIES=N`: a completion ring of N entries, so that
 //!   real kernel CQ overflow happens under load.
 //!
@@ -70,15 +73,18 @@ pub struct FaultPlan {
     pub ebusy: u32,
     /// Every Nth cancel (IORING_OP_ASYNC_CANCEL) push fails.
     pub cancel_fail: u32,
+    /// Every Nth linked write finds no room (-EAGAIN, its read dropped).
+    pub link_eagain: u32,
 }
 
 impl FaultPlan {
     pub fn is_active(&self) -> bool {
-        self.push_fail != 0 || self.ebusy != 0 || self.cancel_fail != 0
+        self.push_fail != 0 || self.ebusy != 0 || self.cancel_fail != 0 || self.link_eagain != 0
     }
 }
 
-/// Parse `key=N[,key=N]`: keys `push_fail`, `ebusy` and `cancel_fail`, each at most once,
+/// Parse `key=N[,key=N]`: keys `push_fail`, `ebusy`, `cancel_fail` and `link_eagain`, each at
+/// most once,
 /// N a positive integer. The empty string means no injection.
 pub fn parse_fault_plan(spec: &str) -> Result<FaultPlan, String> {
     let mut plan = FaultPlan::default();
@@ -94,9 +100,10 @@ pub fn parse_fault_plan(spec: &str) -> Result<FaultPlan, String> {
             "push_fail" => &mut plan.push_fail,
             "ebusy" => &mut plan.ebusy,
             "cancel_fail" => &mut plan.cancel_fail,
+            "link_eagain" => &mut plan.link_eagain,
             _ => {
                 return Err(format!(
-                    "unknown key `{key}` (known: push_fail, ebusy, cancel_fail)"
+                    "unknown key `{key}` (known: push_fail, ebusy, cancel_fail, link_eagain)"
                 ))
             }
         };
@@ -207,6 +214,8 @@ pub(super) struct Injector {
     #[cfg(debug_assertions)]
     cancels: u32,
     #[cfg(debug_assertions)]
+    links: u32,
+    #[cfg(debug_assertions)]
     enters: u32,
 }
 
@@ -218,6 +227,7 @@ impl Injector {
                 plan,
                 pushes: 0,
                 cancels: 0,
+                links: 0,
                 enters: 0,
             }
         }
@@ -253,6 +263,17 @@ impl Injector {
             let _ = opcode;
             false
         }
+    }
+
+    /// Called once per write linked to a read (after `fail_push`).
+    #[inline]
+    pub(super) fn link_eagain(&mut self) -> bool {
+        #[cfg(debug_assertions)]
+        {
+            due(&mut self.links, self.plan.link_eagain)
+        }
+        #[cfg(not(debug_assertions))]
+        false
     }
 
     /// Called once per io_uring_enter that submits.

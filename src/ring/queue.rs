@@ -131,6 +131,9 @@ impl Ring {
         if self.faults.fail_push() {
             return self.synthesize(w, -libc::EIO);
         }
+        if self.faults.link_eagain() {
+            return self.synthesize(w, -libc::EAGAIN);
+        }
         if let Some(errno) = self.latched {
             return self.synthesize(w, -errno);
         }

@@ -69,6 +69,7 @@ fn injected_ebusy_reaps_into_the_backlog_and_loses_nothing() {
         // 8-entry CQ holds, so real overflow happens as well.
         ebusy: 5,
         cancel_fail: 0,
+        link_eagain: 0,
     };
     let mut ring = tiny(DebugKnobs {
         faults,
@@ -94,6 +95,7 @@ fn injected_push_failures_come_back_as_synthetic_completions() {
         push_fail: 3,
         ebusy: 0,
         cancel_fail: 0,
+        link_eagain: 0,
     };
     let mut ring = tiny(DebugKnobs {
         faults,
@@ -177,6 +179,7 @@ fn a_failed_linked_push_fails_both_halves() {
         push_fail: 1,
         ebusy: 0,
         cancel_fail: 0,
+        link_eagain: 0,
     };
     let mut ring = tiny(DebugKnobs {
         faults,
@@ -241,6 +244,7 @@ fn fault_specs_parse_strictly() {
             push_fail: 37,
             ebusy: 11,
             cancel_fail: 0,
+            link_eagain: 0,
         })
     );
     assert_eq!(
@@ -256,6 +260,7 @@ fn fault_specs_parse_strictly() {
             push_fail: 0,
             ebusy: 2,
             cancel_fail: 0,
+            link_eagain: 0,
         })
     );
     for bad in [
