@@ -78,6 +78,11 @@ def test_outer_logs_in_to_a_caching_sha2_backend_by_rsa_full_auth_then_fast_auth
                        extra_args=OUTER_ARGS + ("--backend-pool-size", "0"))
     conns = [outer.connect() for _ in range(6)]
     for conn in conns:
+        # An open transaction holds its backend connection (transaction pooling, the
+        # default), so six clients need six backend logins whatever the timing: without
+        # it one connection parked between the clients' queries could serve all six, one
+        # full authentication and no fast one (a flake seen under load).
+        conn.begin()
         assert _current_user(conn) == account
     for conn in conns:
         conn.close()
@@ -86,6 +91,7 @@ def test_outer_logs_in_to_a_caching_sha2_backend_by_rsa_full_auth_then_fast_auth
     full, fast = _auth(inner_proxy, "caching_sha2_full"), _auth(inner_proxy, "caching_sha2_fast")
     assert full >= 1, inner_proxy.stderr_tail()
     assert fast >= 1, "the inner's cache served later logins"
+    assert full + fast >= 6, f"six open transactions, six backend logins: {full} full, {fast} fast"
     # Every other connection to the inner was one of these logins (one more: the fixture's
     # readiness probe, which connects and hangs up).
     assert full + fast == inner_proxy.connections_total() - 1
