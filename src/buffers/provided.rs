@@ -517,6 +517,8 @@ impl BufRing {
             // (offset 24 of the uapi's io_uring_sqe; `Entry` is that struct,
             // repr(C)) caps the bytes of each CQE (6.16+; older kernels
             // refuse it, and the probe then turns bundles off).
+            // The offset holds only while `Entry` is the 64-byte SQE itself.
+            const _: () = assert!(std::mem::size_of::<squeue::Entry>() == 64);
             let len_at = (&mut e as *mut squeue::Entry).cast::<u8>();
             // SAFETY: offset 24..28 is `len` (u32) inside the 64-byte SQE.
             unsafe {
