@@ -26,6 +26,16 @@ fn answers(c: &mut mysql::Conn) {
     assert_eq!(one, Some(1));
 }
 
+/// `ringgate_direct_descriptors_in_use` is `n`.
+fn assert_in_use(m: &common::Metrics, n: u32) {
+    assert_eq!(
+        m.get("ringgate_direct_descriptors_in_use"),
+        f64::from(n),
+        "{}",
+        m.dump()
+    );
+}
+
 fn socket_fds(proxy: &Proxy) -> usize {
     std::fs::read_dir(format!("/proc/{}/fd", proxy.pid()))
         .expect("read /proc/PID/fd")
@@ -54,12 +64,7 @@ fn clients_hold_slots_not_fds(mode: Mode) {
     let mut clients: Vec<_> = (0..20).map(|_| proxy.connect_app()).collect();
     clients.iter_mut().for_each(answers);
     let m = proxy.metrics();
-    assert_eq!(
-        m.get("ringgate_direct_descriptors_in_use"),
-        20.0,
-        "{}",
-        m.dump()
-    );
+    assert_in_use(&m, 20);
     assert_eq!(slots_held(&proxy) - held_before, 20);
     let fds_after = socket_fds(&proxy);
     let backends = m.get(r#"ringgate_backend_connections{state="idle"}"#)
@@ -97,10 +102,7 @@ fn a_kernel_without_direct_descriptors_falls_back_to_plain_fds_with_one_line() {
     {
         let mut c = proxy.connect_app();
         answers(&mut c);
-        assert_eq!(
-            proxy.metrics().get("ringgate_direct_descriptors_in_use"),
-            0.0
-        );
+        assert_in_use(&proxy.metrics(), 0);
         assert_eq!(slots_held(&proxy), 0);
     }
     proxy.assert_settled(base, 1);
@@ -116,10 +118,7 @@ fn off_means_plain_fds_and_no_warning() {
     {
         let mut c = proxy.connect_app();
         answers(&mut c);
-        assert_eq!(
-            proxy.metrics().get("ringgate_direct_descriptors_in_use"),
-            0.0
-        );
+        assert_in_use(&proxy.metrics(), 0);
     }
     proxy.assert_settled(base, 1);
     assert!(!proxy.stderr().contains(FALLBACK_LINE));
@@ -137,12 +136,7 @@ fn clients_beyond_a_full_table_get_plain_fds() {
     let mut clients: Vec<_> = (0..140).map(|_| proxy.connect_app()).collect();
     clients.iter_mut().for_each(answers);
     let m = proxy.metrics();
-    assert_eq!(
-        m.get("ringgate_direct_descriptors_in_use"),
-        128.0,
-        "{}",
-        m.dump()
-    );
+    assert_in_use(&m, 128);
     assert_eq!(
         m.get("ringgate_direct_descriptor_fallbacks_total"),
         12.0,

@@ -298,27 +298,7 @@ impl ReadBuffer {
     /// SQE that writes `filled()[range]` to `fd`: WRITE_FIXED straight from
     /// the registered slot (no userspace copy), WRITE for a heap buffer.
     pub fn write_sqe(&mut self, fd: SockRef, start: usize, end: usize, user_data: u64) -> Sqe {
-        assert!(!self.in_flight, "second operation on a busy buffer");
-        assert!(
-            start < end && end <= self.filled,
-            "write beyond the completed bytes"
-        );
-        // SAFETY: `start < end <= filled <= capacity`.
-        let ptr = unsafe { self.base_ptr().add(start) };
-        let len = (end - start) as u32;
-        self.in_flight = true;
-        let entry = match self.memory {
-            Memory::Fixed { index, .. } => {
-                sock_op!(fd, |t| opcode::WriteFixed::new(t, ptr, len, index)
-                    .offset(SOCKET_OFFSET)
-                    .build())
-            }
-            Memory::Heap(_) => sock_op!(fd, |t| opcode::Write::new(t, ptr, len)
-                .offset(SOCKET_OFFSET)
-                .build()),
-        };
-        // SAFETY: as in `read_sqe`: in flight until `complete_write`.
-        unsafe { Sqe::new(entry.user_data(user_data)) }
+        self.write_sqe_with(fd, start, end, 0, user_data)
     }
 
     /// [`ReadBuffer::write_sqe`] with RWF_NOWAIT: a write the socket cannot
@@ -334,6 +314,18 @@ impl ReadBuffer {
         end: usize,
         user_data: u64,
     ) -> Sqe {
+        self.write_sqe_with(fd, start, end, libc::RWF_NOWAIT, user_data)
+    }
+
+    /// The write of `filled()[start..end]` with `rw_flags` (RWF_*).
+    fn write_sqe_with(
+        &mut self,
+        fd: SockRef,
+        start: usize,
+        end: usize,
+        rw_flags: i32,
+        user_data: u64,
+    ) -> Sqe {
         assert!(!self.in_flight, "second operation on a busy buffer");
         assert!(
             start < end && end <= self.filled,
@@ -343,17 +335,16 @@ impl ReadBuffer {
         let ptr = unsafe { self.base_ptr().add(start) };
         let len = (end - start) as u32;
         self.in_flight = true;
-        let nowait = libc::RWF_NOWAIT;
         let entry = match self.memory {
             Memory::Fixed { index, .. } => {
                 sock_op!(fd, |t| opcode::WriteFixed::new(t, ptr, len, index)
                     .offset(SOCKET_OFFSET)
-                    .rw_flags(nowait)
+                    .rw_flags(rw_flags)
                     .build())
             }
             Memory::Heap(_) => sock_op!(fd, |t| opcode::Write::new(t, ptr, len)
                 .offset(SOCKET_OFFSET)
-                .rw_flags(nowait)
+                .rw_flags(rw_flags)
                 .build()),
         };
         // SAFETY: as in `read_sqe`: in flight until `complete_write`.
