@@ -195,17 +195,13 @@ fn no_buffer_rings_or_no_multishot_receive_falls_back_to_fixed() {
     }
 }
 
-/// Without incremental consumption (6.12) the ring still works, one whole buffer per receive,
-/// and one line says so.
-#[test]
-fn no_incremental_consumption_keeps_the_ring_with_one_log_line() {
-    let mut proxy = probe_fail("pbuf_inc");
+/// The ring probe `fail` is forced to fail: one line containing `line` says so (it names
+/// `names`), and the proxy keeps the ring, which still serves.
+fn ring_kept_with_one_line(fail: &str, line: &str, names: &str) {
+    let mut proxy = probe_fail(fail);
     let stderr = proxy.stderr();
-    let n = stderr
-        .lines()
-        .filter(|l| l.contains("without incremental consumption"))
-        .count();
-    assert_eq!(n, 1, "want one line about IOU_PBUF_RING_INC:\n{stderr}");
+    let n = stderr.lines().filter(|l| l.contains(line)).count();
+    assert_eq!(n, 1, "want one line about {names}:\n{stderr}");
     let m = proxy.metrics();
     assert!(
         m.get("ringgate_read_buffer_ring_buffers") > 0.0,
@@ -215,27 +211,26 @@ fn no_incremental_consumption_keeps_the_ring_with_one_log_line() {
     works(&mut proxy, Mode::Ring);
 }
 
+/// Without incremental consumption (6.12) the ring still works, one whole buffer per receive,
+/// and one line says so.
+#[test]
+fn no_incremental_consumption_keeps_the_ring_with_one_log_line() {
+    ring_kept_with_one_line(
+        "pbuf_inc",
+        "without incremental consumption",
+        "IOU_PBUF_RING_INC",
+    );
+}
+
 /// Without bundled receives (6.10, or a kernel that refuses their length cap) the ring still
 /// works, one buffer per receive, and one line says so.
 #[test]
 fn no_bundles_keeps_the_ring_with_one_log_line() {
-    let mut proxy = probe_fail("bundle");
-    let stderr = proxy.stderr();
-    let n = stderr
-        .lines()
-        .filter(|l| l.contains("without bundled receives"))
-        .count();
-    assert_eq!(
-        n, 1,
-        "want one line about IORING_RECVSEND_BUNDLE:\n{stderr}"
+    ring_kept_with_one_line(
+        "bundle",
+        "without bundled receives",
+        "IORING_RECVSEND_BUNDLE",
     );
-    let m = proxy.metrics();
-    assert!(
-        m.get("ringgate_read_buffer_ring_buffers") > 0.0,
-        "{}",
-        m.dump()
-    );
-    works(&mut proxy, Mode::Ring);
 }
 
 /// A large result in ring mode goes from the backend's ring buffers straight to the client:
