@@ -1,9 +1,9 @@
 //! Kernel facts for linking a relay write to the read that follows it
 //! (issue 13 item 3): WRITE with IOSQE_IO_LINK | IOSQE_CQE_SKIP_SUCCESS,
 //! then a READ. Checked on real loopback TCP sockets, so that a kernel that
-//! behaves otherwise fails here and not in the relay. What they show, and
-//! why the relay does not link yet, is in docs/architecture.md ("Why the
-//! relay's writes are not linked to its reads").
+//! behaves otherwise fails here and not in the relay. How the relay uses
+//! them (transaction pooling's command write linked to its answer's read,
+//! `worker/link_write.rs`) is in docs/architecture.md ("Relay").
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
