@@ -14,12 +14,10 @@
 /// The [`SessionCtx`] of worker `$w` (a `&mut Worker`): a macro, not a
 /// method, because the context borrows `shared` and `users` while the caller
 /// holds `sessions` mutably, and only field paths let the borrow checker see
-/// those borrows as disjoint.
-///
-/// `worker_session_ctx!(self, ring)`: the same where the caller holds a
-/// ring buffer (so `buffers` is borrowed).
+/// those borrows as disjoint (it reads no `buffers`, so it may be built
+/// while a ring chunk borrows them).
 macro_rules! worker_session_ctx {
-    ($w:expr $(, ring)?) => {
+    ($w:expr) => {
         session_ctx(&$w.shared, &$w.users, $w.now, $w.draining.is_some())
     };
 }

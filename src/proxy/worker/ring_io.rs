@@ -509,7 +509,7 @@ impl Worker {
             return self.ring_deliver(sid, side);
         }
         let mut out = std::mem::take(&mut self.action_scratch);
-        let ctx = worker_session_ctx!(self, ring);
+        let ctx = worker_session_ctx!(self);
         let backend = *backend;
         match side {
             Side::Client => session.on_client_read(res, data, &ctx, &mut out),
@@ -959,7 +959,7 @@ impl Worker {
             return false;
         };
         let mut out = std::mem::take(&mut self.action_scratch);
-        let ctx = worker_session_ctx!(self, ring);
+        let ctx = worker_session_ctx!(self);
         slot.session
             .on_client_read(res, ring.bytes(chunk), &ctx, &mut out);
         self.session_q.extend(out.drain(..).map(|a| (sid, a)));
