@@ -162,11 +162,7 @@ impl Worker {
                 // Raced with the drain: refuse by closing at once.
                 self.close_direct(slot);
             } else {
-                let peer = match peer {
-                    Some(a) => (a.to_string(), a.ip().to_string()),
-                    None => ("local".into(), "localhost".into()),
-                };
-                self.on_new_client(SockHandle::Fixed(slot), peer);
+                self.on_new_client(SockHandle::Fixed(slot), peer_strings(peer));
             }
         }
         self.arm_accept(which);

@@ -348,7 +348,13 @@ fn session_ctx<'a>(
 }
 
 fn peer_of(sock: &Socket) -> (String, String) {
-    match sock.peer_addr().ok().and_then(|a| a.as_socket()) {
+    peer_strings(sock.peer_addr().ok().and_then(|a| a.as_socket()))
+}
+
+/// (address for log lines, host for the login's `'user'@'host'`) of a
+/// client; no IP address: the unix socket, "localhost".
+fn peer_strings(addr: Option<std::net::SocketAddr>) -> (String, String) {
+    match addr {
         Some(a) => (a.to_string(), a.ip().to_string()),
         None => ("local".into(), "localhost".into()),
     }
