@@ -50,6 +50,12 @@ impl BackendConn {
         self.statements.len()
     }
 
+    /// The server closed every prepared statement (a COM_RESET_CONNECTION
+    /// the session relayed): none of the kept ids is valid any more.
+    pub fn statements_closed(&mut self) {
+        self.statements.clear();
+    }
+
     /// `--backend-max-prepared`.
     pub fn set_max_prepared(&mut self, cap: usize) {
         self.statements = BackendStatements::new(cap);

@@ -323,6 +323,16 @@ impl Pool {
         self.apply(id, bo, now, out);
     }
 
+    /// The server closed every prepared statement on leased connection
+    /// `id` (its session's COM_RESET_CONNECTION): forget their ids.
+    pub fn statements_closed(&mut self, id: BackendId) {
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        p.conn.statements_closed();
+        self.sync_prepared(id);
+    }
+
     /// Keep the prepared-statements gauge in step with connection `id`.
     fn sync_prepared(&mut self, id: BackendId) {
         let metrics = Arc::clone(&self.metrics);

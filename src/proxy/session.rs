@@ -143,6 +143,10 @@ pub enum SessionAction {
         want_response: bool,
         types: Option<Vec<u8>>,
     },
+    /// Transaction pooling: a client's COM_RESET_CONNECTION closed every
+    /// prepared statement on the leased backend connection; the pool
+    /// forgets the server ids it kept for them.
+    BackendStatementsClosed,
     /// Transaction pooling: the session's prepared statements grew or
     /// shrank by this many (`ringgate_client_prepared_statements`).
     Statements(i64),

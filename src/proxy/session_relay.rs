@@ -113,19 +113,7 @@ impl Session {
         let (State::Relay(relay), Some(tx)) = (&mut self.state, self.tx.as_mut()) else {
             return;
         };
-        while let Some(done) = relay.tracker_mut().take_completed() {
-            if let Some(reason) = tx.on_completed(&done) {
-                out.push(SessionAction::Pinned(reason));
-            }
-            let executed = self
-                .stmts
-                .as_mut()
-                .and_then(|r| r.on_completed(done.command, done.status));
-            if let Some(reason) = executed.and_then(|key| tx.on_statement_executed(&key.sql, &done))
-            {
-                out.push(SessionAction::Pinned(reason));
-            }
-        }
+        learn_completed(relay.tracker_mut(), tx, &mut self.stmts, out);
         // Long data not consumed yet, or an open cursor, lives in the
         // server's statement on this connection.
         let statements_hold = self.stmts.as_ref().is_some_and(|r| r.holds_backend());
@@ -292,6 +280,41 @@ impl Session {
                 self.close(out)
             }
             RelayEnd::Parked { .. } => {}
+        }
+    }
+}
+
+/// Transaction pooling: learn from every command the tracker saw finish
+/// (pins, the session's settings, its statements' cursors and long data,
+/// a COM_RESET_CONNECTION that closed every statement). A command's
+/// answer completes it in the batch that read the answer, before the relay
+/// can stop at a statement command behind it (that waits for the answer's
+/// write to the client), so a pipelined prepare meets what it left behind.
+fn learn_completed(
+    tracker: &mut Tracker,
+    tx: &mut TxState,
+    stmts: &mut Option<Box<crate::proxy::statements::Registry>>,
+    out: &mut Vec<SessionAction>,
+) {
+    while let Some(done) = tracker.take_completed() {
+        if let Some(reason) = tx.on_completed(&done) {
+            out.push(SessionAction::Pinned(reason));
+        }
+        if done.command == COM_RESET_CONNECTION && !done.err {
+            // The server closed every prepared statement on the
+            // connection: the client's ids are gone, as they are direct,
+            // and the connection's own record of server ids must not
+            // answer the next prepare with a closed statement.
+            if let Some(n) = stmts.as_mut().map(|r| r.clear()).filter(|n| *n > 0) {
+                out.push(SessionAction::Statements(-(n as i64)));
+            }
+            out.push(SessionAction::BackendStatementsClosed);
+        }
+        let executed = stmts
+            .as_mut()
+            .and_then(|r| r.on_completed(done.command, done.status));
+        if let Some(reason) = executed.and_then(|key| tx.on_statement_executed(&key.sql, &done)) {
+            out.push(SessionAction::Pinned(reason));
         }
     }
 }

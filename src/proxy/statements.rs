@@ -134,6 +134,17 @@ impl Registry {
         self.stmts.len()
     }
 
+    /// COM_RESET_CONNECTION: every statement goes; returns how many there
+    /// were. Ids are not reused, so an old one stays unknown.
+    pub fn clear(&mut self) -> usize {
+        let n = self.stmts.len();
+        self.stmts.clear();
+        self.last = None;
+        self.long_data.clear();
+        self.cursors.clear();
+        n
+    }
+
     /// State on the current connection that the next command needs: the
     /// session must keep it.
     pub fn holds_backend(&self) -> bool {

@@ -52,6 +52,22 @@ fn ids_are_the_proxys_and_last_prepared_resolves() {
 }
 
 #[test]
+fn a_reset_forgets_every_statement_and_never_reuses_their_ids() {
+    let mut r = Registry::new();
+    let a = r.add(key("SELECT ?"), 1);
+    r.on_relayed(COM_STMT_SEND_LONG_DATA, a);
+    assert!(r.holds_backend());
+    assert_eq!(r.clear(), 1);
+    assert!(!r.holds_backend());
+    assert_eq!(r.resolve(a), None);
+    assert_eq!(r.resolve(LAST_PREPARED), None);
+    // The same text prepared again is another statement: the old id stays unknown.
+    let b = r.add(key("SELECT ?"), 1);
+    assert_ne!(a, b);
+    assert_eq!(r.resolve(a), None);
+}
+
+#[test]
 fn ids_skip_zero_the_last_prepared_marker_and_live_ids() {
     let mut r = Registry::new();
     r.next_id = LAST_PREPARED - 1;

@@ -380,6 +380,11 @@ impl Worker {
                     .statement(b, ask.key, ask.want_response, ask.types, now, &mut events);
                 self.pool_q.extend(events);
             }
+            SessionAction::BackendStatementsClosed => {
+                if let Some(b) = slot.backend {
+                    self.pool.statements_closed(b);
+                }
+            }
             SessionAction::Statements(delta) => {
                 self.metrics()
                     .client_prepared_statements
