@@ -324,6 +324,20 @@ pub struct Config {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub backend_max_prepared: Option<u64>,
 
+    /// `--pooling transaction`: binary prepared statements one session may
+    /// keep open. One more prepare gets the server's own ERR 1461 (42000)
+    /// "Can't create more than max_prepared_stmt_count statements". Default:
+    /// MariaDB's default max_prepared_stmt_count (the server's limit never
+    /// sees a repeated prepare that ringgate answers itself).
+    #[arg(long, default_value = "16382", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_prepared_statements: u64,
+
+    /// `--pooling transaction`: bytes one session's prepared statements may
+    /// keep: each distinct SQL text once, plus 2 per parameter. A prepare
+    /// beyond gets ERR 1461. See docs/operations.md, "Prepared statements".
+    #[arg(long, default_value = "8388608", value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_prepared_bytes: u64,
+
     /// `--pooling transaction`: what binary prepared statements
     /// (COM_STMT_PREPARE: connector `prepared=True`, mysql2 `execute()`,
     /// sysbench's default) do: `move` with the session between backend
@@ -605,6 +619,8 @@ impl std::fmt::Debug for Config {
             .field("tcp_keepalive_count", &self.tcp_keepalive_count)
             .field("tcp_user_timeout", &self.tcp_user_timeout)
             .field("tx_prepared_statements", &self.tx_prepared_statements)
+            .field("max_prepared_statements", &self.max_prepared_statements)
+            .field("max_prepared_bytes", &self.max_prepared_bytes)
             .field("backend_read_timeout", &self.backend_read_timeout)
             .field("max_packet_size", &self.max_packet_size)
             .field("busy_poll_us", &self.busy_poll_us)

@@ -204,6 +204,8 @@ file_config! {
     plain backend_pool_size: usize,
     plain backend_max_connections: usize,
     optional backend_max_prepared: u64,
+    plain max_prepared_statements: u64,
+    plain max_prepared_bytes: u64,
     plain tx_prepared_statements: TxPreparedStatements,
     plain backend_wait_timeout: HumanDuration,
     plain backend_idle_timeout: HumanDuration,

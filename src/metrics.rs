@@ -227,6 +227,12 @@ pub struct WorkerMetrics {
     /// Transaction pooling: prepared statements the client sessions hold
     /// now (their registries).
     pub client_prepared_statements: AtomicI64,
+    /// Transaction pooling: bytes the client sessions' statements keep (each
+    /// session's distinct texts once, plus 2 per parameter).
+    pub client_prepared_statement_bytes: AtomicI64,
+    /// Transaction pooling: prepares refused by --max-prepared-statements
+    /// or --max-prepared-bytes (ERR 1461).
+    pub client_prepares_refused_total: AtomicU64,
     /// Transaction pooling: statements the proxy prepared on a backend
     /// connection for a command of a session that had prepared them on
     /// another (or on this one before an eviction or a reset).
@@ -355,6 +361,8 @@ impl WorkerMetrics {
             kill_fenced_total: AtomicU64::new(0),
             backend_prepared_statements: AtomicI64::new(0),
             client_prepared_statements: AtomicI64::new(0),
+            client_prepared_statement_bytes: AtomicI64::new(0),
+            client_prepares_refused_total: AtomicU64::new(0),
             statement_reprepares_total: AtomicU64::new(0),
             statement_evictions_total: AtomicU64::new(0),
             sessions_pinned_total: Default::default(),

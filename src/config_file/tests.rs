@@ -456,6 +456,8 @@ fn every_setting_has_a_known_kind() {
         "backend-pool-size",
         "backend-max-connections",
         "backend-max-prepared",
+        "max-prepared-statements",
+        "max-prepared-bytes",
         "max-packet-size",
         "busy-poll-us",
     ] {

@@ -323,6 +323,21 @@ impl Collector for Exposition {
             "Transaction pooling: prepared statements the client sessions hold.",
             s.client_prepared_statements,
         )?;
+        gauge(
+            &mut enc,
+            "ringgate_client_prepared_statement_bytes",
+            "Transaction pooling: bytes the client sessions' prepared statements keep (each \
+             session's distinct SQL texts once, plus 2 per parameter; each session at most \
+             --max-prepared-bytes).",
+            s.client_prepared_statement_bytes,
+        )?;
+        counter(
+            &mut enc,
+            "ringgate_client_prepares_refused_total",
+            "Transaction pooling: prepares refused with ERR 1461 by --max-prepared-statements or \
+             --max-prepared-bytes.",
+            s.client_prepares_refused_total,
+        )?;
         counter(
             &mut enc,
             "ringgate_statement_reprepares_total",

@@ -70,6 +70,8 @@ pub struct Snapshot {
     pub kill_fenced_total: u64,
     pub backend_prepared_statements: i64,
     pub client_prepared_statements: i64,
+    pub client_prepared_statement_bytes: i64,
+    pub client_prepares_refused_total: u64,
     pub statement_reprepares_total: u64,
     pub statement_evictions_total: u64,
     /// Indexed like [`PIN_REASONS`].
@@ -248,6 +250,8 @@ impl Metrics {
             kill_fenced_total: u(|w| &w.kill_fenced_total),
             backend_prepared_statements: i(|w| &w.backend_prepared_statements),
             client_prepared_statements: i(|w| &w.client_prepared_statements),
+            client_prepared_statement_bytes: i(|w| &w.client_prepared_statement_bytes),
+            client_prepares_refused_total: u(|w| &w.client_prepares_refused_total),
             statement_reprepares_total: u(|w| &w.statement_reprepares_total),
             statement_evictions_total: u(|w| &w.statement_evictions_total),
             sessions_pinned_total: pinned,

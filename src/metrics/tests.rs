@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-const ALL_NAMES: [(&str, &str); 51] = [
+const ALL_NAMES: [(&str, &str); 53] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
@@ -40,6 +40,8 @@ const ALL_NAMES: [(&str, &str); 51] = [
     ("ringgate_kill_fenced_total", "counter"),
     ("ringgate_backend_prepared_statements", "gauge"),
     ("ringgate_client_prepared_statements", "gauge"),
+    ("ringgate_client_prepared_statement_bytes", "gauge"),
+    ("ringgate_client_prepares_refused_total", "counter"),
     ("ringgate_statement_reprepares_total", "counter"),
     ("ringgate_statement_evictions_total", "counter"),
     ("ringgate_sessions_pinned_total", "counter"),

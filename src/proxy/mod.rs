@@ -36,6 +36,7 @@ pub mod registry;
 mod relay;
 mod session;
 mod slab;
+mod statement_limits;
 mod statements;
 pub mod tls_leg;
 mod tx_settings;

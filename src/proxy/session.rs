@@ -148,8 +148,12 @@ pub enum SessionAction {
     /// forgets the server ids it kept for them.
     BackendStatementsClosed,
     /// Transaction pooling: the session's prepared statements grew or
-    /// shrank by this many (`ringgate_client_prepared_statements`).
-    Statements(i64),
+    /// shrank by `count` (`ringgate_client_prepared_statements`), and what
+    /// they keep by `bytes` (`ringgate_client_prepared_statement_bytes`).
+    Statements { count: i64, bytes: i64 },
+    /// Transaction pooling: a prepare was refused by the session's limits
+    /// (`ringgate_client_prepares_refused_total`).
+    PrepareRefused,
     /// Transaction pooling: the session is pinned to its backend
     /// connection from now on (counted and logged once).
     Pinned(PinReason),
@@ -204,6 +208,9 @@ pub struct SessionCtx<'a> {
     /// maps statement ids across connections instead of pinning at the
     /// first prepare.
     pub move_prepared_statements: bool,
+    /// `--max-prepared-statements` and `--max-prepared-bytes`: what one
+    /// session's moving statements may keep.
+    pub statement_limits: super::statement_limits::StatementLimits,
     /// Transaction pooling: a park right after an answer withdraws the
     /// relay's idle backend read, armed in the same batch and not yet
     /// submitted, instead of submitting it and cancelling it at once (two
@@ -534,8 +541,13 @@ impl Session {
             self.has_backend = false;
             out.push(SessionAction::Release { clean: true });
         }
-        if let Some(n) = self.stmts.take().map(|r| r.len()).filter(|n| *n > 0) {
-            out.push(SessionAction::Statements(-(n as i64)));
+        if let Some((count, bytes)) = self.stmts.take().map(|r| r.kept()) {
+            if count > 0 || bytes > 0 {
+                out.push(SessionAction::Statements {
+                    count: -(count as i64),
+                    bytes: -(bytes as i64),
+                });
+            }
         }
         self.kill_fence = None;
         self.state = State::Closed;

@@ -305,8 +305,10 @@ fn learn_completed(
             // connection: the client's ids are gone, as they are direct,
             // and the connection's own record of server ids must not
             // answer the next prepare with a closed statement.
-            if let Some(n) = stmts.as_mut().map(|r| r.clear()).filter(|n| *n > 0) {
-                out.push(SessionAction::Statements(-(n as i64)));
+            if let Some(registry) = stmts.as_deref_mut() {
+                let before = registry.kept();
+                registry.clear();
+                super::statements::report_kept(before, registry, out);
             }
             out.push(SessionAction::BackendStatementsClosed);
         }

@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::proxy::backend::statements::StatementReply;
+use crate::proxy::statement_limits::Refusal;
 use crate::proxy::statements::{
     client_prepare_response, parse_command, prepare_ok_counts, rewrite, types_after, Command,
     ParseError, Registry, StmtKey,
@@ -136,19 +137,30 @@ impl Session {
                     return self.statement_need(cmd.packet_len, ctx, out);
                 }
                 let tx = self.tx.as_deref();
-                let key = Arc::new(StmtKey {
+                let key = StmtKey {
                     schema: tx.and_then(|t| t.schema()).map(String::from),
                     settings: tx.map_or(0, |t| t.settings().fingerprint()),
                     sql: data[5..cmd.packet_len].to_vec(),
-                });
+                };
+                let Some(registry) = self.stmts.as_deref() else {
+                    return self.close(out);
+                };
+                // Refused before the server (or the connection's copy of
+                // the statement) is asked: nothing is kept for it.
+                if let Err(refusal) = registry.room_for(&key, &ctx.statement_limits) {
+                    return self.statement_refuse(cmd, refusal, out);
+                }
+                let key = registry.shared_key(key);
                 self.statement_ask(cmd, None, key, true, None, out)
             }
             COM_STMT_CLOSE => {
                 if data.len() < cmd.packet_len {
                     return self.statement_need(cmd.packet_len, ctx, out);
                 }
-                if self.stmts.as_mut().is_some_and(|r| r.close(cmd.id)) {
-                    out.push(SessionAction::Statements(-1));
+                if let Some(registry) = self.stmts.as_deref_mut() {
+                    let before = registry.kept();
+                    registry.close(cmd.id);
+                    report_kept(before, registry, out);
                 }
                 out.push(SessionAction::Consume(cmd.packet_len));
                 self.statement_resume(false, out)
@@ -256,8 +268,12 @@ impl Session {
                 let Some(registry) = self.stmts.as_mut() else {
                     return self.close(out);
                 };
-                let id = registry.add(key, params);
-                out.push(SessionAction::Statements(1));
+                let before = registry.kept();
+                let id = match registry.try_add(key, params, &ctx.statement_limits) {
+                    Ok(id) => id,
+                    Err(refusal) => return self.statement_refuse(cmd, refusal, out),
+                };
+                report_kept(before, registry, out);
                 out.push(SessionAction::Consume(cmd.packet_len));
                 out.push(SessionAction::SendClient(client_prepare_response(
                     &response, id,
@@ -320,6 +336,17 @@ impl Session {
         }
     }
 
+    /// A prepare over the session's limits: the client gets the ERR (the
+    /// server's statement, if prepared, stays the connection's to share).
+    fn statement_refuse(&mut self, cmd: Command, refusal: Refusal, out: &mut Vec<SessionAction>) {
+        out.push(SessionAction::PrepareRefused);
+        out.push(SessionAction::Log(refusal.log_line()));
+        out.push(SessionAction::Consume(cmd.packet_len));
+        let (bytes, _) = packet(1, &refusal.err_payload());
+        out.push(SessionAction::SendClient(bytes));
+        self.statement_replying()
+    }
+
     fn statement_replying(&mut self) {
         if let Some(flow) = self.stmt_flow() {
             flow.phase = Phase::Replying;
@@ -354,5 +381,21 @@ impl Session {
         relay.start(data, ctx.now, &mut events);
         self.state = State::Relay(relay);
         self.apply_relay(&mut events, ctx, out);
+    }
+}
+
+/// Keep the gauges in step with the session's statements: what changed
+/// since `before` (`Registry::kept`).
+pub(super) fn report_kept(
+    before: (usize, usize),
+    registry: &Registry,
+    out: &mut Vec<SessionAction>,
+) {
+    let (count, bytes) = registry.kept();
+    if (count, bytes) != before {
+        out.push(SessionAction::Statements {
+            count: count as i64 - before.0 as i64,
+            bytes: bytes as i64 - before.1 as i64,
+        });
     }
 }

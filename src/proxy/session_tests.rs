@@ -28,6 +28,7 @@ pub(super) fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
         registry: &REGISTRY,
         rsa_key: None,
         move_prepared_statements: true,
+        statement_limits: Default::default(),
         park_withdraws_idle_read: false,
     }
 }

@@ -31,6 +31,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::mysql::constants::*;
+use crate::proxy::statement_limits::{Refusal, StatementLimits};
 
 /// MariaDB: the statement id that means "the statement prepared last on
 /// this connection" (prepare + execute pipelined by Connector/C, bulk).
@@ -69,6 +70,11 @@ pub struct Statement {
 #[derive(Debug, Default)]
 pub struct Registry {
     stmts: HashMap<u32, Statement>,
+    /// One copy of each distinct key the ids use, with how many use it: a
+    /// client that prepares one text many times keeps it once.
+    keys: HashMap<Arc<StmtKey>, usize>,
+    /// What the statements keep, as `--max-prepared-bytes` counts it.
+    bytes: usize,
     next_id: u32,
     last: Option<u32>,
     /// Statements with long data sent and not consumed yet.
@@ -87,6 +93,46 @@ impl Registry {
         }
     }
 
+    /// The session's own copy of `key` when one of its statements has it
+    /// already (the connection's statements then share it too).
+    pub fn shared_key(&self, key: StmtKey) -> Arc<StmtKey> {
+        match self.keys.get_key_value(&key) {
+            Some((k, _)) => Arc::clone(k),
+            None => Arc::new(key),
+        }
+    }
+
+    /// Whether one more statement of `key` fits `limits`, before the server
+    /// prepares it (its parameters are not known yet).
+    pub fn room_for(&self, key: &StmtKey, limits: &StatementLimits) -> Result<(), Refusal> {
+        limits.check(self.stmts.len() + 1, self.bytes + self.new_key_bytes(key))
+    }
+
+    /// Record a prepared statement within `limits`; the client's id for it.
+    pub fn try_add(
+        &mut self,
+        key: Arc<StmtKey>,
+        params: u16,
+        limits: &StatementLimits,
+    ) -> Result<u32, Refusal> {
+        let bytes = self.bytes + self.new_key_bytes(&key) + types_bytes(params);
+        limits.check(self.stmts.len() + 1, bytes)?;
+        Ok(self.add(key, params))
+    }
+
+    /// (statements, bytes) kept, as the limits count them.
+    pub fn kept(&self) -> (usize, usize) {
+        (self.stmts.len(), self.bytes)
+    }
+
+    fn new_key_bytes(&self, key: &StmtKey) -> usize {
+        if self.keys.contains_key(key) {
+            0
+        } else {
+            key_bytes(key)
+        }
+    }
+
     /// Record a prepared statement; returns the client's id for it.
     pub fn add(&mut self, key: Arc<StmtKey>, params: u16) -> u32 {
         let mut id = self.next_id;
@@ -95,6 +141,12 @@ impl Registry {
             id = id.wrapping_add(1);
         }
         self.next_id = id.wrapping_add(1);
+        let uses = self.keys.entry(Arc::clone(&key)).or_insert(0);
+        if *uses == 0 {
+            self.bytes += key_bytes(&key);
+        }
+        *uses += 1;
+        self.bytes += types_bytes(params);
         self.stmts.insert(
             id,
             Statement {
@@ -127,11 +179,18 @@ impl Registry {
         if self.last == Some(id) {
             self.last = None;
         }
-        self.stmts.remove(&id).is_some()
-    }
-
-    pub fn len(&self) -> usize {
-        self.stmts.len()
+        let Some(stmt) = self.stmts.remove(&id) else {
+            return false;
+        };
+        self.bytes -= types_bytes(stmt.params);
+        if let Some(uses) = self.keys.get_mut(&stmt.key) {
+            *uses -= 1;
+            if *uses == 0 {
+                self.keys.remove(&stmt.key);
+                self.bytes -= key_bytes(&stmt.key);
+            }
+        }
+        true
     }
 
     /// COM_RESET_CONNECTION: every statement goes; returns how many there
@@ -139,6 +198,8 @@ impl Registry {
     pub fn clear(&mut self) -> usize {
         let n = self.stmts.len();
         self.stmts.clear();
+        self.keys.clear();
+        self.bytes = 0;
         self.last = None;
         self.long_data.clear();
         self.cursors.clear();
@@ -192,6 +253,17 @@ impl Registry {
         }
         executed
     }
+}
+
+/// What a distinct key keeps: its text and schema.
+fn key_bytes(key: &StmtKey) -> usize {
+    key.sql.len() + key.schema.as_ref().map_or(0, String::len)
+}
+
+/// The parameter types an execute binds and the session replays: two bytes
+/// each, counted from the prepare on so an execute never has to be refused.
+fn types_bytes(params: u16) -> usize {
+    2 * usize::from(params)
 }
 
 /// A statement command at the start of the session buffer.

@@ -1,5 +1,6 @@
 use super::*;
 use crate::mysql::packet::write_packet;
+use crate::proxy::statement_limits::{Refusal, StatementLimits};
 
 const TYPE_LONG: u8 = 3;
 const TYPE_VAR_STRING: u8 = 253;
@@ -48,7 +49,7 @@ fn ids_are_the_proxys_and_last_prepared_resolves() {
     assert!(r.close(b));
     assert_eq!(r.resolve(LAST_PREPARED), None);
     assert!(!r.close(b));
-    assert_eq!(r.len(), 1);
+    assert_eq!(r.kept().0, 1);
 }
 
 #[test]
@@ -65,6 +66,68 @@ fn a_reset_forgets_every_statement_and_never_reuses_their_ids() {
     let b = r.add(key("SELECT ?"), 1);
     assert_ne!(a, b);
     assert_eq!(r.resolve(a), None);
+}
+
+fn raw_key(sql: &str) -> StmtKey {
+    StmtKey {
+        schema: Some("db".into()),
+        settings: 0,
+        sql: sql.as_bytes().to_vec(),
+    }
+}
+
+#[test]
+fn one_text_prepared_many_times_is_kept_once() {
+    let limits = StatementLimits::default();
+    let text = "SELECT ?, ".repeat(1600); // 16,000 bytes, 1,600 parameters
+    let mut r = Registry::new();
+    let first = r.shared_key(raw_key(&text));
+    r.try_add(Arc::clone(&first), 1600, &limits).unwrap();
+    for _ in 0..999 {
+        let k = r.shared_key(raw_key(&text));
+        assert!(Arc::ptr_eq(&k, &first));
+        r.try_add(k, 1600, &limits).unwrap();
+    }
+    // The text and schema once, 3,200 bytes of types per statement.
+    assert_eq!(r.kept(), (1000, 16_002 + 1000 * 3200));
+    assert_eq!(r.keys.len(), 1);
+}
+
+#[test]
+fn the_limits_refuse_before_and_after_the_server_prepares() {
+    let limits = StatementLimits {
+        statements: 3,
+        bytes: 100,
+    };
+    let mut r = Registry::new();
+    let a = r
+        .try_add(r.shared_key(raw_key("SELECT 1")), 0, &limits)
+        .unwrap();
+    r.try_add(r.shared_key(raw_key("SELECT 1")), 0, &limits)
+        .unwrap();
+    // 10 bytes kept (text and schema once); 91 more (89 + the schema) do not fit.
+    assert_eq!(r.kept(), (2, 10));
+    let long = raw_key(&"x".repeat(89));
+    assert_eq!(r.room_for(&long, &limits), Err(Refusal::Bytes { max: 100 }));
+    // Known only from the PREPARE_OK: 2 bytes per parameter.
+    let short = raw_key(&"y".repeat(88));
+    assert_eq!(r.room_for(&short, &limits), Ok(()));
+    let k = r.shared_key(short);
+    assert_eq!(
+        r.try_add(Arc::clone(&k), 1, &limits),
+        Err(Refusal::Bytes { max: 100 })
+    );
+    r.try_add(Arc::clone(&k), 0, &limits).unwrap();
+    assert_eq!(r.kept(), (3, 100));
+    assert_eq!(
+        r.room_for(&raw_key("SELECT 1"), &limits),
+        Err(Refusal::Statements { max: 3 })
+    );
+    // Closing frees what only that statement kept.
+    assert!(r.close(a));
+    assert_eq!(r.kept(), (2, 100));
+    assert_eq!(r.clear(), 2);
+    assert_eq!(r.kept(), (0, 0));
 }
 
 #[test]

@@ -117,3 +117,106 @@ def test_node_mysql2_reset_and_reset_on_release_with_prepared_statements(make_pr
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout.strip().splitlines()[-1]) == {"executes": 60}
     assert client_statements_settle(proxy) == 0, "registries leaked"
+
+
+def prepare_many(c, sql, n, batch=100):
+    """n prepares of `sql` (a str, or a function of the index), pipelined in batches: the ids
+    of those that succeeded, and the first refusal (or None)."""
+    ids, refused = [], None
+    for start in range(0, n, batch):
+        k = min(batch, n - start)
+        texts = [sql(start + i) if callable(sql) else sql for i in range(k)]
+        c.sock.sendall(b"".join(
+            struct.pack("<I", len(t) + 1)[:3] + b"\0" + b"\x16" + t.encode() for t in texts))
+        for _ in range(k):
+            try:
+                ids.append(c.read_prepare()[0])
+            except ServerError as e:
+                refused = refused or e
+        if refused:
+            break
+    return ids, refused
+
+
+def rss_kib(proxy):
+    with open(f"/proc/{proxy.proc.pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def err_message(e):
+    return str(e).split(": ", 1)[1]
+
+
+def test_one_long_text_prepared_without_end_stops_at_the_servers_limit(make_proxy):
+    """The attack: one client prepares the same 8 KB text over and over and never closes a
+    statement. ringgate answers the repeats from its own copy, so the server's
+    max_prepared_stmt_count never applies; ringgate's own limit does, with the server's ERR
+    at the server's default (16,382), and the text is kept once (bytes gauge, RSS)."""
+    proxy = one_backend(make_proxy)
+    text = "SELECT ? + 1 /* " + "x" * 8000 + " */"
+    c = Raw(proxy.port)
+    try:
+        rss_before = rss_kib(proxy)
+        ids, refused = prepare_many(c, text, 16_383)
+        assert len(ids) == 16_382, len(ids)
+        assert refused is not None and refused.code == ER_MAX_PREPARED_STMT_COUNT_REACHED
+        assert err_message(refused) == ("Can't create more than max_prepared_stmt_count "
+                                        "statements (current value: 16382)")
+        m = proxy.metrics()
+        assert m["ringgate_client_prepares_refused_total"] == 1
+        assert m["ringgate_client_prepared_statements"] == 16_382
+        # The text (and schema) once, two bytes of types per statement: 8 KB + 32 KB.
+        kept = m["ringgate_client_prepared_statement_bytes"]
+        assert kept == len(text) + len(TEST_DB) + 2 * 16_382, kept
+        # Without the shared copy the texts alone are 134 MB.
+        assert rss_kib(proxy) - rss_before < 48 * 1024, (rss_before, rss_kib(proxy))
+        # The session goes on: a statement it has runs, and a closed one makes room.
+        assert plus_one(c, ids[-1], 6) == 7
+        c.close_stmt(ids[0])
+        again, _ = prepare_many(c, text, 1)
+        assert plus_one(c, again[0], 1) == 2
+    finally:
+        c.close()
+    assert client_statements_settle(proxy) == 0, "registries leaked"
+    assert proxy.metrics()["ringgate_client_prepared_statement_bytes"] == 0
+
+
+def test_distinct_texts_stop_at_the_byte_bound(make_proxy):
+    """Distinct long texts are each kept: --max-prepared-bytes bounds them (1 MiB here) with
+    ERR 1461 whose wording names the bound; closing statements makes room again."""
+    proxy = one_backend(make_proxy, extra=["--max-prepared-bytes", str(1 << 20)])
+    pad = "y" * 8000
+    c = Raw(proxy.port)
+    try:
+        ids, refused = prepare_many(c, lambda i: f"SELECT ? + {i} /* {pad} */", 1000)
+        assert refused is not None and refused.code == ER_MAX_PREPARED_STMT_COUNT_REACHED
+        assert "more than 1048576 bytes" in err_message(refused), refused
+        assert 120 <= len(ids) <= 130, len(ids)
+        assert proxy.metrics()["ringgate_client_prepared_statement_bytes"] <= 1 << 20
+        for stmt in ids[:10]:
+            c.close_stmt(stmt)
+        more, refused = prepare_many(c, lambda i: f"SELECT ? + {i} /* {pad} */ -- again", 10)
+        assert refused is None and len(more) == 10
+        assert plus_one(c, more[-1], 1) == 1 + 9
+    finally:
+        c.close()
+    assert "--max-prepared-bytes" in proxy.stderr()
+    assert client_statements_settle(proxy) == 0, "registries leaked"
+
+
+def test_max_prepared_statements_sets_the_count(make_proxy):
+    """--max-prepared-statements 3: the fourth open statement is refused as the server refuses
+    one over its max_prepared_stmt_count, naming the value; COM_RESET_CONNECTION frees them."""
+    proxy = one_backend(make_proxy, extra=["--max-prepared-statements", "3"])
+    c = Raw(proxy.port)
+    try:
+        ids, refused = prepare_many(c, lambda i: f"SELECT ? + {i}", 4)
+        assert len(ids) == 3
+        assert err_message(refused) == ("Can't create more than max_prepared_stmt_count "
+                                        "statements (current value: 3)")
+        reset(c)
+        ids, refused = prepare_many(c, lambda i: f"SELECT ? + {i}", 3)
+        assert refused is None and plus_one(c, ids[2], 1) == 3
+    finally:
+        c.close()
+    assert client_statements_settle(proxy) == 0, "registries leaked"

@@ -341,6 +341,10 @@ fn session_ctx<'a>(
         registry: &shared.registry,
         rsa_key: shared.rsa_key.as_deref(),
         move_prepared_statements: cfg.tx_prepared_statements.moves(),
+        statement_limits: crate::proxy::statement_limits::StatementLimits {
+            statements: usize::try_from(cfg.max_prepared_statements).unwrap_or(usize::MAX),
+            bytes: usize::try_from(cfg.max_prepared_bytes).unwrap_or(usize::MAX),
+        },
         // Every mode: ring mode keeps the backend's receive armed across
         // the park instead (`ring_io.rs`, `Worker::ring_give_back`).
         park_withdraws_idle_read: true,

@@ -385,10 +385,15 @@ impl Worker {
                     self.pool.statements_closed(b);
                 }
             }
-            SessionAction::Statements(delta) => {
+            SessionAction::Statements { count, bytes } => {
+                let m = self.metrics();
+                m.client_prepared_statements.fetch_add(count, Relaxed);
+                m.client_prepared_statement_bytes.fetch_add(bytes, Relaxed);
+            }
+            SessionAction::PrepareRefused => {
                 self.metrics()
-                    .client_prepared_statements
-                    .fetch_add(delta, Relaxed);
+                    .client_prepares_refused_total
+                    .fetch_add(1, Relaxed);
             }
             SessionAction::ParkWaitsForKill => {
                 self.shared
