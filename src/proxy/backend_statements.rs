@@ -12,7 +12,8 @@
 //! answer) to make room. A client's COM_STMT_CLOSE never reaches the
 //! server: another session may use the same statement on this connection.
 //! COM_RESET_CONNECTION closes every statement on the server, so a reset
-//! empties the LRU ([`BackendStatements::clear`]).
+//! empties the LRU ([`BackendStatements::clear`]): the pool's own, and a
+//! client's that the session relayed ([`BackendConn::statements_closed`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -9,7 +9,8 @@
 //! - COM_STMT_PREPARE: the connection prepares the text (or already holds
 //!   it under the same schema and settings: `backend_statements.rs`), and
 //!   the proxy answers the client with the PREPARE_OK under a new id of the
-//!   session's.
+//!   session's. Over the session's limits (`statement_limits.rs`) the
+//!   client gets ERR 1461 instead.
 //! - COM_STMT_CLOSE: the session forgets the id; nothing reaches the server
 //!   (the connection's LRU closes statements).
 //! - COM_STMT_EXECUTE, BULK_EXECUTE, SEND_LONG_DATA, FETCH, RESET: the
@@ -132,27 +133,7 @@ impl Session {
             }
         };
         match cmd.command {
-            COM_STMT_PREPARE => {
-                if data.len() < cmd.packet_len {
-                    return self.statement_need(cmd.packet_len, ctx, out);
-                }
-                let tx = self.tx.as_deref();
-                let key = StmtKey {
-                    schema: tx.and_then(|t| t.schema()).map(String::from),
-                    settings: tx.map_or(0, |t| t.settings().fingerprint()),
-                    sql: data[5..cmd.packet_len].to_vec(),
-                };
-                let Some(registry) = self.stmts.as_deref() else {
-                    return self.close(out);
-                };
-                // Refused before the server (or the connection's copy of
-                // the statement) is asked: nothing is kept for it.
-                if let Err(refusal) = registry.room_for(&key, &ctx.statement_limits) {
-                    return self.statement_refuse(cmd, refusal, out);
-                }
-                let key = registry.shared_key(key);
-                self.statement_ask(cmd, None, key, true, None, out)
-            }
+            COM_STMT_PREPARE => self.statement_prepare(cmd, data, ctx, out),
             COM_STMT_CLOSE => {
                 if data.len() < cmd.packet_len {
                     return self.statement_need(cmd.packet_len, ctx, out);
@@ -192,6 +173,36 @@ impl Session {
                 self.statement_ask(cmd, Some(id), key, false, types, out)
             }
         }
+    }
+
+    /// COM_STMT_PREPARE: within the session's limits, the connection's
+    /// statement for the text (prepared there if missing).
+    fn statement_prepare(
+        &mut self,
+        cmd: Command,
+        data: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        if data.len() < cmd.packet_len {
+            return self.statement_need(cmd.packet_len, ctx, out);
+        }
+        let tx = self.tx.as_deref();
+        let key = StmtKey {
+            schema: tx.and_then(|t| t.schema()).map(String::from),
+            settings: tx.map_or(0, |t| t.settings().fingerprint()),
+            sql: data[5..cmd.packet_len].to_vec(),
+        };
+        let Some(registry) = self.stmts.as_deref() else {
+            return self.close(out);
+        };
+        // Refused before the server (or the connection's copy of the
+        // statement) is asked: nothing is kept for it.
+        if let Err(refusal) = registry.room_for(&key, &ctx.statement_limits) {
+            return self.statement_refuse(cmd, refusal, out);
+        }
+        let key = registry.shared_key(key);
+        self.statement_ask(cmd, None, key, true, None, out)
     }
 
     fn statement_ask(

@@ -6,6 +6,10 @@
 //! keeps what it needs to prepare the statement again on any connection:
 //! the SQL, the schema and settings it was prepared under ([`StmtKey`]),
 //! the parameter count, and the parameter types the client last bound.
+//! Ids with equal keys share one copy of the key, and what the statements
+//! keep is counted against the session's limits (`statement_limits.rs`).
+//! A COM_RESET_CONNECTION the client sends closes them all, on the server
+//! as here ([`Registry::clear`]).
 //! Each backend connection keeps its own statements keyed by the same
 //! [`StmtKey`] (`backend_statements.rs`); before a statement command runs,
 //! the session asks its current connection for the server's id of the key
