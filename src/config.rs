@@ -368,6 +368,21 @@ pub struct Config {
     #[arg(long, default_value = "0", value_parser = parse_duration, value_name = "DURATION")]
     pub idle_timeout: Duration,
 
+    /// A session idle inside a transaction for this long is cut while other
+    /// clients wait for a backend connection: its transaction is rolled
+    /// back, it gets ERR 4031 and is closed ("0" = never). Only under
+    /// contention, so a quiet pool never cuts (docs/operations.md, "Idle
+    /// sessions that hold a backend connection").
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub idle_transaction_timeout: Duration,
+
+    /// `--pooling transaction`: a session pinned to its backend connection
+    /// (or holding it for LOCK TABLES, warnings, a cursor) and idle this long
+    /// is cut while other clients wait for a backend connection, as by
+    /// --idle-transaction-timeout ("0" = never).
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub idle_pinned_timeout: Duration,
+
     /// A client that does not take result bytes for this long is cut off
     /// and its backend connection discarded, so a stalled reader cannot pin
     /// a backend forever.
@@ -612,6 +627,8 @@ impl std::fmt::Debug for Config {
             .field("backend_connect_timeout", &self.backend_connect_timeout)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("idle_transaction_timeout", &self.idle_transaction_timeout)
+            .field("idle_pinned_timeout", &self.idle_pinned_timeout)
             .field("client_write_timeout", &self.client_write_timeout)
             .field("tcp_keepalive", &self.tcp_keepalive)
             .field("tcp_keepalive_idle", &self.tcp_keepalive_idle)

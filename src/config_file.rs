@@ -212,6 +212,8 @@ file_config! {
     plain backend_connect_timeout: HumanDuration,
     plain handshake_timeout: HumanDuration,
     plain idle_timeout: HumanDuration,
+    plain idle_transaction_timeout: HumanDuration,
+    plain idle_pinned_timeout: HumanDuration,
     plain client_write_timeout: HumanDuration,
     plain tcp_keepalive: bool,
     plain tcp_keepalive_idle: KeepaliveTime,

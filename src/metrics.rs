@@ -39,7 +39,7 @@ mod snapshot;
 pub use endpoint::{serve, MetricsError};
 pub use labels::{
     AuthPath, BackendTlsError, BufferMode, InternalQuery, RejectReason, BACKEND_TLS_ERRORS,
-    INTERNAL_QUERY_KINDS, PIN_REASONS,
+    IDLE_CUT_HELD, INTERNAL_QUERY_KINDS, PIN_REASONS,
 };
 pub use pool_wait::{pool_wait_bucket_bounds, PoolWaitSnapshot, POOL_WAIT_BUCKET_COUNT};
 pub use snapshot::{connect_bucket_bounds, ConnectDurationSnapshot, Snapshot};
@@ -243,6 +243,9 @@ pub struct WorkerMetrics {
     /// Transaction pooling: sessions pinned to their backend connection,
     /// indexed like [`PIN_REASONS`].
     pub sessions_pinned_total: [AtomicU64; PIN_REASONS.len()],
+    /// Sessions cut for holding a backend connection idle while others
+    /// waited, indexed like [`IDLE_CUT_HELD`].
+    pub sessions_idle_cut_total: [AtomicU64; IDLE_CUT_HELD.len()],
     /// Transaction pooling: proxy-internal statements, indexed like
     /// [`INTERNAL_QUERY_KINDS`].
     pub internal_queries_total: [AtomicU64; INTERNAL_QUERY_KINDS.len()],
@@ -366,6 +369,7 @@ impl WorkerMetrics {
             statement_reprepares_total: AtomicU64::new(0),
             statement_evictions_total: AtomicU64::new(0),
             sessions_pinned_total: Default::default(),
+            sessions_idle_cut_total: Default::default(),
             internal_queries_total: Default::default(),
             bytes_client_to_backend_total: AtomicU64::new(0),
             bytes_backend_to_client_total: AtomicU64::new(0),

@@ -24,7 +24,7 @@ use prometheus_client::registry::Registry;
 
 use super::{
     connect_bucket_bounds, pool_wait_bucket_bounds, AuthPath, RejectReason, Snapshot,
-    BACKEND_TLS_ERRORS, INTERNAL_QUERY_KINDS, PIN_REASONS,
+    BACKEND_TLS_ERRORS, IDLE_CUT_HELD, INTERNAL_QUERY_KINDS, PIN_REASONS,
 };
 
 /// Writes `snapshot` as Prometheus text.
@@ -362,6 +362,19 @@ impl Collector for Exposition {
             "ringgate_sessions_pinned_total",
             "Transaction pooling: sessions pinned to their backend connection, by reason.",
             &pinned,
+        )?;
+        let idle_cut: Vec<(Label, u64)> = IDLE_CUT_HELD
+            .iter()
+            .zip(s.sessions_idle_cut_total)
+            .map(|(&h, n)| ([("held", h)], n))
+            .collect();
+        counters(
+            &mut enc,
+            "ringgate_sessions_idle_cut_total",
+            "Sessions cut (transaction rolled back, ERR 4031, closed) for holding a backend \
+             connection idle past --idle-transaction-timeout or --idle-pinned-timeout while \
+             other clients waited, by what they held.",
+            &idle_cut,
         )?;
         let internal: Vec<(Label, u64)> = INTERNAL_QUERY_KINDS
             .iter()

@@ -174,6 +174,10 @@ pub enum InternalQuery {
     LastInsertIdRead = 3,
 }
 
+/// The `held` labels of `ringgate_sessions_idle_cut_total`, in the order
+/// of `proxy::idle_cut::Held::index`.
+pub const IDLE_CUT_HELD: [&str; 2] = ["transaction", "pinned"];
+
 /// The `reason` labels of `ringgate_sessions_pinned_total`, in the order
 /// of `proxy::multiplex::PinReason::ALL` (a unit test there checks it).
 pub const PIN_REASONS: [&str; 16] = [

@@ -76,6 +76,8 @@ pub struct Snapshot {
     pub statement_evictions_total: u64,
     /// Indexed like [`PIN_REASONS`].
     pub sessions_pinned_total: [u64; PIN_REASONS.len()],
+    /// Indexed like [`IDLE_CUT_HELD`].
+    pub sessions_idle_cut_total: [u64; IDLE_CUT_HELD.len()],
     /// Indexed like [`INTERNAL_QUERY_KINDS`].
     pub internal_queries_total: [u64; INTERNAL_QUERY_KINDS.len()],
     pub bytes_client_to_backend_total: u64,
@@ -206,6 +208,12 @@ impl Metrics {
                 *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
             }
         }
+        let mut idle_cut = [0u64; IDLE_CUT_HELD.len()];
+        for w in self.workers.iter() {
+            for (sum, c) in idle_cut.iter_mut().zip(&w.sessions_idle_cut_total) {
+                *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
+            }
+        }
         let mut internal = [0u64; INTERNAL_QUERY_KINDS.len()];
         for w in self.workers.iter() {
             for (sum, c) in internal.iter_mut().zip(&w.internal_queries_total) {
@@ -255,6 +263,7 @@ impl Metrics {
             statement_reprepares_total: u(|w| &w.statement_reprepares_total),
             statement_evictions_total: u(|w| &w.statement_evictions_total),
             sessions_pinned_total: pinned,
+            sessions_idle_cut_total: idle_cut,
             internal_queries_total: internal,
             bytes_client_to_backend_total: u(|w| &w.bytes_client_to_backend_total),
             bytes_backend_to_client_total: u(|w| &w.bytes_backend_to_client_total),

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-const ALL_NAMES: [(&str, &str); 53] = [
+const ALL_NAMES: [(&str, &str); 54] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
@@ -45,6 +45,7 @@ const ALL_NAMES: [(&str, &str); 53] = [
     ("ringgate_statement_reprepares_total", "counter"),
     ("ringgate_statement_evictions_total", "counter"),
     ("ringgate_sessions_pinned_total", "counter"),
+    ("ringgate_sessions_idle_cut_total", "counter"),
     ("ringgate_bytes_total", "counter"),
     ("ringgate_client_compressed_sessions_total", "counter"),
     ("ringgate_client_tls_sessions_total", "counter"),

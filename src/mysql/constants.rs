@@ -289,6 +289,14 @@ pub const ER_NOT_SUPPORTED_AUTH_MODE: u16 = 1251;
 /// `require_secure_transport` (SQLSTATE HY000, the default below).
 pub const ER_SECURE_TRANSPORT_REQUIRED: u16 = 3159;
 
+/// MySQL 8.0.24+'s ER_CLIENT_INTERACTION_TIMEOUT (SQLSTATE HY000): sent
+/// with sequence id 0 to a client the server disconnects for inactivity,
+/// just before it closes the connection. MariaDB has no such error (its
+/// 4031 is ER_REFERENCED_TRG_DOES_NOT_EXIST; its idle timeouts close with
+/// a bare reset), so this is the one code clients and drivers already map
+/// to "disconnected for inactivity" (SQLAlchemy, mysqlnd).
+pub const ER_CLIENT_INTERACTION_TIMEOUT: u16 = 4031;
+
 /// The SQLSTATE MySQL pairs with each error code we emit, so clients that
 /// branch on SQLSTATE (JDBC, ODBC) classify our errors like the server's.
 pub const fn sqlstate_for(code: u16) -> &'static str {

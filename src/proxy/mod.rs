@@ -26,6 +26,7 @@ mod client_leg;
 mod conn_io;
 mod connect_attrs;
 mod identity;
+mod idle_cut;
 mod ids;
 mod listen;
 mod multiplex;

@@ -496,6 +496,26 @@ impl TxState {
 
     /// May the connection go back to the pool now (the session is between
     /// commands with nothing owed)?
+    /// Between commands, outside a transaction: why the session keeps its
+    /// connection (the `reason` of a pin, or what else lives there); None
+    /// when it would give it back. A transaction is the caller's to see
+    /// (the server's status flag, or [`TxState::maybe_in_transaction`]).
+    pub fn holds(&self) -> Option<&'static str> {
+        if let Some(reason) = self.pinned {
+            return Some(reason.as_str());
+        }
+        if self.table_locks {
+            return Some(PinReason::LockTables.as_str());
+        }
+        (self.warnings > 0).then_some("warnings")
+    }
+
+    /// With autocommit off, an ERR may have left a transaction open that no
+    /// status flag reported (see `after_err`).
+    pub fn maybe_in_transaction(&self) -> bool {
+        self.after_err && self.status & SERVER_STATUS_AUTOCOMMIT == 0
+    }
+
     pub fn releasable(&self) -> bool {
         let autocommit_off = self.status & SERVER_STATUS_AUTOCOMMIT == 0;
         self.pinned.is_none()

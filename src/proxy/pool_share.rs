@@ -75,6 +75,14 @@ impl BackendShare {
         }
     }
 
+    /// Sessions waiting for a backend connection on all workers.
+    pub fn waiting(&self) -> usize {
+        self.workers
+            .iter()
+            .map(|d| d.waiting.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// The fewest units held by another worker whose sessions wait (None:
     /// no other worker has a session waiting).
     pub fn neediest_other(&self, me: usize) -> Option<usize> {

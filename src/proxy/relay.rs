@@ -28,6 +28,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::idle_cut::Held;
+
 use crate::mysql::tracker::{
     Direction, StopReason, StoppedHeader, TrackError, Tracker, Unsolicited,
 };
@@ -86,6 +88,10 @@ pub enum RelayEnd {
     BackendReadTimeout,
     /// No command for `--idle-timeout`.
     IdleTimeout,
+    /// Idle holding the backend past `--idle-transaction-timeout` or
+    /// `--idle-pinned-timeout` while other clients waited for one
+    /// (`idle_cut.rs`).
+    HeldIdle(Held),
     /// Graceful shutdown reached this session between commands.
     Drained,
     /// Transaction pooling: the session lets the backend go between
@@ -530,6 +536,25 @@ impl Relay {
             if expired(self.last_activity, timeouts.idle) {
                 self.end(RelayEnd::IdleTimeout, out);
             }
+        }
+    }
+
+    /// When the client last sent or took bytes (the idle bounds count from it).
+    pub fn idle_since(&self) -> Instant {
+        self.last_activity
+    }
+
+    /// The tracker: what the server's last answer said.
+    pub fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+
+    /// End between commands because the session held its backend idle for
+    /// too long while others waited (`idle_cut.rs`). The end is clean: the
+    /// backend goes back through a reset, which rolls back what it held.
+    pub fn cut_idle(&mut self, held: Held, out: &mut Vec<RelayEvent>) {
+        if self.idle_at_boundary() && !self.finishing() {
+            self.end(RelayEnd::HeldIdle(held), out);
         }
     }
 

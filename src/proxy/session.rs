@@ -14,6 +14,7 @@
 use std::time::{Duration, Instant};
 
 use super::client_leg::LegKind;
+use super::idle_cut::{self, Held, IdleCutLimits};
 use super::ids::{IdentityId, LeaseSetup, PoolKey, Settings};
 use super::multiplex::{self, PinReason, TxState};
 use super::registry::{intercept, ConnEntry, KillFence, Killed, Registry};
@@ -186,6 +187,9 @@ pub enum SessionAction {
     Auth(AuthPath),
     /// A refused connection, by reason.
     Reject(RejectReason),
+    /// The session was cut for holding its backend idle while others
+    /// waited (`idle_cut.rs`): counted and logged.
+    IdleCut { held: Held, limit: Duration },
     /// One line for the log; the driver rate-limits it and adds the peer.
     Log(String),
 }
@@ -197,6 +201,8 @@ pub struct SessionCtx<'a> {
     pub max_packet_size: u64,
     pub handshake_timeout: Duration,
     pub timeouts: RelayTimeouts,
+    /// `--idle-transaction-timeout`, `--idle-pinned-timeout`.
+    pub idle_cut: IdleCutLimits,
     pub draining: bool,
     /// The session buffer's size: no login packet can be longer.
     pub read_buffer_size: usize,

@@ -85,6 +85,47 @@ impl Session {
         }
     }
 
+    /// Idle between commands holding the backend past its bound
+    /// (`--idle-transaction-timeout`, `--idle-pinned-timeout`): what it
+    /// holds and for how long it has idled. The driver asks only while
+    /// other clients wait for a connection (`idle_cut.rs`).
+    pub fn held_idle(&self, ctx: &SessionCtx) -> Option<(Held, Duration)> {
+        let State::Relay(relay) = &self.state else {
+            return None;
+        };
+        if !relay.idle_at_boundary() || relay.finishing() {
+            return None;
+        }
+        let tx = self.tx.as_deref();
+        let held =
+            if relay.tracker().in_transaction() || tx.is_some_and(|t| t.maybe_in_transaction()) {
+                Held::Transaction
+            } else if let Some(why) = tx.and_then(|t| t.holds()) {
+                Held::Pinned(why)
+            } else if self.stmts.as_ref().is_some_and(|r| r.holds_backend()) {
+                // Long data or an open cursor lives in the connection's statement.
+                Held::Pinned("statement")
+            } else {
+                // Session pooling outside a transaction: every session holds
+                // its connection by design (`--idle-timeout` bounds those).
+                return None;
+            };
+        let idle = ctx.now.saturating_duration_since(relay.idle_since());
+        let limit = ctx.idle_cut.limit(held)?;
+        (idle >= limit).then_some((held, idle))
+    }
+
+    /// Cut the session for [`Session::held_idle`]: the relay ends cleanly,
+    /// the backend goes back through a reset (which rolls back the
+    /// transaction), and the client gets ERR 4031 and is closed.
+    pub fn cut_held_idle(&mut self, held: Held, ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
+        if let State::Relay(relay) = &mut self.state {
+            let mut events = std::mem::take(&mut self.relay_scratch);
+            relay.cut_idle(held, &mut events);
+            self.apply_relay(&mut events, ctx, out);
+        }
+    }
+
     /// The drain timeout is over: end now, whatever is in flight.
     pub fn cut(&mut self, ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
         if let State::Relay(relay) = &mut self.state {
@@ -223,6 +264,15 @@ impl Session {
                     ));
                 }
                 self.close(out)
+            }
+            RelayEnd::HeldIdle(held) => {
+                let limit = ctx.idle_cut.limit(held).unwrap_or_default();
+                out.push(SessionAction::IdleCut { held, limit });
+                // Unasked for, as MySQL sends it: sequence id 0. The client
+                // reads it at its next command, then finds the socket closed.
+                self.seq = 0;
+                let payload = idle_cut::cut_err(held, limit);
+                self.send_payload(&payload, State::SendErrThenClose, out)
             }
             RelayEnd::Unsupported { command } => {
                 // An ERR answers the command packet: sequence id 1.

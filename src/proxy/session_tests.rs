@@ -23,6 +23,7 @@ pub(super) fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
             client_write: Duration::from_secs(30),
             backend_read: Duration::ZERO,
         },
+        idle_cut: Default::default(),
         draining: false,
         read_buffer_size: 16 * 1024,
         registry: &REGISTRY,

@@ -52,6 +52,7 @@ use super::backend::BackendOp;
 use super::conn_io::ConnIo;
 use super::connect_attrs;
 use super::identity::{BackendLogin, IdentityMode};
+use super::idle_cut::{self, IdleCutLimits, IdleHolder};
 use super::ids::{
     BackendId, LeaseRequest, LeaseSetup, PoolKey, SessionId, Settings, TlsWish, ANY_SETTINGS,
 };
@@ -335,6 +336,10 @@ fn session_ctx<'a>(
             idle: cfg.idle_timeout,
             client_write: cfg.client_write_timeout,
             backend_read: cfg.backend_read_timeout,
+        },
+        idle_cut: IdleCutLimits {
+            transaction: cfg.idle_transaction_timeout,
+            pinned: cfg.idle_pinned_timeout,
         },
         draining,
         read_buffer_size: cfg.read_buffer_size as usize,
@@ -675,10 +680,50 @@ impl Worker {
                 self.with_session(sid, |s, _, ctx, out| s.on_tick(ctx, out));
             }
         }
+        if !cut {
+            self.cut_idle_holders();
+        }
         let mut events = Vec::new();
         self.pool.on_tick(now, &mut events);
         self.pool_q.extend(events);
         self.submit(ops::timeout(self.tick_ts, Token::new(OpTag::Tick, 0, 0)));
+    }
+
+    /// While clients wait for a backend connection (on any worker), cut
+    /// the sessions idle holding one past their bound, the longest idle
+    /// first, one per waiter (`idle_cut.rs`). Each worker cuts for all
+    /// the waiters it sees, so with several workers a wait may cost up to
+    /// one cut per worker; what is cut was idle past its bound anyway.
+    fn cut_idle_holders(&mut self) {
+        let limits = IdleCutLimits {
+            transaction: self.shared.config.idle_transaction_timeout,
+            pinned: self.shared.config.idle_pinned_timeout,
+        };
+        let waiting = self.shared.backends.waiting();
+        if !limits.any() || waiting == 0 {
+            return;
+        }
+        let mut holders = Vec::new();
+        let ctx = worker_session_ctx!(self);
+        for index in self.sessions.indexes() {
+            let generation = self.sessions.generation(index);
+            if let Some(slot) = self.sessions.get(index) {
+                if let Some((held, idle)) = slot.session.held_idle(&ctx) {
+                    let session = SessionId { index, generation };
+                    holders.push(IdleHolder {
+                        session,
+                        held,
+                        idle,
+                    });
+                }
+            }
+        }
+        idle_cut::pick(&mut holders, waiting);
+        for h in holders {
+            self.with_session(h.session, |s, _, ctx, out| {
+                s.cut_held_idle(h.held, ctx, out)
+            });
+        }
     }
 
     fn export_ring_stats(&self) {

@@ -473,6 +473,22 @@ impl Worker {
             SessionAction::Auth(path) => {
                 self.metrics().client_auth_total[path.index()].fetch_add(1, Relaxed);
             }
+            SessionAction::IdleCut { held, limit } => {
+                self.shared.metrics.worker(self.id).sessions_idle_cut_total[held.index()]
+                    .fetch_add(1, Relaxed);
+                if self.log_limiter.allow(now) {
+                    let user = slot.session.user().unwrap_or("");
+                    tracing::warn!(
+                        worker = self.id,
+                        peer = %slot.peer,
+                        connection_id = slot.conn.entry().id(),
+                        user,
+                        "session cut: idle for {} ({limit:?}) holding {} while other clients waited for a backend connection; it got ERR 4031",
+                        held.flag(),
+                        held.describe(),
+                    );
+                }
+            }
             SessionAction::Log(msg) => {
                 if self.log_limiter.allow(now) {
                     let user = slot.session.user().unwrap_or("");

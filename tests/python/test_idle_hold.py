@@ -1,0 +1,158 @@
+"""One user cannot starve the others of backend connections.
+
+With --backend-max-connections 4, four sessions of user A that sit idle holding a backend
+connection (inside a transaction, or pinned) used to keep them for ever, and user B's login
+waited --backend-wait-timeout and got ERR 1040. Now, while someone waits for a connection, a
+session idle holding one past --idle-transaction-timeout (or --idle-pinned-timeout) is cut: its
+transaction is rolled back (the connection is reset), it gets ERR 4031 and is closed. And
+--backend-max-connections-per-user keeps one backend account from taking every connection.
+
+Real MariaDB (the sandbox) through ringgate with transaction pooling, passthrough identity,
+one worker. Timeouts are 1-2 s so the file stays fast.
+"""
+
+import json
+import time
+
+import pymysql
+import pytest
+
+from helpers import TEST_DB, direct, sandbox_account
+
+CAP = 4
+
+
+@pytest.fixture(params=["fixed"])
+def mode(request):
+    """The pool and the session machine are the same in every buffer mode; one is enough."""
+    return request.param
+
+
+@pytest.fixture
+def two_users(tmp_path):
+    users = {"a": ("starve_a", "starve-a-secret"), "b": ("starve_b", "starve-b-secret")}
+    with sandbox_account(*users["a"]), sandbox_account(*users["b"]):
+        path = tmp_path / "users.json"
+        path.write_text(json.dumps({user: [{"Password": pw}] for user, pw in users.values()}))
+        yield users, path
+
+
+@pytest.fixture
+def table():
+    with direct() as root:
+        with root.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {TEST_DB}")
+            cur.execute(f"DROP TABLE IF EXISTS {TEST_DB}.starve")
+            cur.execute(f"CREATE TABLE {TEST_DB}.starve (who VARCHAR(32)) ENGINE=InnoDB")
+    yield f"{TEST_DB}.starve"
+    with direct() as root:
+        with root.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {TEST_DB}.starve")
+
+
+def start(make_proxy, users_file, *flags):
+    return make_proxy(
+        pooling="transaction",
+        workers=1,
+        passthrough=True,
+        users_file=users_file,
+        extra_args=[
+            "--backend-max-connections", str(CAP),
+            "--backend-pool-size", "0",
+            "--backend-wait-timeout", "3s",
+            *flags,
+        ],
+    )
+
+
+def connect(proxy, who):
+    user, password = who
+    return proxy.connect(user=user, password=password, database=TEST_DB, autocommit=True)
+
+
+def hold(conn, *sql):
+    with conn.cursor() as cur:
+        for s in sql:
+            cur.execute(s)
+
+
+def b_logs_in_and_queries(proxy, who):
+    """User B logs in (a login leases a connection) and runs a query, within the wait timeout."""
+    started = time.monotonic()
+    b = connect(proxy, who)
+    with b.cursor() as cur:
+        cur.execute("SELECT 'b', CURRENT_USER()")
+        row = cur.fetchone()
+    b.close()
+    assert row == ("b", f"{who[0]}@%"), row
+    return time.monotonic() - started
+
+
+def is_cut(e):
+    """The cut session's next statement fails as after a server-side disconnect: PyMySQL reports
+    an ERR with sequence id 0 (MySQL's own 4031 is sent so) as 2013; clients that read it whole
+    (mysql2, libmysqlclient 8.0.24+) see 4031."""
+    assert e.args[0] in (2013, 4031), e.args
+
+
+def test_idle_transactions_of_one_user_do_not_starve_another(make_proxy, two_users, table):
+    users, users_file = two_users
+    proxy = start(make_proxy, users_file, "--idle-transaction-timeout", "1s", "--idle-pinned-timeout", "0")
+    base = proxy.connections_total()
+    held = [connect(proxy, users["a"]) for _ in range(CAP)]
+    for i, a in enumerate(held):
+        hold(a, "BEGIN", f"INSERT INTO {table} VALUES ('a{i}')")
+    time.sleep(1.2)
+    b_logs_in_and_queries(proxy, users["b"])
+    m = proxy.metrics()
+    assert m('ringgate_sessions_idle_cut_total{held="transaction"}') >= 1, m.dump()
+    # Only as many as were needed: one waiter, one cut.
+    assert m('ringgate_sessions_idle_cut_total{held="transaction"}') == 1, m.dump()
+    cut = 0
+    for a in held:
+        try:
+            hold(a, "COMMIT")
+        except pymysql.err.OperationalError as e:
+            is_cut(e)
+            cut += 1
+    assert cut == 1
+    # The cut session's insert was rolled back; the others committed theirs.
+    with direct() as root:
+        with root.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM {table}")
+            assert cur.fetchone()[0] == CAP - 1
+    assert "--idle-transaction-timeout" in proxy.stderr()
+    assert users["a"][0] in proxy.stderr()
+    for a in held:
+        a.close()
+    proxy.assert_settled(base, CAP + 1)
+
+
+def test_idle_pinned_sessions_of_one_user_do_not_starve_another(make_proxy, two_users):
+    users, users_file = two_users
+    proxy = start(make_proxy, users_file, "--idle-pinned-timeout", "1s", "--idle-transaction-timeout", "0")
+    base = proxy.connections_total()
+    held = [connect(proxy, users["a"]) for _ in range(CAP)]
+    for i, a in enumerate(held):
+        # A user variable pins the session to its connection (it lives there).
+        hold(a, f"SET @mine = {i}")
+    time.sleep(1.2)
+    b_logs_in_and_queries(proxy, users["b"])
+    m = proxy.metrics()
+    assert m('ringgate_sessions_idle_cut_total{held="pinned"}') == 1, m.dump()
+    alive = 0
+    for i, a in enumerate(held):
+        try:
+            with a.cursor() as cur:
+                cur.execute("SELECT @mine")
+                assert cur.fetchone() == (i,)
+                alive += 1
+        except pymysql.err.OperationalError as e:
+            is_cut(e)
+    assert alive == CAP - 1
+    assert "--idle-pinned-timeout" in proxy.stderr()
+    assert "user_variable" in proxy.stderr()
+    for a in held:
+        a.close()
+    proxy.assert_settled(base, CAP + 1)
+
