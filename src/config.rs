@@ -315,6 +315,13 @@ pub struct Config {
     #[arg(long, default_value = "256", value_name = "N")]
     pub backend_max_connections: usize,
 
+    /// Backend connections one backend account may hold at once, across all
+    /// workers ("0" = no limit but --backend-max-connections): a user at its
+    /// share waits for one of its own, so one user cannot take every
+    /// connection from the others.
+    #[arg(long, default_value = "0", value_name = "N")]
+    pub backend_max_connections_per_user: usize,
+
     /// `--pooling transaction`: prepared statements each backend connection
     /// keeps on the server; the least recently used one is closed to make
     /// room. Default: three quarters of MariaDB's default
@@ -622,6 +629,10 @@ impl std::fmt::Debug for Config {
             .field("max_connections", &self.max_connections)
             .field("backend_pool_size", &self.backend_pool_size)
             .field("backend_max_connections", &self.backend_max_connections)
+            .field(
+                "backend_max_connections_per_user",
+                &self.backend_max_connections_per_user,
+            )
             .field("backend_wait_timeout", &self.backend_wait_timeout)
             .field("backend_idle_timeout", &self.backend_idle_timeout)
             .field("backend_connect_timeout", &self.backend_connect_timeout)

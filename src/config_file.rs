@@ -203,6 +203,7 @@ file_config! {
     plain max_connections: usize,
     plain backend_pool_size: usize,
     plain backend_max_connections: usize,
+    plain backend_max_connections_per_user: usize,
     optional backend_max_prepared: u64,
     plain max_prepared_statements: u64,
     plain max_prepared_bytes: u64,

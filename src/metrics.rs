@@ -35,6 +35,7 @@ mod exposition;
 mod labels;
 mod pool_wait;
 mod snapshot;
+mod users;
 
 pub use endpoint::{serve, MetricsError};
 pub use labels::{
@@ -43,6 +44,7 @@ pub use labels::{
 };
 pub use pool_wait::{pool_wait_bucket_bounds, PoolWaitSnapshot, POOL_WAIT_BUCKET_COUNT};
 pub use snapshot::{connect_bucket_bounds, ConnectDurationSnapshot, Snapshot};
+pub use users::{UserTable, UserUsage};
 
 /// Content type of the Prometheus text exposition format we emit.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -437,6 +439,8 @@ impl WorkerMetrics {
 pub struct Metrics {
     workers: Box<[WorkerMetrics]>,
     mode: AtomicU8,
+    /// Per backend account (`users.rs`).
+    users: UserTable,
 }
 
 impl fmt::Debug for Metrics {
@@ -454,6 +458,7 @@ impl Metrics {
         Arc::new(Metrics {
             workers: (0..workers).map(|_| WorkerMetrics::new()).collect(),
             mode: AtomicU8::new(mode.to_u8()),
+            users: UserTable::default(),
         })
     }
 
@@ -466,6 +471,11 @@ impl Metrics {
     /// The currently reported buffer mode.
     pub fn mode(&self) -> BufferMode {
         BufferMode::from_u8(self.mode.load(Ordering::Relaxed))
+    }
+
+    /// The per-account counters, shared by all workers.
+    pub fn users(&self) -> &UserTable {
+        &self.users
     }
 
     /// Number of workers.

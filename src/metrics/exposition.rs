@@ -271,6 +271,7 @@ impl Collector for Exposition {
             "Client sessions waiting for a backend connection, per worker.",
             &per_worker(&s.worker_pool_waiters),
         )?;
+        per_user(&mut enc, &s.users)?;
         counter(
             &mut enc,
             "ringgate_backend_rebalanced_total",
@@ -612,6 +613,46 @@ fn counter_name(name: &str) -> &str {
 fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
     let mut m = enc.encode_descriptor(counter_name(name), help, None, MetricType::Counter)?;
     encode_counter(&mut m, value)
+}
+
+/// The per-account series. A name goes into a label value as it is, but
+/// for the three characters the text format would have to escape.
+fn per_user(enc: &mut DescriptorEncoder, users: &[(String, usize, u64)]) -> fmt::Result {
+    let label = |name: &str| {
+        let clean: String = name
+            .chars()
+            .map(|c| {
+                if matches!(c, '"' | '\\' | '\n') {
+                    '_'
+                } else {
+                    c
+                }
+            })
+            .collect();
+        [("user", clean)]
+    };
+    let held: Vec<_> = users
+        .iter()
+        .map(|(n, held, _)| (label(n), *held as i64))
+        .collect();
+    gauges(
+        enc,
+        "ringgate_backend_connections_by_user",
+        "Backend connections each backend account holds (opening, idle, leased or closing), \
+         against --backend-max-connections-per-user; passthrough identity.",
+        &held,
+    )?;
+    let waits: Vec<_> = users
+        .iter()
+        .map(|(n, _, waits)| (label(n), *waits))
+        .collect();
+    counters(
+        enc,
+        "ringgate_backend_user_limit_waits_total",
+        "Lease requests that waited because their backend account held \
+         --backend-max-connections-per-user connections.",
+        &waits,
+    )
 }
 
 fn counters<L: EncodeLabelSet>(

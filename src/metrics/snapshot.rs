@@ -109,6 +109,8 @@ pub struct Snapshot {
     pub connect_duration: ConnectDurationSnapshot,
     /// How long sessions waited for a backend connection, summed.
     pub pool_wait: PoolWaitSnapshot,
+    /// Per backend account: (user, backend connections, limit waits).
+    pub users: Vec<(String, usize, u64)>,
 }
 
 impl Snapshot {
@@ -308,6 +310,7 @@ impl Metrics {
             ring_busy_poll_sleeps_total: u(|w| &w.ring_busy_poll_sleeps),
             connect_duration: self.connect_snapshot(),
             pool_wait: PoolWaitSnapshot::sum(self.workers.iter().map(|w| &w.pool_wait)),
+            users: self.users.snapshot(),
         }
     }
 

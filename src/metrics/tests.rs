@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-const ALL_NAMES: [(&str, &str); 54] = [
+const ALL_NAMES: [(&str, &str); 56] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
@@ -55,6 +55,8 @@ const ALL_NAMES: [(&str, &str); 54] = [
     ("ringgate_backend_tls_errors_total", "counter"),
     ("ringgate_client_compressed_bytes_total", "counter"),
     ("ringgate_pool_waiters", "gauge"),
+    ("ringgate_backend_connections_by_user", "gauge"),
+    ("ringgate_backend_user_limit_waits_total", "counter"),
     ("ringgate_ring_ebusy_reaps_total", "counter"),
     ("ringgate_ring_cq_overflow_flushes_total", "counter"),
     ("ringgate_ring_synthetic_failures_total", "counter"),

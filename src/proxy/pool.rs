@@ -14,7 +14,8 @@
 //! (completions on a connection's socket and its machine's events),
 //! `pool_upkeep.rs` (serving waiters, timeouts, refill, drain, giving
 //! connections to other workers), `pool_share.rs` (how the workers share
-//! the cap) and `pool_waiters.rs` (the queues: one per key).
+//! the cap), `pool_users.rs` (each backend account's share of it) and
+//! `pool_waiters.rs` (the queues: one per key).
 //!
 //! Waiting (`--backend-wait-timeout`): a session that finds no connection
 //! waits in its key's FIFO queue. What a key can be served with (its own
@@ -61,6 +62,9 @@ pub struct PoolConfig {
     pub pool_size: usize,
     /// `--backend-max-connections`, across workers (see `pool_share.rs`).
     pub max_connections: usize,
+    /// `--backend-max-connections-per-user` (0: no limit but the cap; see
+    /// `pool_users.rs`).
+    pub max_per_user: usize,
     pub wait_timeout: Duration,
     pub idle_timeout: Duration,
     pub connect_timeout: Duration,
@@ -104,6 +108,9 @@ pub struct Pooled {
     /// Closed at the cap to give its unit to a waiter of another key
     /// ([`Pool::evict_for`]).
     evicted: bool,
+    /// Its account's counters, charged for it until its slot is freed
+    /// (`pool_users.rs`); None for the shared account.
+    user: Option<Arc<crate::metrics::UserUsage>>,
 }
 
 /// A give-back that waits for `SELECT LAST_INSERT_ID()`.
@@ -191,6 +198,8 @@ enum Reserve {
     Full,
     /// Units are free, but they are another worker's (`pool_share.rs`).
     Theirs,
+    /// The key's account holds its share (`pool_users.rs`).
+    UserFull,
 }
 
 pub struct Pool {
@@ -234,6 +243,11 @@ pub struct Pool {
     max_prepared: usize,
     worker: usize,
     log_limiter: super::LogLimiter,
+    /// Each identity's account counters (`pool_users.rs`).
+    user_usage: std::collections::HashMap<IdentityId, Arc<crate::metrics::UserUsage>>,
+    /// Waiting sessions already counted as held back by their account's
+    /// share.
+    user_limited: std::collections::HashSet<SessionId>,
 }
 
 /// Can `p` serve `req` as it is or after one `SET` of the differences?
@@ -292,6 +306,8 @@ impl Pool {
             metrics,
             worker,
             log_limiter: Default::default(),
+            user_usage: Default::default(),
+            user_limited: Default::default(),
             max_prepared: super::backend::statements::DEFAULT_MAX_PREPARED,
         }
     }
@@ -453,27 +469,36 @@ impl Pool {
     /// worker whose sessions wait holds fewer connections than this one
     /// and the free units are too few for them (the unit is theirs: see
     /// `pool_share.rs`).
-    fn reserve(&self) -> Reserve {
+    /// A unit reserved is charged to `identity`'s account too, which must
+    /// be under its share (`pool_users.rs`).
+    fn reserve(&mut self, identity: IdentityId) -> Reserve {
         let max = self.cfg.max_connections;
-        if self.share.open() >= max {
-            return Reserve::Full;
+        if !self.charge_user(identity) {
+            return Reserve::UserFull;
         }
-        if self
+        let got = if self.share.open() >= max {
+            Reserve::Full
+        } else if self
             .share
             .room_is_theirs(self.worker, Some(self.slots.len()), max)
         {
-            return Reserve::Theirs;
-        }
-        match self.share.try_reserve(max) {
-            true => Reserve::Got,
+            Reserve::Theirs
+        } else if self.share.try_reserve(max) {
+            Reserve::Got
+        } else {
             // Another worker took the last one meanwhile.
-            false => Reserve::Full,
+            Reserve::Full
+        };
+        if !matches!(got, Reserve::Got) {
+            self.uncharge_user(identity);
         }
+        got
     }
 
     /// The session no longer wants a connection (it closed while waiting).
     pub fn cancel(&mut self, session: SessionId) {
         self.waiters.remove(session);
+        self.user_limited.remove(&session);
         self.publish();
         for index in self.slots.indexes() {
             if let Some(p) = self.slots.get_index_mut(index) {
@@ -536,7 +561,12 @@ impl Pool {
         if resetting {
             return false;
         }
-        match self.reserve() {
+        match self.reserve(req.key.identity) {
+            Reserve::UserFull => {
+                self.note_user_limited(req.session, req.key.identity);
+                self.evict_own_other_key(req.key, out);
+                false
+            }
             Reserve::Got => {
                 self.open(req.key, Some(req.clone()), out);
                 true
@@ -721,6 +751,8 @@ impl Pool {
         let mut bo = Vec::new();
         let mut conn = BackendConn::open(key, now, &mut bo);
         conn.set_max_prepared(self.max_prepared);
+        // Charged when its unit was reserved (`reserve`, `refill`).
+        let user = self.usage(key.identity);
         let (index, generation) = self.slots.insert(Pooled {
             io,
             conn,
@@ -735,6 +767,7 @@ impl Pool {
             server_closed: false,
             given: false,
             evicted: false,
+            user,
         });
         self.publish();
         let id = BackendId { index, generation };
@@ -745,12 +778,14 @@ impl Pool {
     /// The driver could not even make a socket.
     pub fn open_failed(
         &mut self,
+        key: PoolKey,
         request: Option<LeaseRequest>,
         cause: &str,
         now: Instant,
         out: &mut Vec<PoolEvent>,
     ) {
         self.share.unreserve();
+        self.uncharge_user(key.identity);
         self.connect_failed(request, cause, now, out);
     }
 
@@ -832,6 +867,9 @@ mod share;
 
 #[path = "pool_waiters.rs"]
 mod waiters;
+
+#[path = "pool_users.rs"]
+mod users;
 
 #[cfg(test)]
 #[path = "pool_tests.rs"]

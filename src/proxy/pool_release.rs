@@ -162,6 +162,9 @@ impl Pool {
     pub fn remove(&mut self, id: BackendId) -> Option<Pooled> {
         let p = self.slots.remove_checked(id.index, id.generation)?;
         self.share.unreserve();
+        if let Some(u) = &p.user {
+            super::super::unreserve(&u.backends);
+        }
         if p.given {
             self.giving -= 1;
         }

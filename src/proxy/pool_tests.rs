@@ -74,6 +74,7 @@ impl Harness {
                 identity,
                 pool_size,
                 max_connections: max,
+                max_per_user: 0,
                 wait_timeout: Duration::from_secs(5),
                 idle_timeout: Duration::from_secs(60),
                 connect_timeout: Duration::from_secs(2),
@@ -400,6 +401,47 @@ fn passthrough(max: usize, pool_size: usize) -> (Harness, PoolKey, PoolKey) {
     };
     let (a, b) = (key("alice", b"a"), key("bob", b"b"));
     (h, a, b)
+}
+
+#[test]
+fn one_account_holds_at_most_its_share_and_waits_for_its_own() {
+    let (mut h, a, b) = passthrough(4, 0);
+    h.pool.cfg.max_per_user = 2;
+    let (_, a1) = leased(&h.lease(req(1, a))).unwrap();
+    let (_, _a2) = leased(&h.lease(req(2, a))).unwrap();
+    // Alice's third waits, though two units of the cap are free.
+    assert_eq!(leased(&h.lease(req(3, a))), None);
+    assert_eq!(h.pool.waiting(), 1);
+    // Bob is served from the free units in the same batch (he queues
+    // behind her waiter, whose key cannot be served now).
+    assert_eq!(leased(&h.lease(req(4, b))), None);
+    let (s, bb) = leased(&h.serve()).unwrap();
+    assert_eq!((s, h.pool.get_mut(bb).unwrap().conn.key()), (sid(4), b));
+    let alice = h.pool.metrics.users().user("alice");
+    assert_eq!(alice.backends.load(Relaxed), 2);
+    assert_eq!(alice.limit_waits.load(Relaxed), 1);
+    // Served again and again, the waiter is counted once.
+    h.serve();
+    assert_eq!(alice.limit_waits.load(Relaxed), 1);
+    // Her own connection comes back and goes to her waiter.
+    h.release(a1, true);
+    assert_eq!(leased(&h.serve()), Some((sid(3), a1)));
+    assert_eq!(alice.backends.load(Relaxed), 2);
+}
+
+#[test]
+fn an_account_at_its_share_gives_up_an_idle_connection_of_another_key() {
+    let (mut h, a, _) = passthrough(4, 0);
+    h.pool.cfg.max_per_user = 1;
+    let (_, a1) = leased(&h.lease(req(1, a))).unwrap();
+    h.release(a1, true);
+    let other = PoolKey { collation: 8, ..a };
+    // Her only unit is an idle connection of her other key: it is closed
+    // for her, and the unit comes back to her.
+    assert_eq!(leased(&h.lease(req(2, other))), None);
+    let (s, b) = leased(&h.serve()).unwrap();
+    assert_eq!((s, h.pool.get_mut(b).unwrap().conn.key()), (sid(2), other));
+    assert_eq!(h.pool.len(), 1);
 }
 
 #[test]

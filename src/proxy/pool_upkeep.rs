@@ -52,7 +52,8 @@ impl Pool {
             if !self.try_lease(&req, &mut covered, now, out) {
                 continue;
             }
-            if let Some((_, since)) = self.waiters.pop_front(key) {
+            if let Some((req, since)) = self.waiters.pop_front(key) {
+                self.user_limited.remove(&req.session);
                 self.m()
                     .record_pool_wait(now.saturating_duration_since(since));
             }
@@ -115,6 +116,7 @@ impl Pool {
     /// refills.
     pub fn on_tick(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
         for (session, since) in self.waiters.expire(now) {
+            self.user_limited.remove(&session);
             self.m()
                 .record_pool_wait(now.saturating_duration_since(since));
             let msg = format!(
@@ -197,7 +199,11 @@ impl Pool {
             return;
         }
         for _ in have..self.cfg.pool_size {
+            if !self.charge_user(key.identity) {
+                break;
+            }
             if !self.share.try_reserve(self.cfg.max_connections) {
+                self.uncharge_user(key.identity);
                 break;
             }
             self.open(key, None, out);

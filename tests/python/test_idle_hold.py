@@ -156,3 +156,35 @@ def test_idle_pinned_sessions_of_one_user_do_not_starve_another(make_proxy, two_
         a.close()
     proxy.assert_settled(base, CAP + 1)
 
+
+def test_one_user_cannot_take_every_backend_connection(make_proxy, two_users):
+    users, users_file = two_users
+    proxy = start(
+        make_proxy, users_file,
+        "--backend-max-connections-per-user", "2",
+        "--idle-transaction-timeout", "0", "--idle-pinned-timeout", "0",
+        "--backend-wait-timeout", "1s",
+    )
+    base = proxy.connections_total()
+    held = [connect(proxy, users["a"]) for _ in range(2)]
+    for a in held:
+        hold(a, "BEGIN", "SELECT 1")
+    # A's third and fourth transactions wait for one of A's own connections, then get 1040.
+    refused = 0
+    for _ in range(2):
+        try:
+            extra = connect(proxy, users["a"])
+            hold(extra, "BEGIN", "SELECT 1")
+            held.append(extra)
+        except pymysql.err.OperationalError as e:
+            assert e.args[0] == 1040, e.args
+            refused += 1
+    assert refused == 2
+    b_logs_in_and_queries(proxy, users["b"])
+    m = proxy.metrics()
+    assert m(f'ringgate_backend_user_limit_waits_total{{user="{users["a"][0]}"}}') >= 2, m.dump()
+    assert m(f'ringgate_backend_connections_by_user{{user="{users["a"][0]}"}}') == 2, m.dump()
+    for a in held:
+        hold(a, "COMMIT")
+        a.close()
+    proxy.assert_settled(base, 4)

@@ -212,8 +212,13 @@ impl Worker {
             Ok(s) => s,
             Err(e) => {
                 let mut events = Vec::new();
-                self.pool
-                    .open_failed(request, &format!("socket(): {e}"), self.now, &mut events);
+                self.pool.open_failed(
+                    key,
+                    request,
+                    &format!("socket(): {e}"),
+                    self.now,
+                    &mut events,
+                );
                 self.pool_q.extend(events);
                 return;
             }

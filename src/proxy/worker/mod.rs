@@ -459,6 +459,7 @@ impl Worker {
                 },
                 pool_size: cfg.backend_pool_size,
                 max_connections: cfg.backend_max_connections,
+                max_per_user: cfg.backend_max_connections_per_user,
                 wait_timeout: cfg.backend_wait_timeout,
                 idle_timeout: cfg.backend_idle_timeout,
                 connect_timeout: cfg.backend_connect_timeout,
