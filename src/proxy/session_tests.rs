@@ -1701,3 +1701,67 @@ fn a_parked_session_whose_last_connection_the_server_closed_ends_also_mid_reply(
     s.on_client_write(reply[0].len() as i32, &[], &c, &mut out);
     assert!(out.contains(&SessionAction::ReadClient), "{out:?}");
 }
+
+/// A transaction-pooled session idle in a transaction past
+/// `--idle-transaction-timeout` is cut: the connection goes back clean
+/// (the pool resets it, which rolls back), the client gets ERR 4031 with
+/// sequence id 0, and the session closes.
+#[test]
+fn a_session_idle_in_a_transaction_past_its_bound_is_cut_with_4031() {
+    let now = Instant::now();
+    let u = users();
+    let mut s = tx_session(&u, now);
+    let c = ctx(&u, now);
+    let in_tx = ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT | SERVER_STATUS_IN_TRANS, 0);
+    tx_statement_in(&mut s, &c, "BEGIN", &in_tx);
+    let at = |secs: u64| SessionCtx {
+        idle_cut: IdleCutLimits {
+            transaction: Duration::from_secs(10),
+            pinned: Duration::from_secs(60),
+        },
+        ..ctx(&u, now + Duration::from_secs(secs))
+    };
+    assert_eq!(s.held_idle(&at(9)), None, "not idle long enough");
+    assert_eq!(s.held_idle(&c), None, "the bound is off in `ctx`");
+    let (held, idle) = s.held_idle(&at(11)).unwrap();
+    assert_eq!(held, Held::Transaction);
+    assert!(idle >= Duration::from_secs(11));
+    let mut out = Vec::new();
+    s.cut_held_idle(held, &at(11), &mut out);
+    assert_eq!(out, vec![SessionAction::Relay(RelayOp::CancelReadBackend)]);
+    out.clear();
+    s.on_backend_read(-libc::ECANCELED, &[], &at(11), &mut out);
+    assert_eq!(out[0], SessionAction::Release { clean: true });
+    assert!(out.contains(&SessionAction::IdleCut {
+        held,
+        limit: Duration::from_secs(10)
+    }));
+    let err = &sent(&out)[0];
+    assert_eq!((err_code(err), err[3]), (4031, 0));
+    out.clear();
+    s.on_client_write(err.len() as i32, &[], &at(11), &mut out);
+    assert!(s.is_closed());
+}
+
+/// Pinned by a user variable, the session is cut by the pinned bound and
+/// not by the transaction one.
+#[test]
+fn a_pinned_idle_session_is_cut_by_the_pinned_bound() {
+    let now = Instant::now();
+    let u = users();
+    let mut s = tx_session(&u, now);
+    let c = ctx(&u, now);
+    let ok = ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0);
+    tx_statement_in(&mut s, &c, "SET @x = 1", &ok);
+    let at = |secs: u64, pinned: u64| SessionCtx {
+        idle_cut: IdleCutLimits {
+            transaction: Duration::from_secs(1),
+            pinned: Duration::from_secs(pinned),
+        },
+        ..ctx(&u, now + Duration::from_secs(secs))
+    };
+    assert_eq!(s.held_idle(&at(30, 60)), None);
+    assert_eq!(s.held_idle(&at(30, 0)), None, "0: never");
+    let (held, _) = s.held_idle(&at(61, 60)).unwrap();
+    assert_eq!(held, Held::Pinned("user_variable"));
+}
