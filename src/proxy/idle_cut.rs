@@ -101,16 +101,18 @@ pub fn pick(candidates: &mut Vec<IdleHolder>, waiting: usize) {
 /// (lost connection), as it does for MariaDB's own idle cut (a reset);
 /// mysql2 and libmysqlclient 8.0.24+ show this text.
 pub fn cut_err(held: Held, limit: Duration) -> Vec<u8> {
-    let what = match held {
-        Held::Transaction => "in a transaction, which was rolled back",
-        Held::Pinned(_) => "holding a pinned backend connection",
+    let (what, lost) = match held {
+        Held::Transaction => ("in a transaction", "the transaction was rolled back"),
+        Held::Pinned(_) => (
+            "holding a pinned backend connection",
+            "its session state was reset",
+        ),
     };
     err_payload(
         ER_CLIENT_INTERACTION_TIMEOUT,
         &format!(
-            "The client was disconnected by the server because of inactivity. ringgate: idle {what} for {} ({:?}) while other clients waited for a backend connection",
+            "The client was disconnected by the server because of inactivity. ringgate: idle {what} for {} ({limit:?}) while other clients waited for a backend connection; {lost}",
             held.flag(),
-            limit
         ),
     )
 }
