@@ -315,10 +315,11 @@ pub struct Config {
     #[arg(long, default_value = "256", value_name = "N")]
     pub backend_max_connections: usize,
 
-    /// Backend connections one backend account may hold at once, across all
-    /// workers ("0" = no limit but --backend-max-connections): a user at its
-    /// share waits for one of its own, so one user cannot take every
-    /// connection from the others.
+    /// Passthrough identity: backend connections one backend account may
+    /// hold at once, across all workers ("0" = no limit but
+    /// --backend-max-connections): a user at its share waits for one of its
+    /// own, so one user cannot take every connection from the others. Not
+    /// applied with --backend-identity shared (everyone is one account).
     #[arg(long, default_value = "0", value_name = "N")]
     pub backend_max_connections_per_user: usize,
 
