@@ -53,9 +53,9 @@ def table():
             cur.execute(f"DROP TABLE IF EXISTS {TEST_DB}.starve")
 
 
-def start(make_proxy, users_file, *flags):
+def start(make_proxy, users_file, *flags, pooling="transaction"):
     return make_proxy(
-        pooling="transaction",
+        pooling=pooling,
         workers=1,
         passthrough=True,
         users_file=users_file,
@@ -126,6 +126,28 @@ def test_idle_transactions_of_one_user_do_not_starve_another(make_proxy, two_use
             assert cur.fetchone()[0] == CAP - 1
     assert "--idle-transaction-timeout" in proxy.stderr()
     assert users["a"][0] in proxy.stderr()
+    for a in held:
+        a.close()
+    proxy.assert_settled(base, CAP + 1)
+
+
+def test_session_pooling_cuts_idle_transactions_too(make_proxy, two_users):
+    """With --pooling session every session holds its connection by design, so only the
+    transaction bound applies: the idle BEGIN is cut, the idle session outside one is not."""
+    users, users_file = two_users
+    proxy = start(make_proxy, users_file, "--idle-transaction-timeout", "1s", pooling="session")
+    base = proxy.connections_total()
+    held = [connect(proxy, users["a"]) for _ in range(CAP)]
+    hold(held[0], "BEGIN", "SELECT 1")
+    time.sleep(1.2)
+    b_logs_in_and_queries(proxy, users["b"])
+    with pytest.raises(pymysql.err.OperationalError) as e:
+        hold(held[0], "SELECT 1")
+    is_cut(e.value)
+    for a in held[1:]:
+        hold(a, "SELECT 1")
+    m = proxy.metrics()
+    assert m('ringgate_sessions_idle_cut_total{held="transaction"}') == 1, m.dump()
     for a in held:
         a.close()
     proxy.assert_settled(base, CAP + 1)
