@@ -458,8 +458,12 @@ impl Pool {
     /// the per-worker gauges what it holds and how many wait (from `slots`
     /// and `waiters`, so they cannot drift from them).
     fn publish(&self) {
-        self.share
-            .publish(self.worker, self.slots.len(), self.waiters.len());
+        self.share.publish(
+            self.worker,
+            self.slots.len(),
+            self.waiters.len(),
+            self.user_limited.len(),
+        );
         let m = self.m();
         m.backend_held.store(self.slots.len() as i64, Relaxed);
         m.pool_waiters.store(self.waiters.len() as i64, Relaxed);

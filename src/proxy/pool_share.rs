@@ -35,6 +35,9 @@ struct Demand {
     held: AtomicUsize,
     /// Its sessions waiting for a connection now.
     waiting: AtomicUsize,
+    /// Of those, the ones held back by their account's share
+    /// (`pool_users.rs`): no unit of the cap would serve them.
+    held_back: AtomicUsize,
 }
 
 /// The global cap and each worker's demand; shared by all workers.
@@ -67,19 +70,27 @@ impl BackendShare {
         self.open.load(Ordering::Acquire)
     }
 
-    /// Worker `me` now holds `held` units and has `waiting` sessions queued.
-    pub fn publish(&self, me: usize, held: usize, waiting: usize) {
+    /// Worker `me` now holds `held` units and has `waiting` sessions
+    /// queued, `held_back` of them by their account's share.
+    pub fn publish(&self, me: usize, held: usize, waiting: usize, held_back: usize) {
         if let Some(d) = self.workers.get(me) {
             d.held.store(held, Ordering::Relaxed);
             d.waiting.store(waiting, Ordering::Relaxed);
+            d.held_back.store(held_back, Ordering::Relaxed);
         }
     }
 
-    /// Sessions waiting for a backend connection on all workers.
-    pub fn waiting(&self) -> usize {
+    /// Sessions waiting for a backend connection on all workers that a
+    /// connection freed by anyone could serve: not those held back by
+    /// their own account's share, for whom cutting another user's idle
+    /// session would free nothing they may use.
+    pub fn waiting_for_room(&self) -> usize {
         self.workers
             .iter()
-            .map(|d| d.waiting.load(Ordering::Relaxed))
+            .map(|d| {
+                let waiting = d.waiting.load(Ordering::Relaxed);
+                waiting.saturating_sub(d.held_back.load(Ordering::Relaxed))
+            })
             .sum()
     }
 

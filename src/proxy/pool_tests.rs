@@ -412,6 +412,9 @@ fn one_account_holds_at_most_its_share_and_waits_for_its_own() {
     // Alice's third waits, though two units of the cap are free.
     assert_eq!(leased(&h.lease(req(3, a))), None);
     assert_eq!(h.pool.waiting(), 1);
+    // No connection another user frees could serve her: that is no reason
+    // to cut anyone's idle session (`idle_cut.rs`).
+    assert_eq!(h.open.waiting_for_room(), 0);
     // Bob is served from the free units in the same batch (he queues
     // behind her waiter, whose key cannot be served now).
     assert_eq!(leased(&h.lease(req(4, b))), None);
@@ -861,13 +864,13 @@ fn with_room_for_everyone_a_worker_opens_whatever_the_other_holds() {
     }
     // B has a session waiting (published) and holds none, but 5 units are
     // free: plenty for it, so A does not defer.
-    b.pool.share.publish(1, 0, 1);
+    b.pool.share.publish(1, 0, 1, 0);
     assert!(leased(&a.lease(req(4, key))).is_some());
     assert_eq!(a.open.open(), 4);
     // With the free units down to B's waiters, A leaves them to B.
-    b.pool.share.publish(1, 0, 4);
+    b.pool.share.publish(1, 0, 4, 0);
     assert_eq!(leased(&a.lease(req(5, key))), None);
-    b.pool.share.publish(1, 0, 0);
+    b.pool.share.publish(1, 0, 0, 0);
 }
 
 // ---- waiting: FIFO per key, no head-of-line blocking across keys ----
@@ -1036,7 +1039,7 @@ fn deference_to_another_worker_closes_nothing() {
     a.give_back(held[2]);
     assert_eq!(a.serve(), vec![]);
     // B holds none and a session of it waits: the one free unit is B's.
-    b.pool.share.publish(1, 0, 1);
+    b.pool.share.publish(1, 0, 1, 0);
     let ev = a.lease(req(4, key_b()));
     assert_eq!(leased(&ev), None);
     assert_eq!(closes(&ev), 0, "{ev:?}");
@@ -1046,7 +1049,7 @@ fn deference_to_another_worker_closes_nothing() {
     assert_eq!(a.pool.len(), 3);
     // B took its unit: now at the cap, and A's waiter has A's idle one
     // closed for it (B holds 1, A 3: the unit is not B's).
-    b.pool.share.publish(1, 1, 0);
+    b.pool.share.publish(1, 1, 0, 0);
     assert!(a.open.try_reserve(4));
     let mut out = Vec::new();
     a.pool.serve_waiters(a.now, &mut out);

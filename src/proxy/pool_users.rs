@@ -61,6 +61,7 @@ impl Pool {
             if let Some(u) = self.usage(identity) {
                 u.limit_waits.fetch_add(1, Relaxed);
             }
+            self.publish();
         }
     }
 

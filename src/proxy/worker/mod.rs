@@ -700,7 +700,7 @@ impl Worker {
             transaction: self.shared.config.idle_transaction_timeout,
             pinned: self.shared.config.idle_pinned_timeout,
         };
-        let waiting = self.shared.backends.waiting();
+        let waiting = self.shared.backends.waiting_for_room();
         if !limits.any() || waiting == 0 {
             return;
         }
