@@ -152,6 +152,14 @@ impl ReadBuffer {
         self.filled
     }
 
+    /// The valid bytes, to edit in place before they are written on (the
+    /// relay strips session-state blocks a client did not ask for).
+    pub fn filled_mut(&mut self) -> &mut [u8] {
+        assert!(!self.in_flight, "buffer written while the kernel owns it");
+        let filled = self.filled;
+        &mut self.as_mut_slice()[..filled]
+    }
+
     /// Forget the valid bytes (the next read starts at offset 0, or after
     /// the undecoded wire bytes, which move to the front).
     pub fn clear(&mut self) {

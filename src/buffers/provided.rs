@@ -437,6 +437,24 @@ impl BufRing {
         }
     }
 
+    /// The bytes of a held chunk, to edit in place before they are sent
+    /// (the relay strips session-state blocks a client did not ask for).
+    pub fn bytes_mut(&mut self, chunk: &Chunk) -> &mut [u8] {
+        assert!(usize::from(*self.span(chunk).end()) < usize::from(self.count));
+        assert!(!chunk.in_flight, "chunk edited while a send reads it");
+        // SAFETY: as in `bytes`: the kernel will not write these bytes until
+        // the loan is put back, and no send reads them (not in flight).
+        // `&mut self` keeps any other view of the ring's bytes from living
+        // as long as this one; a buffer two chunks share is shared at
+        // different offsets, and this slice covers only this chunk's.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.buf_ptr(chunk.bid).add(chunk.off as usize),
+                chunk.len(),
+            )
+        }
+    }
+
     /// Give a chunk back. An in-flight chunk is refused (rule 1) and
     /// handed back.
     pub fn put(&mut self, chunk: Chunk) -> Result<(), Chunk> {

@@ -21,6 +21,7 @@ pub mod reply;
 pub mod result_set;
 pub mod session_vars;
 pub mod sha2_rsa;
+pub mod state_strip;
 pub mod tracker;
 pub mod users;
 

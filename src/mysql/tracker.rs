@@ -316,6 +316,15 @@ pub struct Tracker {
     stop_statements: bool,
     /// The next statement command goes through (it was rewritten).
     pass_one_statement: bool,
+    /// Note where the flagged packets of each server chunk start
+    /// ([`Tracker::state_flagged`]).
+    note_flagged: bool,
+    /// Where the server packet being read started in the current chunk
+    /// (None: in an earlier one).
+    server_packet_at: Option<usize>,
+    /// Offsets in the last server chunk of the OK/EOF packets that start
+    /// and end in it and raise SERVER_SESSION_STATE_CHANGED.
+    flagged: Vec<usize>,
 }
 
 impl Tracker {
@@ -340,7 +349,25 @@ impl Tracker {
             capture: None,
             stop_statements: false,
             pass_one_statement: false,
+            note_flagged: false,
+            server_packet_at: None,
+            flagged: Vec::new(),
         }
+    }
+
+    /// Note where the OK and EOF packets that raise SERVER_SESSION_STATE_CHANGED
+    /// start in each server chunk: the relay strips them for a client
+    /// that did not negotiate CLIENT_SESSION_TRACK.
+    pub fn note_state_flagged(&mut self) {
+        self.note_flagged = true;
+    }
+
+    /// Offsets, in the chunk last given to [`Tracker::on_server_bytes`], of
+    /// the packets (header included) that start and end in it and raise
+    /// SERVER_SESSION_STATE_CHANGED. A packet cut by a chunk's end is not
+    /// listed: its first bytes may already be on their way.
+    pub fn state_flagged(&self) -> &[usize] {
+        &self.flagged
     }
 
     /// Between transactions (transaction pooling parks the session): give

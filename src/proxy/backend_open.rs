@@ -38,7 +38,11 @@ impl BackendConn {
             user: creds.user.to_string(),
             credential: creds.credential.clone(),
             database: None,
-            capabilities: NATIVE_LOGIN_CAPS | self.key.caps,
+            // Session tracking whatever the client chose: the server's
+            // SESSION_STATE_CHANGED is transaction pooling's net for state
+            // no lexer sees, and a connection without the capability never
+            // raises it. The relay strips it for a client that did not ask.
+            capabilities: NATIVE_LOGIN_CAPS | self.key.caps | CLIENT_SESSION_TRACK,
             collation: self.key.collation,
             max_packet_size: BACKEND_MAX_PACKET,
         })

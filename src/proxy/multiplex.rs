@@ -183,7 +183,9 @@ pub struct TxState {
     /// A statement left warnings or an error on the connection since it
     /// was leased: its diagnostics area may still hold them (a statement
     /// that uses no table does not clear it, and its own count says 0), so
-    /// it is reset before another session gets it.
+    /// it is reset before another session gets it. Also set by the
+    /// client's own COM_RESET_CONNECTION, which turned the connection's
+    /// trackers off.
     diagnostics_dirty: bool,
     /// `--tx-prepared-statements pin`: a binary statement command
     /// pins the session (its statement ids live on one connection).
@@ -337,6 +339,11 @@ impl TxState {
                 self.settings = Settings::initial(self.session_track);
                 self.last_insert_id = 0;
                 self.last_insert_id_unsure = true;
+                // The reset turned the connection's trackers off too, the
+                // proxy's net among them, while the session's settings say
+                // they are on: the pool resets it before it is leased
+                // again, and the next lease sets them.
+                self.diagnostics_dirty = true;
                 None
             }
             COM_SET_OPTION => Some(PinReason::SetOption),

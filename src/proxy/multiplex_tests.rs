@@ -245,7 +245,8 @@ fn a_stateless_session_is_releasable_between_transactions() {
     assert!(!tx.releasable());
     tx.on_completed(&done(COM_QUERY, "COMMIT", AC));
     assert!(tx.releasable());
-    assert_eq!(tx.settings().fingerprint(), 0);
+    // Only the proxy's own tracker, which every session carries.
+    assert_eq!(tx.settings(), Settings::initial(false));
 }
 
 #[test]
@@ -305,7 +306,7 @@ fn settings_are_kept_per_variable_and_fingerprinted() {
     assert_eq!(
         setup
             .wanted
-            .diff_from(&Settings::default(), 45, 0)
+            .diff_from(&Settings::initial(false), 45, 0)
             .unwrap()
             .as_deref(),
         Some(&b"SET NAMES latin1, @@session.autocommit = 0"[..])
@@ -324,7 +325,7 @@ fn settings_are_kept_per_variable_and_fingerprinted() {
     // PyMySQL's SET NAMES of the handshake's own character set is none.
     let mut c = TxState::new(None, 45, false);
     c.on_completed(&done(COM_QUERY, "SET NAMES utf8mb4", AC));
-    assert_eq!(c.settings().fingerprint(), 0);
+    assert_eq!(c.settings(), Settings::initial(false));
     // An expression is not replayed: it pins.
     assert_eq!(
         c.on_completed(&done(
@@ -336,8 +337,10 @@ fn settings_are_kept_per_variable_and_fingerprinted() {
     );
     // The client's own COM_RESET_CONNECTION drops them.
     b.on_completed(&done(COM_RESET_CONNECTION, "", AC));
-    assert_eq!(b.settings().fingerprint(), 0);
-    assert!(b.lease_setup(b"").wanted.is_empty());
+    assert_eq!(b.settings(), Settings::initial(false));
+    assert_eq!(b.lease_setup(b"").wanted, Settings::initial(false));
+    // ...and the trackers on its connection: it is reset before reuse.
+    assert!(b.take_reset_needed());
 }
 
 #[test]
@@ -592,7 +595,7 @@ fn a_constant_set_may_run_on_a_connection_that_already_carries_its_result() {
     // Before its first SET the session wants a connection with no settings,
     // or one that carries exactly what this SET leads to.
     let setup = a.lease_setup(&query_packet("SET AUTOCOMMIT = 0"));
-    assert_eq!(setup.settings, 0);
+    assert_eq!(setup.settings, Settings::initial(false).fingerprint());
     a.on_completed(&done(COM_QUERY, "SET AUTOCOMMIT = 0", 0));
     assert_eq!(setup.alt, a.settings().fingerprint());
     assert_ne!(setup.alt, 0);

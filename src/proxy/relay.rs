@@ -29,7 +29,7 @@
 use std::time::{Duration, Instant};
 
 use super::idle_cut::Held;
-
+use crate::mysql::state_strip::strip_packet;
 use crate::mysql::tracker::{
     Direction, StopReason, StoppedHeader, TrackError, Tracker, Unsolicited,
 };
@@ -364,7 +364,7 @@ impl Relay {
     pub fn on_backend_read(
         &mut self,
         res: i32,
-        data: &[u8],
+        data: &mut [u8],
         now: Instant,
         out: &mut Vec<RelayEvent>,
     ) {
@@ -407,8 +407,14 @@ impl Relay {
                 out,
             );
         }
+        // What the client did not negotiate goes (back to front: each
+        // strip moves only the bytes behind it).
+        let mut end = data.len();
+        for &at in self.tracker.state_flagged().iter().rev() {
+            end -= strip_packet(&mut data[..end], at);
+        }
         self.down = Down::Writing { since: now };
-        out.push(RelayEvent::Op(RelayOp::WriteClient { end: data.len() }));
+        out.push(RelayEvent::Op(RelayOp::WriteClient { end }));
     }
 
     /// The driver shuts the backend down to end the idle read whose cancel

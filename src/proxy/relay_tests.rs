@@ -81,7 +81,7 @@ fn a_query_goes_up_and_its_answer_comes_down() {
     assert_eq!(ops(&out), vec![RelayOp::ReadClient]);
     out.clear();
     let answer = ok(AUTOCOMMIT);
-    r.on_backend_read(answer.len() as i32, &answer, now, &mut out);
+    r.on_backend_read(answer.len() as i32, &mut answer.clone(), now, &mut out);
     assert_eq!(ops(&out), vec![RelayOp::WriteClient { end: answer.len() }]);
     out.clear();
     r.on_client_write(answer.len() as i32, now, &mut out);
@@ -110,7 +110,7 @@ fn a_command_pipelined_behind_a_pending_answer_is_forwarded_at_once() {
     out.clear();
     // The first answer arrives while the second command is still going up.
     let a1 = ok(AUTOCOMMIT);
-    r.on_backend_read(a1.len() as i32, &a1, now, &mut out);
+    r.on_backend_read(a1.len() as i32, &mut a1.clone(), now, &mut out);
     assert_eq!(ops(&out), vec![RelayOp::WriteClient { end: a1.len() }]);
     out.clear();
     r.on_client_write(a1.len() as i32, now, &mut out);
@@ -132,7 +132,7 @@ fn quit_waits_for_earlier_answers_and_leaves_a_clean_backend() {
     assert!(ops(&out).is_empty(), "stopped: no more client reads");
     assert_eq!(ended(&out), None, "the answer to select 1 is still owed");
     let a = ok(AUTOCOMMIT);
-    r.on_backend_read(a.len() as i32, &a, now, &mut out);
+    r.on_backend_read(a.len() as i32, &mut a.clone(), now, &mut out);
     out.clear();
     r.on_client_write(a.len() as i32, now, &mut out);
     assert_eq!(ended(&out), Some((RelayEnd::Quit, true)));
@@ -147,7 +147,7 @@ fn unsupported_command_ends_after_pending_answers() {
     // A clean end cancels the idle backend read and waits for it.
     assert_eq!(ops(&out), vec![RelayOp::CancelReadBackend]);
     assert_eq!(ended(&out), None);
-    r.on_backend_read(-libc::ECANCELED, &[], now, &mut out);
+    r.on_backend_read(-libc::ECANCELED, &mut [], now, &mut out);
     assert_eq!(
         ended(&out),
         Some((RelayEnd::Unsupported { command: 0x08 }, true))
@@ -167,7 +167,7 @@ fn change_user_ends_cleanly_with_its_packet_left_in_the_buffer() {
     out.clear();
     r.on_backend_write(ping.len() as i32, now, &mut out);
     let a = ok(AUTOCOMMIT);
-    r.on_backend_read(a.len() as i32, &a, now, &mut out);
+    r.on_backend_read(a.len() as i32, &mut a.clone(), now, &mut out);
     out.clear();
     r.on_client_write(a.len() as i32, now, &mut out);
     assert_eq!(
@@ -196,7 +196,7 @@ fn client_gone_mid_answer_discards_the_backend_after_its_ops_complete() {
     assert_eq!(ended(&out), None, "a backend read is still in flight");
     out.clear();
     // The shut-down backend read completes with an error: now it ends.
-    r.on_backend_read(-libc::ECONNRESET, &[], now, &mut out);
+    r.on_backend_read(-libc::ECONNRESET, &mut [], now, &mut out);
     assert_eq!(ended(&out), Some((RelayEnd::ClientGone, false)));
     assert!(!r.backend_ops());
 }
@@ -209,7 +209,7 @@ fn backend_reset_mid_answer_ends_dirty() {
     r.on_client_read(q.len() as i32, &q, now, &mut out);
     r.on_backend_write(q.len() as i32, now, &mut out);
     out.clear();
-    r.on_backend_read(0, &[], now, &mut out);
+    r.on_backend_read(0, &mut [], now, &mut out);
     assert!(out.contains(&RelayEvent::AbortClient));
     // The client read is in flight but names only the client.
     assert!(matches!(
@@ -228,7 +228,7 @@ fn backend_write_failure_ends_dirty() {
     r.on_backend_write(-libc::EPIPE, now, &mut out);
     // The down read on the same dead socket must complete first.
     assert_eq!(ended(&out), None);
-    r.on_backend_read(-libc::ECANCELED, &[], now, &mut out);
+    r.on_backend_read(-libc::ECANCELED, &mut [], now, &mut out);
     assert!(matches!(
         ended(&out),
         Some((RelayEnd::BackendLost(_), false))
@@ -251,7 +251,7 @@ fn oversized_packet_ends_dirty_without_forwarding() {
     assert!(ops(&out).is_empty(), "nothing forwarded");
     assert!(out.contains(&RelayEvent::AbortBackend));
     // The shut-down idle backend read completes.
-    r.on_backend_read(0, &[], now, &mut out);
+    r.on_backend_read(0, &mut [], now, &mut out);
     assert!(matches!(
         ended(&out),
         Some((RelayEnd::TooLarge { max: 100, .. }, false))
@@ -284,7 +284,7 @@ fn client_write_timeout_cuts_a_client_that_stopped_reading() {
     r.on_client_read(q.len() as i32, &q, t0, &mut out);
     r.on_backend_write(q.len() as i32, t0, &mut out);
     let a = ok(AUTOCOMMIT);
-    r.on_backend_read(a.len() as i32, &a, t0, &mut out);
+    r.on_backend_read(a.len() as i32, &mut a.clone(), t0, &mut out);
     out.clear();
     r.on_tick(t0 + Duration::from_secs(11), &timeouts(), false, &mut out);
     assert!(out.contains(&RelayEvent::AbortClient));
@@ -312,7 +312,7 @@ fn backend_read_timeout_is_off_by_default_and_bounds_a_stall_when_set() {
     };
     r.on_tick(later, &strict, false, &mut out);
     assert!(out.contains(&RelayEvent::AbortBackend));
-    r.on_backend_read(-libc::ECANCELED, &[], later, &mut out);
+    r.on_backend_read(-libc::ECANCELED, &mut [], later, &mut out);
     assert_eq!(ended(&out), Some((RelayEnd::BackendReadTimeout, false)));
 }
 
@@ -328,7 +328,7 @@ fn drain_and_idle_timeout_end_only_between_commands_outside_a_transaction() {
     r.on_tick(t0 + Duration::from_secs(120), &timeouts(), true, &mut out);
     assert!(out.is_empty());
     let a = ok(AUTOCOMMIT | IN_TRANS);
-    r.on_backend_read(a.len() as i32, &a, t0, &mut out);
+    r.on_backend_read(a.len() as i32, &mut a.clone(), t0, &mut out);
     r.on_client_write(a.len() as i32, t0, &mut out);
     out.clear();
     // In a transaction: a drain waits for it to finish.
@@ -337,7 +337,7 @@ fn drain_and_idle_timeout_end_only_between_commands_outside_a_transaction() {
     // The idle timeout still applies.
     r.on_tick(t0 + Duration::from_secs(61), &timeouts(), false, &mut out);
     assert_eq!(ops(&out), vec![RelayOp::CancelReadBackend]);
-    r.on_backend_read(-libc::ECANCELED, &[], t0, &mut out);
+    r.on_backend_read(-libc::ECANCELED, &mut [], t0, &mut out);
     assert_eq!(ended(&out), Some((RelayEnd::IdleTimeout, true)));
 }
 
@@ -346,7 +346,7 @@ fn completions_after_the_end_are_absorbed() {
     let now = Instant::now();
     let (mut r, mut out) = started(now);
     r.on_tick(now, &timeouts(), true, &mut out);
-    r.on_backend_read(-libc::ECANCELED, &[], now, &mut out);
+    r.on_backend_read(-libc::ECANCELED, &mut [], now, &mut out);
     assert_eq!(ended(&out), Some((RelayEnd::Drained, true)));
     out.clear();
     // The client read, shut down by the driver, completes: nothing happens.
@@ -368,7 +368,7 @@ fn a_half_close_after_a_command_still_gets_the_answer() {
         "EOF between commands: keep relaying the answer"
     );
     let a = ok(AUTOCOMMIT);
-    r.on_backend_read(a.len() as i32, &a, now, &mut out);
+    r.on_backend_read(a.len() as i32, &mut a.clone(), now, &mut out);
     out.clear();
     r.on_client_write(a.len() as i32, now, &mut out);
     assert_eq!(ended(&out), Some((RelayEnd::ClientGone, true)));
@@ -384,7 +384,7 @@ fn a_half_close_in_the_middle_of_a_command_discards_the_backend() {
     out.clear();
     r.on_client_read(0, &[], now, &mut out);
     assert!(out.contains(&RelayEvent::AbortBackend));
-    r.on_backend_read(0, &[], now, &mut out);
+    r.on_backend_read(0, &mut [], now, &mut out);
     assert_eq!(ended(&out), Some((RelayEnd::ClientGone, false)));
 }
 
@@ -397,13 +397,13 @@ fn com_set_option_makes_the_backend_unreusable() {
     r.on_client_read(set.len() as i32, &set, now, &mut out);
     r.on_backend_write(set.len() as i32, now, &mut out);
     let eof = frame(1, &[0xfe, 0, 0, 2, 0]);
-    r.on_backend_read(eof.len() as i32, &eof, now, &mut out);
+    r.on_backend_read(eof.len() as i32, &mut eof.clone(), now, &mut out);
     r.on_client_write(eof.len() as i32, now, &mut out);
     out.clear();
     let quit = frame(0, &[0x01]);
     r.on_client_read(quit.len() as i32, &quit, now, &mut out);
     assert!(out.contains(&RelayEvent::AbortBackend));
-    r.on_backend_read(0, &[], now, &mut out);
+    r.on_backend_read(0, &mut [], now, &mut out);
     assert_eq!(ended(&out), Some((RelayEnd::Quit, false)));
 }
 
@@ -421,10 +421,10 @@ fn an_unsolicited_err_between_commands_reaches_the_client_then_both_close() {
     let (mut r, mut out) = started(now);
     let err = killed_err(0);
     // It may arrive in pieces: the idle read is re-armed, the buffer kept.
-    r.on_backend_read(5, &err[..5], now, &mut out);
+    r.on_backend_read(5, &mut err.clone()[..5], now, &mut out);
     assert_eq!(ops(&out), vec![RelayOp::ReadBackend]);
     out.clear();
-    r.on_backend_read((err.len() - 5) as i32, &err, now, &mut out);
+    r.on_backend_read((err.len() - 5) as i32, &mut err.clone(), now, &mut out);
     assert_eq!(ops(&out), vec![RelayOp::WriteClient { end: err.len() }]);
     assert_eq!(ended(&out), None, "the ERR is written first");
     out.clear();
@@ -443,7 +443,7 @@ fn eof_or_reset_between_commands_closes_the_client() {
     for res in [0, -libc::ECONNRESET] {
         let now = Instant::now();
         let (mut r, mut out) = started(now);
-        r.on_backend_read(res, &[], now, &mut out);
+        r.on_backend_read(res, &mut [], now, &mut out);
         assert!(out.contains(&RelayEvent::AbortClient));
         assert!(out.contains(&RelayEvent::AbortBackend));
         assert!(matches!(
@@ -458,7 +458,7 @@ fn other_bytes_between_commands_are_a_protocol_error() {
     let now = Instant::now();
     let (mut r, mut out) = started(now);
     let stray = ok(AUTOCOMMIT);
-    r.on_backend_read(stray.len() as i32, &stray, now, &mut out);
+    r.on_backend_read(stray.len() as i32, &mut stray.clone(), now, &mut out);
     assert!(ops(&out).is_empty(), "nothing is forwarded");
     assert!(out.contains(&RelayEvent::AbortClient));
     assert!(matches!(
@@ -482,7 +482,7 @@ fn a_command_racing_the_idle_read_is_answered_by_that_read() {
     // The answer completes the idle read before the command's write even
     // completes: it is the answer, not an unsolicited packet.
     let a = ok(AUTOCOMMIT);
-    r.on_backend_read(a.len() as i32, &a, now, &mut out);
+    r.on_backend_read(a.len() as i32, &mut a.clone(), now, &mut out);
     assert_eq!(ops(&out), vec![RelayOp::WriteClient { end: a.len() }]);
     out.clear();
     r.on_backend_write(q.len() as i32, now, &mut out);
@@ -495,12 +495,12 @@ fn a_command_racing_the_idle_read_is_answered_by_that_read() {
     out.clear();
     r.on_client_read(q.len() as i32, &q, now, &mut out);
     let err = killed_err(0);
-    r.on_backend_read(err.len() as i32, &err, now, &mut out);
+    r.on_backend_read(err.len() as i32, &mut err.clone(), now, &mut out);
     assert!(ops(&out).contains(&RelayOp::WriteClient { end: err.len() }));
     r.on_client_write(err.len() as i32, now, &mut out);
     r.on_backend_write(q.len() as i32, now, &mut out);
     out.clear();
-    r.on_backend_read(0, &[], now, &mut out);
+    r.on_backend_read(0, &mut [], now, &mut out);
     assert!(matches!(
         ended(&out),
         Some((RelayEnd::ServerClosed(_), false))
@@ -512,7 +512,7 @@ fn a_command_sent_while_the_closing_err_is_written_is_not_forwarded() {
     let now = Instant::now();
     let (mut r, mut out) = started(now);
     let err = killed_err(1);
-    r.on_backend_read(err.len() as i32, &err, now, &mut out);
+    r.on_backend_read(err.len() as i32, &mut err.clone(), now, &mut out);
     out.clear();
     let q = query("select 1");
     r.on_client_read(q.len() as i32, &q, now, &mut out);
@@ -536,7 +536,7 @@ fn bytes_that_beat_the_cancel_of_the_idle_read_make_the_end_dirty() {
         "the backend stays named until the cancel lands"
     );
     let err = killed_err(0);
-    r.on_backend_read(err.len() as i32, &err, now, &mut out);
+    r.on_backend_read(err.len() as i32, &mut err.clone(), now, &mut out);
     assert_eq!(ended(&out), Some((RelayEnd::Quit, false)));
 }
 
@@ -565,7 +565,7 @@ fn a_park_whose_cancel_loses_to_the_servers_eof_ends_the_session_instead() {
         assert_eq!(ended(&out), None, "the cancel has not landed");
         out.clear();
         // The KILL's EOF completes the idle read before the cancel does.
-        r.on_backend_read(res, &[], now, &mut out);
+        r.on_backend_read(res, &mut [], now, &mut out);
         assert!(out.contains(&RelayEvent::AbortClient));
         assert!(out.contains(&RelayEvent::AbortBackend));
         assert!(
@@ -582,7 +582,7 @@ fn a_park_whose_cancel_loses_to_the_servers_err_forwards_it_then_ends() {
     r.park(&mut out);
     out.clear();
     let err = killed_err(0);
-    r.on_backend_read(err.len() as i32, &err, now, &mut out);
+    r.on_backend_read(err.len() as i32, &mut err.clone(), now, &mut out);
     assert_eq!(ops(&out), vec![RelayOp::WriteClient { end: err.len() }]);
     assert_eq!(ended(&out), None, "the ERR is written first");
     assert!(!r.can_park(), "the server is closing: no park");
@@ -600,7 +600,7 @@ fn a_park_whose_cancel_lands_gives_a_clean_backend_back() {
     let (mut r, mut out) = started(now);
     r.park(&mut out);
     out.clear();
-    r.on_backend_read(-libc::ECANCELED, &[], now, &mut out);
+    r.on_backend_read(-libc::ECANCELED, &mut [], now, &mut out);
     assert_eq!(
         ended(&out),
         Some((RelayEnd::Parked { client_read: None }, true))
@@ -613,7 +613,7 @@ fn part_of_an_err_between_commands_keeps_the_session_from_parking() {
     let now = Instant::now();
     let (mut r, mut out) = started(now);
     let err = killed_err(0);
-    r.on_backend_read(5, &err[..5], now, &mut out);
+    r.on_backend_read(5, &mut err.clone()[..5], now, &mut out);
     assert_eq!(ops(&out), vec![RelayOp::ReadBackend]);
     assert!(
         !r.can_park(),
@@ -630,7 +630,7 @@ fn a_park_whose_cancel_failed_ends_dirty_on_the_proxys_own_shutdown() {
     // The cancel failed: the driver shuts the backend down, whose EOF ends
     // the read. The session goes on parked; the connection is discarded.
     r.backend_shut();
-    r.on_backend_read(0, &[], now, &mut out);
+    r.on_backend_read(0, &mut [], now, &mut out);
     assert_eq!(
         ended(&out),
         Some((RelayEnd::Parked { client_read: None }, false))

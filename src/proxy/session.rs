@@ -529,6 +529,10 @@ impl Session {
         let mut tracker = Tracker::new(self.client_caps & CLIENT_DEPRECATE_EOF != 0);
         tracker.set_cache_metadata(self.key.ext_caps & MARIADB_CLIENT_CACHE_METADATA != 0);
         tracker.set_max_client_packet(ctx.max_packet_size);
+        if self.client_caps & CLIENT_SESSION_TRACK == 0 {
+            // Its backend connection tracks session state all the same.
+            tracker.note_state_flagged();
+        }
         tracker
     }
 

@@ -48,7 +48,7 @@ impl Session {
     pub fn on_backend_read(
         &mut self,
         res: i32,
-        data: &[u8],
+        data: &mut [u8],
         ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,
     ) {

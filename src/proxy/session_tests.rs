@@ -278,7 +278,7 @@ fn an_unsupported_command_releases_cleanly_and_gets_1047() {
     // The idle backend read is cancelled; the release waits for it.
     assert_eq!(out, vec![SessionAction::Relay(RelayOp::CancelReadBackend)]);
     out.clear();
-    s.on_backend_read(-libc::ECANCELED, &[], &ctx(&u, now), &mut out);
+    s.on_backend_read(-libc::ECANCELED, &mut [], &ctx(&u, now), &mut out);
     assert_eq!(out[0], SessionAction::Release { clean: true });
     let err = &sent(&out)[0];
     assert_eq!(err_code(err), 1047);
@@ -312,7 +312,7 @@ fn an_oversized_packet_gets_1153_then_lingers() {
     s.on_client_read(6, &big, &small, &mut o);
     assert!(o.contains(&SessionAction::AbortBackend));
     // The shut-down idle backend read completes; then the release.
-    s.on_backend_read(0, &[], &small, &mut o);
+    s.on_backend_read(0, &mut [], &small, &mut o);
     assert!(o.contains(&SessionAction::Release { clean: false }));
     let err = &sent(&o)[0];
     assert_eq!(err_code(err), 1153);
@@ -600,7 +600,7 @@ fn a_kill_connection_closes_the_victim_when_the_server_says_ok() {
     );
     let mut ok = Vec::new();
     write_packet(&mut ok, 1, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
-    s.on_backend_read(ok.len() as i32, &ok, &c, &mut out);
+    s.on_backend_read(ok.len() as i32, &mut ok.clone(), &c, &mut out);
     assert!(victim.entry().is_killed());
     assert!(out.contains(&SessionAction::Relay(RelayOp::WriteClient {
         end: ok.len()
@@ -714,7 +714,7 @@ fn send_change_user(s: &mut Session, bytes: &[u8], u: &Users, now: Instant) -> V
     s.on_client_read(bytes.len() as i32, bytes, &ctx(u, now), &mut out);
     assert_eq!(out, vec![SessionAction::Relay(RelayOp::CancelReadBackend)]);
     out.clear();
-    s.on_backend_read(-libc::ECANCELED, &[], &ctx(u, now), &mut out);
+    s.on_backend_read(-libc::ECANCELED, &mut [], &ctx(u, now), &mut out);
     assert_eq!(out, vec![SessionAction::ExamineBuffer], "no release yet");
     out.clear();
     s.on_buffered(bytes, &ctx(u, now), &mut out);
@@ -906,7 +906,7 @@ fn a_change_user_packet_in_pieces_is_read_whole_and_what_follows_is_kept() {
     let mut out = Vec::new();
     s.on_client_read(10, &cu[..10], &ctx(&u, now), &mut out);
     out.clear();
-    s.on_backend_read(-libc::ECANCELED, &[], &ctx(&u, now), &mut out);
+    s.on_backend_read(-libc::ECANCELED, &mut [], &ctx(&u, now), &mut out);
     assert_eq!(out, vec![SessionAction::ExamineBuffer]);
     out.clear();
     s.on_buffered(&cu[..10], &ctx(&u, now), &mut out);
@@ -949,7 +949,7 @@ fn a_refused_change_user_without_a_clean_backend_closes_after_the_err() {
     s.on_client_read((cu.len() - 2) as i32, &cu[2..], &ctx(&u, now), &mut out);
     assert!(out.contains(&SessionAction::AbortBackend));
     out.clear();
-    s.on_backend_read(0, &[], &ctx(&u, now), &mut out);
+    s.on_backend_read(0, &mut [], &ctx(&u, now), &mut out);
     assert_eq!(
         out,
         vec![
@@ -974,7 +974,7 @@ fn change_user_must_finish_within_the_handshake_timeout() {
     let cu = change_user_packet("bob", "bob-pw", "", 45, "mysql_native_password");
     let mut out = Vec::new();
     s.on_client_read(6, &cu[..6], &ctx(&u, now), &mut out);
-    s.on_backend_read(-libc::ECANCELED, &[], &ctx(&u, now), &mut out);
+    s.on_backend_read(-libc::ECANCELED, &mut [], &ctx(&u, now), &mut out);
     s.on_buffered(&cu[..6], &ctx(&u, now), &mut out);
     out.clear();
     s.on_tick(&ctx(&u, now + Duration::from_secs(11)), &mut out);
@@ -1022,7 +1022,7 @@ fn change_user_behind_a_compressed_leg_is_read_like_any_other() {
     let cu = change_user_packet("bob", "bob-pw", "", 45, "mysql_native_password");
     s.on_client_read(cu.len() as i32, &cu, &ctx(&u, now), &mut out);
     out.clear();
-    s.on_backend_read(-libc::ECANCELED, &[], &ctx(&u, now), &mut out);
+    s.on_backend_read(-libc::ECANCELED, &mut [], &ctx(&u, now), &mut out);
     // The session buffer behind a leg is the leg's plain one (worker/leg.rs
     // keeps the bytes behind the relay's last write), so the flow starts.
     assert!(out.contains(&SessionAction::ExamineBuffer), "{out:?}");
@@ -1112,7 +1112,7 @@ fn tx_statement_in(
     out.clear();
     s.on_backend_write(q.len() as i32, c, &mut out);
     let reply = crate::proxy::test_packets::framed(1, answer);
-    s.on_backend_read(reply.len() as i32, &reply, c, &mut out);
+    s.on_backend_read(reply.len() as i32, &mut reply.clone(), c, &mut out);
     out.clear();
     s.on_relay_client_write(reply.len() as i32, c, &mut out);
     out
@@ -1138,10 +1138,10 @@ fn transaction_pooling_gives_the_backend_back_between_transactions() {
         "{out:?}"
     );
     let mut out = Vec::new();
-    s.on_backend_read(-libc::ECANCELED, &[], &c, &mut out);
+    s.on_backend_read(-libc::ECANCELED, &mut [], &c, &mut out);
     assert!(out.contains(&SessionAction::Park {
         clean: true,
-        kept: Some((None, Settings::default())),
+        kept: Some((None, Settings::initial(false))),
         reset: false,
         ask_last_insert_id: false
     }));
@@ -1185,7 +1185,7 @@ fn a_park_right_after_an_answer_withdraws_the_idle_read_it_would_cancel() {
         assert!(
             out.contains(&SessionAction::Park {
                 clean: true,
-                kept: Some((None, Settings::default())),
+                kept: Some((None, Settings::initial(false))),
                 reset: false,
                 ask_last_insert_id: false
             }),
@@ -1232,7 +1232,7 @@ fn a_late_park_still_cancels_the_idle_read_it_submitted() {
         "{out:?}"
     );
     out.clear();
-    s.on_backend_read(-libc::ECANCELED, &[], &c, &mut out);
+    s.on_backend_read(-libc::ECANCELED, &mut [], &c, &mut out);
     assert!(
         out.iter().any(|a| matches!(a, SessionAction::Park { .. })),
         "{out:?}"
@@ -1256,11 +1256,11 @@ fn transaction_pooling_asks_for_last_insert_id_and_the_next_command_waits_for_it
     );
     assert!(out.contains(&SessionAction::Relay(RelayOp::CancelReadBackend)));
     let mut out = Vec::new();
-    s.on_backend_read(-libc::ECANCELED, &[], &c, &mut out);
+    s.on_backend_read(-libc::ECANCELED, &mut [], &c, &mut out);
     assert!(
         out.contains(&SessionAction::Park {
             clean: true,
-            kept: Some((None, Settings::default())),
+            kept: Some((None, Settings::initial(false))),
             reset: false,
             ask_last_insert_id: true
         }),
@@ -1328,7 +1328,7 @@ fn a_parked_session_ends_after_its_own_wait_timeout() {
         &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0),
     );
     let mut out = Vec::new();
-    s.on_backend_read(-libc::ECANCELED, &[], &c, &mut out);
+    s.on_backend_read(-libc::ECANCELED, &mut [], &c, &mut out);
     assert!(
         out.iter().any(|a| matches!(a, SessionAction::Park { .. })),
         "{out:?}"

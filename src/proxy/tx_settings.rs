@@ -56,19 +56,29 @@ struct Inner {
 }
 
 /// The server's session-state trackers, turned on for the sessions of
-/// clients that negotiated CLIENT_SESSION_TRACK (their backend connections
-/// have it too): every OK then reports the system variables a statement
-/// changed (`'*'`), the schema, the transaction state and characteristics,
-/// and "some other state changed" (`state_change`: user variables,
-/// temporary tables, prepared statements). A connection without the
-/// capability sends none of it, whatever these variables say (checked on
-/// MariaDB 10.11: no SESSION_STATE_CHANGED flag, no block).
+/// clients that negotiated CLIENT_SESSION_TRACK: every OK then reports the
+/// system variables a statement changed (`'*'`), the schema, the
+/// transaction state and characteristics, and "some other state changed"
+/// (`state_change`: user variables, temporary tables, prepared statements).
+/// A connection without the capability sends none of it, whatever these
+/// variables say (checked on MariaDB 10.11: no SESSION_STATE_CHANGED flag,
+/// no block), so every backend connection negotiates it.
 pub const TRACKERS: [(&str, &str); 4] = [
     ("session_track_schema", "ON"),
     ("session_track_state_change", "ON"),
     ("session_track_system_variables", "'*'"),
     ("session_track_transaction_info", "'CHARACTERISTICS'"),
 ];
+
+/// The one tracker turned on for the sessions of clients that did not
+/// negotiate CLIENT_SESSION_TRACK: the proxy's own net. State the lexer
+/// cannot see (a stored function or a trigger that sets a user variable,
+/// a named lock taken in a routine, a temporary table made by a procedure)
+/// raises SERVER_SESSION_STATE_CHANGED, which pins the session; the
+/// relay strips the flag and the blocks from what such a client gets.
+/// Only this one: the transaction-info tracker raises the flag in the
+/// result sets of every transaction, which would read as state.
+pub const NET_TRACKER: (&str, &str) = ("session_track_state_change", "ON");
 
 /// Why a `SET` cannot be replayed per variable.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,13 +148,16 @@ impl Settings {
         })))
     }
 
-    /// The settings of a fresh session: none, or the trackers
-    /// ([`TRACKERS`]) when the client negotiated CLIENT_SESSION_TRACK.
+    /// The settings of a fresh session: the trackers ([`TRACKERS`]) when
+    /// the client negotiated CLIENT_SESSION_TRACK, else the proxy's own
+    /// ([`NET_TRACKER`]).
     pub fn initial(session_track: bool) -> Settings {
-        if !session_track {
-            return Settings::default();
-        }
-        let vars = TRACKERS
+        let trackers: &[(&str, &str)] = if session_track {
+            &TRACKERS
+        } else {
+            std::slice::from_ref(&NET_TRACKER)
+        };
+        let vars = trackers
             .iter()
             .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
             .collect();

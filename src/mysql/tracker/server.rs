@@ -22,8 +22,11 @@ impl Tracker {
 
     fn server_inner(&mut self, chunk: &[u8]) -> Result<(), TrackError> {
         let mut pos = 0;
+        self.flagged.clear();
+        self.server_packet_at = None;
         while pos < chunk.len() || self.server.hdr_len == 4 && self.server.remaining == 0 {
             if self.server.at_logical_start() {
+                self.server_packet_at = Some(pos);
                 match self.pending.front() {
                     None => return Err(TrackError::UnexpectedServerData),
                     Some(p) if p.state == RespState::InfileData => {
@@ -231,6 +234,14 @@ impl Tracker {
         };
         if let Some(s) = status {
             self.last_status = s;
+            if self.note_flagged && s & SERVER_SESSION_STATE_CHANGED != 0 {
+                if let Some(at) = self
+                    .server_packet_at
+                    .filter(|_| self.server.first_len < MAX_PACKET)
+                {
+                    self.flagged.push(at);
+                }
+            }
         }
         if done {
             self.pending.pop_front();

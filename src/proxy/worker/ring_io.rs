@@ -454,10 +454,10 @@ impl Worker {
         recv.waiting = false;
         let buf = io.buf.as_mut();
         let res;
-        let data: &[u8] = if joined {
+        let data: &mut [u8] = if joined {
             let Some(buf) = buf else { return };
             res = buf.filled_len() as i32;
-            buf.filled()
+            buf.filled_mut()
         } else if let Some(chunk) = recv.queue.pop_front() {
             let mut chunk = chunk;
             let kept = buf.as_ref().is_some_and(|b| b.filled_len() > 0);
@@ -484,7 +484,7 @@ impl Worker {
                         // Cannot happen: `n` is the room left.
                         recv.queue.push_front(chunk);
                         lost = n;
-                        &[][..]
+                        &mut [][..]
                     } else {
                         copied(&self.shared, self.id, n);
                         if n == chunk.len() {
@@ -493,14 +493,14 @@ impl Worker {
                             chunk.advance(n);
                             recv.queue.push_front(chunk);
                         }
-                        buf.filled()
+                        buf.filled_mut()
                     }
                 }
-                None => ring.bytes(recv.current.insert(chunk)),
+                None => ring.bytes_mut(recv.current.insert(chunk)),
             }
         } else if let Some(end) = recv.end {
             res = end;
-            buf.map_or(&[][..], |b| b.filled())
+            buf.map_or(&mut [][..], |b| b.filled_mut())
         } else {
             return;
         };
@@ -837,10 +837,11 @@ impl Worker {
             return;
         };
         let mut lost = 0;
-        if chunk.len() > end {
-            // They fit: only the client's side gets here (a backend's
-            // chunk is forwarded whole: `end` is all the relay was handed,
-            // an unsolicited ERR with bytes behind it ends the relay), and
+        // A backend's chunk is forwarded whole: `end` is all the relay was
+        // handed, less the session-state blocks it stripped in place; an
+        // unsolicited ERR with bytes behind it ends the relay.
+        if chunk.len() > end && side == Side::Client {
+            // They fit: only the client's side gets here, and
             // a client's chunk is never joined, so it is one ring buffer of
             // --read-buffer-size at most, the connection buffer's size; the
             // relay wrote it from the chunk, handed over to an empty

@@ -211,7 +211,7 @@ impl Worker {
         };
         let mut out = std::mem::take(&mut self.action_scratch);
         let ctx = worker_session_ctx!(self);
-        let data = b.io.buf.as_ref().map_or(&[][..], |b| b.filled());
+        let data = b.io.buf.as_mut().map_or(&mut [][..], |b| b.filled_mut());
         if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
             slot.session.on_backend_read(res, data, &ctx, &mut out);
         }

@@ -1,0 +1,108 @@
+"""The server's own session tracking as the net under transaction pooling's lexer.
+
+State made inside the server (a stored function or a trigger that sets a user variable or takes
+a named lock) is invisible to any lexer: the statement is a plain SELECT or INSERT. Every backend
+connection therefore negotiates CLIENT_SESSION_TRACK and turns `session_track_state_change` on,
+whatever the client negotiated, and a reply that raises SERVER_SESSION_STATE_CHANGED for a
+statement the lexer took as stateless pins the session. What the client did not ask for is
+stripped from the replies it gets.
+
+The server raises the flag only in an OK: a result set's EOF carries the status the last OK
+left (so `SELECT f()` is not reported), and a named lock taken inside a routine is never
+reported (MariaDB 10.11, checked by hand): those stay the lexer's to find.
+
+Each test runs on one backend connection (`--backend-max-connections 1`, one worker), so that
+client A's state, had it gone back to the pool, would be on the connection client B gets.
+"""
+
+import pymysql
+import pytest
+from pymysql.constants import CLIENT
+
+from conftest import TEST_DB
+from helpers import direct
+
+SERVER_SESSION_STATE_CHANGED = 0x4000
+
+
+@pytest.fixture(scope="module", autouse=True)
+def routines():
+    with direct() as c, c.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {TEST_DB}")
+        cur.execute(f"DROP FUNCTION IF EXISTS {TEST_DB}.net_setvar")
+        cur.execute(f"DROP TABLE IF EXISTS {TEST_DB}.net_trig")
+        cur.execute(
+            f"CREATE FUNCTION {TEST_DB}.net_setvar() RETURNS INT DETERMINISTIC "
+            "BEGIN SET @net_secret = 'from-a-function'; RETURN 1; END"
+        )
+        cur.execute(f"CREATE TABLE {TEST_DB}.net_trig (x INT) ENGINE=InnoDB")
+        cur.execute(
+            f"CREATE TRIGGER {TEST_DB}.net_trig_bi BEFORE INSERT ON {TEST_DB}.net_trig "
+            "FOR EACH ROW SET @net_secret = 'from-a-trigger'"
+        )
+    yield
+
+
+def one_backend(make_proxy):
+    return make_proxy(
+        pooling="transaction",
+        workers=1,
+        extra_args=["--backend-max-connections", "1", "--backend-pool-size", "1"],
+    )
+
+
+def value(conn, sql):
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        row = cur.fetchone()
+    return None if row is None else row[0]
+
+
+def connect(proxy, tracking):
+    flag = CLIENT.SESSION_TRACK if tracking else 0
+    return proxy.connect(autocommit=True, database=TEST_DB, client_flag=flag)
+
+
+def pinned_for_state_change(proxy):
+    return proxy.metrics()('ringgate_sessions_pinned_total{reason="state_change"}')
+
+
+@pytest.mark.parametrize("tracking", [False, True], ids=["plain-client", "tracking-client"])
+@pytest.mark.parametrize(
+    "statement",
+    [f"DO {TEST_DB}.net_setvar()", f"INSERT INTO {TEST_DB}.net_trig VALUES (1)"],
+    ids=["stored-function", "trigger"],
+)
+def test_a_user_variable_set_inside_the_server_stays_with_its_session(
+    make_proxy, statement, tracking
+):
+    proxy = one_backend(make_proxy)
+    with connect(proxy, tracking) as a:
+        value(a, statement)
+        # A keeps its variable (its session is pinned to the connection that holds it)...
+        assert value(a, "SELECT @net_secret") is not None
+        assert pinned_for_state_change(proxy) == 1
+    # ...and B, on the only backend connection there is, never sees it.
+    with connect(proxy, tracking) as b:
+        assert value(b, "SELECT @net_secret") is None
+
+
+def ok_seen(conn, sql):
+    """Runs `sql` (answered with an OK) and returns the status word and the OK's info bytes as
+    PyMySQL read them (the rest of the packet after the warning count)."""
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return conn.server_status, cur._result.message
+
+
+@pytest.mark.parametrize(
+    "sql",
+    ["SET @net_x = 1", f"USE {TEST_DB}", "SET autocommit = 1", f"UPDATE {TEST_DB}.net_trig SET x = x"],
+)
+def test_a_client_without_session_tracking_gets_the_oks_direct_would_send(make_proxy, sql):
+    proxy = one_backend(make_proxy)
+    with direct(database=TEST_DB) as d, proxy.connect(autocommit=True, database=TEST_DB) as p:
+        want = ok_seen(d, sql)
+        got = ok_seen(p, sql)
+    assert want[0] & SERVER_SESSION_STATE_CHANGED == 0
+    assert got == want
