@@ -180,7 +180,7 @@ pub const IDLE_CUT_HELD: [&str; 2] = ["transaction", "pinned"];
 
 /// The `reason` labels of `ringgate_sessions_pinned_total`, in the order
 /// of `proxy::multiplex::PinReason::ALL` (a unit test there checks it).
-pub const PIN_REASONS: [&str; 16] = [
+pub const PIN_REASONS: [&str; 17] = [
     "user_variable",
     "temporary_table",
     "lock_function",
@@ -197,4 +197,5 @@ pub const PIN_REASONS: [&str; 16] = [
     "too_many_settings",
     "compressed_client",
     "previous_statement_state",
+    "stored_function",
 ];

@@ -120,6 +120,11 @@ pub enum Pin {
     PreviousStatementState,
     UnrecognizedSet,
     Unsplittable,
+    /// A call of a stored function (qualified, or a name the server does
+    /// not resolve as its own): the routine may set user variables or
+    /// take named locks, which the server does not report for a result
+    /// set or a lock.
+    StoredFunction,
 }
 
 impl Pin {
@@ -140,11 +145,12 @@ impl Pin {
             Pin::PreviousStatementState => "previous_statement_state",
             Pin::UnrecognizedSet => "unrecognized_set",
             Pin::Unsplittable => "unsplittable",
+            Pin::StoredFunction => "stored_function",
         }
     }
 
     /// Every reason, for metrics that list all labels.
-    pub const ALL: [Pin; 14] = [
+    pub const ALL: [Pin; 15] = [
         Pin::UserVariableWrite,
         Pin::TemporaryTable,
         Pin::LockFunction,
@@ -159,6 +165,7 @@ impl Pin {
         Pin::PreviousStatementState,
         Pin::UnrecognizedSet,
         Pin::Unsplittable,
+        Pin::StoredFunction,
     ];
 }
 
@@ -324,6 +331,8 @@ pub enum LexError {
 }
 
 mod classifier;
+mod native_functions;
+mod stored_calls;
 mod tokens;
 
 pub use classifier::{classify, classify_into};

@@ -527,7 +527,7 @@ fn explains_state_change() {
     assert!(one("USE d").explains_state_change());
     assert!(!one("SELECT 1").explains_state_change());
     assert!(!one("SET @x=1").explains_state_change());
-    assert_eq!(Pin::ALL.len(), 14);
+    assert_eq!(Pin::ALL.len(), 15);
     let labels: std::collections::HashSet<_> = Pin::ALL.iter().map(|p| p.as_str()).collect();
     assert_eq!(labels.len(), Pin::ALL.len());
 }

@@ -92,10 +92,13 @@ pub enum PinReason {
     /// The client leg is compressed (CLIENT_COMPRESS): such a session
     /// keeps its connection in this version.
     CompressedClient,
+    /// A statement called a stored function, which may set user
+    /// variables or take named locks the server does not report.
+    StoredFunction,
 }
 
 impl PinReason {
-    pub const ALL: [PinReason; 16] = [
+    pub const ALL: [PinReason; 17] = [
         PinReason::UserVariable,
         PinReason::TemporaryTable,
         PinReason::LockFunction,
@@ -112,6 +115,7 @@ impl PinReason {
         PinReason::TooManySettings,
         PinReason::CompressedClient,
         PinReason::PreviousStatement,
+        PinReason::StoredFunction,
     ];
 
     /// The `reason` label of `ringgate_sessions_pinned_total`.
@@ -133,6 +137,7 @@ impl PinReason {
             PinReason::TooManySettings => "too_many_settings",
             PinReason::CompressedClient => "compressed_client",
             PinReason::PreviousStatement => "previous_statement_state",
+            PinReason::StoredFunction => "stored_function",
         }
     }
 

@@ -240,6 +240,7 @@ fn pin_reason(pin: Pin) -> PinReason {
         Pin::PreviousStatementState => PinReason::PreviousStatement,
         Pin::UnrecognizedSet => PinReason::Unclassified,
         Pin::Unsplittable => PinReason::MultiStatement,
+        Pin::StoredFunction => PinReason::StoredFunction,
     }
 }
 

@@ -9,7 +9,7 @@ stripped from the replies it gets.
 
 The server raises the flag only in an OK: a result set's EOF carries the status the last OK
 left (so `SELECT f()` is not reported), and a named lock taken inside a routine is never
-reported (MariaDB 10.11, checked by hand): those stay the lexer's to find.
+reported (MariaDB 10.11, checked by hand): the lexer pins any call of a stored function.
 
 Each test runs on one backend connection (`--backend-max-connections 1`, one worker), so that
 client A's state, had it gone back to the pool, would be on the connection client B gets.
@@ -30,10 +30,15 @@ def routines():
     with direct() as c, c.cursor() as cur:
         cur.execute(f"CREATE DATABASE IF NOT EXISTS {TEST_DB}")
         cur.execute(f"DROP FUNCTION IF EXISTS {TEST_DB}.net_setvar")
+        cur.execute(f"DROP FUNCTION IF EXISTS {TEST_DB}.net_lock")
         cur.execute(f"DROP TABLE IF EXISTS {TEST_DB}.net_trig")
         cur.execute(
             f"CREATE FUNCTION {TEST_DB}.net_setvar() RETURNS INT DETERMINISTIC "
             "BEGIN SET @net_secret = 'from-a-function'; RETURN 1; END"
+        )
+        cur.execute(
+            f"CREATE FUNCTION {TEST_DB}.net_lock() RETURNS INT DETERMINISTIC "
+            "RETURN GET_LOCK('net_lock', 0)"
         )
         cur.execute(f"CREATE TABLE {TEST_DB}.net_trig (x INT) ENGINE=InnoDB")
         cur.execute(
@@ -63,28 +68,52 @@ def connect(proxy, tracking):
     return proxy.connect(autocommit=True, database=TEST_DB, client_flag=flag)
 
 
-def pinned_for_state_change(proxy):
-    return proxy.metrics()('ringgate_sessions_pinned_total{reason="state_change"}')
+def pinned_for(proxy, reason):
+    return proxy.metrics()(f'ringgate_sessions_pinned_total{{reason="{reason}"}}')
 
 
 @pytest.mark.parametrize("tracking", [False, True], ids=["plain-client", "tracking-client"])
 @pytest.mark.parametrize(
-    "statement",
-    [f"DO {TEST_DB}.net_setvar()", f"INSERT INTO {TEST_DB}.net_trig VALUES (1)"],
-    ids=["stored-function", "trigger"],
+    "statement, reason",
+    [
+        # The server's flag: no lexer sees the trigger.
+        (f"INSERT INTO {TEST_DB}.net_trig VALUES (1)", "state_change"),
+        # The lexer: a result set carries no fresh flag.
+        (f"SELECT {TEST_DB}.net_setvar()", "stored_function"),
+        ("SELECT net_setvar()", "stored_function"),
+        (f"DO {TEST_DB}.net_setvar()", "stored_function"),
+    ],
+    ids=["trigger", "select-qualified-function", "select-function", "do-function"],
 )
 def test_a_user_variable_set_inside_the_server_stays_with_its_session(
-    make_proxy, statement, tracking
+    make_proxy, statement, reason, tracking
 ):
     proxy = one_backend(make_proxy)
     with connect(proxy, tracking) as a:
         value(a, statement)
         # A keeps its variable (its session is pinned to the connection that holds it)...
         assert value(a, "SELECT @net_secret") is not None
-        assert pinned_for_state_change(proxy) == 1
+        assert pinned_for(proxy, reason) == 1
     # ...and B, on the only backend connection there is, never sees it.
     with connect(proxy, tracking) as b:
         assert value(b, "SELECT @net_secret") is None
+
+
+@pytest.mark.parametrize("tracking", [False, True], ids=["plain-client", "tracking-client"])
+@pytest.mark.parametrize("verb", ["SELECT", "DO"])
+def test_a_named_lock_taken_inside_a_function_goes_with_its_session(make_proxy, verb, tracking):
+    proxy = one_backend(make_proxy)
+    with direct() as watcher:
+        with connect(proxy, tracking) as a:
+            with a.cursor() as cur:
+                cur.execute(f"{verb} {TEST_DB}.net_lock()")
+            assert value(a, "SELECT 1") == 1
+            assert value(watcher, "SELECT IS_FREE_LOCK('net_lock')") == 0
+            assert pinned_for(proxy, "stored_function") == 1
+        # The pinned connection is reset (or closed) when its session ends: the lock is gone.
+        with connect(proxy, tracking) as b:
+            assert value(b, "SELECT 1") == 1
+        assert value(watcher, "SELECT IS_FREE_LOCK('net_lock')") == 1
 
 
 def ok_seen(conn, sql):

@@ -5,6 +5,7 @@
 
 use std::ops::Range;
 
+use super::stored_calls::{is_native, names_a_list_owner};
 use super::tokens::{tokenize_into, Token, TokenKind};
 use super::{Class, LexOptions, Pin, Scope, SetItem, Statement};
 
@@ -444,6 +445,9 @@ impl<'a> Cx<'a> {
                         return Some(Pin::UserVariableWrite);
                     }
                     let call = self.punct(i + 1, b'(');
+                    if call && self.stored_call(i) {
+                        return Some(Pin::StoredFunction);
+                    }
                     if call && self.kw_any(i, &["GET_LOCK", "RELEASE_LOCK", "RELEASE_ALL_LOCKS"]) {
                         return Some(Pin::LockFunction);
                     }
@@ -461,6 +465,9 @@ impl<'a> Cx<'a> {
                             return Some(Pin::PreviousStatementState);
                         }
                     }
+                }
+                TokenKind::QuotedIdent if self.punct(i + 1, b'(') && self.stored_call(i) => {
+                    return Some(Pin::StoredFunction);
                 }
                 TokenKind::UserVar => {
                     let assigned =
@@ -483,6 +490,21 @@ impl<'a> Cx<'a> {
             }
         }
         None
+    }
+
+    /// The name at `i`, followed by `(`, calls a stored function (see
+    /// `stored_calls`): qualified or quoted, or a name the server does not
+    /// resolve as its own, and not one that owns a column list.
+    fn stored_call(&self, i: usize) -> bool {
+        let qualified = i >= 2 && self.punct(i - 1, b'.');
+        let owner = if qualified { i - 2 } else { i };
+        let before_owner = owner.checked_sub(1).is_some_and(|b| {
+            self.kind(b) == Some(TokenKind::Word) && names_a_list_owner(self.bytes(b))
+        });
+        if before_owner {
+            return false;
+        }
+        qualified || self.kind(i) == Some(TokenKind::QuotedIdent) || !is_native(self.bytes(i))
     }
 
     /// COMMIT / ROLLBACK and their options.
