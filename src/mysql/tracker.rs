@@ -47,6 +47,7 @@
 use std::collections::VecDeque;
 
 use crate::mysql::constants::*;
+use crate::mysql::state_strip::ClientView;
 use client::ClientPacket;
 use framing::{lenenc, Framer, Step};
 
@@ -317,8 +318,9 @@ pub struct Tracker {
     /// The next statement command goes through (it was rewritten).
     pass_one_statement: bool,
     /// Note where the flagged packets of each server chunk start
-    /// ([`Tracker::state_flagged`]).
-    note_flagged: bool,
+    /// ([`Tracker::state_flagged`]), for a client that gets less session
+    /// tracking than its backend connection has.
+    strip: Option<ClientView>,
     /// Where the server packet being read started in the current chunk
     /// (None: in an earlier one).
     server_packet_at: Option<usize>,
@@ -349,17 +351,22 @@ impl Tracker {
             capture: None,
             stop_statements: false,
             pass_one_statement: false,
-            note_flagged: false,
+            strip: None,
             server_packet_at: None,
             flagged: Vec::new(),
         }
     }
 
     /// Note where the OK and EOF packets that raise SERVER_SESSION_STATE_CHANGED
-    /// start in each server chunk: the relay strips them for a client
-    /// that did not negotiate CLIENT_SESSION_TRACK.
-    pub fn note_state_flagged(&mut self) {
-        self.note_flagged = true;
+    /// start in each server chunk: the relay strips them down to what the
+    /// client gets (`view`; None: everything the server sends).
+    pub fn strip_state(&mut self, view: Option<ClientView>) {
+        self.strip = view;
+    }
+
+    /// What the relay strips the flagged packets down to.
+    pub fn strip_view(&self) -> Option<ClientView> {
+        self.strip
     }
 
     /// Offsets, in the chunk last given to [`Tracker::on_server_bytes`], of

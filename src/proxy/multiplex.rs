@@ -37,6 +37,7 @@ use super::tx_settings::Settings;
 use crate::mysql::constants::*;
 use crate::mysql::lexer::{self, Class, LexOptions, Pin, Scope, SetItem};
 use crate::mysql::ok_packet::{parse_ok, OkInfo};
+use crate::mysql::state_strip::ClientView;
 use crate::mysql::tracker::Completed;
 
 /// Longest statement the session reads to classify; a longer one pins
@@ -198,6 +199,9 @@ pub struct TxState {
     /// The last statement text lexed: `lease_setup` lexes the command,
     /// `on_completed` reads the same statements back.
     lexed: Lexed,
+    /// The client set a `session_track_*` variable itself: it gets every
+    /// block the server sends from then on.
+    own_trackers: bool,
 }
 
 impl TxState {
@@ -431,6 +435,14 @@ impl TxState {
     ) -> Option<PinReason> {
         let text = text?;
         let statements = self.lexed.get(text, false);
+        match trackers_set(statements) {
+            // The proxy's net: a session that turns it off keeps its
+            // connection.
+            Some(true) => return Some(PinReason::SessionCommand),
+            // The client now gets what its own trackers report.
+            Some(false) => self.own_trackers = true,
+            None => {}
+        }
         match settings_after(&self.settings, self.collation, statements, tracked) {
             Ok(next) if next.len_hint() > MAX_SETTINGS => Some(PinReason::TooManySettings),
             Ok(next) => {
@@ -471,6 +483,17 @@ impl TxState {
             return None;
         };
         Some((item.to_owned(), value))
+    }
+
+    /// What session tracking the client gets: none without the
+    /// capability; with it, the default trackers' blocks, or everything
+    /// the server sends (`None`) once it set a tracker itself.
+    pub fn client_view(&self) -> Option<ClientView> {
+        match (self.session_track, self.own_trackers) {
+            (false, _) => Some(ClientView::Untracked),
+            (true, false) => Some(ClientView::Defaults),
+            (true, true) => None,
+        }
     }
 
     /// The session's status flags after the last answer.
@@ -602,6 +625,29 @@ fn settings_after(
         };
     }
     Ok(next)
+}
+
+/// Whether the `SET` statements set a `session_track_*` variable of the
+/// session: `Some(true)` for `session_track_state_change` (the proxy's
+/// net), `Some(false)` for another, `None` for none.
+fn trackers_set(statements: &[lexer::Statement]) -> Option<bool> {
+    let mut found = None;
+    for st in statements {
+        let Class::Set(items) = &st.class else {
+            continue;
+        };
+        for item in items {
+            if let SetItem::Variable { scope, name, .. } = item {
+                if *scope != Scope::Global && name.starts_with("session_track_") {
+                    if name == "session_track_state_change" {
+                        return Some(true);
+                    }
+                    found = Some(false);
+                }
+            }
+        }
+    }
+    found
 }
 
 /// The session-state blocks of the command's final OK, if it kept them.

@@ -692,3 +692,31 @@ fn plain_row_count_and_found_rows_are_answered_in_any_case() {
         assert_eq!(tx.answer_previous(sql.as_bytes()), None, "{sql}");
     }
 }
+
+#[test]
+fn setting_the_state_change_tracker_pins() {
+    for sql in [
+        "SET session_track_state_change = OFF",
+        "SET @@session.session_track_state_change = 0",
+        "SET autocommit = 1, session_track_state_change = OFF",
+    ] {
+        let mut tx = TxState::new(None, 45, true);
+        assert_eq!(
+            tx.on_completed(&done(COM_QUERY, sql, AC)),
+            Some(PinReason::SessionCommand),
+            "{sql}"
+        );
+    }
+    // Another tracker: the client now gets every block the server sends.
+    let mut tx = TxState::new(None, 45, true);
+    assert_eq!(tx.client_view(), Some(ClientView::Defaults));
+    assert_eq!(
+        tx.on_completed(&done(COM_QUERY, "SET session_track_schema = OFF", AC)),
+        None
+    );
+    assert_eq!(tx.client_view(), None);
+    // A client without the capability never gets any.
+    let mut tx = TxState::new(None, 45, false);
+    tx.on_completed(&done(COM_QUERY, "SET session_track_schema = OFF", AC));
+    assert_eq!(tx.client_view(), Some(ClientView::Untracked));
+}

@@ -410,8 +410,10 @@ impl Relay {
         // What the client did not negotiate goes (back to front: each
         // strip moves only the bytes behind it).
         let mut end = data.len();
-        for &at in self.tracker.state_flagged().iter().rev() {
-            end -= strip_packet(&mut data[..end], at);
+        if let Some(view) = self.tracker.strip_view() {
+            for &at in self.tracker.state_flagged().iter().rev() {
+                end -= strip_packet(&mut data[..end], at, view);
+            }
         }
         self.down = Down::Writing { since: now };
         out.push(RelayEvent::Op(RelayOp::WriteClient { end }));

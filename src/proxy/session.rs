@@ -26,6 +26,7 @@ use crate::mysql::handshake::{self, ClientHello, Greeting, HandshakeResponse};
 use crate::mysql::packet::{parse_header, split_packet, write_packet};
 use crate::mysql::reply::{err_payload, ok_payload};
 use crate::mysql::sha2_rsa::RsaPrivate;
+use crate::mysql::state_strip::ClientView;
 use crate::mysql::tracker::Tracker;
 use crate::mysql::users::Authenticated;
 use crate::mysql::Users;
@@ -531,7 +532,7 @@ impl Session {
         tracker.set_max_client_packet(ctx.max_packet_size);
         if self.client_caps & CLIENT_SESSION_TRACK == 0 {
             // Its backend connection tracks session state all the same.
-            tracker.note_state_flagged();
+            tracker.strip_state(Some(ClientView::Untracked));
         }
         tracker
     }

@@ -29,6 +29,7 @@ impl Session {
             None => self.new_tracker(ctx),
         };
         tracker.capture_commands(multiplex::CAPTURE_LIMIT);
+        tracker.strip_state(tx.client_view());
         // Statement ids are mapped to each connection's (the registry is
         // made at the first statement command: an idle session has none);
         // with `--tx-prepared-statements pin` the first statement command

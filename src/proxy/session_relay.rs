@@ -350,6 +350,7 @@ fn learn_completed(
         if let Some(reason) = tx.on_completed(&done) {
             out.push(SessionAction::Pinned(reason));
         }
+        tracker.strip_state(tx.client_view());
         if done.command == COM_RESET_CONNECTION && !done.err {
             // The server closed every prepared statement on the
             // connection: the client's ids are gone, as they are direct,

@@ -15,11 +15,14 @@ Each test runs on one backend connection (`--backend-max-connections 1`, one wor
 client A's state, had it gone back to the pool, would be on the connection client B gets.
 """
 
-import pymysql
+import json
+import os
+import subprocess
+
 import pytest
 from pymysql.constants import CLIENT
 
-from conftest import TEST_DB
+from conftest import APP_PASSWORD, APP_USER, NODE_DIR, TEST_DB, backend_env, node_with_mysql2
 from helpers import direct
 
 SERVER_SESSION_STATE_CHANGED = 0x4000
@@ -134,4 +137,38 @@ def test_a_client_without_session_tracking_gets_the_oks_direct_would_send(make_p
         want = ok_seen(d, sql)
         got = ok_seen(p, sql)
     assert want[0] & SERVER_SESSION_STATE_CHANGED == 0
+    assert got == want
+
+
+@pytest.mark.parametrize("sql", ["SET @net_x = 1", f"USE {TEST_DB}", "SET autocommit = 0",
+                                 "SET sql_mode = 'STRICT_ALL_TABLES'"])
+def test_a_client_with_session_tracking_gets_only_its_own_trackers_blocks(make_proxy, sql):
+    """The proxy's trackers (state_change, every system variable, transaction information) stay
+    its own: a tracking client with the server's default trackers gets the OK bytes direct
+    sends (PyMySQL keeps everything after the warning count as the message)."""
+    proxy = one_backend(make_proxy)
+    flag = CLIENT.SESSION_TRACK
+    with direct(database=TEST_DB, client_flag=flag) as d, \
+            proxy.connect(autocommit=True, database=TEST_DB, client_flag=flag) as p:
+        want = ok_seen(d, sql)
+        got = ok_seen(p, sql)
+    assert got == want
+
+
+def test_node_mysql2_multi_statement_results_match_direct(make_proxy):
+    """mysql2's own test-multiple-results compares serverStatus exactly: mysql2 negotiates
+    CLIENT_SESSION_TRACK, and the flag the proxy's trackers raise must not reach it."""
+    node = node_with_mysql2()
+    proxy = one_backend(make_proxy)
+    b = backend_env()
+
+    def run(port, user, password):
+        env = dict(os.environ, PORT=str(port), USER=user, PASS=password, DB=TEST_DB)
+        r = subprocess.run([node, "multi_results.js"], cwd=NODE_DIR, env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    want = run(b["port"], b["user"], b["password"])
+    got = run(proxy.port, APP_USER, APP_PASSWORD)
     assert got == want

@@ -234,7 +234,7 @@ impl Tracker {
         };
         if let Some(s) = status {
             self.last_status = s;
-            if self.note_flagged && s & SERVER_SESSION_STATE_CHANGED != 0 {
+            if self.strip.is_some() && s & SERVER_SESSION_STATE_CHANGED != 0 {
                 if let Some(at) = self
                     .server_packet_at
                     .filter(|_| self.server.first_len < MAX_PACKET)
