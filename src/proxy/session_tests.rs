@@ -1730,7 +1730,7 @@ fn a_session_idle_in_a_transaction_past_its_bound_is_cut_with_4031() {
     s.cut_held_idle(held, &at(11), &mut out);
     assert_eq!(out, vec![SessionAction::Relay(RelayOp::CancelReadBackend)]);
     out.clear();
-    s.on_backend_read(-libc::ECANCELED, &[], &at(11), &mut out);
+    s.on_backend_read(-libc::ECANCELED, &mut [], &at(11), &mut out);
     assert_eq!(out[0], SessionAction::Release { clean: true });
     assert!(out.contains(&SessionAction::IdleCut {
         held,
