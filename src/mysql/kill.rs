@@ -1,22 +1,32 @@
-//! Recognising the two ways a client asks to kill a connection or its
-//! running query: the `KILL` statement (COM_QUERY) and COM_PROCESS_KILL.
+//! Recognising the ways a client asks to kill a connection or its running
+//! query: the `KILL` statement (COM_QUERY) and COM_PROCESS_KILL.
 //!
-//! The proxy only needs the form that names a thread by a literal number,
+//! The proxy maps the form that names a thread by a literal number,
 //! because that number may be a proxy connection id that the server has
 //! never heard of. MariaDB's grammar is
-//! `KILL [HARD|SOFT] [CONNECTION|QUERY [ID]] expr` and `KILL USER name`.
-//! This recognises exactly `KILL [HARD|SOFT] [CONNECTION|QUERY] <decimal>`
-//! with any case, whitespace and comments, and an optional trailing `;`,
-//! also as the first statement of a multi-statement (`KILL 5; SELECT
-//! SLEEP(0.05)`, as mysql2's pool test sends it; the rest is kept verbatim).
-//! Everything else — `KILL QUERY ID` (a query id, not a thread id),
-//! `KILL USER`, expressions, hex or quoted ids, a KILL after another
-//! statement, and executable comments (`/*! ... */`, whose contents the
-//! server runs) — is not recognised, and goes to the server unchanged.
+//! `KILL [HARD|SOFT] [CONNECTION|QUERY [ID]] expr` and `KILL [...] USER name`.
+//! [`parse_statement`] recognises exactly
+//! `KILL [HARD|SOFT] [CONNECTION|QUERY] <decimal>` with any case,
+//! whitespace and comments, and an optional trailing `;`, also as the first
+//! statement of a multi-statement (`KILL 5; SELECT SLEEP(0.05)`, as mysql2's
+//! pool test sends it; the rest is kept verbatim).
 //!
-//! Pure and allocation-free except for [`KillStatement::to_query`].
+//! Every other KILL is one the proxy cannot scope to the killer's proxy
+//! user, and [`classify_command`] says so ([`KillCommand::Unmappable`]):
+//! `KILL QUERY ID` (a query id), `KILL USER`, expressions, hex or quoted
+//! ids, a KILL after another statement or inside a compound statement, a
+//! KILL in an executable comment (`/*! ... */`, `/*M! ... */`, whose
+//! contents the server runs), and the literal text given to `PREPARE`,
+//! `EXECUTE IMMEDIATE` or COM_STMT_PREPARE. KILL is a reserved word, so
+//! the word anywhere in a statement's code is the KILL statement. Where the
+//! server's reading of quotes depends on `sql_mode` (NO_BACKSLASH_ESCAPES,
+//! ANSI_QUOTES), every reading is tried, and the word in any of them counts.
+//!
+//! Pure and allocation-free except for the rewrites and the token list of
+//! a text that contains the letters `kill`.
 
-use super::constants::{COM_PROCESS_KILL, COM_QUERY};
+use super::constants::{COM_PROCESS_KILL, COM_QUERY, COM_STMT_PREPARE};
+use super::lexer::{tokenize_into, LexError, LexOptions, Token as LexToken, TokenKind};
 
 /// "Unknown thread id: %lu" (HY000).
 pub const ER_NO_SUCH_THREAD: u16 = 1094;
@@ -32,6 +42,48 @@ pub fn unknown_thread_message(id: u64) -> String {
 pub fn not_owner_message(id: u64) -> String {
     format!("You are not owner of thread {id}")
 }
+
+/// An SQL condition, true when the connection's own account holds one of
+/// the global `privileges` (a quoted list: `'SUPER', 'CONNECTION ADMIN'`),
+/// as the server reports them: `USER_PRIVILEGES.GRANTEE` is
+/// `'user'@'host'`, `CURRENT_USER()` is `user@host`, and only the host part
+/// cannot contain `@`. Privileges of a role set with `SET ROLE` are not in
+/// that table.
+pub fn account_has(privileges: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM information_schema.USER_PRIVILEGES \
+         WHERE GRANTEE = CONCAT('''', LEFT(CURRENT_USER(), CHAR_LENGTH(CURRENT_USER()) \
+         - CHAR_LENGTH(SUBSTRING_INDEX(CURRENT_USER(), '@', -1)) - 1), '''@''', \
+         SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''') \
+         AND PRIVILEGE_TYPE IN ({privileges}))"
+    )
+}
+
+/// MariaDB's KILL of another account's thread needs CONNECTION ADMIN or
+/// SUPER (10.11: `PRIV_KILL_OTHER_USER_PROCESS`).
+pub const KILL_PRIVILEGES: &str = "'SUPER', 'CONNECTION ADMIN'";
+
+/// `body` in a MariaDB anonymous block whose handlers turn the server's
+/// 1094 and 1095 into the same errors naming `shown_id`.
+fn guarded_block(body: &str, shown_id: u64) -> String {
+    format!(
+        "BEGIN NOT ATOMIC \
+         DECLARE EXIT HANDLER FOR {ER_NO_SUCH_THREAD} SIGNAL SQLSTATE 'HY000' \
+         SET MYSQL_ERRNO = {ER_NO_SUCH_THREAD}, MESSAGE_TEXT = '{}'; \
+         DECLARE EXIT HANDLER FOR {ER_KILL_DENIED_ERROR} SIGNAL SQLSTATE 'HY000' \
+         SET MYSQL_ERRNO = {ER_KILL_DENIED_ERROR}, MESSAGE_TEXT = '{}'; \
+         {body}; END",
+        unknown_thread_message(shown_id),
+        not_owner_message(shown_id),
+    )
+}
+
+/// The refusal of a KILL the proxy cannot map (ER_NOT_SUPPORTED_YET,
+/// 42000): what works instead.
+pub const UNMAPPABLE_MESSAGE: &str = "ringgate: KILL is supported only as KILL [HARD|SOFT] \
+     [CONNECTION|QUERY] <thread id>, alone or first in a multi-statement; \
+     not KILL USER, KILL QUERY ID, an expression, an executable comment, \
+     a compound statement or a prepared KILL";
 
 /// What a KILL stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,17 +138,25 @@ impl KillStatement<'_> {
     /// itself. (`BEGIN NOT ATOMIC` is MariaDB's, and not valid under
     /// `sql_mode=ORACLE`.)
     pub fn to_guarded_query(&self, thread: u32, shown_id: u64) -> String {
-        format!(
-            "BEGIN NOT ATOMIC \
-             DECLARE EXIT HANDLER FOR {ER_NO_SUCH_THREAD} SIGNAL SQLSTATE 'HY000' \
-             SET MYSQL_ERRNO = {ER_NO_SUCH_THREAD}, MESSAGE_TEXT = '{}'; \
-             DECLARE EXIT HANDLER FOR {ER_KILL_DENIED_ERROR} SIGNAL SQLSTATE 'HY000' \
-             SET MYSQL_ERRNO = {ER_KILL_DENIED_ERROR}, MESSAGE_TEXT = '{}'; \
-             {}; END",
-            unknown_thread_message(shown_id),
+        guarded_block(&self.to_query(u64::from(thread)), shown_id)
+    }
+
+    /// A KILL of another proxy user's session, for a MariaDB server: the
+    /// server answers 1095 naming `shown_id` unless the killer's own
+    /// account has a privilege to kill other accounts' threads
+    /// ([`KILL_PRIVILEGES`]), and otherwise runs the same KILL of
+    /// `thread` (nothing when the session holds no backend thread). The
+    /// server alone would let any session of the same account kill it, and
+    /// two proxy users may be one backend account.
+    pub fn to_privileged_query(&self, thread: Option<u32>, shown_id: u64) -> String {
+        let kill = thread.map_or_else(|| "DO 0".to_string(), |t| self.to_query(u64::from(t)));
+        let body = format!(
+            "IF NOT {} THEN SIGNAL SQLSTATE 'HY000' \
+             SET MYSQL_ERRNO = {ER_KILL_DENIED_ERROR}, MESSAGE_TEXT = '{}'; END IF; {kill}",
+            account_has(KILL_PRIVILEGES),
             not_owner_message(shown_id),
-            self.to_query(u64::from(thread)),
-        )
+        );
+        guarded_block(&body, shown_id)
     }
 
     /// The statement text with `id`.
@@ -112,6 +172,107 @@ impl KillStatement<'_> {
         };
         format!("KILL {hardness}{target}{id}")
     }
+}
+
+/// What a client command is, as far as KILL goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillCommand<'a> {
+    /// A KILL of a literal thread id that the proxy maps.
+    Mapped(KillStatement<'a>),
+    /// A KILL in any other form, or anywhere else in the text: the proxy
+    /// cannot tell whose session it would reach, so it is refused.
+    Unmappable,
+}
+
+/// A command payload (command byte first) that is or contains a KILL, or
+/// `None`.
+pub fn classify_command(payload: &[u8]) -> Option<KillCommand<'_>> {
+    match payload.split_first()? {
+        (&COM_PROCESS_KILL, _) => Some(
+            // MariaDB reads the first four bytes of any length as the id:
+            // only exactly four is the id the proxy reads.
+            parse_command(payload).map_or(KillCommand::Unmappable, KillCommand::Mapped),
+        ),
+        (&COM_QUERY, sql) => match parse_statement(sql) {
+            Some(k) if !mentions_kill(k.rest) => Some(KillCommand::Mapped(k)),
+            Some(_) => Some(KillCommand::Unmappable),
+            None => mentions_kill(sql).then_some(KillCommand::Unmappable),
+        },
+        // A prepared KILL takes its id as a parameter the proxy never maps.
+        (&COM_STMT_PREPARE, sql) => mentions_kill(sql).then_some(KillCommand::Unmappable),
+        _ => None,
+    }
+}
+
+/// The server's possible readings of quotes: `sql_mode`'s
+/// NO_BACKSLASH_ESCAPES and ANSI_QUOTES change where strings end, and the
+/// proxy does not always know the session's `sql_mode`.
+const READINGS: [LexOptions; 4] = [
+    reading(false, false),
+    reading(true, false),
+    reading(false, true),
+    reading(true, true),
+];
+
+const fn reading(no_backslash_escapes: bool, ansi_quotes: bool) -> LexOptions {
+    LexOptions {
+        no_backslash_escapes,
+        ansi_quotes,
+        ascii_safe_charset: true,
+    }
+}
+
+/// Whether the SQL text holds a KILL statement anywhere in code, under any
+/// reading of its quotes (executable comments count as code), or in the
+/// literal text of a `PREPARE` or `EXECUTE IMMEDIATE`.
+pub fn mentions_kill(sql: &[u8]) -> bool {
+    mentions_kill_nested(sql, 1)
+}
+
+fn mentions_kill_nested(sql: &[u8], depth: u8) -> bool {
+    // Nearly every statement stops here, without tokenizing.
+    if !sql.windows(4).any(|w| w.eq_ignore_ascii_case(b"kill")) {
+        return false;
+    }
+    let mut toks = Vec::new();
+    READINGS.iter().any(|opts| {
+        match tokenize_into(sql, opts, &mut toks) {
+            Ok(()) => kill_in_tokens(sql, &toks, depth),
+            // A `;` or a nested marker inside an executable comment: the
+            // server splits it in ways this lexer does not follow.
+            Err(LexError::OddExecutableComment) => true,
+            // An unterminated quote or comment: under this reading the
+            // server fails the statement it is in, but runs the statements
+            // before it (a multi-statement).
+            Err(_) => {
+                let whole = toks
+                    .iter()
+                    .rposition(|t| t.kind == TokenKind::Semicolon)
+                    .unwrap_or(0);
+                kill_in_tokens(sql, &toks[..whole], depth)
+            }
+        }
+    })
+}
+
+fn kill_in_tokens(sql: &[u8], toks: &[LexToken], depth: u8) -> bool {
+    let word = |t: &LexToken, kw: &[u8]| {
+        t.kind == TokenKind::Word && sql[t.start..t.end].eq_ignore_ascii_case(kw)
+    };
+    let dynamic = toks
+        .iter()
+        .any(|t| word(t, b"PREPARE") || word(t, b"EXECUTE"));
+    toks.iter().enumerate().any(|(i, t)| match t.kind {
+        // `t.kill` names a column: a keyword right after `.` is an identifier.
+        TokenKind::Word => {
+            word(t, b"KILL")
+                && !(i > 0 && toks[i - 1].end == t.start && sql[toks[i - 1].start] == b'.')
+        }
+        TokenKind::String if dynamic && depth > 0 && t.end >= t.start + 2 => {
+            mentions_kill_nested(&sql[t.start + 1..t.end - 1], depth - 1)
+        }
+        _ => false,
+    })
 }
 
 /// A command payload (command byte first) that is a KILL of a literal
@@ -351,7 +512,7 @@ mod tests {
     }
 
     #[test]
-    fn leaves_everything_else_to_the_server() {
+    fn parse_statement_takes_only_the_literal_forms() {
         for sql in [
             "",
             "KILL",
@@ -446,5 +607,114 @@ mod tests {
         let k = parse_command(b"\x03KILL 2147483650").unwrap();
         assert_eq!(k.to_payload(17), b"\x03KILL CONNECTION 17");
         assert_eq!(parse_statement(k.to_query(17).as_bytes()).unwrap().id, 17);
+    }
+
+    fn class(payload: &[u8]) -> Option<KillCommand<'_>> {
+        classify_command(payload)
+    }
+
+    fn query(sql: &str) -> Vec<u8> {
+        let mut p = vec![COM_QUERY];
+        p.extend_from_slice(sql.as_bytes());
+        p
+    }
+
+    #[test]
+    fn every_other_kill_is_unmappable() {
+        for sql in [
+            "KILL QUERY 147099+0",
+            "KILL QUERY (5)",
+            "KILL QUERY USER bench",
+            "kill user 'bench'@'%'",
+            "KILL HARD QUERY ID 12",
+            "KILL CONNECTION_ID()",
+            "KILL 0x10",
+            "KILL '5'",
+            "/*!KILL QUERY 5*/",
+            "/*!100000 KILL QUERY 5 */",
+            "/*M!100000 KILL QUERY 5 */",
+            "/*!99999 KILL 5 */",
+            "KILL /*!QUERY*/ 5",
+            "KILL /*M! QUERY */ 5",
+            "SELECT 1; KILL 5",
+            "KILL 5; KILL USER x",
+            "DO 1; /*!KILL QUERY */ 5",
+            "BEGIN NOT ATOMIC KILL QUERY 5; END",
+            "CREATE PROCEDURE p() KILL 5",
+            "PREPARE s FROM 'KILL QUERY 5'",
+            "PREPARE s FROM \"kill 5\"",
+            "EXECUTE IMMEDIATE 'KILL QUERY 5'",
+            "execute immediate concat('x', 'y'), 'kill 5'",
+            // Where strings end depends on sql_mode: a KILL in code under
+            // any reading counts.
+            "SELECT '\\' ; KILL 5 -- '",
+            "SELECT \"a\\\" ; KILL 5 -- \"",
+            "/*! SELECT 1; KILL 5 */",
+        ] {
+            assert_eq!(class(&query(sql)), Some(KillCommand::Unmappable), "{sql:?}");
+        }
+        // COM_PROCESS_KILL of another length: the server reads four bytes.
+        assert_eq!(
+            class(&[COM_PROCESS_KILL, 1, 0, 0, 0, 9]),
+            Some(KillCommand::Unmappable)
+        );
+        assert_eq!(class(&[COM_PROCESS_KILL, 1]), Some(KillCommand::Unmappable));
+        // A prepared KILL takes the id as a parameter.
+        assert_eq!(class(b"\x16KILL QUERY ?"), Some(KillCommand::Unmappable));
+    }
+
+    #[test]
+    fn text_that_only_spells_kill_is_not_a_kill() {
+        for sql in [
+            "SELECT 'KILL 5'",
+            "SELECT * FROM skills WHERE killed = 1",
+            "SELECT `kill` FROM t",
+            "SELECT t.kill FROM t",
+            "SELECT 1 -- KILL 5",
+            "SELECT 1 /* KILL 5 */",
+            "SELECT @kill",
+            "PREPARE s FROM 'SELECT * FROM skills'",
+            "INSERT INTO log VALUES ('it''s a kill')",
+            "SELECT 'it\\'s a kill'",
+        ] {
+            assert_eq!(class(&query(sql)), None, "{sql:?}");
+        }
+        assert_eq!(class(b"\x16SELECT * FROM skills"), None);
+        assert_eq!(class(b"\x0eKILL 5"), None);
+    }
+
+    #[test]
+    fn the_literal_forms_are_mapped() {
+        let Some(KillCommand::Mapped(k)) = class(b"\x03KILL QUERY 7; SELECT 1") else {
+            panic!("not mapped")
+        };
+        assert_eq!(
+            (k.target, k.id, k.rest),
+            (KillTarget::Query, 7, &b" SELECT 1"[..])
+        );
+        let mut p = vec![COM_PROCESS_KILL];
+        p.extend_from_slice(&9u32.to_le_bytes());
+        assert!(matches!(class(&p), Some(KillCommand::Mapped(k)) if k.id == 9));
+    }
+
+    #[test]
+    fn the_privileged_block_asks_the_server_for_the_killers_grants() {
+        let k = parse_statement(b"KILL QUERY 2147483650").unwrap();
+        let sql = k.to_privileged_query(Some(17), k.id);
+        assert!(
+            sql.starts_with("BEGIN NOT ATOMIC DECLARE EXIT HANDLER FOR 1094"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("PRIVILEGE_TYPE IN ('SUPER', 'CONNECTION ADMIN'))"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("'You are not owner of thread 2147483650'"),
+            "{sql}"
+        );
+        assert!(sql.ends_with("END IF; KILL QUERY 17; END"), "{sql}");
+        let idle = k.to_privileged_query(None, k.id);
+        assert!(idle.ends_with("END IF; DO 0; END"), "{idle}");
     }
 }

@@ -69,7 +69,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::mysql::constants::COM_QUERY;
-use crate::mysql::kill::{self, KillStatement, ER_KILL_DENIED_ERROR};
+use crate::mysql::kill::{self, KillCommand, KillStatement, ER_KILL_DENIED_ERROR};
 use crate::mysql::packet::{split_packet, write_packet};
 
 /// The lowest proxy connection id.
@@ -226,6 +226,17 @@ impl ConnEntry {
             })
             .ok()?;
         Some(((prev & THREAD_MASK) as u32, KillFence(Arc::clone(self))))
+    }
+
+    /// [`ConnEntry::fence`] only while the session is served by `thread`
+    /// (a KILL of that raw backend thread id).
+    fn fence_thread(self: &Arc<Self>, thread: u32) -> Option<KillFence> {
+        self.lease
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                ((v & THREAD_MASK) as u32 == thread).then_some(v + ONE_KILL)
+            })
+            .ok()?;
+        Some(KillFence(Arc::clone(self)))
     }
 
     /// The backend thread the session was leased last (0: none yet).
@@ -468,6 +479,25 @@ impl Registry {
                 .values()
                 .find(|e| e.thread() == Some(thread))
                 .map(|e| (e.id, e.snapshot()))
+        })
+    }
+
+    /// For a KILL of the raw backend thread id `thread` from session
+    /// `except`: the session that `thread` serves now, with a
+    /// [`KillFence`] on it, so it cannot give the connection to another
+    /// session before the server has run the KILL. A scan, like
+    /// [`Registry::by_backend_thread`].
+    fn fence_by_thread(&self, thread: u32, except: u32) -> Option<(u32, Target, KillFence)> {
+        if thread == 0 {
+            return None;
+        }
+        self.shards.iter().find_map(|s| {
+            let entry = lock(s)
+                .values()
+                .find(|e| e.id != except && e.thread() == Some(thread))
+                .cloned()?;
+            let fence = entry.fence_thread(thread)?;
+            Some((entry.id, entry.snapshot(), fence))
         })
     }
 

@@ -1,11 +1,13 @@
-//! What the registry is for: a client's `KILL <proxy id>` (text or
-//! COM_PROCESS_KILL) and `SHOW PROCESSLIST`, recognised between commands
-//! and rewritten for the backend ([`intercept`]): the KILL names the
-//! backend thread that serves the target session now (fenced until the
-//! server answers, see the module docs of `registry.rs`), or is refused
-//! as the server would; the process list shows proxy ids.
+//! What the registry is for: a client's KILL (text or COM_PROCESS_KILL)
+//! and `SHOW PROCESSLIST`, recognised between commands and rewritten for
+//! the backend ([`intercept`]). A KILL of a session names the backend
+//! thread that serves it now (fenced until the server answers, see the
+//! module docs of `registry.rs`), or is refused as the server would; a KILL
+//! the proxy cannot scope to a session is refused; the process list shows
+//! proxy ids.
 
 use super::*;
+use crate::proxy::multiplex::ER_NOT_SUPPORTED_YET;
 
 /// What the session does with a recognised KILL.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -13,9 +15,11 @@ pub enum KillDecision {
     /// Not a connection the proxy maps: the server answers (for an unknown
     /// proxy id that is MariaDB's own 1094, since no backend thread has it).
     Forward,
-    /// The same KILL (`payload`) of the backend thread that serves the
-    /// target session; `own`: a session of the killer's own proxy user, so
-    /// the server will carry it out.
+    /// `payload` goes to the server in place of the KILL: the same KILL of
+    /// the backend thread that serves the target session, or (another
+    /// proxy user's session, passthrough identity) a block that lets the
+    /// server decide from the killer's grants. `own`: a session of the
+    /// killer's own proxy user, so the server will carry it out.
     Kill { payload: Vec<u8>, own: bool },
     /// Not the killer's session: ERR 1095 with the id the client used.
     NotOwner { id: u64 },
@@ -23,6 +27,10 @@ pub enum KillDecision {
     /// nothing runs on the server; OK, as for an idle thread (a KILL
     /// CONNECTION then closes its client, see [`Rewrite::close_after_ok`]).
     Nothing,
+    /// A KILL the proxy cannot scope to a session of the killer's proxy
+    /// user (`KILL USER`, `KILL QUERY ID`, an expression, an executable
+    /// comment, a prepared KILL ...): ERR 1235, nothing runs.
+    Unmappable,
 }
 
 impl KillDecision {
@@ -46,84 +54,136 @@ impl KillDecision {
                 kill::not_owner_message(*id)
             ))),
             KillDecision::Nothing => Some(query("DO 0".into())),
+            KillDecision::Unmappable => Some(query(format!(
+                "SIGNAL SQLSTATE '42000' SET MYSQL_ERRNO = {ER_NOT_SUPPORTED_YET}, MESSAGE_TEXT = '{}'",
+                kill::UNMAPPABLE_MESSAGE
+            ))),
         }
     }
 }
 
 /// Decide what a KILL from `killer` (a proxy user) does.
 ///
-/// Shared backend identity (every session is the same backend user, so the
-/// server cannot tell proxy users apart): the proxy allows a KILL of a
-/// session of the same proxy user only, and answers 1095 otherwise, also
-/// for a raw backend thread id that serves another user's session.
-/// `server_checks_owner` (each user is itself on the backend): the server
-/// applies its own privilege checks to the mapped KILL.
+/// The target is the session the id names: a proxy id's session, or for a
+/// raw backend thread id the session that thread serves now (else the one
+/// it served last, which holds no connection now: transaction pooling).
+/// A session of the killer's own proxy user: its thread is killed. Another
+/// user's: with a shared backend identity (every session is the same
+/// backend user, so the server cannot tell proxy users apart) 1095; with
+/// `server_checks_owner` (each user is itself on the backend) the server
+/// decides from the killer's own grants, since two proxy users may be one
+/// backend account. An id no session has goes to the server.
 pub fn decide_kill(
     stmt: &KillStatement,
     killer: &str,
     registry: &Registry,
     server_checks_owner: bool,
 ) -> KillDecision {
-    decide_kill_fenced(stmt, killer, 0, registry, server_checks_owner).0
+    plan_kill(stmt, killer, 0, registry, server_checks_owner).decision
 }
 
-/// [`decide_kill`], with the fence on the target's thread when the KILL is
-/// sent to it ([`KillDecision::Kill`] of a proxy id).
-fn decide_kill_fenced(
+/// A KILL's decision, the fence on the target's thread while the KILL is
+/// on its way to it, and the session whose client to close on an OK.
+struct KillPlan {
+    decision: KillDecision,
+    fence: Option<KillFence>,
+    close_after_ok: Option<u32>,
+}
+
+/// The session a KILL's id names, as [`decide_kill`] finds it.
+struct Found {
+    id: u32,
+    target: Target,
+    fence: Option<KillFence>,
+}
+
+fn find_target(id: u64, killer_id: u32, registry: &Registry) -> Option<Found> {
+    if is_proxy_id(id) {
+        // In range, so it fits.
+        let (target, fence) = registry.lookup_fenced(id as u32)?;
+        return Some(Found {
+            id: id as u32,
+            target,
+            fence,
+        });
+    }
+    let thread = u32::try_from(id).ok()?;
+    if let Some((id, target, fence)) = registry.fence_by_thread(thread, killer_id) {
+        return Some(Found {
+            id,
+            target,
+            fence: Some(fence),
+        });
+    }
+    // The session this thread served last holds no connection now (its
+    // `SELECT CONNECTION_ID()` named it): the thread may serve anyone by
+    // the time a KILL reaches it, so nothing is sent to it. (If that
+    // session was leased it again since the scan above, it is not fenced:
+    // it too is sent nothing.)
+    let (id, mut target, _) = registry.owner_of_thread(thread, killer_id)?;
+    target.backend_thread = None;
+    Some(Found {
+        id,
+        target,
+        fence: None,
+    })
+}
+
+fn plan_kill(
     stmt: &KillStatement,
     killer: &str,
     killer_id: u32,
     registry: &Registry,
     server_checks_owner: bool,
-) -> (KillDecision, Option<KillFence>) {
-    let not_owner = KillDecision::NotOwner { id: stmt.id };
-    if !is_proxy_id(stmt.id) {
-        if server_checks_owner {
-            return (KillDecision::Forward, None);
-        }
-        let owner = u32::try_from(stmt.id)
-            .ok()
-            .and_then(|t| registry.owner_of_thread(t, killer_id));
-        let decision = match owner {
-            Some((_, t, _)) if t.user.as_deref() != Some(killer) => not_owner,
-            // The killer's own user's session, holding no connection
-            // (transaction pooling): the thread it last used may serve
-            // another session now, or the killer itself. Nothing runs on
-            // the server for it (a KILL CONNECTION closes its client).
-            Some((_, _, false)) => KillDecision::Nothing,
-            _ => KillDecision::Forward,
+) -> KillPlan {
+    let Some(found) = find_target(stmt.id, killer_id, registry) else {
+        return KillPlan {
+            decision: KillDecision::Forward,
+            fence: None,
+            close_after_ok: None,
         };
-        return (decision, None);
-    }
-    // In range, so it fits.
-    let Some((target, fence)) = registry.lookup_fenced(stmt.id as u32) else {
-        return (KillDecision::Forward, None);
     };
-    let same_user = target.user.as_deref() == Some(killer);
-    let decision = match target.backend_thread {
-        Some(thread) if same_user => KillDecision::Kill {
+    let same_user = found.target.user.as_deref() == Some(killer);
+    let query = |sql: String| {
+        let mut p = vec![COM_QUERY];
+        p.extend_from_slice(sql.as_bytes());
+        p
+    };
+    let decision = match (found.target.backend_thread, same_user) {
+        (Some(thread), true) => KillDecision::Kill {
             payload: stmt.to_payload(thread),
             own: true,
         },
-        // The server decides (CONNECTION ADMIN / SUPER); on MariaDB its
-        // refusal is made to name the proxy id, not the backend thread.
-        Some(thread) if server_checks_owner && registry.backend_is_mariadb() => {
-            let mut payload = vec![COM_QUERY];
-            payload.extend_from_slice(stmt.to_guarded_query(thread, stmt.id).as_bytes());
+        (None, true) => KillDecision::Nothing,
+        // A session still logging in has no user: refused, as MariaDB
+        // refuses a KILL of an unauthenticated thread.
+        (thread, false) if server_checks_owner && registry.backend_is_mariadb() => {
             KillDecision::Kill {
-                payload,
+                payload: query(stmt.to_privileged_query(thread, stmt.id)),
                 own: false,
             }
         }
-        Some(thread) if server_checks_owner => KillDecision::Kill {
+        // A MySQL server has no anonymous blocks: it decides alone.
+        (Some(thread), false) if server_checks_owner => KillDecision::Kill {
             payload: stmt.to_payload(thread),
             own: false,
         },
-        None if same_user => KillDecision::Nothing,
-        _ => not_owner,
+        _ => KillDecision::NotOwner { id: stmt.id },
     };
-    let fence = fence.filter(|_| matches!(decision, KillDecision::Kill { .. }));
-    (decision, fence)
+    let sent_to_thread =
+        matches!(decision, KillDecision::Kill { .. }) && found.target.backend_thread.is_some();
+    // An OK to a KILL CONNECTION means the victim's thread was killed (or,
+    // holding none, that the killer may end it): its client is closed
+    // before the OK is relayed. Not the killer itself: it gets the
+    // server's 1927 first.
+    let ends_victim = stmt.target == kill::KillTarget::Connection
+        && found.id != killer_id
+        && !matches!(decision, KillDecision::NotOwner { .. });
+    KillPlan {
+        decision,
+        fence: found.fence.filter(|_| sent_to_thread),
+        close_after_ok: ends_victim.then_some(found.id),
+    }
 }
 
 /// A client command replaced by the proxy's: `packet` (framed) takes the
@@ -141,11 +201,11 @@ pub struct Rewrite {
 }
 
 /// If `data` (client bytes at a command boundary, nothing owed) starts with
-/// a whole KILL that the proxy maps, or `SHOW [FULL] PROCESSLIST`, the
-/// command to send instead. `None` leaves the bytes to the server, as they
-/// are. A command split across reads, or whose rewrite would not fit in
-/// `capacity`, is not intercepted: for a KILL of a proxy id the server then
-/// answers 1094, never kills the wrong thread.
+/// a whole KILL, or `SHOW [FULL] PROCESSLIST`, the command to send instead.
+/// `None` leaves the bytes to the server, as they are. A command split
+/// across reads, or whose rewrite would not fit in `capacity`, is not
+/// intercepted: for a KILL of a proxy id the server then answers 1094,
+/// never kills the wrong thread.
 pub fn intercept(
     data: &[u8],
     user: &str,
@@ -159,17 +219,16 @@ pub fn intercept(
         return None;
     }
     let room = capacity.checked_sub(data.len() - consumed + 4)?;
-    let kill = kill::parse_command(pkt.payload);
-    let mut fence = None;
-    let payload = match &kill {
-        Some(stmt) => {
-            let (decision, f) =
-                decide_kill_fenced(stmt, user, own_id, registry, server_checks_owner);
-            if f.is_some() {
-                debug_kill_delay();
-            }
-            fence = f;
-            let mut p = decision.payload()?;
+    let mut plan = KillPlan {
+        decision: KillDecision::Forward,
+        fence: None,
+        close_after_ok: None,
+    };
+    let payload = match kill::classify_command(pkt.payload) {
+        Some(KillCommand::Mapped(stmt)) => {
+            plan = plan_kill(&stmt, user, own_id, registry, server_checks_owner);
+            debug_kill_delay();
+            let mut p = plan.decision.payload()?;
             if !stmt.rest.is_empty() {
                 // Statements after the KILL run as the client sent them
                 // (every rewrite of a KILL statement is a COM_QUERY).
@@ -178,6 +237,7 @@ pub fn intercept(
             }
             p
         }
+        Some(KillCommand::Unmappable) => KillDecision::Unmappable.payload()?,
         None => {
             let sql = pkt.payload.strip_prefix(&[COM_QUERY])?;
             let full = kill::parse_show_processlist(sql)?;
@@ -186,6 +246,7 @@ pub fn intercept(
                 original: sql,
                 sessions: &registry.sessions_of(user),
                 only_these: !server_checks_owner,
+                hide_account_peers: server_checks_owner,
                 mariadb: registry.backend_is_mariadb(),
                 max_len: room,
             })?
@@ -200,18 +261,16 @@ pub fn intercept(
     Some(Rewrite {
         replaces: consumed,
         packet,
-        close_after_ok: kill
-            .as_ref()
-            .and_then(|stmt| victim_to_close(stmt, user, own_id, registry)),
-        fence,
+        close_after_ok: plan.close_after_ok,
+        fence: plan.fence,
     })
 }
 
 /// Debug builds: `RINGGATE_DEBUG_KILL_DELAY_MS=N` holds the killer's worker
 /// N ms between mapping a KILL to its target's thread and sending it, so a
 /// test can make the target give its connection back meanwhile (the race
-/// the fence closes; tests/python/test_transaction_pooling_kill.py).
-/// Release builds never read it.
+/// the fence closes; tests/python/test_transaction_pooling_kill.py,
+/// tests/python/test_kill_scope.py). Release builds never read it.
 fn debug_kill_delay() {
     #[cfg(debug_assertions)]
     {
@@ -228,34 +287,6 @@ fn debug_kill_delay() {
     }
 }
 
-/// The session that the KILL CONNECTION `stmt` ends for certain, so its
-/// client is closed before the KILL is answered: one of the killer's own
-/// proxy user (the server kills a thread of the same account), never the
-/// killer itself (it gets the server's 1927 first).
-fn victim_to_close(
-    stmt: &kill::KillStatement,
-    user: &str,
-    own_id: u32,
-    registry: &Registry,
-) -> Option<u32> {
-    if stmt.target != kill::KillTarget::Connection {
-        return None;
-    }
-    if !is_proxy_id(stmt.id) {
-        // A raw backend thread id that a session of the same user last
-        // used and holds no connection now (transaction pooling): that
-        // session, as its `SELECT CONNECTION_ID()` said.
-        if registry.server_checks_owner() {
-            return None;
-        }
-        let (id, target, now) = registry.owner_of_thread(u32::try_from(stmt.id).ok()?, own_id)?;
-        return (!now && target.user.as_deref() == Some(user)).then_some(id);
-    }
-    let id = stmt.id as u32;
-    let target = registry.lookup(id)?;
-    (id != own_id && target.user.as_deref() == Some(user)).then_some(id)
-}
-
 /// What [`processlist_query`] builds from.
 pub struct ProcessList<'a> {
     pub full: bool,
@@ -266,6 +297,11 @@ pub struct ProcessList<'a> {
     /// List only those sessions' threads (shared backend identity: every
     /// thread is the same backend user, so the server would show all).
     pub only_these: bool,
+    /// Leave out the threads of the killer's own backend account that are
+    /// not its proxy user's sessions, unless the account has PROCESS
+    /// (passthrough identity: two proxy users may be one account, whose
+    /// threads the server shows to each other).
+    pub hide_account_peers: bool,
     pub mariadb: bool,
     /// The payload must not be longer.
     pub max_len: usize,
@@ -302,12 +338,23 @@ pub fn processlist_query(p: &ProcessList) -> Option<Vec<u8>> {
          IF(ID = CONNECTION_ID(), CAST(X'{hex}' AS CHAR), {info}) AS `Info`{progress} \
          FROM information_schema.PROCESSLIST"
     );
+    let peers = if p.hide_account_peers {
+        // PROCESSLIST.USER is the user part of USER() for the session's
+        // own threads.
+        format!(
+            " OR USER <> LEFT(USER(), CHAR_LENGTH(USER()) - CHAR_LENGTH(SUBSTRING_INDEX(USER(), '@', -1)) - 1) OR {}",
+            kill::account_has("'PROCESS'")
+        )
+    } else {
+        String::new()
+    };
     let (mut case, mut list) = (String::new(), String::new());
     let fixed = 1
         + head.len()
         + "CASE ID ELSE ID END".len()
         + tail.len()
-        + " WHERE ID = CONNECTION_ID() OR ID IN ()".len();
+        + " WHERE ID = CONNECTION_ID() OR ID IN ()".len()
+        + peers.len();
     for (proxy_id, thread) in p.sessions {
         let when = format!(" WHEN {thread} THEN {proxy_id}");
         let item = format!("{}{thread}", if list.is_empty() { "" } else { "," });
@@ -322,10 +369,15 @@ pub fn processlist_query(p: &ProcessList) -> Option<Vec<u8>> {
     } else {
         format!("CASE ID{case} ELSE ID END")
     };
-    let filter = match (p.only_these, list.is_empty()) {
-        (false, _) => String::new(),
-        (true, true) => " WHERE ID = CONNECTION_ID()".to_string(),
-        (true, false) => format!(" WHERE ID = CONNECTION_ID() OR ID IN ({list})"),
+    let own = if list.is_empty() {
+        "ID = CONNECTION_ID()".to_string()
+    } else {
+        format!("ID = CONNECTION_ID() OR ID IN ({list})")
+    };
+    let filter = if p.only_these || p.hide_account_peers {
+        format!(" WHERE {own}{peers}")
+    } else {
+        String::new()
     };
     let mut payload = vec![COM_QUERY];
     payload.extend_from_slice(format!("{head}{id}{tail}{filter}").as_bytes());

@@ -161,24 +161,55 @@ fn kill_decisions() {
         KillDecision::Nothing
     );
     assert_eq!(KillDecision::Nothing.payload().unwrap(), b"\x03DO 0");
-    // Raw backend thread ids: another user's session is protected in
-    // shared mode; anything else is the server's business.
+    // Raw backend thread ids name the session that thread serves now:
+    // another user's session is protected in shared mode, the same user's
+    // is killed (fenced like a proxy id), and with per-user identity the
+    // server decides from the killer's grants.
     assert_eq!(
         decide_kill(&kill("KILL 33"), "other", &reg, false),
         KillDecision::NotOwner { id: 33 }
     );
     assert_eq!(
         decide_kill(&kill("KILL 33"), "app", &reg, false),
-        KillDecision::Forward
+        KillDecision::Kill {
+            payload: b"\x03KILL CONNECTION 33".to_vec(),
+            own: true
+        }
     );
-    assert_eq!(
-        decide_kill(&kill("KILL 33"), "other", &reg, true),
-        KillDecision::Forward
+    let KillDecision::Kill {
+        payload: p,
+        own: false,
+    } = decide_kill(&kill("KILL QUERY 33"), "other", &reg, true)
+    else {
+        panic!("not sent to the server")
+    };
+    let sql = String::from_utf8_lossy(&p[1..]).into_owned();
+    assert!(
+        sql.contains("IF NOT EXISTS (SELECT 1 FROM information_schema.USER_PRIVILEGES"),
+        "{sql}"
     );
+    assert!(sql.ends_with("; END IF; KILL QUERY 33; END"), "{sql}");
+    // A thread no session has: the server's business.
     assert_eq!(
         decide_kill(&kill("KILL 34"), "other", &reg, false),
         KillDecision::Forward
     );
+    // The thread's session gave it back: nothing is sent to it.
+    victim.entry().clear_backend();
+    assert_eq!(
+        decide_kill(&kill("KILL 33"), "app", &reg, false),
+        KillDecision::Nothing
+    );
+    assert_eq!(
+        decide_kill(&kill("KILL 33"), "other", &reg, false),
+        KillDecision::NotOwner { id: 33 }
+    );
+    let KillDecision::Kill { payload: p, .. } =
+        decide_kill(&kill(&format!("KILL {id}")), "other", &reg, true)
+    else {
+        panic!("not sent to the server")
+    };
+    assert!(p.ends_with(b"; END IF; DO 0; END"), "{p:?}");
 }
 
 fn framed(seq: u8, payload: &[u8]) -> Vec<u8> {
@@ -271,15 +302,19 @@ fn show_processlist_maps_ids_and_keeps_to_the_users_sessions() {
         sql.ends_with(" WHERE ID = CONNECTION_ID() OR ID IN (21,23)"),
         "{sql}"
     );
-    // With per-user backend identity the server filters; FULL keeps Info whole.
+    // With per-user backend identity the server filters, but the
+    // account's other threads are shown only to an account with PROCESS
+    // (two proxy users may be one account); FULL keeps Info whole.
     let full = framed(0, b"\x03SHOW FULL PROCESSLIST");
     reg.set_server_checks_owner(true);
     let r = intercept(&full, "app", 0, &reg, 16384).unwrap();
     let sql = String::from_utf8_lossy(&r.packet[5..]).into_owned();
+    assert!(!sql.contains("LEFT(INFO"), "{sql}");
     assert!(
-        !sql.contains("WHERE") && !sql.contains("LEFT(INFO"),
+        sql.contains(" WHERE ID = CONNECTION_ID() OR ID IN (21,23) OR USER <> LEFT(USER(), "),
         "{sql}"
     );
+    assert!(sql.ends_with("AND PRIVILEGE_TYPE IN ('PROCESS'))"), "{sql}");
     // MySQL has no PROGRESS column.
     reg.set_backend_version("8.0.36");
     let r = intercept(&full, "app", 0, &reg, 16384).unwrap();
@@ -290,6 +325,7 @@ fn show_processlist_maps_ids_and_keeps_to_the_users_sessions() {
         original: b"show processlist",
         sessions: &[(PROXY_ID_BASE + 1, 21); 1000],
         only_these: true,
+        hide_account_peers: false,
         mariadb: true,
         max_len: 1000,
     })
@@ -300,6 +336,7 @@ fn show_processlist_maps_ids_and_keeps_to_the_users_sessions() {
         original: b"show processlist",
         sessions: &[],
         only_these: true,
+        hide_account_peers: false,
         mariadb: true,
         max_len: 1000,
     })
