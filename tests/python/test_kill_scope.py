@@ -16,7 +16,7 @@ import time
 
 import pymysql
 import pytest
-from pymysql.constants import CLIENT
+from pymysql.constants import CLIENT, COMMAND
 
 from conftest import APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER
 from helpers import direct
@@ -348,3 +348,22 @@ def test_raw_thread_id_kill_racing_a_release_passthrough(make_proxy, monkeypatch
     )
     assert not hits, f"{len(hits)} bystander statements were interrupted: {counts}"
     proxy.assert_settled(base, n)
+
+
+@pytest.mark.parametrize("pooling", ["transaction", "session"])
+def test_a_prepared_kill_is_refused(make_proxy, pooling):
+    """COM_STMT_PREPARE of a KILL (the binary protocol's prepare, whose id is a parameter the
+    proxy never maps) gets ERR 1235 whether or not the session holds a backend connection,
+    and the connection goes on."""
+    proxy = make_proxy(pooling=pooling)
+    base = proxy.connections_total()
+    with proxy.connect() as conn:
+        for sql in ("KILL QUERY ?", "/*!KILL */ ?", "SELECT 1; KILL ?"):
+            conn._execute_command(COMMAND.COM_STMT_PREPARE, sql)
+            with pytest.raises(pymysql.err.MySQLError) as ei:
+                conn._read_packet()
+            assert ei.value.args[0] == ER_NOT_SUPPORTED_YET, (sql, ei.value.args)
+        with conn.cursor() as cur:
+            cur.execute("SELECT 8")
+            assert cur.fetchone() == (8,)
+    proxy.assert_settled(base, 1)
