@@ -179,6 +179,9 @@ impl KillStatement<'_> {
 pub enum KillCommand<'a> {
     /// A KILL of a literal thread id that the proxy maps.
     Mapped(KillStatement<'a>),
+    /// `KILL [CONNECTION|QUERY] CONNECTION_ID()`: the killer's own
+    /// connection, whatever session that is; the server's to run.
+    OwnConnection,
     /// A KILL in any other form, or anywhere else in the text: the proxy
     /// cannot tell whose session it would reach, so it is refused.
     Unmappable,
@@ -196,12 +199,60 @@ pub fn classify_command(payload: &[u8]) -> Option<KillCommand<'_>> {
         (&COM_QUERY, sql) => match parse_statement(sql) {
             Some(k) if !mentions_kill(k.rest) => Some(KillCommand::Mapped(k)),
             Some(_) => Some(KillCommand::Unmappable),
+            None if kills_itself(sql) => Some(KillCommand::OwnConnection),
             None => mentions_kill(sql).then_some(KillCommand::Unmappable),
         },
         // A prepared KILL takes its id as a parameter the proxy never maps.
         (&COM_STMT_PREPARE, sql) => mentions_kill(sql).then_some(KillCommand::Unmappable),
         _ => None,
     }
+}
+
+/// `KILL [HARD|SOFT] [CONNECTION|QUERY] CONNECTION_ID()` alone (an optional
+/// `;`): the server evaluates `CONNECTION_ID()` on the killer's own
+/// connection, so it can only reach the killer's own session, and goes to
+/// the server as sent (its answer to KILL CONNECTION is 1927, then the
+/// close).
+fn kills_itself(sql: &[u8]) -> bool {
+    let mut toks = Vec::new();
+    READINGS.iter().all(|opts| {
+        if tokenize_into(sql, opts, &mut toks).is_err() {
+            return false;
+        }
+        let text = |t: &LexToken| &sql[t.start..t.end];
+        let mut rest = &toks[..];
+        if let [t, ..] = rest {
+            if t.kind == TokenKind::Semicolon {
+                return false;
+            }
+        }
+        if let [.., last] = rest {
+            if last.kind == TokenKind::Semicolon {
+                rest = &rest[..rest.len() - 1];
+            }
+        }
+        let [kill, modifiers @ .., id, open, close] = rest else {
+            return false;
+        };
+        let word = |t: &LexToken, kw: &str| {
+            t.kind == TokenKind::Word && text(t).eq_ignore_ascii_case(kw.as_bytes())
+        };
+        let modifiers_ok = match modifiers {
+            [] => true,
+            [m] => ["HARD", "SOFT", "CONNECTION", "QUERY"]
+                .iter()
+                .any(|k| word(m, k)),
+            [h, t] => {
+                (word(h, "HARD") || word(h, "SOFT")) && (word(t, "CONNECTION") || word(t, "QUERY"))
+            }
+            _ => false,
+        };
+        word(kill, "KILL")
+            && modifiers_ok
+            && word(id, "CONNECTION_ID")
+            && text(open) == b"("
+            && text(close) == b")"
+    })
 }
 
 /// The server's possible readings of quotes: `sql_mode`'s
@@ -627,7 +678,9 @@ mod tests {
             "KILL QUERY USER bench",
             "kill user 'bench'@'%'",
             "KILL HARD QUERY ID 12",
-            "KILL CONNECTION_ID()",
+            "KILL CONNECTION_ID() + 0",
+            "KILL CONNECTION_ID(); KILL 5",
+            "KILL db.CONNECTION_ID()",
             "KILL 0x10",
             "KILL '5'",
             "/*!KILL QUERY 5*/",
@@ -681,6 +734,22 @@ mod tests {
         }
         assert_eq!(class(b"\x16SELECT * FROM skills"), None);
         assert_eq!(class(b"\x0eKILL 5"), None);
+    }
+
+    #[test]
+    fn a_kill_of_the_own_connection_goes_to_the_server() {
+        for sql in [
+            "KILL CONNECTION CONNECTION_ID()",
+            "kill query connection_id ( ) ;",
+            "KILL HARD QUERY /* c */ CONNECTION_ID()",
+            "KILL CONNECTION_ID()",
+        ] {
+            assert_eq!(
+                class(&query(sql)),
+                Some(KillCommand::OwnConnection),
+                "{sql:?}"
+            );
+        }
     }
 
     #[test]

@@ -238,6 +238,7 @@ pub fn intercept(
             p
         }
         Some(KillCommand::Unmappable) => KillDecision::Unmappable.payload()?,
+        Some(KillCommand::OwnConnection) => return None,
         None => {
             let sql = pkt.payload.strip_prefix(&[COM_QUERY])?;
             let full = kill::parse_show_processlist(sql)?;
