@@ -129,6 +129,46 @@ fn find_target(id: u64, killer_id: u32, registry: &Registry) -> Option<Found> {
     })
 }
 
+/// A KILL of a raw backend thread id that serves no session of this proxy
+/// (a connection idle in a pool, one the pool may lease to any session at
+/// the instant the KILL arrives, or a connection from outside ringgate).
+/// No session is fenced, so only a killer who may kill any thread reaches
+/// it: with per-user identity one whose account has CONNECTION ADMIN or
+/// SUPER (the block asks the server); with a shared one nobody (1095, or
+/// the server's 1094 for a thread that does not exist). A MySQL server has
+/// no anonymous blocks, and an id above 32 bits names no thread: the
+/// server answers alone.
+fn foreign_thread(
+    stmt: &KillStatement,
+    registry: &Registry,
+    server_checks_owner: bool,
+) -> KillDecision {
+    let Ok(thread) = u32::try_from(stmt.id) else {
+        return KillDecision::Forward;
+    };
+    if is_proxy_id(stmt.id) || !registry.backend_is_mariadb() {
+        return KillDecision::Forward;
+    }
+    let sql = if server_checks_owner {
+        stmt.to_privileged_query(Some(thread), stmt.id)
+    } else {
+        format!(
+            "BEGIN NOT ATOMIC IF EXISTS (SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = {thread}) \
+             THEN SIGNAL SQLSTATE 'HY000' SET MYSQL_ERRNO = {ER_KILL_DENIED_ERROR}, MESSAGE_TEXT = '{}'; \
+             ELSE SIGNAL SQLSTATE 'HY000' SET MYSQL_ERRNO = {}, MESSAGE_TEXT = '{}'; END IF; END",
+            kill::not_owner_message(stmt.id),
+            kill::ER_NO_SUCH_THREAD,
+            kill::unknown_thread_message(stmt.id),
+        )
+    };
+    let mut payload = vec![COM_QUERY];
+    payload.extend_from_slice(sql.as_bytes());
+    KillDecision::Kill {
+        payload,
+        own: false,
+    }
+}
+
 fn plan_kill(
     stmt: &KillStatement,
     killer: &str,
@@ -137,8 +177,15 @@ fn plan_kill(
     server_checks_owner: bool,
 ) -> KillPlan {
     let Some(found) = find_target(stmt.id, killer_id, registry) else {
+        // The killer's own thread is its own to kill (KILL CONNECTION of
+        // it: the server's 1927, then the close).
+        let own = registry.lookup(killer_id).and_then(|t| t.backend_thread);
+        let decision = match own {
+            Some(t) if u64::from(t) == stmt.id => KillDecision::Forward,
+            _ => foreign_thread(stmt, registry, server_checks_owner),
+        };
         return KillPlan {
-            decision: KillDecision::Forward,
+            decision,
             fence: None,
             close_after_ok: None,
         };

@@ -189,11 +189,30 @@ fn kill_decisions() {
         "{sql}"
     );
     assert!(sql.ends_with("; END IF; KILL QUERY 33; END"), "{sql}");
-    // A thread no session has: the server's business.
+    // A thread no session has (idle in a pool, or not ringgate's): shared
+    // identity refuses it (the server's 1094 if it does not exist), per-user
+    // identity needs the killer's privilege; a MySQL server answers alone.
+    let KillDecision::Kill { payload: p, .. } = decide_kill(&kill("KILL 34"), "other", &reg, false)
+    else {
+        panic!("not answered by the server")
+    };
+    let sql = String::from_utf8_lossy(&p[1..]).into_owned();
+    assert!(
+        sql.contains("IF EXISTS (SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = 34)"),
+        "{sql}"
+    );
+    assert!(!sql.contains("KILL"), "{sql}");
+    let KillDecision::Kill { payload: p, .. } = decide_kill(&kill("KILL 34"), "other", &reg, true)
+    else {
+        panic!("not answered by the server")
+    };
+    assert!(p.ends_with(b"END IF; KILL CONNECTION 34; END"), "{p:?}");
+    reg.set_backend_version("8.0.36");
     assert_eq!(
         decide_kill(&kill("KILL 34"), "other", &reg, false),
         KillDecision::Forward
     );
+    reg.set_backend_version("5.5.5-10.11.19-MariaDB");
     // The thread's session gave it back: nothing is sent to it.
     victim.entry().clear_backend();
     assert_eq!(

@@ -5,7 +5,9 @@ suite that uses them, instead of one copy of several.
 """
 
 import contextlib
+import socket
 import threading
+import time
 
 import pymysql
 
@@ -114,3 +116,23 @@ def sandbox_account(user, password):
         finally:
             with root.cursor() as cur:
                 cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+
+
+def ended_within(sock, within):
+    """True when the peer closes `sock` (EOF or reset) within `within` seconds, reading without
+    sending (PyMySQL has read every answer it asked for; test_server_close.py checks what may
+    arrive before the end)."""
+    deadline = time.monotonic() + within
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(4096)
+        except (ConnectionResetError, ConnectionAbortedError):
+            return True
+        except socket.timeout:
+            continue
+        if not chunk:
+            return True

@@ -22,13 +22,12 @@ gauges) by the fixture afterwards. RINGGATE_TEST_RACE_ITERATIONS=N runs more rou
 """
 
 import os
-import socket
-import time
 
 import pymysql
 import pytest
 
 from conftest import backend_env
+from helpers import ended_within
 
 ER_CONNECTION_KILLED = 1927
 POOLINGS = ["session", "transaction"]
@@ -39,26 +38,6 @@ def direct():
     return pymysql.connect(
         host=b["host"], port=b["port"], user=b["user"], password=b["password"], connect_timeout=10
     )
-
-
-def ended_within(sock, within):
-    """True when the peer closes `sock` (EOF or reset) within `within` seconds, reading without
-    sending (PyMySQL has read every answer it asked for; test_server_close.py checks what may
-    arrive before the end)."""
-    deadline = time.monotonic() + within
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        sock.settimeout(left)
-        try:
-            chunk = sock.recv(4096)
-        except (ConnectionResetError, ConnectionAbortedError):
-            return True
-        except socket.timeout:
-            continue
-        if not chunk:
-            return True
 
 
 def iterations(default):
