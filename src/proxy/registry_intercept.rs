@@ -245,6 +245,10 @@ pub struct Rewrite {
     /// A KILL sent to the target's backend thread: held until the server
     /// answers it (see the module docs).
     pub fence: Option<KillFence>,
+    /// The command is the proxy's own in place of a whole KILL (a KILL, a
+    /// refusal, `DO 0`, or a block of those): it leaves no session state,
+    /// though a block is a compound statement the lexer cannot split.
+    pub stateless: bool,
 }
 
 /// If `data` (client bytes at a command boundary, nothing owed) starts with
@@ -271,7 +275,13 @@ pub fn intercept(
         fence: None,
         close_after_ok: None,
     };
-    let payload = match kill::classify_command(pkt.payload) {
+    let command = kill::classify_command(pkt.payload);
+    let stateless = match &command {
+        Some(KillCommand::Mapped(stmt)) => stmt.rest.is_empty(),
+        Some(KillCommand::Unmappable) => true,
+        _ => false,
+    };
+    let payload = match command {
         Some(KillCommand::Mapped(stmt)) => {
             plan = plan_kill(&stmt, user, own_id, registry, server_checks_owner);
             debug_kill_delay();
@@ -311,6 +321,7 @@ pub fn intercept(
         packet,
         close_after_ok: plan.close_after_ok,
         fence: plan.fence,
+        stateless,
     })
 }
 

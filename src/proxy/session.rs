@@ -339,6 +339,9 @@ pub struct Session {
     /// This session's mapped KILL is on its way to the target's backend
     /// thread: the target keeps that connection until the answer arrives.
     kill_fence: Option<KillFence>,
+    /// The command in flight is the proxy's own in place of a KILL
+    /// (`Rewrite::stateless`): transaction pooling learns nothing from it.
+    own_kill_command: bool,
     /// This session's own registry entry (the worker's; None in unit
     /// tests): a connection goes back only when no KILL of its thread is
     /// in flight.
@@ -403,6 +406,7 @@ impl Session {
             connection_id: n.connection_id,
             kill_victim: None,
             kill_fence: None,
+            own_kill_command: false,
             own: None,
             park_waits_for_kill: false,
             last_backend_closed: false,
@@ -677,6 +681,7 @@ impl Session {
                 Some(mut r) => {
                     self.kill_victim = r.close_after_ok;
                     self.kill_fence = r.fence.take();
+                    self.own_kill_command = r.stateless;
                     let mut bytes = r.packet.clone();
                     bytes.extend_from_slice(&data[r.replaces..]);
                     out.push(SessionAction::ReplaceBuffered {

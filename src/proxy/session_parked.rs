@@ -264,6 +264,7 @@ impl Session {
             Some(mut r) => {
                 self.kill_victim = r.close_after_ok;
                 self.kill_fence = r.fence.take();
+                self.own_kill_command = r.stateless;
                 let mut bytes = r.packet.clone();
                 bytes.extend_from_slice(&buffered[r.replaces..]);
                 out.push(SessionAction::ReplaceBuffered {

@@ -154,7 +154,13 @@ impl Session {
         let (State::Relay(relay), Some(tx)) = (&mut self.state, self.tx.as_mut()) else {
             return;
         };
-        learn_completed(relay.tracker_mut(), tx, &mut self.stmts, out);
+        learn_completed(
+            relay.tracker_mut(),
+            tx,
+            &mut self.stmts,
+            &mut self.own_kill_command,
+            out,
+        );
         // Long data not consumed yet, or an open cursor, lives in the
         // server's statement on this connection.
         let statements_hold = self.stmts.as_ref().is_some_and(|r| r.holds_backend());
@@ -344,9 +350,16 @@ fn learn_completed(
     tracker: &mut Tracker,
     tx: &mut TxState,
     stmts: &mut Option<Box<crate::proxy::statements::Registry>>,
+    own_kill_command: &mut bool,
     out: &mut Vec<SessionAction>,
 ) {
-    while let Some(done) = tracker.take_completed() {
+    while let Some(mut done) = tracker.take_completed() {
+        if std::mem::take(own_kill_command) && done.command == COM_QUERY {
+            // The proxy's KILL, refusal or block in place of the client's
+            // KILL (the first command after it, sent at a boundary): no
+            // session state, whatever its lexing says.
+            done.text = Some(b"DO 0".to_vec());
+        }
         if let Some(reason) = tx.on_completed(&done) {
             out.push(SessionAction::Pinned(reason));
         }
