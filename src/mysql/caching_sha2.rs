@@ -224,6 +224,23 @@ impl Verifier {
         }
     }
 
+    /// A verifier of MySQL's default cost whose digest comes from `seed`,
+    /// not from any password: checking a cleartext against it costs what
+    /// a real one costs and always fails (a decoy for an unknown user;
+    /// a crypt output equal to 43 random characters is 2^-256 likely).
+    pub fn unmatchable(salt: [u8; SALT_LEN], seed: &[u8; DIGEST_LEN]) -> Verifier {
+        let mut digest = [0u8; CRYPT_DIGEST_LEN];
+        for (i, d) in digest.iter_mut().enumerate() {
+            let byte = seed[i % DIGEST_LEN].rotate_left((i / DIGEST_LEN) as u32 * 3);
+            *d = B64[usize::from(byte & 0x3F)];
+        }
+        Verifier {
+            rounds: MIN_ROUNDS,
+            salt,
+            digest,
+        }
+    }
+
     /// The 70 bytes MySQL stores.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = format!("$A${:03X}$", self.rounds / ITERATION_MULTIPLIER).into_bytes();

@@ -40,6 +40,7 @@
 //! it). Such an entry can only be checked with the cleartext password (full
 //! authentication); a successful one is cached (see [`Users::sha2_fast`]).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -49,6 +50,9 @@ use serde::Deserialize;
 
 use crate::mysql::auth::{native_recover, native_stage2, parse_mysql_hash, Credential, Stage1};
 use crate::mysql::caching_sha2::{Sha2Stage1, Sha2Stage2, Verifier};
+
+#[path = "users_decoy.rs"]
+mod decoy;
 
 /// Errors loading the users file. Each names the file (or `<inline>` for
 /// [`Users::parse`]) so an operator can find the problem.
@@ -134,15 +138,14 @@ pub struct Authenticated {
 pub enum Sha2Fast {
     /// It matches (AuthMoreData 0x03, then OK).
     Accepted(Authenticated),
-    /// Not in the cache, or does not match, and the user has an entry that
-    /// only the cleartext can check (a verifier or a native hash): ask for
-    /// it (AuthMoreData 0x04), as MySQL does on a cache miss.
+    /// Not in the cache and no `Password` entry matches: ask for the
+    /// cleartext (AuthMoreData 0x04), as MySQL does on a cache miss. Every
+    /// kind of user gets this, a user with only `Password` entries and an
+    /// unknown one too, so the answer does not tell them apart; the full
+    /// authentication then refuses them as it refuses a wrong password.
     FullAuth,
-    /// Does not match, and no entry needs the cleartext (only `Password`
-    /// entries, checked completely here; or no such user): ERR 1045 at once.
-    /// MySQL would ask for the cleartext first; ringgate knows it cannot
-    /// help, and a client that sends it over plain TCP (mysql-connector-python
-    /// does) would expose a mistyped password for nothing.
+    /// The empty token (the empty password) did not match: ERR 1045 at
+    /// once, as MySQL answers it, for every kind of user.
     Refused,
 }
 
@@ -162,6 +165,9 @@ pub struct Users {
     /// FLUSH PRIVILEGES. Process-wide (every worker sees every full auth);
     /// the lock is held for a lookup or an insert only.
     sha2_cache: Mutex<HashMap<String, Vec<(Sha2Stage2, Authenticated)>>>,
+    /// The entry kinds of every user, in name order: an unknown name gets
+    /// one of them as its decoy (`users_decoy.rs`).
+    shapes: Vec<Vec<decoy::Kind>>,
 }
 
 /// A copy starts with an empty cache.
@@ -170,6 +176,7 @@ impl Clone for Users {
         Users {
             users: self.users.clone(),
             sha2_cache: Mutex::default(),
+            shapes: self.shapes.clone(),
         }
     }
 }
@@ -245,10 +252,32 @@ impl Users {
             }
             users.insert(user, parsed);
         }
+        let mut names: Vec<&String> = users.keys().collect();
+        names.sort_unstable();
+        let shapes = names
+            .iter()
+            .map(|n| {
+                users[*n]
+                    .iter()
+                    .map(|e| decoy::Kind::of(&e.secret))
+                    .collect()
+            })
+            .collect();
         Ok(Users {
             users,
             sha2_cache: Mutex::default(),
+            shapes,
         })
+    }
+
+    /// The entries a login for `user` is checked against: the user's own,
+    /// or for a name not in the file a decoy's, which no password matches
+    /// and which lead down the same code paths as a real user's.
+    fn entries(&self, user: &str) -> Cow<'_, [Entry]> {
+        match self.users.get(user) {
+            Some(entries) => Cow::Borrowed(entries),
+            None => Cow::Owned(decoy::entries(user, &self.shapes)),
+        }
     }
 
     /// Checks a mysql_native_password token for `user` against every entry.
@@ -263,9 +292,9 @@ impl Users {
     /// credential to log in with. The first matching entry decides; every
     /// entry is still checked, so timing does not reveal which matched.
     pub fn authenticate(&self, user: &str, scramble: &[u8], token: &[u8]) -> Option<Authenticated> {
-        let entries = self.users.get(user)?;
+        let entries = self.entries(user);
         let mut found: Option<(&Entry, Credential)> = None;
-        for e in entries {
+        for e in entries.iter() {
             let recovered = match &e.secret {
                 // The entry's hashes also hold SHA256(password).
                 Secret::Plain { native, hashes, .. } => {
@@ -286,21 +315,33 @@ impl Users {
     /// Whether `user` has an entry that caching_sha2_password can check
     /// (`Password` or `MysqlCachingSha2Password`). A client that proposes
     /// that plugin for a user with only native hashes is switched to
-    /// mysql_native_password, as before.
+    /// mysql_native_password, as before. An unknown name answers for its
+    /// decoy.
     pub fn sha2_capable(&self, user: &str) -> bool {
-        self.users
-            .get(user)
-            .is_some_and(|es| es.iter().any(|e| !matches!(e.secret, Secret::Native(_))))
+        self.entries(user)
+            .iter()
+            .any(|e| !matches!(e.secret, Secret::Native(_)))
     }
 
     /// Whether every entry of `user` is a caching_sha2 verifier: a client
     /// that answered with a native token is switched to
     /// caching_sha2_password, as MySQL switches to the account's plugin.
+    /// An unknown name answers for its decoy.
     pub fn sha2_only(&self, user: &str) -> bool {
-        self.users.get(user).is_some_and(|es| {
-            es.iter()
-                .all(|e| matches!(e.secret, Secret::CachingSha2(_)))
-        })
+        self.entries(user)
+            .iter()
+            .all(|e| matches!(e.secret, Secret::CachingSha2(_)))
+    }
+
+    /// Whether `user` is in the file with an entry that only the cleartext
+    /// can check (a verifier or a native hash): a failed fast auth of such
+    /// a user may be a cache miss, worth a log line when the transport
+    /// cannot carry a full authentication. For the log only, never for
+    /// the answer.
+    pub fn needs_cleartext(&self, user: &str) -> bool {
+        self.users
+            .get(user)
+            .is_some_and(|es| es.iter().any(|e| !matches!(e.secret, Secret::Plain { .. })))
     }
 
     /// Checks a caching_sha2_password fast-auth scramble for `nonce`:
@@ -324,27 +365,18 @@ impl Users {
         if let Some(a) = cached {
             return Sha2Fast::Accepted(a);
         }
-        let Some(entries) = self.users.get(user) else {
-            return Sha2Fast::Refused;
-        };
+        let entries = self.entries(user);
         let mut found = None;
-        for e in entries {
+        for e in entries.iter() {
             if let Secret::Plain { sha2, hashes, .. } = &e.secret {
                 if sha2.verify_fast(nonce, token) && found.is_none() {
                     found = Some(e.authenticated(user, hashes.clone()));
                 }
             }
         }
-        if let Some(a) = found {
-            return Sha2Fast::Accepted(a);
-        }
-        if entries
-            .iter()
-            .all(|e| matches!(e.secret, Secret::Plain { .. }))
-        {
-            Sha2Fast::Refused
-        } else {
-            Sha2Fast::FullAuth
+        match found {
+            Some(a) => Sha2Fast::Accepted(a),
+            None => Sha2Fast::FullAuth,
         }
     }
 
@@ -352,9 +384,9 @@ impl Users {
     /// a secure transport): checked against every kind of entry. A success
     /// is cached for later fast auths of the same password.
     pub fn authenticate_cleartext(&self, user: &str, password: &[u8]) -> Option<Authenticated> {
-        let entries = self.users.get(user)?;
+        let entries = self.entries(user);
         let mut found = None;
-        for e in entries {
+        for e in entries.iter() {
             let ok = match &e.secret {
                 Secret::Plain { native, .. } | Secret::Native(native) => {
                     ct_eq20(&native_stage2(password), native)
@@ -433,23 +465,28 @@ fn entry_secret(e: &RawEntry) -> Result<Secret, String> {
         (Some(h), _) if !h.is_empty() => parse_mysql_hash(h)
             .map(Secret::Native)
             .map_err(|err| format!("MysqlNativePassword: {err}")),
-        (_, Some(p)) => Ok(Secret::Plain {
-            native: native_stage2(p.as_bytes()),
-            sha2: Sha2Stage2::of_password(p.as_bytes()),
-            hashes: if p.is_empty() {
-                Credential::Plaintext(Vec::new())
-            } else {
-                Credential::Hashes {
-                    native: Stage1::of_password(p.as_bytes()),
-                    sha2: Sha2Stage1::of_password(p.as_bytes()),
-                }
-            },
-        }),
+        (_, Some(p)) => Ok(plain_secret(p.as_bytes())),
         (Some(_), None) => Ok(Secret::Native(native_stage2(b""))),
         (None, None) => Err(
             "entry has none of \"Password\", \"MysqlNativePassword\" and \"MysqlCachingSha2Password\""
                 .to_owned(),
         ),
+    }
+}
+
+/// What a `Password` entry keeps of password `p`.
+fn plain_secret(p: &[u8]) -> Secret {
+    Secret::Plain {
+        native: native_stage2(p),
+        sha2: Sha2Stage2::of_password(p),
+        hashes: if p.is_empty() {
+            Credential::Plaintext(Vec::new())
+        } else {
+            Credential::Hashes {
+                native: Stage1::of_password(p),
+                sha2: Sha2Stage1::of_password(p),
+            }
+        },
     }
 }
 
@@ -578,7 +615,8 @@ mod tests {
         assert!(u.sha2_capable("erin") && u.sha2_only("erin"));
         assert!(u.sha2_capable("fay") && !u.sha2_only("fay"));
         assert!(!u.sha2_capable("gus") && !u.sha2_only("gus"));
-        assert!(!u.sha2_capable("nobody") && !u.sha2_only("nobody"));
+        assert!(u.needs_cleartext("erin") && u.needs_cleartext("gus"));
+        assert!(!u.needs_cleartext("fay") && !u.needs_cleartext("nobody"));
         // A verifier entry: a native token can never match it.
         assert!(!u.verify_native("erin", SCRAMBLE, &native_token(b"foobar", SCRAMBLE)));
         // Fast auth before any full auth: a cache miss.
@@ -611,9 +649,10 @@ mod tests {
             panic!("{f:?}")
         };
         assert_eq!(f.credential.stage1(), Some(Stage1::of_password(b"pw")));
+        // A wrong one asks for the cleartext, as for every kind of user.
         assert_eq!(
             u.sha2_fast("fay", SCRAMBLE, &scramble(b"px", SCRAMBLE)),
-            Sha2Fast::Refused
+            Sha2Fast::FullAuth
         );
         assert!(u.authenticate_cleartext("gus", b"123456").is_some());
         assert!(u.authenticate_cleartext("fay", b"pw").is_some());
@@ -624,7 +663,8 @@ mod tests {
             Sha2Fast::Accepted(_)
         ));
         assert_eq!(u.sha2_fast("fay", SCRAMBLE, &[]), Sha2Fast::Refused);
-        assert_eq!(u.sha2_fast("nobody", SCRAMBLE, &tok), Sha2Fast::Refused);
+        assert_eq!(u.sha2_fast("nobody", SCRAMBLE, &tok), Sha2Fast::FullAuth);
+        assert_eq!(u.sha2_fast("nobody", SCRAMBLE, &[]), Sha2Fast::Refused);
         // A native hash can only be checked with the cleartext (after the full
         // authentication above the right password is cached).
         let g = scramble(b"654321", SCRAMBLE);
@@ -642,6 +682,35 @@ mod tests {
             err.to_string().contains("MysqlCachingSha2Password"),
             "{err}"
         );
+    }
+
+    /// An unknown name answers every question as some real user of the
+    /// file does, and no password logs it in.
+    #[test]
+    fn unknown_names_answer_as_real_users_do() {
+        use crate::mysql::caching_sha2::scramble;
+        let u = Users::parse(&format!(
+            r#"{{"erin": [{{"MysqlCachingSha2Password": "{FOOBAR_SHA2}"}}],
+                "fay": [{{"Password": "pw"}}],
+                "gus": [{{"MysqlNativePassword": "*6BB4837EB74329105EE4568DDA7DC67ED2CA2AD9"}}]}}"#
+        ))
+        .unwrap();
+        let answers = |name: &str| (u.sha2_capable(name), u.sha2_only(name));
+        let real: Vec<_> = ["erin", "fay", "gus"].map(answers).to_vec();
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..60 {
+            let name = format!("nobody{i}");
+            assert!(real.contains(&answers(&name)), "{name}");
+            assert_eq!(answers(&name), answers(&name));
+            seen.insert(answers(&name));
+            let tok = scramble(b"pw", SCRAMBLE);
+            assert_eq!(u.sha2_fast(&name, SCRAMBLE, &tok), Sha2Fast::FullAuth);
+            assert_eq!(u.authenticate_cleartext(&name, b"pw"), None);
+            assert_eq!(u.authenticate_cleartext(&name, b""), None);
+            assert!(!u.verify_native(&name, SCRAMBLE, &native_token(b"pw", SCRAMBLE)));
+            assert!(!u.verify_native(&name, SCRAMBLE, &[]));
+        }
+        assert_eq!(seen.len(), 3, "every kind of user is mimicked");
     }
 
     #[test]

@@ -298,6 +298,10 @@ impl Session {
                 }
                 self.change_user_accept(auth, !token.is_empty(), out)
             }
+            Sha2Fast::FullAuth if !self.full_auth_possible(ctx) => {
+                self.no_full_auth(&user, "COM_CHANGE_USER ", ctx, out);
+                self.change_user_denied(true, out)
+            }
             Sha2Fast::FullAuth => self.change_user_ask(
                 &[AUTH_MORE_DATA, PERFORM_FULL_AUTHENTICATION],
                 Sha2Phase::FullAuth,
@@ -345,12 +349,7 @@ impl Session {
                 }
             }
         } else {
-            out.push(SessionAction::Log(
-                "COM_CHANGE_USER caching_sha2_password full authentication over TCP needs TLS or \
-                 RSA keys: start ringgate with --rsa-key or --tls-cert/--tls-key (or use the unix \
-                 socket, or a cached fast auth)"
-                    .into(),
-            ));
+            // Not asked for on such a connection (`full_auth_possible`).
             return self.change_user_denied(true, out);
         };
         match ctx.users.authenticate_cleartext(&user, password) {

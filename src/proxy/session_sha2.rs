@@ -109,18 +109,52 @@ impl Session {
             return self.close(out);
         };
         login.used_password = !token.is_empty();
-        match ctx.users.sha2_fast(&login.user, &self.scramble, token) {
+        let user = login.user.clone();
+        match ctx.users.sha2_fast(&user, &self.scramble, token) {
             Sha2Fast::Accepted(auth) => {
                 self.sha2 = Sha2Phase::FastOk;
                 out.push(SessionAction::Auth(AuthPath::Sha2Fast));
                 self.state = State::WaitBackend;
                 out.push(SessionAction::Authenticated(Box::new(auth)));
             }
+            Sha2Fast::FullAuth if !self.full_auth_possible(ctx) => {
+                self.no_full_auth(&user, "", ctx, out);
+                self.access_denied(ctx, out)
+            }
             Sha2Fast::FullAuth => {
                 self.sha2 = Sha2Phase::FullAuth;
                 self.send_login_packet(&[AUTH_MORE_DATA, PERFORM_FULL_AUTHENTICATION], out);
             }
             Sha2Fast::Refused => self.access_denied(ctx, out),
+        }
+    }
+
+    /// Whether this connection can carry a full authentication's password:
+    /// TLS or the unix socket, or plain TCP with `--rsa-key`. Without one,
+    /// a fast auth that did not match is refused at once, whoever the user
+    /// (so the answer does not tell users apart) and without asking for a
+    /// cleartext that some clients would send over plain TCP
+    /// (mysql-connector-python does) only to be refused.
+    pub(super) fn full_auth_possible(&self, ctx: &SessionCtx) -> bool {
+        self.secure || ctx.rsa_key.is_some()
+    }
+
+    /// The log line for a fast auth refused because the transport cannot
+    /// carry the full authentication it may have needed: only for a user
+    /// whose entries need the cleartext (a cache miss is likely, and the
+    /// operator can fix it); a wrong password of another user is just that.
+    pub(super) fn no_full_auth(
+        &self,
+        user: &str,
+        what: &str,
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        if ctx.users.needs_cleartext(user) {
+            out.push(SessionAction::Log(format!(
+                "{what}caching_sha2_password full authentication over TCP needs TLS or RSA keys: \
+                 start ringgate with --rsa-key or --tls-cert/--tls-key (or use the unix socket, or a cached fast auth)"
+            )));
         }
     }
 
@@ -156,15 +190,8 @@ impl Session {
                 }
             }
         } else {
-            // Cleartext over plain TCP would expose the password, and there
-            // is no RSA key to encrypt it with: MySQL without RSA keys and
-            // TLS answers 1045 (and logs this) whatever the client sends,
-            // the public-key request 0x02 included.
-            out.push(SessionAction::Log(
-                "caching_sha2_password full authentication over TCP needs TLS or RSA keys: \
-                 start ringgate with --rsa-key or --tls-cert/--tls-key (or use the unix socket, or a cached fast auth)"
-                    .into(),
-            ));
+            // Not asked for on such a connection (see `full_auth_possible`);
+            // refused whatever comes.
             return self.access_denied(ctx, out);
         };
         match ctx.users.authenticate_cleartext(&user, password) {
@@ -367,28 +394,30 @@ mod tests {
 
     #[test]
     fn full_auth_over_tcp_is_refused_with_1045() {
+        // Without TLS or --rsa-key the cleartext is never asked for: a
+        // fast auth that missed is refused at once, for every kind of user.
         let u = users();
-        let mut s = session(&u, "127.0.0.1");
-        let (_, sent) = feed(
-            &mut s,
-            &u,
-            &hello("erin", CACHING_SHA2_PASSWORD, scramble(b"foobar", &NONCE)),
-        );
-        assert_eq!(sent, Some((2, vec![0x01, 0x04])));
-        // PyMySQL asks for the public key.
-        let (out, sent) = feed(&mut s, &u, &packet_of(3, &[0x02]));
-        let (seq, err) = sent.unwrap();
-        assert_eq!(
-            (seq, err[0], u16::from_le_bytes([err[1], err[2]])),
-            (4, 0xff, 1045)
-        );
-        let text = String::from_utf8_lossy(&err);
-        assert!(
-            text.ends_with("Access denied for user 'erin'@'127.0.0.1' (using password: YES)"),
-            "{text}"
-        );
-        assert!(out.contains(&SessionAction::Reject(RejectReason::Auth)));
-        assert!(authenticated(&out).is_none());
+        for user in ["erin", "fay", "nobody"] {
+            let mut s = session(&u, "127.0.0.1");
+            let (out, sent) = feed(
+                &mut s,
+                &u,
+                &hello(user, CACHING_SHA2_PASSWORD, scramble(b"foobar", &NONCE)),
+            );
+            let (seq, err) = sent.unwrap();
+            assert_eq!(
+                (seq, err[0], u16::from_le_bytes([err[1], err[2]])),
+                (2, 0xff, 1045)
+            );
+            let text = String::from_utf8_lossy(&err);
+            let want = format!("Access denied for user '{user}'@'127.0.0.1' (using password: YES)");
+            assert!(text.ends_with(&want), "{text}");
+            assert!(out.contains(&SessionAction::Reject(RejectReason::Auth)));
+            assert!(authenticated(&out).is_none());
+            // The hint is for the operator of a verifier account only.
+            let hint = format!("{out:?}").contains("needs TLS or RSA keys");
+            assert_eq!(hint, user == "erin", "{user}");
+        }
     }
 
     /// Like `feed`, with `--rsa-key`.

@@ -1647,18 +1647,13 @@ fn change_user_to_a_caching_sha2_user_runs_full_then_fast_authentication() {
 
 #[test]
 fn change_user_caching_sha2_full_authentication_over_plain_tcp_is_1045() {
+    // Over plain TCP without --rsa-key the cleartext is never asked for: a
+    // cache miss is refused at once, with the log line that names the fix.
     let now = Instant::now();
     let u = sha2_users();
     let mut s = relaying(&u, now);
     let cu = sha2_change_user_packet("bob", "foobar");
-    let mut out = send_change_user(&mut s, &cu, &u, now);
-    let more = &sent(&out)[0];
-    out.clear();
-    s.on_client_write(more.len() as i32, &[], &ctx(&u, now), &mut out);
-    out.clear();
-    let mut answer = Vec::new();
-    write_packet(&mut answer, 2, b"foobar\0");
-    s.on_client_read(answer.len() as i32, &answer, &ctx(&u, now), &mut out);
+    let out = send_change_user(&mut s, &cu, &u, now);
     assert!(!out
         .iter()
         .any(|a| matches!(a, SessionAction::Authenticated(_))));
