@@ -111,6 +111,21 @@ impl TxPreparedStatements {
     }
 }
 
+/// What a reload does to the live sessions of a user it removed from the
+/// users file (`--on-user-removed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum OnUserRemoved {
+    /// Their sessions end at the reload, as a KILL CONNECTION would end
+    /// them: the client's next read sees the connection closed.
+    Close,
+    /// Their sessions stay, as MySQL's DROP USER leaves them, but can open
+    /// no backend connection: a session that holds one (session pooling,
+    /// or inside a transaction) keeps it to its end; one that needs a new
+    /// one gets ERR 1045 and is closed.
+    Keep,
+}
+
 /// The flag that `--tx-prepared-statements move` replaced; the command
 /// line still takes it (it asks for what is now the default), the config
 /// file does not (a file that said `false` meant "pin", which the new key
@@ -353,6 +368,14 @@ pub struct Config {
     /// statements (binary protocol)".
     #[arg(long, value_enum, default_value_t = TxPreparedStatements::Move, value_name = "MODE")]
     pub tx_prepared_statements: TxPreparedStatements,
+
+    /// What a SIGHUP reload does to the live sessions of users it removed
+    /// from the users file: `close` them at once, or `keep` them without
+    /// any new backend connection (ERR 1045 at their next statement that
+    /// needs one). Either way their backend credentials are forgotten and
+    /// overwritten. See docs/operations.md, "Reloading the users file".
+    #[arg(long, value_enum, default_value_t = OnUserRemoved::Close, value_name = "MODE")]
+    pub on_user_removed: OnUserRemoved,
 
     /// How long a client waits for a backend connection when the pool is
     /// saturated, before it gets an error.
@@ -600,6 +623,7 @@ value_enum_serde!(
     BackendIdentity,
     Pooling,
     TxPreparedStatements,
+    OnUserRemoved,
     BackendTls
 );
 
@@ -650,6 +674,7 @@ impl std::fmt::Debug for Config {
             .field("tx_prepared_statements", &self.tx_prepared_statements)
             .field("max_prepared_statements", &self.max_prepared_statements)
             .field("max_prepared_bytes", &self.max_prepared_bytes)
+            .field("on_user_removed", &self.on_user_removed)
             .field("backend_read_timeout", &self.backend_read_timeout)
             .field("max_packet_size", &self.max_packet_size)
             .field("busy_poll_us", &self.busy_poll_us)

@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::config::{
-    self, BackendIdentity, BackendTls, Config, DirectDescriptors, LogFormat, Pooling,
-    ReadBufferMode, TxPreparedStatements,
+    self, BackendIdentity, BackendTls, Config, DirectDescriptors, LogFormat, OnUserRemoved,
+    Pooling, ReadBufferMode, TxPreparedStatements,
 };
 
 mod file;
@@ -208,6 +208,7 @@ file_config! {
     plain max_prepared_statements: u64,
     plain max_prepared_bytes: u64,
     plain tx_prepared_statements: TxPreparedStatements,
+    plain on_user_removed: OnUserRemoved,
     plain backend_wait_timeout: HumanDuration,
     plain backend_idle_timeout: HumanDuration,
     plain backend_connect_timeout: HumanDuration,

@@ -223,6 +223,9 @@ pub struct WorkerMetrics {
     /// KILL's answer) or closed (at its end) instead of giving them to
     /// another session, because a KILL of their thread was on its way.
     pub kill_fenced_total: AtomicU64,
+    /// Sessions a reload closed because their user left the users file
+    /// (`--on-user-removed close`).
+    pub removed_user_sessions_closed_total: AtomicU64,
     /// Transaction pooling: prepared statements the backend connections
     /// hold on the server now (each connection's LRU).
     pub backend_prepared_statements: AtomicI64,
@@ -364,6 +367,7 @@ impl WorkerMetrics {
             tx_leases_total: AtomicU64::new(0),
             tx_releases_total: AtomicU64::new(0),
             kill_fenced_total: AtomicU64::new(0),
+            removed_user_sessions_closed_total: AtomicU64::new(0),
             backend_prepared_statements: AtomicI64::new(0),
             client_prepared_statements: AtomicI64::new(0),
             client_prepared_statement_bytes: AtomicI64::new(0),

@@ -307,6 +307,13 @@ impl Collector for Exposition {
         )?;
         counter(
             &mut enc,
+            "ringgate_removed_user_sessions_closed_total",
+            "Sessions a users-file reload closed because their user was removed from it \
+             (--on-user-removed close).",
+            s.removed_user_sessions_closed_total,
+        )?;
+        counter(
+            &mut enc,
             "ringgate_kill_fenced_total",
             "Backend connections kept until a KILL of their thread was answered, or closed, \
              instead of going to another session.",

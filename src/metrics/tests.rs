@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-const ALL_NAMES: [(&str, &str); 56] = [
+const ALL_NAMES: [(&str, &str); 57] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
@@ -38,6 +38,7 @@ const ALL_NAMES: [(&str, &str); 56] = [
     ("ringgate_tx_leases_total", "counter"),
     ("ringgate_tx_releases_total", "counter"),
     ("ringgate_kill_fenced_total", "counter"),
+    ("ringgate_removed_user_sessions_closed_total", "counter"),
     ("ringgate_backend_prepared_statements", "gauge"),
     ("ringgate_client_prepared_statements", "gauge"),
     ("ringgate_client_prepared_statement_bytes", "gauge"),

@@ -41,6 +41,7 @@ use super::ids::{
 use super::slab::Slab;
 use crate::metrics::{BackendTlsError, InternalQuery, Metrics, RejectReason, WorkerMetrics};
 use crate::mysql::client_sha2::FullAuthTransport;
+use crate::mysql::constants::ER_ACCESS_DENIED_ERROR;
 use crate::mysql::constants::ER_CON_COUNT_ERROR;
 use crate::mysql::reply::err_payload;
 use crate::mysql::users::Authenticated;
@@ -265,6 +266,16 @@ fn settable(req: &LeaseRequest, p: &Pooled) -> bool {
             .is_ok()
 }
 
+/// The answer to a session whose user a reload removed from the users
+/// file (`--on-user-removed keep`), when it needs a backend connection:
+/// the server's code for a login it refuses, since that is what this is.
+fn revoked_err() -> Vec<u8> {
+    err_payload(
+        ER_ACCESS_DENIED_ERROR,
+        "ringgate: this session's user was removed from the users file; log in again",
+    )
+}
+
 fn unavailable(backend: std::net::SocketAddr, cause: &str) -> Vec<u8> {
     err_payload(
         ER_UNKNOWN_ERROR,
@@ -415,8 +426,38 @@ impl Pool {
 
     /// The identity a client that logged in runs as on the backend (one
     /// for everyone in shared mode). Its id goes into the session's key.
-    pub fn intern(&mut self, auth: &Authenticated) -> IdentityId {
-        self.identities.intern(auth)
+    pub fn intern(&mut self, proxy_user: &str, auth: &Authenticated) -> IdentityId {
+        self.identities.intern(proxy_user, auth)
+    }
+
+    /// A reload: revoke the identities of proxy users no longer in the
+    /// users file (`present` false), close their idle connections, and
+    /// stop warming them; a lease or open for one fails from now on
+    /// ([`revoked_err`]). Returns how many were revoked.
+    pub fn prune_identities(
+        &mut self,
+        present: impl Fn(&str) -> bool,
+        out: &mut Vec<PoolEvent>,
+    ) -> usize {
+        let revoked = self.identities.prune(present);
+        if revoked.is_empty() {
+            return 0;
+        }
+        if self.warm_key.is_some_and(|k| revoked.contains(&k.identity)) {
+            self.warm_key = None;
+        }
+        let idle: Vec<u32> = self.idle.clone();
+        for index in idle {
+            let id = self.id_of(index);
+            let gone = self
+                .slots
+                .get_mut(id.index, id.generation)
+                .is_some_and(|p| revoked.contains(&p.conn.key().identity));
+            if gone {
+                self.close(id, out);
+            }
+        }
+        revoked.len()
     }
 
     /// The backend account behind an identity (for KILL and logs).
@@ -429,6 +470,14 @@ impl Pool {
     /// Find or open a connection for `req`, or queue it.
     pub fn lease(&mut self, mut req: LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) {
         req.key = self.stamp(req.key);
+        if self.identities.is_revoked(req.key.identity) {
+            out.push(PoolEvent::LeaseFailed {
+                session: req.session,
+                err_payload: revoked_err(),
+                reject: None,
+            });
+            return;
+        }
         // While anyone waits, a new request queues too, even if a
         // connection is idle right now: the waiters are served at the end
         // of this batch of completions (`serve_waiters`), in order, and a
@@ -739,6 +788,18 @@ impl Pool {
     }
 
     fn open(&mut self, key: PoolKey, request: Option<LeaseRequest>, out: &mut Vec<PoolEvent>) {
+        if self.identities.is_revoked(key.identity) {
+            // A waiter queued before the reload: its unit goes back.
+            self.share.unreserve();
+            if let Some(req) = request {
+                out.push(PoolEvent::LeaseFailed {
+                    session: req.session,
+                    err_payload: revoked_err(),
+                    reject: None,
+                });
+            }
+            return;
+        }
         self.m().backend_connects_total.fetch_add(1, Relaxed);
         out.push(PoolEvent::Open { key, request });
     }

@@ -352,12 +352,15 @@ impl Pool {
     /// Connection `id` is idle now; one whose watch saw the server close
     /// it meanwhile is discarded instead, as the watch would have.
     pub(super) fn push_idle(&mut self, id: BackendId, _now: Instant, out: &mut Vec<PoolEvent>) {
-        if self
-            .slots
-            .get_mut(id.index, id.generation)
-            .is_some_and(|p| p.server_closed)
-        {
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        if p.server_closed {
             return self.discard_server_closed(id, None, out);
+        }
+        if self.identities.is_revoked(p.conn.key().identity) {
+            // Its user was removed by a reload while it was leased.
+            return self.close(id, out);
         }
         self.idle.push(id.index);
         self.m().backend_idle.fetch_add(1, Relaxed);

@@ -393,10 +393,13 @@ fn first_waiter_is_the_oldest_session_waiting_for_that_key() {
 fn passthrough(max: usize, pool_size: usize) -> (Harness, PoolKey, PoolKey) {
     let mut h = Harness::with_identity(IdentityMode::Passthrough, max, pool_size);
     let mut key = |user: &str, pw: &[u8]| PoolKey {
-        identity: h.pool.intern(&Authenticated {
-            backend_user: user.into(),
-            credential: Credential::Stage1(crate::mysql::auth::Stage1::of_password(pw)),
-        }),
+        identity: h.pool.intern(
+            user,
+            &Authenticated {
+                backend_user: user.into(),
+                credential: Credential::Stage1(crate::mysql::auth::Stage1::of_password(pw)),
+            },
+        ),
         ..PoolKey::default_warm()
     };
     let (a, b) = (key("alice", b"a"), key("bob", b"b"));
@@ -495,6 +498,42 @@ fn one_users_idle_connection_is_never_leased_to_another() {
     // Alice's comes back to alice.
     let (_, again) = leased(&h.lease(req(3, a))).unwrap();
     assert_eq!(again, ba);
+}
+
+#[test]
+fn a_reload_that_removes_a_user_closes_its_connections_and_refuses_its_leases() {
+    let (mut h, a, b) = passthrough(8, 1);
+    h.pool.set_warm_key(a);
+    let (_, idle) = leased(&h.lease(req(1, a))).unwrap();
+    let (_, held) = leased(&h.lease(req(2, a))).unwrap();
+    h.release(idle, true);
+    let (_, bobs) = leased(&h.lease(req(3, b))).unwrap();
+    assert_eq!(h.open.open(), 3);
+    let mut ev = Vec::new();
+    assert_eq!(h.pool.prune_identities(|u| u == "bob", &mut ev), 1);
+    h.drive(ev);
+    assert_eq!(h.open.open(), 2, "alice's idle connection is closed");
+    assert_eq!(h.pool.warm_key, None, "and no longer warmed");
+    // A lease of alice's identity fails with 1045, opening nothing.
+    let ev = h.lease(req(4, a));
+    let failed = ev.iter().find_map(|e| match e {
+        PoolEvent::LeaseFailed {
+            session,
+            err_payload,
+            ..
+        } => Some((*session, err_payload.clone())),
+        _ => None,
+    });
+    let (s, err) = failed.expect("refused");
+    assert_eq!((s, u16::from_le_bytes([err[1], err[2]])), (sid(4), 1045));
+    assert_eq!(h.open.open(), 2);
+    // The one alice held is closed when it comes back, not pooled.
+    h.release(held, true);
+    assert_eq!(h.open.open(), 1);
+    // Bob is untouched.
+    h.release(bobs, true);
+    let (_, again) = leased(&h.lease(req(5, b))).unwrap();
+    assert_eq!(again, bobs);
 }
 
 #[test]

@@ -458,6 +458,17 @@ impl Session {
         out.push(SessionAction::Authenticated(Box::new(auth)));
     }
 
+    /// The proxy user an `Authenticated` action is for: the new user of an
+    /// accepted COM_CHANGE_USER (not yet the session's), else the login's.
+    pub fn authenticated_user(&self) -> Option<&str> {
+        if let State::ChangeUser(flow) = &self.state {
+            if let Verdict::Accepted { login, .. } = &flow.verdict {
+                return Some(&login.user);
+            }
+        }
+        self.user()
+    }
+
     /// The new user's backend identity is known.
     pub(super) fn change_user_identity(
         &mut self,

@@ -37,6 +37,7 @@ mod session_actions;
 mod session_io;
 mod tls_io;
 mod tls_outbox;
+mod users_reload;
 
 use std::collections::VecDeque;
 use std::io;
@@ -225,6 +226,9 @@ pub struct Worker {
     shared: Arc<Shared>,
     /// The users, refreshed before each login read (SIGHUP swaps them).
     users: Arc<Users>,
+    /// The users whose removals the pool and the sessions have seen
+    /// (`users_reload.rs`), applied at the tick after a swap.
+    users_applied: Arc<Users>,
     /// [LISTENER_TCP] and, with --socket, [LISTENER_UNIX].
     listeners: [Option<Listener>; 2],
     accept_multishot: bool,
@@ -484,6 +488,7 @@ impl Worker {
             buffers,
             id,
             users: shared.users(),
+            users_applied: shared.users(),
             listeners: [
                 Some(Listener {
                     sock: listener,
@@ -662,6 +667,7 @@ impl Worker {
     fn on_tick(&mut self) {
         let now = self.now;
         self.users = self.shared.users();
+        self.apply_users_reload();
         if self.draining.is_none() && self.shared.shutdown.load(Relaxed) {
             self.begin_drain(now);
         }

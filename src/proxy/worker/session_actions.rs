@@ -456,7 +456,8 @@ impl Worker {
                 self.try_finish_session(sid);
             }
             SessionAction::Authenticated(auth) => {
-                let identity = self.pool.intern(&auth);
+                let user = slot.session.authenticated_user().unwrap_or("");
+                let identity = self.pool.intern(user, &auth);
                 self.with_session(sid, |s, _, _, out| s.on_identity(identity, out));
             }
             SessionAction::LoggedIn { key } => {
