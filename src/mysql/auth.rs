@@ -112,13 +112,20 @@ pub enum Credential {
     Hashes { native: Stage1, sha2: Sha2Stage1 },
 }
 
-/// A cleartext password is overwritten when its last copy goes, so it does
-/// not linger in freed heap memory (the hashes are `Copy` arrays and are
-/// not covered).
+/// A credential is overwritten when it goes, so that a cleartext password
+/// or a recovered SHA1/SHA256 of one (each enough to log in as the user)
+/// does not linger in freed memory: a session's, the sha2 cache's, or an
+/// identity that a reload dropped. The hashes are `Copy`, so a copy made
+/// on the way (a stack temporary) is not covered; the ones kept are.
 impl Drop for Credential {
     fn drop(&mut self) {
-        if let Credential::Plaintext(p) = self {
-            zeroize::Zeroize::zeroize(p);
+        match self {
+            Credential::Plaintext(p) => zeroize::Zeroize::zeroize(p),
+            Credential::Stage1(s) => zeroize::Zeroize::zeroize(&mut s.0),
+            Credential::Hashes { native, sha2 } => {
+                zeroize::Zeroize::zeroize(&mut native.0);
+                sha2.wipe();
+            }
         }
     }
 }
@@ -276,6 +283,41 @@ fn hex_val(c: u8) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Drops a credential in place and returns the bytes its hashes held
+    /// (still this test's memory: a `MaybeUninit` is never freed).
+    fn hashes_after_drop(c: Credential) -> Vec<u8> {
+        let mut slot = std::mem::MaybeUninit::new(c);
+        // SAFETY: `slot` holds an initialised value, dropped once here;
+        // the fields read afterwards lie inside `slot` and were last
+        // written (zeroed) by that drop.
+        unsafe {
+            let spans: Vec<(*const u8, usize)> = match &*slot.as_ptr() {
+                Credential::Stage1(s) => vec![(s.0.as_ptr(), 20)],
+                Credential::Hashes { native, sha2 } => vec![
+                    (native.0.as_ptr(), 20),
+                    ((sha2 as *const Sha2Stage1).cast::<u8>(), 32),
+                ],
+                Credential::Plaintext(_) => Vec::new(),
+            };
+            std::ptr::drop_in_place(slot.as_mut_ptr());
+            spans
+                .into_iter()
+                .flat_map(|(p, n)| std::slice::from_raw_parts(p, n).to_vec())
+                .collect()
+        }
+    }
+
+    #[test]
+    fn a_dropped_credential_leaves_no_hash_behind() {
+        let stage1 = Credential::Stage1(Stage1::of_password(b"pw"));
+        assert_eq!(hashes_after_drop(stage1), vec![0u8; 20]);
+        let both = Credential::Hashes {
+            native: Stage1::of_password(b"pw"),
+            sha2: Sha2Stage1::of_password(b"pw"),
+        };
+        assert_eq!(hashes_after_drop(both), vec![0u8; 52]);
+    }
 
     #[test]
     fn known_stage2_vectors() {

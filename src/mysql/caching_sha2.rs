@@ -129,6 +129,11 @@ impl Sha2Stage1 {
         self.0.iter().zip(mix.iter()).map(|(a, b)| a ^ b).collect()
     }
 
+    /// Overwrites the value (a credential being dropped).
+    pub fn wipe(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+
     /// The stage2 that fast authentication checks this stage1 against.
     pub fn stage2(&self) -> Sha2Stage2 {
         Sha2Stage2(sha256(&[&self.0]))

@@ -375,7 +375,9 @@ impl Session {
             return;
         };
         self.seq = pkt.seq.wrapping_add(1);
-        let token = pkt.payload.to_vec();
+        // A full authentication's answer is the cleartext: overwritten
+        // when dropped.
+        let token = zeroize::Zeroizing::new(pkt.payload.to_vec());
         out.push(SessionAction::Consume(consumed));
         match self.flow().map(|f| f.sha2) {
             Some(Sha2Phase::Switched) => self.change_user_sha2_fast(&token, ctx, out),

@@ -59,7 +59,9 @@ impl Session {
             );
         }
         self.seq = pkt.seq.wrapping_add(1);
-        let payload = pkt.payload.to_vec();
+        // A full authentication's answer is the cleartext password:
+        // overwritten when dropped.
+        let payload = zeroize::Zeroizing::new(pkt.payload.to_vec());
         // Whatever follows the packet is the client's first command,
         // pipelined: it stays in the buffer for the relay.
         out.push(SessionAction::Consume(consumed));
@@ -117,11 +119,13 @@ impl Session {
 
     pub(super) fn on_hello(
         &mut self,
-        hello: HandshakeResponse,
+        mut hello: HandshakeResponse,
         hello_ext: u32,
         ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,
     ) {
+        // mysql_clear_password's is the cleartext: overwritten when dropped.
+        let token = zeroize::Zeroizing::new(std::mem::take(&mut hello.auth_response));
         let caps = hello.capabilities & self.capabilities;
         // Compression runs between the client and the proxy only: it is not
         // in the pool key, and backend connections never ask for it.
@@ -148,25 +152,13 @@ impl Session {
         self.login = Some(Login {
             user: hello.username,
             database: hello.database,
-            used_password: !hello.auth_response.is_empty(),
+            used_password: !token.is_empty(),
             connect_attrs: hello.connect_attrs,
         });
-        if self.clear_on_hello(
-            caps,
-            hello.auth_plugin.as_deref(),
-            &hello.auth_response,
-            ctx,
-            out,
-        ) {
+        if self.clear_on_hello(caps, hello.auth_plugin.as_deref(), &token, ctx, out) {
             return;
         }
-        if self.sha2_on_hello(
-            caps,
-            hello.auth_plugin.as_deref(),
-            &hello.auth_response,
-            ctx,
-            out,
-        ) {
+        if self.sha2_on_hello(caps, hello.auth_plugin.as_deref(), &token, ctx, out) {
             return;
         }
         let plugin_ok = caps & CLIENT_PLUGIN_AUTH == 0
@@ -175,7 +167,7 @@ impl Session {
                 .as_deref()
                 .is_none_or(|p| p == NATIVE_PASSWORD || p.is_empty());
         if plugin_ok {
-            return self.verify(&hello.auth_response, ctx, out);
+            return self.verify(&token, ctx, out);
         }
         // A MySQL 8 client proposes caching_sha2_password; ask it to use
         // mysql_native_password with the scramble it already has.
