@@ -6,9 +6,11 @@
 //!   32-byte scramble of the greeting's nonce) ->
 //!                                         <- 0x01 0x03 (fast auth: cache hit
 //!                                            or a `Password` entry), then OK
-//!                                         <- ERR 1045 (no match, and only
-//!                                            `Password` entries: nothing to gain)
-//!                                         <- 0x01 0x04 (perform full auth)
+//!                                         <- 0x01 0x04 (no match: perform
+//!                                            full auth), for every user
+//!                                         <- ERR 1045 instead, at once, where
+//!                                            the cleartext cannot come (plain
+//!                                            TCP without --rsa-key)
 //! cleartext password NUL               ->    over TLS or the unix socket
 //! 0x02 (public key, please)            ->    with --rsa-key
 //!                                         <- 0x01 PEM public key
@@ -23,9 +25,12 @@
 //! With `--rsa-key`, a client may ask for the public key (0x02, answered
 //! with 0x01 and the PEM) and send its password RSA-encrypted instead
 //! (`mysql::sha2_rsa`); a client that has the key already sends the
-//! ciphertext at once. Without it, MySQL without RSA keys answers whatever
-//! comes (a public-key request 0x02, or anything else) with ERR 1045, and
-//! so does ringgate. Follows MySQL 8.0/8.4's sql/auth/sha2_password.cc.
+//! ciphertext at once. Without it, MySQL without RSA keys asks for the
+//! cleartext anyway and answers whatever comes with ERR 1045; ringgate
+//! answers 1045 at once instead, so no client sends its password over
+//! plain TCP for nothing. The answers never depend on which entries a user
+//! has, or whether it exists (an unknown name takes a decoy's path, see
+//! `users_decoy.rs`). Follows MySQL 8.0/8.4's sql/auth/sha2_password.cc.
 
 use super::*;
 use crate::metrics::AuthPath;
