@@ -789,8 +789,10 @@ impl Pool {
 
     fn open(&mut self, key: PoolKey, request: Option<LeaseRequest>, out: &mut Vec<PoolEvent>) {
         if self.identities.is_revoked(key.identity) {
-            // A waiter queued before the reload: its unit goes back.
+            // A waiter queued before the reload: its units (of the cap and
+            // of its account's share) go back, as for a failed open.
             self.share.unreserve();
+            self.uncharge_user(key.identity);
             if let Some(req) = request {
                 out.push(PoolEvent::LeaseFailed {
                     session: req.session,
