@@ -23,6 +23,7 @@
 //! empty info dropped with the last block, the packet's length rewritten.
 
 use crate::mysql::constants::SERVER_SESSION_STATE_CHANGED;
+use crate::mysql::packet::read_lenenc_int as lenenc;
 
 /// What session tracking a client gets from the proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,22 +48,6 @@ pub const DEFAULT_TRACKED_VARIABLES: [&str; 5] = [
 /// SESSION_TRACK_SYSTEM_VARIABLES and SESSION_TRACK_SCHEMA block types.
 const BLOCK_SYSTEM_VARIABLE: u8 = 0;
 const BLOCK_SCHEMA: u8 = 1;
-
-/// Reads a length-encoded integer: (value, width). `None` for NULL, 0xFF or
-/// a truncated one.
-fn lenenc(p: &[u8]) -> Option<(u64, usize)> {
-    let width = match *p.first()? {
-        b @ 0..=0xFA => return Some((u64::from(b), 1)),
-        0xFC => 2,
-        0xFD => 3,
-        0xFE => 8,
-        _ => return None,
-    };
-    let bytes = p.get(1..1 + width)?;
-    let mut v = [0u8; 8];
-    v[..width].copy_from_slice(bytes);
-    Some((u64::from_le_bytes(v), 1 + width))
-}
 
 /// The packet at `data[start..]` (header included, wholly inside `data`) is
 /// an OK, a 0xFE-headed OK or a legacy EOF whose status has
