@@ -173,6 +173,9 @@ pub const SERVER_PS_OUT_PARAMS: u16 = 0x1000;
 pub const SERVER_STATUS_IN_TRANS_READONLY: u16 = 0x2000;
 /// Session state changed (details in the OK packet's session-track info).
 pub const SERVER_SESSION_STATE_CHANGED: u16 = 0x4000;
+/// MariaDB only: the session's sql_mode has ANSI_QUOTES (`"…"` is an
+/// identifier). MySQL leaves this bit unused.
+pub const SERVER_STATUS_ANSI_QUOTES: u16 = 0x8000;
 
 // ---------------------------------------------------------------------------
 // Command bytes (first payload byte of a client command packet).

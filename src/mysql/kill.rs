@@ -26,7 +26,7 @@
 //! a text that contains the letters `kill`.
 
 use super::constants::{COM_PROCESS_KILL, COM_QUERY, COM_STMT_PREPARE};
-use super::lexer::{tokenize_into, LexError, LexOptions, Token as LexToken, TokenKind};
+use super::lexer::{tokenize_into, LexError, LexOptions, Server, Token as LexToken, TokenKind};
 
 /// "Unknown thread id: %lu" (HY000).
 pub const ER_NO_SUCH_THREAD: u16 = 1094;
@@ -270,6 +270,9 @@ const fn reading(no_backslash_escapes: bool, ansi_quotes: bool) -> LexOptions {
         no_backslash_escapes,
         ansi_quotes,
         ascii_safe_charset: true,
+        // Not known: a version-gated comment that some server would run
+        // makes the tokenizing unsure, which counts as a KILL below.
+        server: Server::Unknown,
     }
 }
 
@@ -289,9 +292,10 @@ fn mentions_kill_nested(sql: &[u8], depth: u8) -> bool {
     READINGS.iter().any(|opts| {
         match tokenize_into(sql, opts, &mut toks) {
             Ok(()) => kill_in_tokens(sql, &toks, depth),
-            // A `;` or a nested marker inside an executable comment: the
-            // server splits it in ways this lexer does not follow.
-            Err(LexError::OddExecutableComment) => true,
+            // A `;` or a nested marker inside an executable comment, or a
+            // version-gated comment some server runs: the server may read
+            // it in ways this lexer does not follow.
+            Err(LexError::OddExecutableComment | LexError::UnsureVersionComment) => true,
             // An unterminated quote or comment: under this reading the
             // server fails the statement it is in, but runs the statements
             // before it (a multi-statement).

@@ -23,8 +23,10 @@
 //! - [`LexOptions`]: `no_backslash_escapes` (from the backend's status flag
 //!   SERVER_STATUS_NO_BACKSLASH_ESCAPES), `ansi_quotes` (from `sql_mode`),
 //!   `ascii_safe_charset` (false for big5, cp932, gbk, sjis, gb18030, whose
-//!   multi-byte characters may contain `\` or `'` bytes). `Default` is the
-//!   server default (backslash escapes, no ANSI_QUOTES, a safe charset).
+//!   multi-byte characters may contain `\` bytes), `server` (the backend's
+//!   flavour and version, for version-gated comments). `Default` is the
+//!   server default (backslash escapes, no ANSI_QUOTES, a safe charset) on
+//!   a server not known yet.
 //! - [`Class::explains_state_change`]: a statement of this class accounts
 //!   for MariaDB's SESSION_TRACK_STATE_CHANGE block (`state 1`) by itself
 //!   (plain SET, USE, SET NAMES, transaction control); the proxy pins on a
@@ -54,7 +56,7 @@
 //! | `SetRole` | `SET ROLE …` | not tracked, and MariaDB's COM_RESET_CONNECTION keeps it |
 //! | `PreviousStatementState` | `LAST_INSERT_ID()`, `ROW_COUNT()`, `FOUND_ROWS()` other than the plain `SELECT f()` forms; `LAST_INSERT_ID(expr)` in a `SELECT`; `@@warning_count`, `@@error_count`, `@@last_insert_id`, `@@identity`; `GET DIAGNOSTICS`; a sequence's `LASTVAL(s)` / `PREVIOUS VALUE FOR s` | the answer depends on earlier statements of the connection. The proxy need not pin when it still holds the backend that ran the previous statement (in a transaction, or kept until the next statement) |
 //! | `UnrecognizedSet` | a `SET` this lexer cannot take apart | it cannot be replayed |
-//! | `Unsplittable` | unterminated quotes or comments, `;` inside an executable comment, anonymous compound statements (`BEGIN NOT ATOMIC`, `IF`, `WHILE`, `LOOP`, `REPEAT`, `CASE`, `FOR`, `DECLARE`, `label:`), a routine definition followed by text the lexer cannot delimit, bytes ≥ 0x80 in an unsafe multi-byte charset | the lexer cannot tell where statements end |
+//! | `Unsplittable` | unterminated quotes or comments, `;` inside an executable comment, a version-gated comment the server may read either way, anonymous compound statements (`BEGIN NOT ATOMIC`, `IF`, `WHILE`, `LOOP`, `REPEAT`, `CASE`, `FOR`, `DECLARE`, `label:`), a routine definition followed by text the lexer cannot delimit, bytes ≥ 0x80 in an unsafe multi-byte charset | the lexer cannot tell where statements end |
 //!
 //! Not pinned: reads of `@@var` and of `@x` (an unpinned session has no user
 //! variables, and pooled connections carry none), a plain `SET` of system
@@ -68,10 +70,15 @@
 //! keeps the backend until that transaction has ended (the transaction
 //! characteristics tracker reads empty again), rather than replaying it.
 //!
-//! Executable comments (`/*! … */`, `/*!50700 … */`, MariaDB's `/*M! … */`
-//! and `/*M!100100 … */`) count as code whatever their version, so a
-//! version-gated `SQL_CALC_FOUND_ROWS` pins. Optimizer hints (`/*+ … */`)
-//! and ordinary comments are skipped.
+//! Executable comments are read as the connected server reads them
+//! ([`LexOptions::server`], rules in `version_gate.rs`): `/*! … */` and a
+//! version the server runs (`/*!40000 …`, MariaDB's `/*M!100100 …`) are
+//! code, so a gated `SQL_CALC_FOUND_ROWS` pins; a version it skips
+//! (`/*!999999 …`, and on MariaDB the MySQL-only `/*!50700`–`/*!99999`)
+//! is a comment, so `/*!999999 ' */ SET @x = 1 /* ' */` is a `SET`. A gate
+//! the lexer cannot decide for this server (a server not known yet, a
+//! six-digit version on MySQL) makes the text `Unsplittable`. Optimizer
+//! hints (`/*+ … */`) and ordinary comments are skipped.
 
 use std::ops::Range;
 
@@ -90,6 +97,8 @@ pub struct LexOptions {
     /// sjis, gb18030). When false, any byte ≥ 0x80 makes the text
     /// unsplittable.
     pub ascii_safe_charset: bool,
+    /// The connected server: which version-gated comments it runs.
+    pub server: Server,
 }
 
 impl Default for LexOptions {
@@ -98,6 +107,7 @@ impl Default for LexOptions {
             no_backslash_escapes: false,
             ansi_quotes: false,
             ascii_safe_charset: true,
+            server: Server::Unknown,
         }
     }
 }
@@ -328,15 +338,19 @@ pub enum LexError {
     OddExecutableComment,
     #[error("non-ASCII byte in a character set whose multi-byte characters may contain quotes")]
     UnsafeMultibyte,
+    #[error("a version-gated comment this server may read either way")]
+    UnsureVersionComment,
 }
 
 mod classifier;
 mod native_functions;
 mod stored_calls;
 mod tokens;
+mod version_gate;
 
 pub use classifier::{classify, classify_into};
 pub use tokens::{tokenize, tokenize_into, Token, TokenKind};
+pub use version_gate::Server;
 
 #[cfg(test)]
 #[path = "lexer_tests.rs"]

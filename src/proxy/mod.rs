@@ -22,6 +22,7 @@
 //! backend connections.
 
 mod backend;
+mod client_charset;
 mod client_leg;
 mod conn_io;
 mod connect_attrs;

@@ -32,10 +32,11 @@
 //! This file holds the session's state ([`TxState`]) and the pin reasons;
 //! the classification of a statement's text is in `multiplex_classify.rs`.
 
+use super::client_charset;
 pub use super::ids::LeaseSetup;
 use super::tx_settings::Settings;
 use crate::mysql::constants::*;
-use crate::mysql::lexer::{self, Class, LexOptions, Pin, Scope, SetItem};
+use crate::mysql::lexer::{self, Class, LexOptions, Pin, Scope, Server, SetItem};
 use crate::mysql::ok_packet::{parse_ok, OkInfo};
 use crate::mysql::state_strip::ClientView;
 use crate::mysql::tracker::Completed;
@@ -202,14 +203,27 @@ pub struct TxState {
     /// The client set a `session_track_*` variable itself: it gets every
     /// block the server sends from then on.
     own_trackers: bool,
+    /// The backend server, whose version decides which version-gated
+    /// comments are code.
+    server: Server,
+    /// The client character set keeps ASCII bytes out of multi-byte
+    /// characters (`client_charset`).
+    charset_safe: bool,
 }
 
 impl TxState {
-    pub fn new(schema: Option<String>, collation: u8, session_track: bool) -> TxState {
+    pub fn new(
+        schema: Option<String>,
+        collation: u8,
+        session_track: bool,
+        server: Server,
+    ) -> TxState {
         TxState {
             schema,
             collation,
             session_track,
+            server,
+            charset_safe: client_charset::collation_is_safe(collation.into()),
             settings: Settings::initial(session_track),
             row_count: -1,
             status: SERVER_STATUS_AUTOCOMMIT,
@@ -236,6 +250,20 @@ impl TxState {
         self.settings.clone()
     }
 
+    /// How the server reads the session's next statement: its sql_mode's
+    /// quoting as the last answer's status word reports it (MariaDB sets
+    /// 0x8000 for ANSI_QUOTES; MySQL has no such flag), the client
+    /// character set, the server's version.
+    fn lex_options(&self) -> LexOptions {
+        LexOptions {
+            no_backslash_escapes: self.status & SERVER_STATUS_NO_BACKSLASH_ESCAPES != 0,
+            ansi_quotes: matches!(self.server, Server::MariaDb(_))
+                && self.status & SERVER_STATUS_ANSI_QUOTES != 0,
+            ascii_safe_charset: self.charset_safe,
+            server: self.server,
+        }
+    }
+
     /// Pin the session for `reason` (the proxy's own decision, not a
     /// statement's); returns it if the session was not pinned yet.
     pub fn pin(&mut self, reason: PinReason) -> Option<PinReason> {
@@ -249,14 +277,15 @@ impl TxState {
     /// Learn from one finished command. Returns the reason when this
     /// command pinned the session (once: a pinned session stays pinned).
     pub fn on_completed(&mut self, c: &Completed) -> Option<PinReason> {
+        // The statements `lease_setup` lexed: the server read the text in
+        // the modes before it ran (a statement that changes sql_mode
+        // changes how the next one reads, not itself).
+        let opts = self.lex_options();
         self.status = c.status;
-        // The statements `lease_setup` lexed, unless the command changed
-        // how its own text reads (NO_BACKSLASH_ESCAPES, with a `\` in it).
-        let no_backslash = c.status & SERVER_STATUS_NO_BACKSLASH_ESCAPES != 0;
         let effect = (c.command == COM_QUERY).then(|| {
             c.text
                 .as_deref()
-                .map(|t| effect_of(t, self.lexed.get(t, no_backslash)))
+                .map(|t| effect_of(t, self.lexed.get(t, &opts)))
         });
         // SHOW WARNINGS and friends read the diagnostics area without
         // clearing it: the hold for the statement before goes on. So do
@@ -309,7 +338,9 @@ impl TxState {
                 None => Some(PinReason::Unclassified),
                 Some(Effect::Pin(reason)) => Some(reason),
                 Some(Effect::SetVariables) if !c.err => {
-                    self.add_setting(c.text.as_deref(), &tracked_variables(c))
+                    let tracked = tracked_variables(c);
+                    self.follow_charset(c.text.as_deref(), &opts, &tracked);
+                    self.add_setting(c.text.as_deref(), &opts, &tracked)
                 }
                 Some(Effect::Use(schema)) if !c.err => {
                     self.schema = Some(schema);
@@ -346,6 +377,7 @@ impl TxState {
                 // stays (MariaDB keeps it across the reset). LAST_INSERT_ID()
                 // is read back: the connection's known value changed.
                 self.settings = Settings::initial(self.session_track);
+                self.charset_safe = client_charset::collation_is_safe(self.collation.into());
                 self.last_insert_id = 0;
                 self.last_insert_id_unsure = true;
                 // The reset turned the connection's trackers off too, the
@@ -373,7 +405,7 @@ impl TxState {
         // Only a session holding table locks can end them.
         if self.table_locks && c.command == COM_QUERY && !c.err {
             if let Some(t) = c.text.as_deref() {
-                if ends_table_locks(self.lexed.get(t, false)) {
+                if ends_table_locks(self.lexed.get(t, &opts)) {
                     self.table_locks = false;
                 }
             }
@@ -411,8 +443,7 @@ impl TxState {
         if c.err || self.pinned.is_some() {
             return None;
         }
-        let no_backslash = c.status & SERVER_STATUS_NO_BACKSLASH_ESCAPES != 0;
-        let reason = match classify_query(sql, no_backslash) {
+        let reason = match classify_query(sql, &self.lex_options()) {
             Effect::Pin(reason) => reason,
             Effect::SetVariables | Effect::Use(_) => PinReason::SessionCommand,
             Effect::Plain
@@ -428,13 +459,31 @@ impl TxState {
         Some(reason)
     }
 
+    /// A `SET` ran: the client character set it leaves.
+    fn follow_charset(
+        &mut self,
+        text: Option<&[u8]>,
+        opts: &LexOptions,
+        tracked: &[(String, String)],
+    ) {
+        let Some(text) = text else {
+            return;
+        };
+        for st in self.lexed.get(text, opts) {
+            if let Class::Set(items) = &st.class {
+                self.charset_safe = client_charset::after_set(self.charset_safe, items, tracked);
+            }
+        }
+    }
+
     fn add_setting(
         &mut self,
         text: Option<&[u8]>,
+        opts: &LexOptions,
         tracked: &[(String, String)],
     ) -> Option<PinReason> {
         let text = text?;
-        let statements = self.lexed.get(text, false);
+        let statements = self.lexed.get(text, opts);
         match trackers_set(statements) {
             // The proxy's net: a session that turns it off keeps its
             // connection.
@@ -570,7 +619,8 @@ impl TxState {
             .and_then(|(p, _)| p.payload.strip_prefix(&[COM_QUERY]));
         // Lexed once for the tests below and for `on_completed`: this runs
         // before every statement, and a lexing costs more than the lease.
-        let statements = whole.map(|sql| (sql, self.lexed.get(sql, false)));
+        let opts = self.lex_options();
+        let statements = whole.map(|sql| (sql, self.lexed.get(sql, &opts)));
         let alt = statements
             .filter(|(sql, sts)| constant_set(sql, sts))
             .and_then(|(_, sts)| settings_after(&self.settings, self.collation, sts, &[]).ok())

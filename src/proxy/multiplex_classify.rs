@@ -129,14 +129,11 @@ fn code_contains_word(sql: &[u8], needles: &[&[u8]]) -> bool {
 /// Classify one COM_QUERY text with the statement lexer (`mysql::lexer`),
 /// plus the proxy's own rule for CALL (a procedure can set user variables,
 /// create temporary tables or take locks inside, where the lexer does not
-/// look). `no_backslash_escapes`: the session's sql_mode has it (the status
-/// flags say so). It never pins on reads of `@@var` or `@x`.
-pub fn classify_query(sql: &[u8], no_backslash_escapes: bool) -> Effect {
-    let opts = LexOptions {
-        no_backslash_escapes,
-        ..LexOptions::default()
-    };
-    effect_of(sql, &lexer::classify(sql, &opts))
+/// look). `opts`: how the server reads the text (sql_mode's quoting, the
+/// client character set, the server's version). It never pins on reads of
+/// `@@var` or `@x`.
+pub fn classify_query(sql: &[u8], opts: &LexOptions) -> Effect {
+    effect_of(sql, &lexer::classify(sql, opts))
 }
 
 /// [`classify_query`] of `sql` already lexed into `statements` (a caller

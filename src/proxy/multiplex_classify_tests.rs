@@ -7,7 +7,11 @@ use super::*;
 use crate::proxy::multiplex::tests::query_packet;
 
 fn effect(sql: &str) -> Effect {
-    classify_query(sql.as_bytes(), false)
+    let opts = LexOptions {
+        server: crate::proxy::multiplex::tests::MARIADB,
+        ..LexOptions::default()
+    };
+    classify_query(sql.as_bytes(), &opts)
 }
 
 #[test]

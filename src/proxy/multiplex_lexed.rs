@@ -26,38 +26,28 @@ thread_local! {
 pub(super) struct Lexed {
     /// The text (empty with `valid` false: nothing kept).
     sql: Vec<u8>,
-    /// The `no_backslash_escapes` the text was lexed with, as [`Lexed::get`]
-    /// normalises it.
-    no_backslash_escapes: bool,
+    /// The options the text was lexed with.
+    opts: LexOptions,
     valid: bool,
     statements: Vec<Statement>,
 }
 
 impl Lexed {
-    /// The statements of `sql` lexed with `no_backslash_escapes` (the other
-    /// options at their defaults, as `lexer::classify` with them would
-    /// return): lexed again only when the text or the option differs from
-    /// the last call's.
-    pub fn get(&mut self, sql: &[u8], no_backslash_escapes: bool) -> &[Statement] {
-        // The option changes only how a `\` inside quotes reads: a text
-        // without one lexes the same either way.
-        let no_backslash_escapes = no_backslash_escapes && sql.contains(&b'\\');
-        let same =
-            self.valid && self.no_backslash_escapes == no_backslash_escapes && self.sql == sql;
+    /// The statements of `sql` lexed with `opts`, as `lexer::classify`
+    /// would return them: lexed again only when the text or the options
+    /// differ from the last call's.
+    pub fn get(&mut self, sql: &[u8], opts: &LexOptions) -> &[Statement] {
+        let same = self.valid && self.opts == *opts && self.sql == sql;
         if !same {
-            let opts = LexOptions {
-                no_backslash_escapes,
-                ..LexOptions::default()
-            };
             TOKENS.with_borrow_mut(|toks| {
-                lexer::classify_into(sql, &opts, toks, &mut self.statements);
+                lexer::classify_into(sql, opts, toks, &mut self.statements);
                 if toks.capacity() > KEEP_TOKENS {
                     *toks = Vec::new();
                 }
             });
             self.sql.clear();
             self.sql.extend_from_slice(sql);
-            self.no_backslash_escapes = no_backslash_escapes;
+            self.opts = *opts;
             self.valid = true;
         }
         &self.statements

@@ -3,12 +3,15 @@
 
 use super::*;
 
-fn fresh(sql: &[u8], no_backslash_escapes: bool) -> Vec<Statement> {
-    let opts = LexOptions {
+fn opts(no_backslash_escapes: bool) -> LexOptions {
+    LexOptions {
         no_backslash_escapes,
         ..LexOptions::default()
-    };
-    lexer::classify(sql, &opts)
+    }
+}
+
+fn fresh(sql: &[u8], no_backslash_escapes: bool) -> Vec<Statement> {
+    lexer::classify(sql, &opts(no_backslash_escapes))
 }
 
 #[test]
@@ -27,25 +30,28 @@ fn the_memo_answers_as_a_fresh_lexing() {
     for _ in 0..2 {
         for sql in texts {
             for nbe in [false, true, false] {
-                assert_eq!(lexed.get(sql, nbe), fresh(sql, nbe), "{sql:?} {nbe}");
+                assert_eq!(lexed.get(sql, &opts(nbe)), fresh(sql, nbe), "{sql:?} {nbe}");
             }
         }
     }
     let odd = b"SELECT '\\'; SET @x = 1";
-    assert_eq!(lexed.get(odd, false).len(), 1);
-    assert_eq!(lexed.get(odd, true).len(), 2);
+    assert_eq!(lexed.get(odd, &opts(false)).len(), 1);
+    assert_eq!(lexed.get(odd, &opts(true)).len(), 2);
 }
 
 #[test]
 fn an_idle_session_keeps_no_long_text() {
     let mut lexed = Lexed::default();
     let long = format!("SELECT '{}'", "x".repeat(4000));
-    lexed.get(long.as_bytes(), false);
+    lexed.get(long.as_bytes(), &opts(false));
     lexed.trim();
     assert_eq!(lexed.sql.capacity(), 0);
     assert!(!lexed.valid);
-    lexed.get(b"SELECT 1", false);
+    lexed.get(b"SELECT 1", &opts(false));
     lexed.trim();
     assert!(lexed.valid);
-    assert_eq!(lexed.get(b"SELECT 1", false), fresh(b"SELECT 1", false));
+    assert_eq!(
+        lexed.get(b"SELECT 1", &opts(false)),
+        fresh(b"SELECT 1", false)
+    );
 }

@@ -70,6 +70,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::mysql::constants::COM_QUERY;
 use crate::mysql::kill::{self, KillCommand, KillStatement, ER_KILL_DENIED_ERROR};
+use crate::mysql::lexer::Server;
 use crate::mysql::packet::{split_packet, write_packet};
 
 /// The lowest proxy connection id.
@@ -315,6 +316,10 @@ pub struct Registry {
     /// `information_schema.PROCESSLIST` has the `PROGRESS` column that
     /// `SHOW PROCESSLIST` shows.
     mariadb: AtomicBool,
+    /// The backend's flavour and version (`Server`, packed by
+    /// `pack_server`): how transaction pooling's lexer reads the
+    /// version-gated comments of a session's statements.
+    server: AtomicU64,
     /// Each proxy user is itself on the backend, so the server checks who
     /// may kill what (false: one shared backend user; the proxy checks).
     server_checks_owner: AtomicBool,
@@ -327,9 +332,20 @@ impl Default for Registry {
         Registry {
             shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
             mariadb: AtomicBool::new(true),
+            server: AtomicU64::new(pack_server(Server::Unknown)),
             server_checks_owner: AtomicBool::new(false),
             seq: AtomicU32::new(0),
         }
+    }
+}
+
+/// A [`Server`] in one atomic word: the flavour above bit 32, the version
+/// below.
+fn pack_server(server: Server) -> u64 {
+    match server {
+        Server::MariaDb(v) => 1 << 32 | u64::from(v),
+        Server::MySql(v) => 2 << 32 | u64::from(v),
+        Server::Unknown => 0,
     }
 }
 
@@ -338,6 +354,18 @@ impl Registry {
     pub fn set_backend_version(&self, server_version: &str) {
         let mariadb = server_version.contains("MariaDB");
         self.mariadb.store(mariadb, Ordering::Relaxed);
+        let server = pack_server(Server::from_greeting(server_version));
+        self.server.store(server, Ordering::Relaxed);
+    }
+
+    /// The backend server as its last greeting described it (`Unknown`
+    /// until one arrived).
+    pub fn backend_server(&self) -> Server {
+        match self.server.load(Ordering::Relaxed) {
+            v if v >> 32 == 1 => Server::MariaDb(v as u32),
+            v if v >> 32 == 2 => Server::MySql(v as u32),
+            _ => Server::Unknown,
+        }
     }
 
     fn backend_is_mariadb(&self) -> bool {

@@ -23,6 +23,7 @@ impl Session {
             schema,
             self.key.collation,
             self.key.caps & CLIENT_SESSION_TRACK != 0,
+            ctx.registry.backend_server(),
         ));
         let mut tracker = match self.tracker.take() {
             Some(t) => t,

@@ -3,6 +3,7 @@
 //! classifier because it is the part that must match the server byte for byte (the fuzz target
 //! drives it directly), while the classifier only looks at the tokens.
 
+use super::version_gate::{gate, skip_comment, Gate};
 use super::{LexError, LexOptions};
 
 /// Token kinds. Keywords, identifiers and numbers are all `Word`: the
@@ -37,8 +38,9 @@ fn is_word_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
 }
 
-/// Tokenizes `sql`, skipping whitespace and comments; the contents of
-/// executable comments are tokens like any other code.
+/// Tokenizes `sql`, skipping whitespace and comments; the contents of the
+/// executable comments the server runs (`opts.server`, see `version_gate`)
+/// are tokens like any other code.
 pub fn tokenize(sql: &[u8], opts: &LexOptions) -> Result<Vec<Token>, LexError> {
     let mut toks = Vec::new();
     tokenize_into(sql, opts, &mut toks)?;
@@ -77,30 +79,27 @@ pub fn tokenize_into(sql: &[u8], opts: &LexOptions, toks: &mut Vec<Token>) -> Re
                 continue;
             }
             b'/' if at(i + 1) == Some(b'*') => {
-                let exec = match (at(i + 2), at(i + 3)) {
-                    (Some(b'!'), _) => Some(i + 3),
-                    (Some(b'M'), Some(b'!')) => Some(i + 4),
+                let marker = match (at(i + 2), at(i + 3)) {
+                    (Some(b'!'), _) => Some((i + 3, false)),
+                    (Some(b'M'), Some(b'!')) if opts.server.knows_m_marker() => Some((i + 4, true)),
                     _ => None,
                 };
-                match exec {
-                    Some(mut j) => {
-                        if in_exec_comment {
-                            return Err(LexError::OddExecutableComment);
+                i = match marker {
+                    // The server would read a nested executable comment
+                    // as the end of this one at its first `*/`.
+                    Some(_) if in_exec_comment => return Err(LexError::OddExecutableComment),
+                    Some((j, m)) => match gate(sql, j, m, opts.server) {
+                        Gate::Code(k) => {
+                            in_exec_comment = true;
+                            k
                         }
-                        // The optional version: 5 digits (MySQL) or 6 (MariaDB).
-                        let mut digits = 0;
-                        while digits < 6 && at(j).is_some_and(|c| c.is_ascii_digit()) {
-                            j += 1;
-                            digits += 1;
+                        Gate::Comment(k) => {
+                            skip_comment(sql, k).ok_or(LexError::UnterminatedComment)?
                         }
-                        in_exec_comment = true;
-                        i = j;
-                    }
-                    None => {
-                        let close = find(sql, i + 2, b"*/").ok_or(LexError::UnterminatedComment)?;
-                        i = close + 2;
-                    }
-                }
+                        Gate::Unsure => return Err(LexError::UnsureVersionComment),
+                    },
+                    None => find(sql, i + 2, b"*/").ok_or(LexError::UnterminatedComment)? + 2,
+                };
                 continue;
             }
             b'\'' => {
