@@ -3,12 +3,13 @@
 //! cover the text in order, one `;` byte between neighbours).
 //!
 //! Input format: byte 0 selects the options (bit 0 NO_BACKSLASH_ESCAPES,
-//! bit 1 ANSI_QUOTES, bit 2 an ASCII-unsafe multi-byte charset); the rest is
-//! the SQL text.
+//! bit 1 ANSI_QUOTES, bit 2 an ASCII-unsafe multi-byte charset, bits 3-4
+//! the server: MariaDB 10.11, MySQL 8.0 or not known); the rest is the SQL
+//! text.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringgate::mysql::lexer::{classify, first_pin, tokenize, LexOptions};
+use ringgate::mysql::lexer::{classify, first_pin, tokenize, LexOptions, Server};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&flags, sql)) = data.split_first() else {
@@ -18,6 +19,11 @@ fuzz_target!(|data: &[u8]| {
         no_backslash_escapes: flags & 1 != 0,
         ansi_quotes: flags & 2 != 0,
         ascii_safe_charset: flags & 4 == 0,
+        server: match (flags >> 3) & 3 {
+            0 => Server::MariaDb(101119),
+            1 => Server::MySql(80036),
+            _ => Server::Unknown,
+        },
     };
     if let Ok(toks) = tokenize(sql, &opts) {
         let mut end = 0;

@@ -592,8 +592,12 @@ fn pin_reason_labels_match_the_metrics_table() {
 /// A framed COM_QUERY of `sql` (sequence 0), as a client sends it; the
 /// classifier's tests use it too.
 pub(super) fn query_packet(sql: &str) -> Vec<u8> {
+    query_packet_bytes(sql.as_bytes())
+}
+
+fn query_packet_bytes(sql: &[u8]) -> Vec<u8> {
     let mut payload = vec![COM_QUERY];
-    payload.extend_from_slice(sql.as_bytes());
+    payload.extend_from_slice(sql);
     let mut out = Vec::new();
     crate::mysql::packet::write_packet(&mut out, 0, &payload);
     out
@@ -731,4 +735,31 @@ fn setting_the_state_change_tracker_pins() {
     let mut tx = TxState::new(None, 45, false, MARIADB);
     tx.on_completed(&done(COM_QUERY, "SET session_track_schema = OFF", AC));
     assert_eq!(tx.client_view(), Some(ClientView::Untracked));
+}
+
+#[test]
+fn a_multibyte_client_charset_pins_non_ascii_texts() {
+    // gbk 0xBF 0x5C is one character: the server reads a string, then a
+    // user-variable write; a byte-wise lexer reads one long string.
+    let text = b"SELECT '\xbf\x5c', @w := 'A' -- '";
+    let answer = |tx: &mut TxState| {
+        let mut c = done(COM_QUERY, "", AC);
+        c.text = Some(text.to_vec());
+        tx.lease_setup(&query_packet_bytes(text));
+        tx.on_completed(&c)
+    };
+    let mut tx = TxState::new(None, 45, false, MARIADB);
+    assert_eq!(
+        answer(&mut tx),
+        None,
+        "utf8mb4: no multi-byte pair ends in `\\`"
+    );
+    let mut tx = TxState::new(None, 45, false, MARIADB);
+    assert_eq!(tx.on_completed(&done(COM_QUERY, "SET NAMES gbk", AC)), None);
+    assert_eq!(answer(&mut tx), Some(PinReason::MultiStatement));
+    let mut tx = TxState::new(None, 28, false, MARIADB);
+    assert_eq!(answer(&mut tx), Some(PinReason::MultiStatement));
+    // Back to a safe set: lexed byte-wise again.
+    tx.on_completed(&done(COM_QUERY, "SET NAMES utf8mb4", AC));
+    assert_eq!(answer(&mut tx), None);
 }
