@@ -66,11 +66,13 @@ pub enum BackendOp {
 /// What the connection tells the pool.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BackendEvent {
-    /// Logged in; `server_version` and the capabilities are the greeting's.
+    /// Logged in; `server_version` and the capabilities are the greeting's,
+    /// `status` the login OK's status flags (the global sql_mode's quoting).
     Ready {
         server_version: String,
         capabilities: u32,
         ext_capabilities: u32,
+        status: u16,
     },
     /// Could not be opened (connect, greeting or login failed).
     /// `login_refused`: the server's ERR payload when it refused the

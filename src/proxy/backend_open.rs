@@ -117,7 +117,9 @@ impl BackendConn {
                     self.since = now;
                     out.push(BackendOut::Op(BackendOp::Send(bytes)));
                 }
-                Ok(LoginStep::Done { greeting, .. }) => {
+                Ok(LoginStep::Done {
+                    greeting, status, ..
+                }) => {
                     self.state = State::Leased;
                     self.thread_id = greeting.connection_id;
                     self.mariadb = greeting.capabilities & CLIENT_MYSQL == 0;
@@ -126,6 +128,7 @@ impl BackendConn {
                         server_version: greeting.server_version,
                         capabilities: greeting.capabilities,
                         ext_capabilities: greeting.ext_capabilities,
+                        status,
                     }));
                 }
                 Err(LoginError::Server {

@@ -217,6 +217,7 @@ impl TxState {
         collation: u8,
         session_track: bool,
         server: Server,
+        quoting: u16,
     ) -> TxState {
         TxState {
             schema,
@@ -226,7 +227,9 @@ impl TxState {
             charset_safe: client_charset::collation_is_safe(collation.into()),
             settings: Settings::initial(session_track),
             row_count: -1,
-            status: SERVER_STATUS_AUTOCOMMIT,
+            // Until its first answer, the session reads statements in the
+            // global sql_mode's quoting, as a backend login reported it.
+            status: SERVER_STATUS_AUTOCOMMIT | quoting,
             ..TxState::default()
         }
     }

@@ -164,7 +164,7 @@ fn sysvar_block(name: &str, value: &str) -> Vec<u8> {
 #[test]
 fn with_session_tracking_the_blocks_decide() {
     let changed = AC | SERVER_SESSION_STATE_CHANGED;
-    let mut tx = TxState::new(None, 45, true, MARIADB);
+    let mut tx = TxState::new(None, 45, true, MARIADB, 0);
     // The trackers are the session's first settings.
     let setup = tx.lease_setup(b"");
     let turn_on = setup
@@ -226,12 +226,12 @@ fn with_session_tracking_the_blocks_decide() {
     bare.state_ok = Some(ok_with_state(&[0x02, 0x02, 0x01, b'1']));
     assert_eq!(tx.on_completed(&bare), Some(PinReason::SessionCommand));
     // Another state (a user variable inside a function, say) pins.
-    let mut tx = TxState::new(None, 45, true, MARIADB);
+    let mut tx = TxState::new(None, 45, true, MARIADB, 0);
     let mut other = done(COM_QUERY, "DO 1", changed);
     other.state_ok = Some(unhex("000000024000000003020131"));
     assert_eq!(tx.on_completed(&other), Some(PinReason::StateChange));
     // The flag without blocks to read still pins.
-    let mut tx = TxState::new(None, 45, true, MARIADB);
+    let mut tx = TxState::new(None, 45, true, MARIADB, 0);
     assert_eq!(
         tx.on_completed(&done(COM_QUERY, "DO 1", changed)),
         Some(PinReason::StateChange)
@@ -240,7 +240,7 @@ fn with_session_tracking_the_blocks_decide() {
 
 #[test]
 fn a_stateless_session_is_releasable_between_transactions() {
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     assert!(tx.releasable());
     assert_eq!(
         tx.on_completed(&done(COM_QUERY, "BEGIN", AC | SERVER_STATUS_IN_TRANS)),
@@ -261,7 +261,7 @@ fn a_stateless_session_is_releasable_between_transactions() {
 
 #[test]
 fn a_pin_is_reported_once_and_stays() {
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     assert_eq!(
         tx.on_completed(&done(COM_QUERY, "SET @x = 1", AC)),
         Some(PinReason::UserVariable)
@@ -278,12 +278,12 @@ fn a_pin_is_reported_once_and_stays() {
 #[test]
 fn set_option_pins_binary_statements_do_not() {
     // Statement ids are mapped to each connection's (session_statements.rs).
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     for cmd in [COM_STMT_EXECUTE, COM_STMT_FETCH, COM_STMT_RESET] {
         assert_eq!(tx.on_completed(&done(cmd, "", AC)), None);
     }
     assert!(tx.releasable());
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     assert_eq!(
         tx.on_completed(&done(COM_SET_OPTION, "", AC)),
         Some(PinReason::SetOption)
@@ -292,7 +292,7 @@ fn set_option_pins_binary_statements_do_not() {
 
 #[test]
 fn an_unexplained_state_change_pins_an_explained_one_does_not() {
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     let changed = AC | SERVER_SESSION_STATE_CHANGED;
     assert_eq!(
         tx.on_completed(&done(COM_QUERY, "SET autocommit = 1", changed)),
@@ -308,7 +308,7 @@ fn an_unexplained_state_change_pins_an_explained_one_does_not() {
 
 #[test]
 fn settings_are_kept_per_variable_and_fingerprinted() {
-    let mut a = TxState::new(None, 45, false, MARIADB);
+    let mut a = TxState::new(None, 45, false, MARIADB, 0);
     a.on_completed(&done(COM_QUERY, "SET AUTOCOMMIT = 0", AC));
     a.on_completed(&done(COM_QUERY, "SET NAMES latin1", 0));
     a.on_completed(&done(COM_QUERY, "SET AUTOCOMMIT = 0", 0));
@@ -322,7 +322,7 @@ fn settings_are_kept_per_variable_and_fingerprinted() {
         Some(&b"SET NAMES latin1, @@session.autocommit = 0"[..])
     );
     assert_ne!(setup.settings, 0);
-    let mut b = TxState::new(None, 45, false, MARIADB);
+    let mut b = TxState::new(None, 45, false, MARIADB, 0);
     b.on_completed(&done(COM_QUERY, "SET NAMES latin1", AC));
     b.on_completed(&done(COM_QUERY, "SET AUTOCOMMIT = 0", 0));
     assert_eq!(b.settings().fingerprint(), a.settings().fingerprint());
@@ -333,7 +333,7 @@ fn settings_are_kept_per_variable_and_fingerprinted() {
     b.on_completed(&failed);
     assert_eq!(b.settings().fingerprint(), a.settings().fingerprint());
     // PyMySQL's SET NAMES of the handshake's own character set is none.
-    let mut c = TxState::new(None, 45, false, MARIADB);
+    let mut c = TxState::new(None, 45, false, MARIADB, 0);
     c.on_completed(&done(COM_QUERY, "SET NAMES utf8mb4", AC));
     assert_eq!(c.settings(), Settings::initial(false));
     // An expression is not replayed: it pins.
@@ -355,7 +355,7 @@ fn settings_are_kept_per_variable_and_fingerprinted() {
 
 #[test]
 fn warnings_hold_the_connection_for_the_next_statement() {
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     let mut warned = done(COM_QUERY, "INSERT INTO t VALUES ('x')", AC);
     warned.warnings = 1;
     tx.on_completed(&warned);
@@ -380,7 +380,7 @@ fn commands_that_run_no_statement_keep_the_warnings_hold() {
     // MariaDB keeps the warnings readable after COM_PING, COM_STATISTICS
     // and COM_INIT_DB (mysql-connector's cursor() pings before its SHOW
     // WARNINGS); a statement that leaves none lets the connection go.
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     let mut warned = done(COM_QUERY, "SELECT 'a' + 'b'", AC);
     warned.warnings = 2;
     tx.on_completed(&warned);
@@ -400,7 +400,7 @@ fn an_executed_prepared_statement_pins_as_its_query_would() {
         let c = done(COM_STMT_EXECUTE, "", AC);
         tx.on_statement_executed(sql.as_bytes(), &c)
     };
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     assert_eq!(exec(&mut tx, "SELECT * FROM t WHERE id = ?"), None);
     assert_eq!(exec(&mut tx, "INSERT INTO t VALUES (?)"), None);
     assert!(tx.releasable());
@@ -411,16 +411,16 @@ fn an_executed_prepared_statement_pins_as_its_query_would() {
     assert!(!tx.releasable());
     // Once pinned, nothing more to report.
     assert_eq!(exec(&mut tx, "SET @x = ?"), None);
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     assert_eq!(exec(&mut tx, "SET @x = ?"), Some(PinReason::UserVariable));
     // A SET of a system variable: its value is a parameter, not replayable.
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     assert_eq!(
         exec(&mut tx, "SET time_zone = ?"),
         Some(PinReason::SessionCommand)
     );
     // A failed execute changed nothing.
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     let mut failed = done(COM_STMT_EXECUTE, "", AC);
     failed.err = true;
     assert_eq!(
@@ -431,7 +431,7 @@ fn an_executed_prepared_statement_pins_as_its_query_would() {
 
 #[test]
 fn an_error_with_autocommit_off_holds_until_an_ok() {
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     let mut err = done(COM_QUERY, "SELECT * FROM missing", 0);
     err.err = true;
     err.ok = None;
@@ -454,7 +454,7 @@ fn an_error_with_autocommit_off_holds_until_an_ok() {
 
 #[test]
 fn an_ok_with_an_insert_id_or_a_last_insert_id_call_asks_the_server() {
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     tx.on_completed(&done(COM_QUERY, "SELECT 1", AC));
     assert!(!tx.take_last_insert_id_ask());
     // An explicit AUTO_INCREMENT value is reported like a generated one.
@@ -530,7 +530,7 @@ fn an_ok_with_an_insert_id_or_a_last_insert_id_call_asks_the_server() {
 
 #[test]
 fn last_insert_id_comes_from_the_sessions_own_ok_packets() {
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     let mut insert = done(COM_QUERY, "INSERT INTO t VALUES (NULL)", AC);
     insert.ok = Some(OkCounts {
         affected_rows: 1,
@@ -572,7 +572,7 @@ fn last_insert_id_comes_from_the_sessions_own_ok_packets() {
 
 #[test]
 fn com_init_db_sets_the_schema_and_a_long_statement_pins() {
-    let mut tx = TxState::new(Some("a".into()), 45, false, MARIADB);
+    let mut tx = TxState::new(Some("a".into()), 45, false, MARIADB, 0);
     tx.on_completed(&done(COM_INIT_DB, "b", AC));
     assert_eq!(tx.schema(), Some("b"));
     let mut long = done(COM_QUERY, "", AC);
@@ -605,7 +605,7 @@ fn query_packet_bytes(sql: &[u8]) -> Vec<u8> {
 
 #[test]
 fn a_constant_set_may_run_on_a_connection_that_already_carries_its_result() {
-    let mut a = TxState::new(None, 45, false, MARIADB);
+    let mut a = TxState::new(None, 45, false, MARIADB, 0);
     // Before its first SET the session wants a connection with no settings,
     // or one that carries exactly what this SET leads to.
     let setup = a.lease_setup(&query_packet("SET AUTOCOMMIT = 0"));
@@ -628,7 +628,7 @@ fn a_constant_set_may_run_on_a_connection_that_already_carries_its_result() {
 
 #[test]
 fn lock_tables_holds_the_connection_until_unlock_tables() {
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     assert_eq!(
         tx.on_completed(&done(COM_QUERY, "LOCK TABLES t READ", AC)),
         Some(PinReason::LockTables)
@@ -663,7 +663,7 @@ fn the_answer_is_judged_from_its_own_text_not_the_leased_one() {
     // lease_setup lexes the command and on_completed reads the statements
     // back: only for the same text (a pipelined second command, or a
     // command the client changed, is lexed on its own).
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     tx.lease_setup(&query_packet("SELECT 1"));
     assert_eq!(
         tx.on_completed(&done(COM_QUERY, "SET @x = 1", AC)),
@@ -672,7 +672,7 @@ fn the_answer_is_judged_from_its_own_text_not_the_leased_one() {
     // The server reads a text in the modes its session had before it
     // ran: the last answer's status. With NO_BACKSLASH_ESCAPES there,
     // `'\'` is a whole string and a user-variable write follows.
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     let nbe = AC | SERVER_STATUS_NO_BACKSLASH_ESCAPES;
     tx.on_completed(&done(
         COM_QUERY,
@@ -688,7 +688,7 @@ fn the_answer_is_judged_from_its_own_text_not_the_leased_one() {
 
 #[test]
 fn plain_row_count_and_found_rows_are_answered_in_any_case() {
-    let tx = TxState::new(None, 45, false, MARIADB);
+    let tx = TxState::new(None, 45, false, MARIADB, 0);
     assert_eq!(
         tx.answer_previous(b"select  Row_Count ( ) ;"),
         Some(("Row_Count ( )".to_owned(), -1))
@@ -716,7 +716,7 @@ fn setting_the_state_change_tracker_pins() {
         "SET @@session.session_track_state_change = 0",
         "SET autocommit = 1, session_track_state_change = OFF",
     ] {
-        let mut tx = TxState::new(None, 45, true, MARIADB);
+        let mut tx = TxState::new(None, 45, true, MARIADB, 0);
         assert_eq!(
             tx.on_completed(&done(COM_QUERY, sql, AC)),
             Some(PinReason::SessionCommand),
@@ -724,7 +724,7 @@ fn setting_the_state_change_tracker_pins() {
         );
     }
     // Another tracker: the client now gets every block the server sends.
-    let mut tx = TxState::new(None, 45, true, MARIADB);
+    let mut tx = TxState::new(None, 45, true, MARIADB, 0);
     assert_eq!(tx.client_view(), Some(ClientView::Defaults));
     assert_eq!(
         tx.on_completed(&done(COM_QUERY, "SET session_track_schema = OFF", AC)),
@@ -732,7 +732,7 @@ fn setting_the_state_change_tracker_pins() {
     );
     assert_eq!(tx.client_view(), None);
     // A client without the capability never gets any.
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     tx.on_completed(&done(COM_QUERY, "SET session_track_schema = OFF", AC));
     assert_eq!(tx.client_view(), Some(ClientView::Untracked));
 }
@@ -748,16 +748,16 @@ fn a_multibyte_client_charset_pins_non_ascii_texts() {
         tx.lease_setup(&query_packet_bytes(text));
         tx.on_completed(&c)
     };
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     assert_eq!(
         answer(&mut tx),
         None,
         "utf8mb4: no multi-byte pair ends in `\\`"
     );
-    let mut tx = TxState::new(None, 45, false, MARIADB);
+    let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     assert_eq!(tx.on_completed(&done(COM_QUERY, "SET NAMES gbk", AC)), None);
     assert_eq!(answer(&mut tx), Some(PinReason::MultiStatement));
-    let mut tx = TxState::new(None, 28, false, MARIADB);
+    let mut tx = TxState::new(None, 28, false, MARIADB, 0);
     assert_eq!(answer(&mut tx), Some(PinReason::MultiStatement));
     // Back to a safe set: lexed byte-wise again.
     tx.on_completed(&done(COM_QUERY, "SET NAMES utf8mb4", AC));

@@ -189,6 +189,9 @@ pub enum PoolEvent {
         capabilities: u32,
         /// MariaDB extended capabilities (0 from a MySQL server).
         ext_capabilities: u32,
+        /// A login's OK status flags (None from a probe, which does not
+        /// log in): a fresh session's sql_mode quoting.
+        login_status: Option<u16>,
     },
 }
 

@@ -140,6 +140,7 @@ impl Pool {
         server_version: String,
         capabilities: u32,
         ext_capabilities: u32,
+        login_status: Option<u16>,
         out: &mut Vec<PoolEvent>,
     ) {
         self.retry_at = None;
@@ -148,6 +149,7 @@ impl Pool {
             server_version,
             capabilities,
             ext_capabilities,
+            login_status,
         });
     }
 
@@ -163,8 +165,10 @@ impl Pool {
                 server_version,
                 capabilities,
                 ext_capabilities,
+                status,
             } => {
-                self.server_answered(server_version, capabilities, ext_capabilities, out);
+                let status = Some(status);
+                self.server_answered(server_version, capabilities, ext_capabilities, status, out);
                 let Some(p) = self.slots.get_mut(id.index, id.generation) else {
                     return;
                 };
@@ -180,7 +184,7 @@ impl Pool {
                 server_version,
                 capabilities,
                 ext_capabilities,
-            } => self.server_answered(server_version, capabilities, ext_capabilities, out),
+            } => self.server_answered(server_version, capabilities, ext_capabilities, None, out),
             BackendEvent::OpenFailed {
                 cause,
                 login_refused,

@@ -68,7 +68,9 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::mysql::constants::COM_QUERY;
+use crate::mysql::constants::{
+    COM_QUERY, SERVER_STATUS_ANSI_QUOTES, SERVER_STATUS_NO_BACKSLASH_ESCAPES,
+};
 use crate::mysql::kill::{self, KillCommand, KillStatement, ER_KILL_DENIED_ERROR};
 use crate::mysql::lexer::Server;
 use crate::mysql::packet::{split_packet, write_packet};
@@ -320,6 +322,10 @@ pub struct Registry {
     /// `pack_server`): how transaction pooling's lexer reads the
     /// version-gated comments of a session's statements.
     server: AtomicU64,
+    /// The quoting flags (NO_BACKSLASH_ESCAPES, MariaDB's ANSI_QUOTES) of
+    /// the last backend login's OK: the global sql_mode a session starts
+    /// with, before its own first answer shows its status.
+    login_quoting: AtomicU32,
     /// Each proxy user is itself on the backend, so the server checks who
     /// may kill what (false: one shared backend user; the proxy checks).
     server_checks_owner: AtomicBool,
@@ -333,6 +339,7 @@ impl Default for Registry {
             shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
             mariadb: AtomicBool::new(true),
             server: AtomicU64::new(pack_server(Server::Unknown)),
+            login_quoting: AtomicU32::new(0),
             server_checks_owner: AtomicBool::new(false),
             seq: AtomicU32::new(0),
         }
@@ -356,6 +363,18 @@ impl Registry {
         self.mariadb.store(mariadb, Ordering::Relaxed);
         let server = pack_server(Server::from_greeting(server_version));
         self.server.store(server, Ordering::Relaxed);
+    }
+
+    /// A backend login's OK status: keep its quoting flags.
+    pub fn set_backend_login_status(&self, status: u16) {
+        let quoting = status & (SERVER_STATUS_NO_BACKSLASH_ESCAPES | SERVER_STATUS_ANSI_QUOTES);
+        self.login_quoting
+            .store(u32::from(quoting), Ordering::Relaxed);
+    }
+
+    /// The quoting status flags a fresh backend session starts with.
+    pub fn backend_login_quoting(&self) -> u16 {
+        u16::try_from(self.login_quoting.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
     /// The backend server as its last greeting described it (`Unknown`

@@ -24,6 +24,7 @@ impl Session {
             self.key.collation,
             self.key.caps & CLIENT_SESSION_TRACK != 0,
             ctx.registry.backend_server(),
+            ctx.registry.backend_login_quoting(),
         ));
         let mut tracker = match self.tracker.take() {
             Some(t) => t,

@@ -162,6 +162,28 @@ def test_ansi_quotes_hides_nothing(proxy):
         assert value(b, "SELECT @z") is None
 
 
+@pytest.fixture
+def global_ansi_quotes():
+    with direct() as d:
+        old = value(d, "SELECT @@GLOBAL.sql_mode")
+        value(d, "SET GLOBAL sql_mode = CONCAT(@@GLOBAL.sql_mode, ',ANSI_QUOTES')")
+    yield
+    with direct() as d, d.cursor() as cur:
+        cur.execute("SET GLOBAL sql_mode = %s", (old,))
+
+
+def test_a_global_ansi_quotes_counts_from_the_first_statement(global_ansi_quotes, make_proxy):
+    """Before its first answer a session has only the backend login's status to go by."""
+    proxy = make_proxy(pooling="transaction", workers=1, extra_args=ONE_BACKEND)
+
+    def a_does(a):
+        value(a, "SELECT 1 AS \"x\\\", @z := 'A' -- \"")
+        assert value(a, "SELECT @z") == "A"
+
+    with after_a(proxy, a_does) as b:
+        assert value(b, "SELECT @z") is None
+
+
 def test_no_backslash_escapes_hides_nothing(proxy):
     """Under NO_BACKSLASH_ESCAPES `'x\\'` is a whole string: the assignment after it is code."""
 

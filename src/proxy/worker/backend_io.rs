@@ -194,6 +194,7 @@ impl Worker {
                 server_version,
                 capabilities,
                 ext_capabilities,
+                login_status,
             } => {
                 if self.template.capabilities.is_none() {
                     tracing::info!(worker = self.id, version = %server_version, "backend reachable");
@@ -201,6 +202,9 @@ impl Worker {
                 self.template.capabilities = Some(capabilities);
                 self.template.ext_capabilities = ext_capabilities;
                 self.shared.registry.set_backend_version(&server_version);
+                if let Some(status) = login_status {
+                    self.shared.registry.set_backend_login_status(status);
+                }
                 self.template.server_version = server_version;
             }
         }
