@@ -269,6 +269,8 @@ const fn reading(no_backslash_escapes: bool, ansi_quotes: bool) -> LexOptions {
     LexOptions {
         no_backslash_escapes,
         ansi_quotes,
+        // Both readings are tried.
+        ansi_quotes_known: true,
         ascii_safe_charset: true,
         // Not known: a version-gated comment that some server would run
         // makes the tokenizing unsure, which counts as a KILL below.

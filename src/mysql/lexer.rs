@@ -92,6 +92,10 @@ pub struct LexOptions {
     /// `sql_mode` has ANSI_QUOTES: `"…"` is an identifier, in which `\` is
     /// an ordinary character.
     pub ansi_quotes: bool,
+    /// `ansi_quotes` is known (MariaDB reports it in every status word,
+    /// MySQL does not): when false, a `"…"` that reads differently either
+    /// way makes the text unsplittable.
+    pub ansi_quotes_known: bool,
     /// The client character set never puts an ASCII byte inside a
     /// multi-byte character (utf8mb4, latin1, … but not big5, cp932, gbk,
     /// sjis, gb18030). When false, any byte ≥ 0x80 makes the text
@@ -106,6 +110,7 @@ impl Default for LexOptions {
         LexOptions {
             no_backslash_escapes: false,
             ansi_quotes: false,
+            ansi_quotes_known: true,
             ascii_safe_charset: true,
             server: Server::Unknown,
         }
@@ -340,6 +345,8 @@ pub enum LexError {
     UnsafeMultibyte,
     #[error("a version-gated comment this server may read either way")]
     UnsureVersionComment,
+    #[error("a \"…\" that reads differently with and without ANSI_QUOTES, which this server does not report")]
+    UnsureQuotes,
 }
 
 mod classifier;

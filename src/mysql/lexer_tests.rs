@@ -4,6 +4,7 @@ use super::*;
 const MARIADB: LexOptions = LexOptions {
     no_backslash_escapes: false,
     ansi_quotes: false,
+    ansi_quotes_known: true,
     ascii_safe_charset: true,
     server: Server::MariaDb(101119),
 };
@@ -448,6 +449,31 @@ fn quoting_and_escapes() {
         ..LexOptions::default()
     };
     assert_eq!(classes_with(r#"SELECT "a\"; SELECT 2"#, &ansi).len(), 2);
+    // A quoted user-variable name too (checked on MariaDB 10.11: `@"a\"`
+    // names the variable `a\`).
+    assert_eq!(
+        first_pin(&classify(br#"SELECT 1 AS "x\", @"a\" := 1 -- ""#, &ansi)),
+        Some(Pin::UserVariableWrite)
+    );
+    // Not known (a MySQL server reports no ANSI_QUOTES flag): a "…" that
+    // ends elsewhere either way is unsure; one that does not counts as an
+    // identifier, so that `USE "db"` is a USE.
+    let unknown = LexOptions {
+        ansi_quotes_known: false,
+        ..LexOptions::default()
+    };
+    assert_eq!(
+        classes_with(r#"SELECT 1 AS "x\", @z := 'A' -- ""#, &unknown),
+        vec![Class::Pin(Pin::Unsplittable)]
+    );
+    assert_eq!(
+        classes_with(r#"SELECT "abc""#, &unknown),
+        vec![Class::Plain]
+    );
+    assert_eq!(
+        classes_with(r#"USE "db""#, &unknown),
+        vec![Class::Use("db".into())]
+    );
     // `--` needs a space after it to start a comment.
     assert_eq!(one("SELECT 1--1"), Class::Plain);
     assert_eq!(pin("SELECT 1--1, @x := 1"), Some(Pin::UserVariableWrite));
@@ -597,6 +623,7 @@ fn never_panics_and_round_trips_on_garbage() {
             LexOptions {
                 no_backslash_escapes: true,
                 ansi_quotes: true,
+                ansi_quotes_known: true,
                 ascii_safe_charset: false,
                 server: Server::MariaDb(101119),
             },

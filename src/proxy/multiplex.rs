@@ -260,8 +260,8 @@ impl TxState {
     fn lex_options(&self) -> LexOptions {
         LexOptions {
             no_backslash_escapes: self.status & SERVER_STATUS_NO_BACKSLASH_ESCAPES != 0,
-            ansi_quotes: matches!(self.server, Server::MariaDb(_))
-                && self.status & SERVER_STATUS_ANSI_QUOTES != 0,
+            ansi_quotes: self.status & SERVER_STATUS_ANSI_QUOTES != 0,
+            ansi_quotes_known: matches!(self.server, Server::MariaDb(_)),
             ascii_safe_charset: self.charset_safe,
             server: self.server,
         }

@@ -107,14 +107,10 @@ pub fn tokenize_into(sql: &[u8], opts: &LexOptions, toks: &mut Vec<Token>) -> Re
                     .ok_or(LexError::UnterminatedString)?;
                 TokenKind::String
             }
-            b'"' if opts.ansi_quotes => {
-                i = skip_quoted(sql, i, b'"', false).ok_or(LexError::UnterminatedIdentifier)?;
-                TokenKind::QuotedIdent
-            }
             b'"' => {
-                i = skip_quoted(sql, i, b'"', !opts.no_backslash_escapes)
-                    .ok_or(LexError::UnterminatedString)?;
-                TokenKind::String
+                let (end, kind) = double_quoted(sql, i, opts)?;
+                i = end;
+                kind
             }
             b'`' => {
                 i = skip_quoted(sql, i, b'`', false).ok_or(LexError::UnterminatedIdentifier)?;
@@ -158,8 +154,12 @@ pub fn tokenize_into(sql: &[u8], opts: &LexOptions, toks: &mut Vec<Token>) -> Re
                         i += 1;
                         TokenKind::Punct
                     }
-                    Some(q @ (b'\'' | b'"' | b'`')) => {
-                        let esc = q != b'`' && !opts.no_backslash_escapes;
+                    Some(b'"') => {
+                        i = double_quoted(sql, i + 1, opts)?.0;
+                        TokenKind::UserVar
+                    }
+                    Some(q @ (b'\'' | b'`')) => {
+                        let esc = q == b'\'' && !opts.no_backslash_escapes;
                         i = skip_quoted(sql, i + 1, q, esc)
                             .ok_or(LexError::UnterminatedIdentifier)?;
                         TokenKind::UserVar
@@ -209,6 +209,28 @@ pub fn tokenize_into(sql: &[u8], opts: &LexOptions, toks: &mut Vec<Token>) -> Re
         return Err(LexError::UnterminatedComment);
     }
     Ok(())
+}
+
+/// Just past the `"…"` that opens at `i`, and its kind: under ANSI_QUOTES
+/// an identifier (no escapes), else a string. Where the mode is not known
+/// (MySQL reports no ANSI_QUOTES flag) both readings must end at the same
+/// byte, or the text is unsure; it is then taken as an identifier, so that
+/// `USE "db"` counts as a USE.
+fn double_quoted(sql: &[u8], i: usize, opts: &LexOptions) -> Result<(usize, TokenKind), LexError> {
+    let as_ident = skip_quoted(sql, i, b'"', false);
+    if opts.ansi_quotes {
+        let end = as_ident.ok_or(LexError::UnterminatedIdentifier)?;
+        return Ok((end, TokenKind::QuotedIdent));
+    }
+    let as_string = skip_quoted(sql, i, b'"', !opts.no_backslash_escapes);
+    if opts.ansi_quotes_known {
+        let end = as_string.ok_or(LexError::UnterminatedString)?;
+        return Ok((end, TokenKind::String));
+    }
+    match (as_ident, as_string) {
+        (Some(a), Some(b)) if a == b => Ok((a, TokenKind::QuotedIdent)),
+        _ => Err(LexError::UnsureQuotes),
+    }
 }
 
 /// The index just past the end of the line that starts at `i` (or the end).
