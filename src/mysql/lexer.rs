@@ -318,6 +318,11 @@ pub struct Statement {
     /// strings and comments. (Outside the plain form these reads are still
     /// classified `Pin(PreviousStatementState)`.)
     pub reads_last_insert_id: bool,
+    /// Its class is `Pin(PreviousStatementState)` for `LAST_INSERT_ID()`
+    /// reads alone (nothing else in it pins, and it reads nothing else an
+    /// earlier statement left): a proxy that sets the session's own value
+    /// first need not pin.
+    pub only_last_insert_id_reads: bool,
     /// It is a `CALL` (its leading keyword, after any `(`, comments and
     /// executable-comment markers): the procedure's body, which this lexer
     /// never sees, may do anything that would pin. The class says only

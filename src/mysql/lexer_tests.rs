@@ -502,6 +502,7 @@ fn unsplittable() {
                 range: 0..sql.len(),
                 class: Class::Pin(Pin::Unsplittable),
                 reads_last_insert_id: false,
+                only_last_insert_id_reads: false,
                 call: false,
             }],
             "{sql}"
@@ -528,6 +529,7 @@ fn routine_definitions() {
             range: 0..body.len(),
             class: Class::Plain,
             reads_last_insert_id: false,
+            only_last_insert_id_reads: false,
             call: false,
         }]
     );

@@ -288,7 +288,7 @@ impl TxState {
         let effect = (c.command == COM_QUERY).then(|| {
             c.text
                 .as_deref()
-                .map(|t| effect_of(t, self.lexed.get(t, &opts)))
+                .map(|t| effect_of(self.lexed.get(t, &opts)))
         });
         // SHOW WARNINGS and friends read the diagnostics area without
         // clearing it: the hold for the statement before goes on. So do

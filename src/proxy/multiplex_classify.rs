@@ -133,17 +133,17 @@ fn code_contains_word(sql: &[u8], needles: &[&[u8]]) -> bool {
 /// client character set, the server's version). It never pins on reads of
 /// `@@var` or `@x`.
 pub fn classify_query(sql: &[u8], opts: &LexOptions) -> Effect {
-    effect_of(sql, &lexer::classify(sql, opts))
+    effect_of(&lexer::classify(sql, opts))
 }
 
 /// [`classify_query`] of `sql` already lexed into `statements` (a caller
 /// that needs the statements for other tests too lexes once: the lexer is
 /// most of transaction pooling's user time per query).
-pub(super) fn effect_of(sql: &[u8], statements: &[lexer::Statement]) -> Effect {
+pub(super) fn effect_of(statements: &[lexer::Statement]) -> Effect {
     let mut effects = statements
         .iter()
         .filter(|st| st.class != Class::Empty)
-        .map(|st| statement_effect(&sql[st.range.clone()], st));
+        .map(statement_effect);
     let Some(first) = effects.next() else {
         return Effect::Plain;
     };
@@ -179,12 +179,12 @@ pub(super) fn effect_of(sql: &[u8], statements: &[lexer::Statement]) -> Effect {
     }
 }
 
-fn statement_effect(text: &[u8], st: &lexer::Statement) -> Effect {
+fn statement_effect(st: &lexer::Statement) -> Effect {
     match &st.class {
         // LAST_INSERT_ID() read in an expression: the connection got the
         // session's value before the command (`lease_setup`), so it needs
         // no pin, unlike the other reads of the previous statement.
-        Class::Pin(Pin::PreviousStatementState) if only_last_insert_id_reads(text) => Effect::Plain,
+        Class::Pin(Pin::PreviousStatementState) if st.only_last_insert_id_reads => Effect::Plain,
         Class::Pin(pin) => Effect::Pin(pin_reason(*pin)),
         Class::Set(items) => {
             let global = |i: &SetItem| {
@@ -250,47 +250,11 @@ pub(super) fn ends_table_locks(statements: &[lexer::Statement]) -> bool {
         .any(|st| matches!(st.class, Class::UnlockTables | Class::Begin))
 }
 
-/// The statement's previous-statement reads are all `LAST_INSERT_ID()`
-/// without an argument (with one it sets the value, which a SELECT's
-/// result does not report).
-fn only_last_insert_id_reads(text: &[u8]) -> bool {
-    for other in [
-        &b"ROW_COUNT"[..],
-        b"FOUND_ROWS",
-        b"@@",
-        b"DIAGNOSTICS",
-        b"LASTVAL",
-        b"PREVIOUS",
-    ] {
-        if code_contains(text, other) {
-            return false;
-        }
-    }
-    const F: &[u8] = b"LAST_INSERT_ID";
-    let mut found = false;
-    for i in code_offsets(text) {
-        if !at(text, i, F) {
-            continue;
-        }
-        // The next two code bytes that are not whitespace must be `()`
-        // (a literal between them is skipped).
-        let rest = &text[i + F.len()..];
-        let mut next = code_offsets(rest)
-            .map(|k| rest[k])
-            .filter(|c| !c.is_ascii_whitespace());
-        if (next.next(), next.next()) != (Some(b'('), Some(b')')) {
-            return false;
-        }
-        found = true;
-    }
-    found
-}
-
 /// A `SET` whose values are constants (no `@@` reads, no function calls):
 /// running it twice leaves what running it once does. `statements`: `sql`
 /// lexed with the default options.
 pub(super) fn constant_set(sql: &[u8], statements: &[lexer::Statement]) -> bool {
-    if effect_of(sql, statements) != Effect::SetVariables {
+    if effect_of(statements) != Effect::SetVariables {
         return false;
     }
     !code_contains(sql, b"@@") && !code_contains(sql, b"(")

@@ -143,7 +143,6 @@ fn only_last_insert_id_reads_in_any_case() {
         "select last_insert_id ( ) + 1",
         "SELECT Last_Insert_Id() * 2, 'row_count()'",
     ] {
-        assert!(only_last_insert_id_reads(sql.as_bytes()), "{sql}");
         assert_eq!(effect(sql), Effect::Plain, "{sql}");
     }
     for sql in [
@@ -151,14 +150,15 @@ fn only_last_insert_id_reads_in_any_case() {
         "SELECT last_insert_id() + @@identity",
         "SELECT LAST_INSERT_ID(5) + 1",
         "SELECT LASTVAL(s), LAST_INSERT_ID() + 1",
-        "SELECT 1",
+        // An argument, even a literal, sets the value.
+        "SELECT last_insert_id('x') + 1",
     ] {
-        assert!(!only_last_insert_id_reads(sql.as_bytes()), "{sql}");
+        assert_eq!(
+            effect(sql),
+            Effect::Pin(PinReason::PreviousStatement),
+            "{sql}"
+        );
     }
-    // As the upper-cased copy this replaces did: a literal argument is
-    // skipped, so it reads as none (the value it sets is read back from
-    // the connection before it goes back: `mentions_last_insert_id`).
-    assert!(only_last_insert_id_reads(b"SELECT last_insert_id('x') + 1"));
     assert_eq!(
         effect("SELECT LAST_INSERT_ID() + row_count()"),
         Effect::Pin(PinReason::PreviousStatement)
@@ -177,4 +177,24 @@ fn a_constant_set_in_any_case() {
     assert!(!constant("SET sql_mode = @@SQL_MODE"));
     assert!(!constant("set sql_mode = concat('a', 'b')"));
     assert!(!constant("SELECT 1"));
+}
+
+#[test]
+fn a_last_insert_id_read_does_not_hide_a_later_pin() {
+    // The scan stops at its first pin; a LAST_INSERT_ID() read before a
+    // lock or a variable write must not make the statement plain.
+    for sql in [
+        "SELECT LAST_INSERT_ID(), GET_LOCK('x', 0)",
+        "SELECT LAST_INSERT_ID(), @x := 1",
+        "SELECT LAST_INSERT_ID() INTO @x",
+        "SELECT LAST_INSERT_ID(), SQL_CALC_FOUND_ROWS 1",
+        "SELECT LAST_INSERT_ID(), /*!999999 ' */ GET_LOCK('x', 0) /* ' */",
+        "SELECT LAST_INSERT_ID(), /*!999999 ' */ ROW_COUNT() /* ' */",
+    ] {
+        assert_ne!(effect(sql), Effect::Plain, "{sql}");
+    }
+    assert_eq!(
+        effect("SELECT LAST_INSERT_ID() + 1, 'GET_LOCK('"),
+        Effect::Plain
+    );
 }

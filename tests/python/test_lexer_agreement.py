@@ -132,6 +132,21 @@ def test_a_hidden_get_lock_is_released_when_its_client_quits(proxy, call):
         assert value(watcher, f"SELECT IS_FREE_LOCK('{LOCK_NAME}')") == 1
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["SELECT LAST_INSERT_ID(), GET_LOCK('{}', 0)", "SELECT LAST_INSERT_ID(), /*!999999 ' */ GET_LOCK('{}', 0) /* ' */"],
+)
+def test_a_last_insert_id_read_does_not_hide_a_lock_after_it(proxy, text):
+    """A LAST_INSERT_ID() read alone needs no pin (the session's value is set first); the
+    classifier's scan must not stop at it and miss what follows."""
+
+    def a_does(a):
+        value(a, text.format(LOCK_NAME))
+
+    with after_a(proxy, a_does), direct() as watcher:
+        assert value(watcher, f"SELECT IS_FREE_LOCK('{LOCK_NAME}')") == 1
+
+
 def test_a_hidden_use_does_not_change_the_next_clients_schema(proxy):
     def a_does(a):
         value(a, HIDE.format(f"USE {OTHER_DB}"))

@@ -32,6 +32,7 @@ pub fn classify_into(
             range: 0..sql.len(),
             class: Class::Pin(Pin::Unsplittable),
             reads_last_insert_id: false,
+            only_last_insert_id_reads: false,
             call: false,
         });
         return;
@@ -61,17 +62,24 @@ pub fn classify_into(
         // harmless to the searches below).
         let parts = || std::iter::once(ts).chain(rest.split(semicolon));
         match compound_kind(&c) {
-            Compound::None => out.push(Statement {
-                range,
-                class: c.classify(),
-                reads_last_insert_id: c.reads_last_insert_id(),
-                call: c.is_call(),
-            }),
+            Compound::None => {
+                let class = c.classify();
+                let only_last_insert_id_reads = class == Class::Pin(Pin::PreviousStatementState)
+                    && c.only_last_insert_id_reads();
+                out.push(Statement {
+                    range,
+                    class,
+                    reads_last_insert_id: c.reads_last_insert_id(),
+                    only_last_insert_id_reads,
+                    call: c.is_call(),
+                })
+            }
             // A single statement: the server reads all of it as one.
             Compound::Routine if !rest_has_code => out.push(Statement {
                 range,
                 class: Class::Plain,
                 reads_last_insert_id: false,
+                only_last_insert_id_reads: false,
                 call: false,
             }),
             Compound::Routine => {
@@ -100,6 +108,7 @@ pub fn classify_into(
                     range: range.start..sql.len(),
                     class,
                     reads_last_insert_id,
+                    only_last_insert_id_reads: false,
                     call: false,
                 });
                 return;
@@ -109,6 +118,7 @@ pub fn classify_into(
                     range: range.start..sql.len(),
                     class: Class::Pin(Pin::Unsplittable),
                     reads_last_insert_id: false,
+                    only_last_insert_id_reads: false,
                     call: false,
                 });
                 return;
@@ -432,6 +442,7 @@ impl<'a> Cx<'a> {
         let is_select = self.kw(f, "SELECT") || self.kw(f, "WITH");
         // CALL's OUT parameters and LOAD DATA's `(@col)` write variables.
         let is_call = self.kw_any(f, &["CALL", "LOAD"]);
+        let mut read_last_insert_id = false;
         for i in 0..self.toks.len() {
             match self.kind(i)? {
                 TokenKind::Word => {
@@ -459,9 +470,13 @@ impl<'a> Cx<'a> {
                     }
                     if call && self.kw(i, "LAST_INSERT_ID") {
                         // LAST_INSERT_ID(expr) sets the value; outside a
-                        // SELECT the statement's OK packet carries it.
-                        let reads = self.punct(i + 2, b')');
-                        if reads || is_select {
+                        // SELECT the statement's OK packet carries it. A
+                        // read counts only if nothing else pins: the proxy
+                        // answers those reads itself, and must not miss a
+                        // lock or a variable write after one.
+                        if self.punct(i + 2, b')') {
+                            read_last_insert_id = true;
+                        } else if is_select {
                             return Some(Pin::PreviousStatementState);
                         }
                     }
@@ -489,7 +504,38 @@ impl<'a> Cx<'a> {
                 _ => {}
             }
         }
-        None
+        read_last_insert_id.then_some(Pin::PreviousStatementState)
+    }
+
+    /// The statement's reads of what an earlier one left are all
+    /// `LAST_INSERT_ID()` without an argument (any `@@` variable, ROW_COUNT,
+    /// FOUND_ROWS, LASTVAL, PREVIOUS VALUE, DIAGNOSTICS or
+    /// `LAST_INSERT_ID(expr)` says no), and there is one.
+    fn only_last_insert_id_reads(&self) -> bool {
+        const OTHERS: [&str; 5] = [
+            "ROW_COUNT",
+            "FOUND_ROWS",
+            "LASTVAL",
+            "PREVIOUS",
+            "DIAGNOSTICS",
+        ];
+        let mut found = false;
+        for i in 0..self.toks.len() {
+            match self.kind(i) {
+                Some(TokenKind::SysVar) => return false,
+                Some(TokenKind::Word) if self.kw_any(i, &OTHERS) => return false,
+                Some(TokenKind::Word)
+                    if self.kw(i, "LAST_INSERT_ID") && self.punct(i + 1, b'(') =>
+                {
+                    if !self.punct(i + 2, b')') {
+                        return false;
+                    }
+                    found = true;
+                }
+                _ => {}
+            }
+        }
+        found
     }
 
     /// The name at `i`, followed by `(`, calls a stored function (see
