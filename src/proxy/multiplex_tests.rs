@@ -763,3 +763,23 @@ fn a_multibyte_client_charset_pins_non_ascii_texts() {
     tx.on_completed(&done(COM_QUERY, "SET NAMES utf8mb4", AC));
     assert_eq!(answer(&mut tx), None);
 }
+
+#[test]
+fn a_mode_change_inside_a_multi_statement_text_pins() {
+    // The lexer reads the whole text in the modes before it; the server
+    // reads what follows the SET in the new ones. A SET among several
+    // statements pins, so the difference never reaches the pool.
+    for text in [
+        "SET sql_mode = 'ANSI_QUOTES'; SELECT 1 AS \"x\\\", @z := 'A' -- \"",
+        "SET sql_mode = 'NO_BACKSLASH_ESCAPES'; SELECT 'x\\', @z := 'A' -- '",
+        "SET NAMES gbk; DO '\u{5c}', 1",
+    ] {
+        let mut tx = TxState::new(None, 45, false, MARIADB, 0);
+        tx.lease_setup(&query_packet(text));
+        assert!(
+            tx.on_completed(&done(COM_QUERY, text, AC)).is_some(),
+            "{text}"
+        );
+        assert!(!tx.releasable(), "{text}");
+    }
+}

@@ -217,9 +217,8 @@ pub fn tokenize_into(sql: &[u8], opts: &LexOptions, toks: &mut Vec<Token>) -> Re
 /// byte, or the text is unsure; it is then taken as an identifier, so that
 /// `USE "db"` counts as a USE.
 fn double_quoted(sql: &[u8], i: usize, opts: &LexOptions) -> Result<(usize, TokenKind), LexError> {
-    let as_ident = skip_quoted(sql, i, b'"', false);
     if opts.ansi_quotes {
-        let end = as_ident.ok_or(LexError::UnterminatedIdentifier)?;
+        let end = skip_quoted(sql, i, b'"', false).ok_or(LexError::UnterminatedIdentifier)?;
         return Ok((end, TokenKind::QuotedIdent));
     }
     let as_string = skip_quoted(sql, i, b'"', !opts.no_backslash_escapes);
@@ -227,7 +226,7 @@ fn double_quoted(sql: &[u8], i: usize, opts: &LexOptions) -> Result<(usize, Toke
         let end = as_string.ok_or(LexError::UnterminatedString)?;
         return Ok((end, TokenKind::String));
     }
-    match (as_ident, as_string) {
+    match (skip_quoted(sql, i, b'"', false), as_string) {
         (Some(a), Some(b)) if a == b => Ok((a, TokenKind::QuotedIdent)),
         _ => Err(LexError::UnsureQuotes),
     }
