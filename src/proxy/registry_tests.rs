@@ -502,3 +502,18 @@ fn a_direct_descriptor_client_is_killed_through_its_workers_ring() {
     drop(victim);
     assert_eq!(reg.kill_client(PROXY_ID_BASE + 9), Killed::Gone);
 }
+
+#[test]
+fn the_backend_server_and_its_login_quoting_are_kept() {
+    use crate::mysql::constants::{SERVER_STATUS_ANSI_QUOTES, SERVER_STATUS_AUTOCOMMIT};
+    use crate::mysql::lexer::Server;
+    let r = Registry::default();
+    assert_eq!(r.backend_server(), Server::Unknown);
+    assert_eq!(r.backend_login_quoting(), 0);
+    r.set_backend_version("5.5.5-10.11.19-MariaDB-0+deb12u1");
+    assert_eq!(r.backend_server(), Server::MariaDb(101119));
+    r.set_backend_version("8.0.36");
+    assert_eq!(r.backend_server(), Server::MySql(80036));
+    r.set_backend_login_status(SERVER_STATUS_AUTOCOMMIT | SERVER_STATUS_ANSI_QUOTES);
+    assert_eq!(r.backend_login_quoting(), SERVER_STATUS_ANSI_QUOTES);
+}
