@@ -5,7 +5,7 @@
 //! Input format: byte 0 selects the options (bit 0 NO_BACKSLASH_ESCAPES,
 //! bit 1 ANSI_QUOTES, bit 2 an ASCII-unsafe multi-byte charset, bits 3-4
 //! the server: MariaDB 10.11, MySQL 8.0 or not known, bit 5 ANSI_QUOTES not
-//! known); the rest is the SQL text.
+//! known, bit 6 a single-byte charset); the rest is the SQL text.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -20,6 +20,7 @@ fuzz_target!(|data: &[u8]| {
         ansi_quotes: flags & 2 != 0,
         ansi_quotes_known: flags & 32 == 0,
         ascii_safe_charset: flags & 4 == 0,
+        high_bytes_in_words: flags & 64 == 0,
         server: match (flags >> 3) & 3 {
             0 => Server::MariaDb(101119),
             1 => Server::MySql(80036),

@@ -272,6 +272,7 @@ const fn reading(no_backslash_escapes: bool, ansi_quotes: bool) -> LexOptions {
         // Both readings are tried.
         ansi_quotes_known: true,
         ascii_safe_charset: true,
+        high_bytes_in_words: true,
         // Not known: a version-gated comment that some server would run
         // makes the tokenizing unsure, which counts as a KILL below.
         server: Server::Unknown,
@@ -294,10 +295,14 @@ fn mentions_kill_nested(sql: &[u8], depth: u8) -> bool {
     READINGS.iter().any(|opts| {
         match tokenize_into(sql, opts, &mut toks) {
             Ok(()) => kill_in_tokens(sql, &toks, depth),
-            // A `;` or a nested marker inside an executable comment, or a
-            // version-gated comment some server runs: the server may read
-            // it in ways this lexer does not follow.
-            Err(LexError::OddExecutableComment | LexError::UnsureVersionComment) => true,
+            // A `;` or a nested marker inside an executable comment, a
+            // version-gated comment some server runs, or `--` before 0x7F:
+            // the server may read it in ways this lexer does not follow.
+            Err(
+                LexError::OddExecutableComment
+                | LexError::UnsureVersionComment
+                | LexError::UnsureByte,
+            ) => true,
             // An unterminated quote or comment: under this reading the
             // server fails the statement it is in, but runs the statements
             // before it (a multi-statement).

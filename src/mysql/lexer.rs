@@ -101,6 +101,10 @@ pub struct LexOptions {
     /// sjis, gb18030). When false, any byte ≥ 0x80 makes the text
     /// unsplittable.
     pub ascii_safe_charset: bool,
+    /// A byte ≥ 0x80 is part of a word, as in UTF-8 and ASCII. False for
+    /// single-byte sets such as latin1, where 0xA0 is whitespace: such a
+    /// byte outside quotes (or after `--`) makes the text unsplittable.
+    pub high_bytes_in_words: bool,
     /// The connected server: which version-gated comments it runs.
     pub server: Server,
 }
@@ -112,6 +116,7 @@ impl Default for LexOptions {
             ansi_quotes: false,
             ansi_quotes_known: true,
             ascii_safe_charset: true,
+            high_bytes_in_words: true,
             server: Server::Unknown,
         }
     }
@@ -352,6 +357,8 @@ pub enum LexError {
     UnsureVersionComment,
     #[error("a \"…\" that reads differently with and without ANSI_QUOTES, which this server does not report")]
     UnsureQuotes,
+    #[error("a byte whose meaning depends on the client character set outside quotes")]
+    UnsureByte,
 }
 
 mod classifier;

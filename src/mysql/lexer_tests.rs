@@ -6,6 +6,7 @@ const MARIADB: LexOptions = LexOptions {
     ansi_quotes: false,
     ansi_quotes_known: true,
     ascii_safe_charset: true,
+    high_bytes_in_words: true,
     server: Server::MariaDb(101119),
 };
 
@@ -481,6 +482,34 @@ fn quoting_and_escapes() {
 }
 
 #[test]
+fn bytes_whose_meaning_depends_on_the_charset() {
+    // latin1's 0xA0 is whitespace to the server (checked on MariaDB 10.11):
+    // outside quotes a single-byte charset's high byte is unsure.
+    let single = LexOptions {
+        high_bytes_in_words: false,
+        ..MARIADB
+    };
+    assert_eq!(
+        classes_with("SET\u{a0}@x = 1", &single),
+        vec![Class::Pin(Pin::Unsplittable)]
+    );
+    let latin1 = b"SET\xa0@x = 1";
+    assert_eq!(
+        first_pin(&classify(latin1, &single)),
+        Some(Pin::Unsplittable)
+    );
+    assert_eq!(
+        first_pin(&classify(b"SELECT 'caf\xe9', `\xe9` /* \xa0 */", &single)),
+        None
+    );
+    // `--` before 0x7F is a comment in some charsets and not in others.
+    assert_eq!(
+        first_pin(&classify(b"SELECT 1 --\x7f '\n, @x := 'A' -- '", &MARIADB)),
+        Some(Pin::Unsplittable)
+    );
+}
+
+#[test]
 fn unsplittable() {
     for sql in [
         "SELECT 'open",
@@ -627,6 +656,7 @@ fn never_panics_and_round_trips_on_garbage() {
                 ansi_quotes: true,
                 ansi_quotes_known: true,
                 ascii_safe_charset: false,
+                high_bytes_in_words: false,
                 server: Server::MariaDb(101119),
             },
         ] {

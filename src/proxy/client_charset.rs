@@ -1,12 +1,40 @@
-//! Does the session's client character set keep ASCII bytes out of its
-//! multi-byte characters? In big5, cp932, gbk, sjis and gb18030 the second
-//! byte of a character may be 0x5c, so the server reads `\` (or a quote
-//! after it) differently from a byte-wise lexer; the statement lexer pins
-//! any non-ASCII text in them (`LexOptions::ascii_safe_charset`). The set
-//! follows the handshake collation, then `SET NAMES`, `SET CHARACTER SET`
-//! and `SET character_set_client`.
+//! How the session's client character set bears on lexing a statement, by
+//! byte, as the server reads it:
+//! - UTF-8 (utf8mb3, utf8mb4) and ASCII: a byte ≥ 0x80 is part of a word,
+//!   as the statement lexer takes it.
+//! - Other single-byte sets (latin1, latin2, greek, …): a byte ≥ 0x80 may be
+//!   whitespace (0xA0 in latin1, checked on MariaDB 10.11: `SELECT\xA01`
+//!   runs, and `--\xA0` starts a comment), so outside quotes the lexer
+//!   cannot be sure of it (`LexOptions::high_bytes_in_words` false).
+//! - big5, cp932, gbk, gb18030, sjis: the second byte of a character may be
+//!   0x5c, which the server reads as part of the character and a byte-wise
+//!   lexer as `\`: any non-ASCII text pins (`ascii_safe_charset` false).
+//!
+//! The class follows the handshake collation, then `SET NAMES`, `SET
+//! CHARACTER SET` and `SET character_set_client`.
 
 use crate::mysql::lexer::{Scope, SetItem};
+
+/// What a client character set means to the lexer (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Class {
+    #[default]
+    Utf8,
+    SingleByte,
+    UnsafeMultiByte,
+}
+
+impl Class {
+    /// `LexOptions::ascii_safe_charset`.
+    pub fn ascii_safe(self) -> bool {
+        self != Class::UnsafeMultiByte
+    }
+
+    /// `LexOptions::high_bytes_in_words`.
+    pub fn high_bytes_in_words(self) -> bool {
+        self == Class::Utf8
+    }
+}
 
 /// The character sets whose multi-byte characters may hold an ASCII byte.
 const UNSAFE_CHARSETS: [&str; 5] = ["big5", "cp932", "gbk", "gb18030", "sjis"];
@@ -17,61 +45,80 @@ const UNSAFE_IDS: [u16; 19] = [
     1, 13, 28, 84, 87, 88, 95, 96, 248, 249, 250, 1025, 1037, 1052, 1108, 1111, 1112, 1119, 1120,
 ];
 
-/// The handshake collation `id` gives a safe client character set.
-pub fn collation_is_safe(id: u16) -> bool {
-    !UNSAFE_IDS.contains(&id)
+/// The class of collation `id` (a handshake's, or a number `SET` gave).
+/// Ids this does not know as UTF-8 or ASCII count as single-byte: only
+/// non-ASCII bytes outside quotes pin then.
+pub fn of_collation(id: u16) -> Class {
+    let utf8 = matches!(id, 11 | 65 | 33 | 83 | 192..=215 | 223 | 45 | 46 | 224..=247 | 255);
+    if UNSAFE_IDS.contains(&id) {
+        Class::UnsafeMultiByte
+    } else if utf8 {
+        Class::Utf8
+    } else {
+        Class::SingleByte
+    }
 }
 
-/// The character set called `name` is safe (unquoted, any case).
-fn charset_is_safe(name: &str) -> bool {
-    !UNSAFE_CHARSETS
-        .iter()
-        .any(|cs| name.eq_ignore_ascii_case(cs))
+/// The class of the character set called `name` (unquoted, any case).
+fn of_charset(name: &str) -> Class {
+    let is = |names: &[&str]| names.iter().any(|n| name.eq_ignore_ascii_case(n));
+    if is(&UNSAFE_CHARSETS) {
+        Class::UnsafeMultiByte
+    } else if is(&["utf8", "utf8mb3", "utf8mb4", "ascii"]) {
+        Class::Utf8
+    } else {
+        Class::SingleByte
+    }
 }
 
-/// Safe after a `SET` of `items` that ran on a session where it was
-/// `safe`; `tracked` is the system-variables tracker's report (name,
+/// The class after a `SET` of `items` that ran on a session of class
+/// `class`; `tracked` is the system-variables tracker's report (name,
 /// value), the evaluated value where the statement had an expression. A
-/// value this cannot read (`DEFAULT`, an expression) counts as unsafe:
-/// only non-ASCII texts pin then.
-pub fn after_set(safe: bool, items: &[SetItem], tracked: &[(String, String)]) -> bool {
-    let mut safe = safe;
+/// value this cannot read (`DEFAULT`, an expression) counts as unsafe.
+pub fn after_set(class: Class, items: &[SetItem], tracked: &[(String, String)]) -> Class {
+    let mut class = class;
     for item in items {
-        safe = match item {
-            SetItem::Names { charset, .. } => charset.as_deref().is_some_and(charset_is_safe),
-            SetItem::CharacterSet(cs) => cs.as_deref().is_some_and(charset_is_safe),
+        class = match item {
+            SetItem::Names { charset, .. } => charset.as_deref().map_or(UNREADABLE, of_charset),
+            SetItem::CharacterSet(cs) => cs.as_deref().map_or(UNREADABLE, of_charset),
             SetItem::Variable {
                 scope: Scope::Session,
                 name,
                 value,
             } if name == "character_set_client" => {
                 match tracked.iter().find(|(n, _)| n == "character_set_client") {
-                    Some((_, v)) => charset_is_safe(v),
-                    None => value_is_safe(value),
+                    Some((_, v)) => of_charset(v),
+                    None => of_value(value),
                 }
             }
-            _ => safe,
+            _ => class,
         };
     }
-    safe
+    class
 }
+
+/// What a value this cannot read counts as.
+const UNREADABLE: Class = Class::UnsafeMultiByte;
 
 /// A `character_set_client` value as written: a name, quoted or not, or a
 /// collation id.
-fn value_is_safe(value: &str) -> bool {
+fn of_value(value: &str) -> Class {
     let v = value.trim();
     let unquoted = match v.as_bytes() {
         [q @ (b'\'' | b'"' | b'`'), .., last] if q == last => &v[1..v.len() - 1],
         _ => v,
     };
     if let Ok(id) = unquoted.parse::<u16>() {
-        return collation_is_safe(id);
+        return of_collation(id);
     }
     let plain = !unquoted.is_empty()
         && unquoted
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    plain && !unquoted.eq_ignore_ascii_case("default") && charset_is_safe(unquoted)
+    if !plain || unquoted.eq_ignore_ascii_case("default") {
+        return UNREADABLE;
+    }
+    of_charset(unquoted)
 }
 
 #[cfg(test)]
@@ -88,11 +135,14 @@ mod tests {
 
     #[test]
     fn handshake_collations() {
-        for id in [8, 33, 45, 46, 63, 224, 255] {
-            assert!(collation_is_safe(id), "{id}");
+        for id in [33, 45, 46, 224, 255, 11] {
+            assert_eq!(of_collation(id), Class::Utf8, "{id}");
+        }
+        for id in [8, 47, 9, 63] {
+            assert_eq!(of_collation(id), Class::SingleByte, "{id}");
         }
         for id in [1, 13, 28, 84, 87, 88, 95, 96, 248] {
-            assert!(!collation_is_safe(id), "{id}");
+            assert_eq!(of_collation(id), Class::UnsafeMultiByte, "{id}");
         }
     }
 
@@ -102,26 +152,43 @@ mod tests {
             charset: cs.map(str::to_owned),
             collation: None,
         };
-        assert!(!after_set(true, &[names(Some("gbk"))], &[]));
-        assert!(after_set(false, &[names(Some("utf8mb4"))], &[]));
-        assert!(!after_set(true, &[names(None)], &[]));
-        assert!(!after_set(
-            true,
-            &[SetItem::CharacterSet(Some("SJIS".into()))],
-            &[]
-        ));
-        assert!(!after_set(true, &[var("'big5'")], &[]));
-        assert!(!after_set(true, &[var("28")], &[]));
-        assert!(!after_set(true, &[var("@@character_set_server")], &[]));
-        assert!(after_set(false, &[var("latin1")], &[]));
+        let utf8 = Class::Utf8;
+        assert_eq!(
+            after_set(utf8, &[names(Some("gbk"))], &[]),
+            Class::UnsafeMultiByte
+        );
+        assert_eq!(
+            after_set(Class::UnsafeMultiByte, &[names(Some("utf8mb4"))], &[]),
+            utf8
+        );
+        assert_eq!(
+            after_set(utf8, &[names(Some("latin1"))], &[]),
+            Class::SingleByte
+        );
+        assert_eq!(after_set(utf8, &[names(None)], &[]), UNREADABLE);
+        let sjis = SetItem::CharacterSet(Some("SJIS".into()));
+        assert_eq!(after_set(utf8, &[sjis], &[]), Class::UnsafeMultiByte);
+        assert_eq!(
+            after_set(utf8, &[var("'big5'")], &[]),
+            Class::UnsafeMultiByte
+        );
+        assert_eq!(after_set(utf8, &[var("28")], &[]), Class::UnsafeMultiByte);
+        assert_eq!(
+            after_set(utf8, &[var("@@character_set_server")], &[]),
+            UNREADABLE
+        );
+        assert_eq!(after_set(Class::SingleByte, &[var("utf8mb4")], &[]), utf8);
         let tracked = [("character_set_client".to_owned(), "cp932".to_owned())];
-        assert!(!after_set(true, &[var("@@character_set_server")], &tracked));
-        // Another variable, or the global value, leaves it.
-        let other = SetItem::Variable {
+        assert_eq!(
+            after_set(utf8, &[var("@@character_set_server")], &tracked),
+            Class::UnsafeMultiByte
+        );
+        // The global value leaves the session's.
+        let global = SetItem::Variable {
             scope: Scope::Global,
             name: "character_set_client".into(),
             value: "gbk".into(),
         };
-        assert!(after_set(true, &[other], &[]));
+        assert_eq!(after_set(utf8, &[global], &[]), utf8);
     }
 }

@@ -206,9 +206,8 @@ pub struct TxState {
     /// The backend server, whose version decides which version-gated
     /// comments are code.
     server: Server,
-    /// The client character set keeps ASCII bytes out of multi-byte
-    /// characters (`client_charset`).
-    charset_safe: bool,
+    /// What the client character set means to the lexer (`client_charset`).
+    charset: client_charset::Class,
 }
 
 impl TxState {
@@ -224,7 +223,7 @@ impl TxState {
             collation,
             session_track,
             server,
-            charset_safe: client_charset::collation_is_safe(collation.into()),
+            charset: client_charset::of_collation(collation.into()),
             settings: Settings::initial(session_track),
             row_count: -1,
             // Until its first answer, the session reads statements in the
@@ -262,7 +261,8 @@ impl TxState {
             no_backslash_escapes: self.status & SERVER_STATUS_NO_BACKSLASH_ESCAPES != 0,
             ansi_quotes: self.status & SERVER_STATUS_ANSI_QUOTES != 0,
             ansi_quotes_known: matches!(self.server, Server::MariaDb(_)),
-            ascii_safe_charset: self.charset_safe,
+            ascii_safe_charset: self.charset.ascii_safe(),
+            high_bytes_in_words: self.charset.high_bytes_in_words(),
             server: self.server,
         }
     }
@@ -380,7 +380,7 @@ impl TxState {
                 // stays (MariaDB keeps it across the reset). LAST_INSERT_ID()
                 // is read back: the connection's known value changed.
                 self.settings = Settings::initial(self.session_track);
-                self.charset_safe = client_charset::collation_is_safe(self.collation.into());
+                self.charset = client_charset::of_collation(self.collation.into());
                 self.last_insert_id = 0;
                 self.last_insert_id_unsure = true;
                 // The reset turned the connection's trackers off too, the
@@ -474,7 +474,7 @@ impl TxState {
         };
         for st in self.lexed.get(text, opts) {
             if let Class::Set(items) = &st.class {
-                self.charset_safe = client_charset::after_set(self.charset_safe, items, tracked);
+                self.charset = client_charset::after_set(self.charset, items, tracked);
             }
         }
     }

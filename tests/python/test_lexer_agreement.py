@@ -74,15 +74,16 @@ def wait_idle(proxy):
     raise AssertionError(f"A's backend connection never went idle:\n{proxy.stderr_tail()}")
 
 
-def after_a(proxy, a_does, a_kw=None):
-    """A runs a_does(conn) and quits; returns B, connected once A's connection is idle again."""
+def after_a(proxy, a_does, a_kw=None, b_kw=None):
+    """A runs a_does(conn) and quits; returns B, connected once A's connection is idle again
+    (with the same handshake charset, or the pool would not give B A's connection)."""
     a = proxy.connect(autocommit=True, database=TEST_DB, **(a_kw or {}))
     try:
         a_does(a)
     finally:
         a.close()
     wait_idle(proxy)
-    return proxy.connect(autocommit=True, database=TEST_DB)
+    return proxy.connect(autocommit=True, database=TEST_DB, **(b_kw or {}))
 
 
 @pytest.mark.parametrize("hide", [HIDE, HIDE_MYSQL_ONLY])
@@ -220,8 +221,6 @@ MULTIBYTE_TEXT = b"DO '%s', @w := 'A' -- '"
     [
         ("gbk", b"\xbf\x5c", "set names"),
         ("sjis", b"\x95\x5c", "set names"),
-        # A connection of such a handshake collation is reset when it goes back anyway (its
-        # names cannot be set back): this one held before too, and must go on holding.
         ("gbk", b"\xbf\x5c", "handshake"),
     ],
 )
@@ -232,8 +231,27 @@ def test_a_multibyte_character_ending_in_backslash_hides_nothing(proxy, charset,
         raw(a, MULTIBYTE_TEXT % pair)
         assert value(a, "SELECT @w") == "A"
 
-    a_kw = {"charset": charset} if via == "handshake" else None
-    with after_a(proxy, a_does, a_kw) as b:
+    kw = {"charset": charset} if via == "handshake" else None
+    with after_a(proxy, a_does, kw, kw) as b:
+        assert value(b, "SELECT @w") is None
+
+
+@pytest.mark.parametrize(
+    "charset,text",
+    [
+        # latin1's 0xA0 is whitespace to the server; to a byte-wise lexer part of the word SET.
+        ("latin1", b"SET\xa0@w = 'A'"),
+        # `--` before 0x7F starts a comment in utf8mb4: the quote after it is no string.
+        ("utf8mb4", b"SELECT 1 --\x7f '\n, @w := 'A' -- '"),
+    ],
+)
+def test_a_byte_the_charset_makes_whitespace_hides_nothing(proxy, charset, text):
+    def a_does(a):
+        raw(a, text)
+        assert value(a, "SELECT @w") == "A"
+
+    kw = {"charset": charset}
+    with after_a(proxy, a_does, kw, kw) as b:
         assert value(b, "SELECT @w") is None
 
 
