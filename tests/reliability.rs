@@ -967,6 +967,9 @@ fn drain_cuts_a_stuck_command(mode: Mode) {
     let db = OwnMariaDb::started(&format!("stuck-{}", mode.as_str()));
     let mut proxy = Proxy::start_with(own_opts(mode, &db, &["--drain-timeout", "1s"]));
     let mut s = raw_login(proxy.port);
+    // One statement first: a connection's first lease sets the proxy's session tracker on it,
+    // and the command under test must be the write that sticks, not that SET.
+    raw_query(&mut s, "SELECT 1").expect("SELECT 1 before the freeze");
     let pid = db.pid().expect("MariaDB pid");
     /// Resumes the frozen server however the test ends, so that it can be stopped.
     struct ContOnDrop(u32);

@@ -151,12 +151,22 @@ impl Settings {
     /// The settings of a fresh session: the trackers ([`TRACKERS`]) when
     /// the client negotiated CLIENT_SESSION_TRACK, else the proxy's own
     /// ([`NET_TRACKER`]).
+    ///
+    /// Every session starts with one of these two, so each worker thread
+    /// builds them once and hands out clones of its own: a session costs a
+    /// pointer, not a map (ten thousand idle clients would otherwise carry
+    /// ten thousand copies), and no other thread touches the count.
     pub fn initial(session_track: bool) -> Settings {
-        let trackers: &[(&str, &str)] = if session_track {
-            &TRACKERS
-        } else {
-            std::slice::from_ref(&NET_TRACKER)
-        };
+        thread_local! {
+            static INITIAL: [Settings; 2] = [
+                Settings::of_trackers(std::slice::from_ref(&NET_TRACKER)),
+                Settings::of_trackers(&TRACKERS),
+            ];
+        }
+        INITIAL.with(|initial| initial[usize::from(session_track)].clone())
+    }
+
+    fn of_trackers(trackers: &[(&str, &str)]) -> Settings {
         let vars = trackers
             .iter()
             .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
