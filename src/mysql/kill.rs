@@ -196,6 +196,9 @@ pub fn classify_command(payload: &[u8]) -> Option<KillCommand<'_>> {
             // only exactly four is the id the proxy reads.
             parse_command(payload).map_or(KillCommand::Unmappable, KillCommand::Mapped),
         ),
+        // Nearly every statement stops here, before any tokenizing: this
+        // runs on every command a session sends.
+        (&COM_QUERY, sql) if !has_kill_word(sql) => None,
         (&COM_QUERY, sql) => match parse_statement(sql) {
             Some(k) if !mentions_kill(k.rest) => Some(KillCommand::Mapped(k)),
             Some(_) => Some(KillCommand::Unmappable),
@@ -286,9 +289,15 @@ pub fn mentions_kill(sql: &[u8]) -> bool {
     mentions_kill_nested(sql, 1)
 }
 
+/// The letters `kill` in any case anywhere in the text: every form of the
+/// statement has them.
+fn has_kill_word(sql: &[u8]) -> bool {
+    sql.windows(4).any(|w| w.eq_ignore_ascii_case(b"kill"))
+}
+
 fn mentions_kill_nested(sql: &[u8], depth: u8) -> bool {
     // Nearly every statement stops here, without tokenizing.
-    if !sql.windows(4).any(|w| w.eq_ignore_ascii_case(b"kill")) {
+    if !has_kill_word(sql) {
         return false;
     }
     let mut toks = Vec::new();
