@@ -493,6 +493,15 @@ impl Registry {
         }
     }
 
+    /// How to wake the worker that holds session `id`'s client as a
+    /// direct descriptor (None: gone, or a plain fd).
+    pub fn ring_wake(&self, id: u32) -> Option<RingWake> {
+        match lock(self.shard(id)).get(&id)?.sock {
+            ClientSock::Ring(wake) => Some(wake),
+            ClientSock::Fd(_) => None,
+        }
+    }
+
     pub fn lookup(&self, id: u32) -> Option<Target> {
         lock(self.shard(id)).get(&id).map(|e| e.snapshot())
     }

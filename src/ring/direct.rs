@@ -154,7 +154,13 @@ pub fn shutdown(sock: super::SockRef, how: i32, token: Token) -> Sqe {
 /// on the ring whose fd is `ring_fd`. `token` names this ring's own CQE of
 /// the send.
 pub fn msg_ring(ring_fd: std::os::fd::RawFd, user_data: u64, token: Token) -> Sqe {
-    let e = opcode::MsgRingData::new(types::Fd(ring_fd), 0, user_data, None)
+    msg_ring_with(ring_fd, user_data, 0, token)
+}
+
+/// [`msg_ring`] whose CQE in the target ring carries `res` as its result
+/// (a KILL's wake-up names its killer's connection id there).
+pub fn msg_ring_with(ring_fd: std::os::fd::RawFd, user_data: u64, res: i32, token: Token) -> Sqe {
+    let e = opcode::MsgRingData::new(types::Fd(ring_fd), res, user_data, None)
         .build()
         .user_data(token.into());
     // SAFETY: MSG_RING with IORING_MSG_DATA names a ring fd and two

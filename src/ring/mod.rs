@@ -53,7 +53,7 @@ pub use token::{next_generation, OpTag, Token};
 /// Builders for the SQEs that point at no caller memory. The ones that do
 /// (reads, writes) are built by `crate::buffers`, which owns that memory.
 pub mod ops {
-    pub use super::direct::{accept_direct, close_fixed, msg_ring, shutdown};
+    pub use super::direct::{accept_direct, close_fixed, msg_ring, msg_ring_with, shutdown};
     pub use super::sqe::{
         accept, accept_multi, cancel_fd, cancel_user_data, connect, link_timeout, nop, poll_closed,
         poll_readable, timeout,

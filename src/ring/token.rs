@@ -61,6 +61,9 @@ pub enum OpTag {
     KillWake = 28,
     /// This ring's own completion of a MSG_RING it sent.
     MsgRingSent = 29,
+    /// Another worker shut down the client this session's KILL named: its
+    /// answer may go out.
+    KillAnswer = 30,
 }
 
 impl OpTag {
@@ -93,6 +96,7 @@ impl OpTag {
             27 => OpTag::ClientShutdown,
             28 => OpTag::KillWake,
             29 => OpTag::MsgRingSent,
+            30 => OpTag::KillAnswer,
             _ => return None,
         })
     }

@@ -5,7 +5,7 @@
 // proxy that does not map its connection ids to backend threads the first KILL fails (1094);
 // through one that does not notice an idle backend being killed, the chain stops after one.
 //
-// Usage: node pool_disconnect.js  (env: PROXY_PORT, APP_USER, APP_PASSWORD). Prints one JSON
+// Usage: node pool_disconnect.js  (env: PROXY_PORT, APP_USER, APP_PASSWORD, STRICT_ORDER). Prints one JSON
 // line; exits 0 when all five connections were killed and the process ended on its own.
 'use strict';
 
@@ -27,6 +27,7 @@ const connectionLimit = 5;
 const pool = mysql.createPool({ ...cfg, connectionLimit });
 const conn = mysql.createConnection({ ...cfg, multipleStatements: true });
 
+const strictOrder = process.env.STRICT_ORDER === '1';
 const numSelectToPerform = 10;
 const tids = [];
 const errors = [];
@@ -48,9 +49,15 @@ function kill() {
   setTimeout(() => {
     const id = tids.shift();
     if (typeof id !== 'undefined') {
-      conn.query('kill ?; select sleep(0.05)', [id], (err) => {
+      // STRICT_ORDER: rc.9's own form, a plain `kill ?` whose callback finds the killed
+      // connection gone already, as MariaDB answers a KILL after its victim has ended.
+      const sql = strictOrder ? 'kill ?' : 'kill ?; select sleep(0.05)';
+      conn.query(sql, [id], (err) => {
         if (err) errors.push(`kill ${id}: ${err.code} ${err.message}`);
         else killCount++;
+        if (strictOrder && pool._allConnections.length !== tids.length) {
+          errors.push(`kill ${id} answered before its connection ended`);
+        }
       });
     } else {
       conn.end();

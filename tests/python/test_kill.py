@@ -377,14 +377,19 @@ def test_mariadb_cli_ctrl_c_kills_the_running_query(proxy):
 
 
 
-def test_node_mysql2_pool_disconnect(proxy):
+@pytest.mark.parametrize("strict_order", ["0", "1"], ids=["with-sleep", "answer-after-victim"])
+def test_node_mysql2_pool_disconnect(proxy, strict_order):
     """node mysql2's test-pool-disconnect logic (tests/node/pool_disconnect.js): five pooled
     connections are killed one after another by their threadId with `kill ?; select
     sleep(0.05)`; each kill must succeed and each killed idle connection must get its error
-    event. scripts/ensure-deps.sh installs mysql2 into tests/node when node and npm are there."""
+    event. With STRICT_ORDER, rc.9's own plain `kill ?`, whose answer must come after the
+    victim's connection has ended, as MariaDB's does: a direct descriptor's shutdown is
+    asynchronous, so the answer waits for word of it (failed before: answered first).
+    scripts/ensure-deps.sh installs mysql2 into tests/node when node and npm are there."""
     node = node_with_mysql2()
     base = proxy.connections_total()
-    env = dict(os.environ, PROXY_PORT=str(proxy.port), APP_USER=APP_USER, APP_PASSWORD=APP_PASSWORD)
+    env = dict(os.environ, PROXY_PORT=str(proxy.port), APP_USER=APP_USER, APP_PASSWORD=APP_PASSWORD,
+               STRICT_ORDER=strict_order)
     r = subprocess.run(
         [node, str(NODE_DIR / "pool_disconnect.js")], capture_output=True, text=True, timeout=60, env=env
     )

@@ -219,6 +219,8 @@ impl Worker {
             hot: Default::default(),
             down_wait: Default::default(),
             down_cancelled: false,
+            kill_answer: Default::default(),
+            kill_waiter: None,
         });
         debug_assert_eq!(key, (index, generation), "the key the registry was given");
         let sid = SessionId { index, generation };

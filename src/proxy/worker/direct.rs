@@ -51,8 +51,8 @@ pub(super) struct Direct {
     armed: u32,
     addrs: AcceptAddrs,
     /// KILL wake-ups sent to other rings and not yet completed, with the
-    /// attempts so far (retried on failure).
-    wakes: Slab<(RingWake, u32)>,
+    /// killer's connection id and the attempts so far (retried on failure).
+    wakes: Slab<(RingWake, u32, u32)>,
 }
 
 impl Direct {
@@ -226,6 +226,7 @@ impl Worker {
             return;
         };
         slot.io.op_done();
+        let waiter = slot.kill_waiter;
         // A full shutdown that did not run (the ring could not queue it)
         // is tried again: the client's reads would wait for it forever.
         if res < 0 && res != -libc::ENOTCONN {
@@ -243,33 +244,93 @@ impl Worker {
         if slot.closing {
             self.try_finish_session(sid);
         }
+        if let Some(killer) = waiter {
+            if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+                slot.kill_waiter = None;
+            }
+            self.tell_killer(killer);
+        }
     }
 
     /// A KILL CONNECTION marked a client held as a direct descriptor: wake
-    /// its worker (this one: at once).
-    pub(super) fn wake_killed(&mut self, wake: RingWake) {
+    /// its worker (this one: at once), naming the killer's connection id,
+    /// whose answer waits for the shutdown.
+    pub(super) fn wake_killed(&mut self, wake: RingWake, killer: u32) {
         if wake.ring_fd == self.ring.fd() {
             if let Some(t) = Token::decode(wake.user_data) {
-                self.on_kill_wake(SessionId {
+                let victim = SessionId {
                     index: t.index,
                     generation: t.generation,
-                });
+                };
+                self.on_kill_wake(victim, killer);
             }
             return;
         }
-        self.send_wake(wake, 0);
+        self.send_wake(wake, killer, 0);
     }
 
-    fn send_wake(&mut self, wake: RingWake, attempts: u32) {
+    fn send_wake(&mut self, wake: RingWake, killer: u32, attempts: u32) {
+        // The victim's CQE carries the killer's id as its result.
+        let res = killer as i32;
         let Some(d) = self.direct.as_mut() else {
             // Only a worker with direct descriptors registers them, but
             // another worker's fallback may differ: send without retries.
             let token = Token::new(OpTag::MsgRingSent, u32::MAX, 0);
-            return self.submit(ops::msg_ring(wake.ring_fd, wake.user_data, token));
+            return self.submit(ops::msg_ring_with(wake.ring_fd, wake.user_data, res, token));
         };
-        let (index, generation) = d.wakes.insert((wake, attempts));
+        let (index, generation) = d.wakes.insert((wake, killer, attempts));
         let token = Token::new(OpTag::MsgRingSent, index, generation);
-        self.submit(ops::msg_ring(wake.ring_fd, wake.user_data, token));
+        self.submit(ops::msg_ring_with(wake.ring_fd, wake.user_data, res, token));
+    }
+
+    /// The client a KILL named has been shut down (or never will be by this
+    /// worker): the killer's answer may go out, on its own worker.
+    fn tell_killer(&mut self, killer: u32) {
+        let Some(wake) = self.shared.registry.ring_wake(killer) else {
+            // Gone, or a plain fd whose worker did not hold its answer
+            // on a wake: the safety net on its tick covers the rest.
+            return;
+        };
+        let Some(t) = Token::decode(wake.user_data) else {
+            return;
+        };
+        let go = Token::new(OpTag::KillAnswer, t.index, t.generation);
+        if wake.ring_fd == self.ring.fd() {
+            return self.release_kill_answer(SessionId {
+                index: t.index,
+                generation: t.generation,
+            });
+        }
+        // Without retries: a lost word only costs the safety net's delay.
+        let token = Token::new(OpTag::MsgRingSent, u32::MAX, 0);
+        self.submit(ops::msg_ring(wake.ring_fd, go.into(), token));
+    }
+
+    /// The KILL this session sent has ended its victim's connection: the
+    /// server's OK goes out now (or is not held when it comes).
+    pub(super) fn release_kill_answer(&mut self, sid: SessionId) {
+        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            return;
+        };
+        if let KillAnswer::Held(end) = std::mem::take(&mut slot.kill_answer) {
+            self.session_q
+                .push_back((sid, SessionAction::Relay(RelayOp::WriteClient { end })));
+        }
+    }
+
+    /// The safety net: an answer held past [`KILL_ANSWER_TIMEOUT`] (its
+    /// victim's worker never told) goes out.
+    pub(super) fn release_stale_kill_answers(&mut self, now: Instant) {
+        if self.held_kill_answers.is_empty() {
+            return;
+        }
+        let (stale, held): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held_kill_answers)
+            .into_iter()
+            .partition(|(_, since)| now.duration_since(*since) >= KILL_ANSWER_TIMEOUT);
+        self.held_kill_answers = held;
+        for (sid, _) in stale {
+            self.release_kill_answer(sid);
+        }
     }
 
     pub(super) fn on_msg_ring_sent(&mut self, index: u32, generation: u32, res: i32) {
@@ -280,8 +341,8 @@ impl Worker {
         if res >= 0 {
             return;
         }
-        if let Some((wake, attempts)) = sent.filter(|(_, n)| *n < RETRIES) {
-            return self.send_wake(wake, attempts + 1);
+        if let Some((wake, killer, attempts)) = sent.filter(|(_, _, n)| *n < RETRIES) {
+            return self.send_wake(wake, killer, attempts + 1);
         }
         tracing::warn!(
             worker = self.id,
@@ -291,15 +352,54 @@ impl Worker {
     }
 
     /// The session named by a KILL's wake-up: if it is still the one that
-    /// was killed, shut its client down as shutdown(2) would.
-    pub(super) fn on_kill_wake(&mut self, sid: SessionId) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
-            return;
+    /// was killed, shut its client down as shutdown(2) would; the killer
+    /// (its connection id) is told once that has run.
+    pub(super) fn on_kill_wake(&mut self, sid: SessionId, killer: u32) {
+        let Some(slot) = self
+            .sessions
+            .get_mut(sid.index, sid.generation)
+            .filter(|s| s.conn.entry().is_killed())
+        else {
+            return self.tell_killer(killer);
         };
-        if !slot.conn.entry().is_killed() {
-            return;
-        }
         let how = slot.io.shutdown();
-        self.shutdown_client(sid, how);
+        if matches!(how, ShutdownHow::Submit { .. }) {
+            slot.kill_waiter = Some(killer);
+            self.shutdown_client(sid, how);
+        } else {
+            self.tell_killer(killer);
+        }
+    }
+}
+
+/// The longest a KILL's OK waits for word of its victim's shutdown: MariaDB
+/// answers a KILL after its victim's connection has ended (mysql2's
+/// test-pool-disconnect asserts it), and a direct descriptor's shutdown is
+/// asynchronous (IORING_OP_SHUTDOWN runs on io-wq; a victim on another
+/// worker is shut down there after an IORING_OP_MSG_RING wake-up, which
+/// answers with one back). Past this the answer goes out anyway.
+const KILL_ANSWER_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// The server's answer to a session's KILL CONNECTION of a direct
+/// descriptor, relative to the victim's shutdown.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KillAnswer {
+    #[default]
+    None,
+    /// The victim was woken; the next write to the client is the answer.
+    Awaited,
+    /// The answer (the relay's write of `end` bytes) waits for the word.
+    Held(usize),
+}
+
+impl KillAnswer {
+    /// The relay's write of `end` bytes to the client is an awaited KILL
+    /// answer: hold it (true).
+    pub(super) fn hold(&mut self, end: usize) -> bool {
+        if *self != KillAnswer::Awaited {
+            return false;
+        }
+        *self = KillAnswer::Held(end);
+        true
     }
 }

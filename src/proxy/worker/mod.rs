@@ -215,6 +215,12 @@ struct SessionSlot {
     /// The relay cancelled its backend read (`CancelReadBackend`): a TLS
     /// backend's read that completed a partial record is not read again.
     down_cancelled: bool,
+    /// This session's KILL CONNECTION woke a victim held as a direct
+    /// descriptor: the server's OK waits for its shutdown (`direct.rs`).
+    kill_answer: direct::KillAnswer,
+    /// This client was shut down by another session's KILL: that
+    /// session's connection id, told once the shutdown has run.
+    kill_waiter: Option<u32>,
 }
 
 pub struct Worker {
@@ -250,6 +256,9 @@ pub struct Worker {
     fd_exhaustion_paused: u32,
     /// Work queues: what machines returned and the driver has yet to do.
     session_q: VecDeque<(SessionId, SessionAction)>,
+    /// KILL answers held for their victim's shutdown, with when: a safety
+    /// net releases one that no word about the victim reached.
+    held_kill_answers: Vec<(SessionId, Instant)>,
     pool_q: VecDeque<PoolEvent>,
     /// The time of the batch being handled.
     now: Instant,
@@ -515,6 +524,7 @@ impl Worker {
             fd_exhaustion_logged_at: None,
             fd_exhaustion_paused: 0,
             session_q: VecDeque::new(),
+            held_kill_answers: Vec::new(),
             pool_q: VecDeque::new(),
             now: Instant::now(),
             action_scratch: Vec::new(),
@@ -628,7 +638,8 @@ impl Worker {
             OpTag::DirectAccept => self.on_direct_accept(token.index as usize, res),
             OpTag::DirectClose => self.on_direct_close(token.index, token.generation, res),
             OpTag::ClientShutdown => self.on_client_shutdown(sid, res),
-            OpTag::KillWake => self.on_kill_wake(sid),
+            OpTag::KillWake => self.on_kill_wake(sid, res as u32),
+            OpTag::KillAnswer => self.release_kill_answer(sid),
             OpTag::MsgRingSent => self.on_msg_ring_sent(token.index, token.generation, res),
             OpTag::Ignore => {}
         }
@@ -690,6 +701,7 @@ impl Worker {
         if !cut {
             self.cut_idle_holders();
         }
+        self.release_stale_kill_answers(now);
         let mut events = Vec::new();
         self.pool.on_tick(now, &mut events);
         self.pool_q.extend(events);

@@ -200,6 +200,9 @@ impl Worker {
                 }
             }
             SessionAction::Relay(RelayOp::WriteClient { end }) => {
+                if slot.kill_answer.hold(end) {
+                    return self.held_kill_answers.push((sid, now));
+                }
                 if slot.leg.is_none() {
                     slot.down_write = (0, end);
                     return self.relay_submit(sid, RelayIo::DownWrite { pos: 0, end });
@@ -432,7 +435,11 @@ impl Worker {
                 let how = slot.io.shutdown_write();
                 self.shutdown_client(sid, how);
             }
-            SessionAction::WakeKilled(wake) => self.wake_killed(wake),
+            SessionAction::WakeKilled(wake) => {
+                slot.kill_answer = direct::KillAnswer::Awaited;
+                let killer = slot.conn.entry().id();
+                self.wake_killed(wake, killer)
+            }
             SessionAction::StartClientLeg(kind) => self.start_client_leg(sid, kind),
             SessionAction::StartTls => self.start_tls(sid),
             SessionAction::Close => {
