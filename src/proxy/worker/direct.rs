@@ -309,6 +309,9 @@ impl Worker {
     /// The KILL this session sent has ended its victim's connection: the
     /// server's OK goes out now (or is not held when it comes).
     pub(super) fn release_kill_answer(&mut self, sid: SessionId) {
+        // Its safety-net entry goes too: left behind, it would cut the wait
+        // of this session's next KILL short.
+        self.held_kill_answers.retain(|(held, _)| *held != sid);
         let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
             return;
         };
@@ -324,11 +327,13 @@ impl Worker {
         if self.held_kill_answers.is_empty() {
             return;
         }
-        let (stale, held): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held_kill_answers)
-            .into_iter()
-            .partition(|(_, since)| now.duration_since(*since) >= KILL_ANSWER_TIMEOUT);
-        self.held_kill_answers = held;
-        for (sid, _) in stale {
+        let stale: Vec<SessionId> = self
+            .held_kill_answers
+            .iter()
+            .filter(|(_, since)| now.duration_since(*since) >= KILL_ANSWER_TIMEOUT)
+            .map(|(sid, _)| *sid)
+            .collect();
+        for sid in stale {
             self.release_kill_answer(sid);
         }
     }
