@@ -266,5 +266,4 @@ impl ServerCertVerifier for AnyName {
 }
 
 #[cfg(test)]
-#[path = "backend_tls_tests.rs"]
 mod tests;

@@ -18,7 +18,6 @@ mod certs;
 mod kernel;
 mod limits;
 mod listen;
-#[path = "check_tls.rs"]
 pub mod tls;
 
 use backend::check_backend;

@@ -539,9 +539,7 @@ fn check_seq(what: &'static str, expected: u8, got: u8) -> Result<(), LoginError
 }
 
 #[cfg(test)]
-#[path = "client_login_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "client_tls_tests.rs"]
 mod tls_tests;

@@ -143,5 +143,4 @@ impl Sha2Exchange {
 }
 
 #[cfg(test)]
-#[path = "client_sha2_tests.rs"]
 mod tests;

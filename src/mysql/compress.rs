@@ -466,5 +466,4 @@ fn compress_one(z: &mut Compress, plain: &[u8], seq: &mut u8, out: &mut Vec<u8>)
 }
 
 #[cfg(test)]
-#[path = "compress_tests.rs"]
 mod tests;

@@ -372,5 +372,4 @@ pub use tokens::{tokenize, tokenize_into, Token, TokenKind};
 pub use version_gate::Server;
 
 #[cfg(test)]
-#[path = "lexer_tests.rs"]
 mod tests;

@@ -312,5 +312,4 @@ fn parse_block(kind: u8, data: &[u8]) -> Result<StateChange<'_>, ProtocolError> 
 }
 
 #[cfg(test)]
-#[path = "ok_packet_tests.rs"]
 mod tests;

@@ -197,5 +197,4 @@ fn write_lenenc(buf: &mut [u8], at: usize, v: u64) -> usize {
 }
 
 #[cfg(test)]
-#[path = "state_strip_tests.rs"]
 mod tests;

@@ -51,7 +51,6 @@ use serde::Deserialize;
 use crate::mysql::auth::{native_recover, native_stage2, parse_mysql_hash, Credential, Stage1};
 use crate::mysql::caching_sha2::{Sha2Stage1, Sha2Stage2, Verifier};
 
-#[path = "users_decoy.rs"]
 mod decoy;
 
 /// Errors loading the users file. Each names the file (or `<inline>` for

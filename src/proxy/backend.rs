@@ -509,15 +509,11 @@ impl BackendConn {
     }
 }
 
-#[path = "backend_lease.rs"]
 mod lease;
 
-#[path = "backend_open.rs"]
 mod open;
 
-#[path = "backend_statements.rs"]
 pub mod statements;
 
 #[cfg(test)]
-#[path = "backend_tests.rs"]
 mod tests;

@@ -726,15 +726,12 @@ fn tracked_variables(c: &Completed) -> Vec<(String, String)> {
     })
 }
 
-#[path = "multiplex_classify.rs"]
 mod classify;
 pub use classify::{classify_query, reads_previous_statement, Effect};
 use classify::{constant_set, effect_of, ends_table_locks, may_insert, mentions_last_insert_id};
 
-#[path = "multiplex_lexed.rs"]
 mod lexed;
 use lexed::Lexed;
 
 #[cfg(test)]
-#[path = "multiplex_tests.rs"]
 mod tests;

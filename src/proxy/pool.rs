@@ -923,24 +923,17 @@ impl Pool {
     }
 }
 
-#[path = "pool_backend_events.rs"]
 mod backend_events;
 
-#[path = "pool_release.rs"]
 mod release;
 
-#[path = "pool_upkeep.rs"]
 mod upkeep;
 
-#[path = "pool_share.rs"]
 mod share;
 
-#[path = "pool_waiters.rs"]
 mod waiters;
 
-#[path = "pool_users.rs"]
 mod users;
 
 #[cfg(test)]
-#[path = "pool_tests.rs"]
 mod tests;

@@ -629,12 +629,10 @@ impl Drop for Registration {
     }
 }
 
-#[path = "registry_intercept.rs"]
 mod interception;
 pub use interception::{
     decide_kill, intercept, processlist_query, KillDecision, ProcessList, Rewrite,
 };
 
 #[cfg(test)]
-#[path = "registry_tests.rs"]
 mod tests;

@@ -663,5 +663,4 @@ impl Relay {
 }
 
 #[cfg(test)]
-#[path = "relay_tests.rs"]
 mod tests;

@@ -789,28 +789,20 @@ impl Session {
     }
 }
 
-#[path = "session_change_user.rs"]
 mod change_user;
 
-#[path = "session_clear.rs"]
 mod clear;
 
-#[path = "session_login.rs"]
 mod login;
 
-#[path = "session_parked.rs"]
 mod parked;
 
-#[path = "session_relay.rs"]
 mod relay;
 
-#[path = "session_sha2.rs"]
 mod sha2;
 
-#[path = "session_statements.rs"]
 mod statements;
 use sha2::Sha2Phase;
 
 #[cfg(test)]
-#[path = "session_tests.rs"]
 mod tests;

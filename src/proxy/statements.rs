@@ -493,5 +493,4 @@ pub fn prepare_ok_counts(payload: &[u8]) -> Option<(u32, u16, u16)> {
 }
 
 #[cfg(test)]
-#[path = "statements_tests.rs"]
 mod tests;

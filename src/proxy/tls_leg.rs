@@ -371,5 +371,4 @@ fn encrypt_into(
 }
 
 #[cfg(test)]
-#[path = "tls_leg_tests.rs"]
 mod tests;

@@ -427,5 +427,4 @@ pub fn handshake_names(id: u8) -> Option<HandshakeNames> {
 }
 
 #[cfg(test)]
-#[path = "tx_settings_tests.rs"]
 mod tests;

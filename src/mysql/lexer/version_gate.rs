@@ -130,5 +130,4 @@ pub(super) fn skip_comment(sql: &[u8], from: usize) -> Option<usize> {
 }
 
 #[cfg(test)]
-#[path = "version_gate_tests.rs"]
 mod tests;

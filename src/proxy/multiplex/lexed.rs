@@ -64,5 +64,4 @@ impl Lexed {
 }
 
 #[cfg(test)]
-#[path = "multiplex_lexed_tests.rs"]
 mod tests;

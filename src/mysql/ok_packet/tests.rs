@@ -206,7 +206,7 @@ fn truncations_are_errors_never_panics() {
 /// The OKs MariaDB 10.11 sent in tests/session_track.rs (CLIENT_SESSION_TRACK,
 /// DEPRECATE_EOF, the four trackers on), by statement.
 fn captured() -> Vec<(&'static str, Vec<u8>)> {
-    include_str!("testdata/session-track-oks.txt")
+    include_str!("../testdata/session-track-oks.txt")
         .lines()
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| {

@@ -431,5 +431,4 @@ pub fn read_prepare_reply(
 }
 
 #[cfg(test)]
-#[path = "backend_statements_tests.rs"]
 mod tests;

@@ -167,5 +167,4 @@ pub fn check_key_pair(cert: &Path, key: &Path) -> Result<(), CertFileError> {
 pub const EXPIRY_WARNING: Duration = Duration::from_secs(30 * 24 * 3600);
 
 #[cfg(test)]
-#[path = "check_tls_tests.rs"]
 mod tests;

@@ -455,7 +455,7 @@ mod tests {
     fn rsa_key_full_auth_over_tcp_sends_the_key_and_takes_the_ciphertext() {
         let u = users();
         let key =
-            RsaPrivate::parse(include_str!("../mysql/testdata/rsa_test_key.pem"), "t").unwrap();
+            RsaPrivate::parse(include_str!("../../mysql/testdata/rsa_test_key.pem"), "t").unwrap();
         let mut s = session(&u, "127.0.0.1");
         let hello = hello("erin", CACHING_SHA2_PASSWORD, scramble(b"foobar", &NONCE));
         let (_, sent) = feed_rsa(&mut s, &u, &key, &hello);

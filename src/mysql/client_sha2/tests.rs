@@ -17,7 +17,7 @@ use crate::mysql::sha2_rsa::RsaPrivate;
 const NONCE: &[u8; 20] = b"abcdefghij0123456789";
 const SWITCH_NONCE: &[u8; 20] = b"ZYXWVUTSRQponmlkjihg";
 const PASSWORD: &[u8] = b"s3cret-backend";
-const TEST_KEY: &str = include_str!("testdata/rsa_test_key.pem");
+const TEST_KEY: &str = include_str!("../testdata/rsa_test_key.pem");
 
 fn greeting(plugin: &str) -> Vec<u8> {
     build_greeting(&Greeting {

@@ -288,5 +288,4 @@ pub(super) fn mentions_last_insert_id(bytes: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-#[path = "multiplex_classify_tests.rs"]
 mod tests;
