@@ -14,8 +14,8 @@
 
 use std::time::Duration;
 
-use ringgate::mysql::caching_sha2::Verifier;
-use ringgate::mysql::sha2_rsa::{RsaPrivate, RsaPublic};
+use wire::caching_sha2::Verifier;
+use wire::sha2_rsa::{RsaPrivate, RsaPublic};
 
 const ROUNDS: usize = 200;
 

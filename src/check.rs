@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use crate::config::Config;
-use crate::mysql::Users;
+use wire::Users;
 
 mod backend;
 mod certs;

@@ -7,14 +7,14 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
+use metrics::{BufferMode, Metrics};
 use ringgate::config::{BackendIdentity, BackendTls, Config, ReadBufferMode};
 use ringgate::config_file::{self, Action, CliError};
-use ringgate::metrics::{self, BufferMode, Metrics};
-use ringgate::mysql::sha2_rsa::{RsaPrivate, RsaPublic};
-use ringgate::mysql::Users;
 use ringgate::proxy::{worker, Shared};
 use ringgate::tls::TlsState;
 use ringgate::{check, listen_guard, logging};
+use wire::sha2_rsa::{RsaPrivate, RsaPublic};
+use wire::Users;
 
 fn main() -> ExitCode {
     let inv = match config_file::parse(std::env::args_os()) {
@@ -145,8 +145,8 @@ fn run(config: Config) -> Result<(), RunError> {
     };
     let metrics = Metrics::new(workers, requested);
     if let Some(addr) = config.metrics_listen {
-        let (bound, _handle) =
-            metrics::serve(addr, Arc::clone(&metrics)).map_err(|e| format!("cannot start: {e}"))?;
+        let (bound, _handle) = ringgate::metrics_endpoint::serve(addr, Arc::clone(&metrics))
+            .map_err(|e| format!("cannot start: {e}"))?;
         tracing::info!("metrics at http://{bound}/metrics");
     }
     let shutdown = Arc::new(AtomicBool::new(false));
@@ -166,7 +166,7 @@ fn run(config: Config) -> Result<(), RunError> {
         clients: AtomicUsize::new(0),
         backends: Arc::new(ringgate::proxy::BackendShare::new(workers)),
         shutdown: AtomicBool::new(false),
-        registry: Default::default(),
+        registry: Arc::new(machines::registry::Registry::new(uring::sys::shutdown_fd)),
         rsa_key,
         backend_rsa_public_key,
         tls,
@@ -310,7 +310,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
 mod debug_fault {
     use super::WorkerHandle;
     use ringgate::proxy::worker::WorkerError;
-    use ringgate::ring::RingError;
+    use uring::ring::RingError;
 
     pub const ENV: &str = "RINGGATE_DEBUG_WORKER_FAIL_AFTER_MS";
 
@@ -423,7 +423,7 @@ fn raise_nofile_limit(cfg: &Config) {
 /// does not load, or a read buffer too small for a record, stops the start.
 fn backend_tls_config(
     config: &Config,
-) -> Result<Option<ringgate::backend_tls::BackendTlsConfig>, String> {
+) -> Result<Option<ringgate::tls::backend::BackendTlsConfig>, String> {
     if config.backend_tls == BackendTls::Disabled {
         return Ok(None);
     }
@@ -435,7 +435,7 @@ fn backend_tls_config(
             config.backend_tls, config.read_buffer_size
         ));
     }
-    let tls = ringgate::backend_tls::client_config(
+    let tls = ringgate::tls::backend::client_config(
         config.backend_tls,
         config.backend_tls_ca.as_deref(),
         config.backend.ip(),

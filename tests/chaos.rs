@@ -185,11 +185,7 @@ fn malformed(port: u16, stop: Arc<AtomicBool>, done: Arc<AtomicU64>) {
             1 => {
                 // An SSLRequest.
                 let _ = read_greeting(&mut s);
-                let ssl = ringgate::mysql::handshake::build_ssl_request(
-                    RAW_CAPS | (1 << 11),
-                    1 << 24,
-                    45,
-                );
+                let ssl = wire::handshake::build_ssl_request(RAW_CAPS | (1 << 11), 1 << 24, 45);
                 let _ = write_packet(&mut s, 1, &ssl);
             }
             2 => {

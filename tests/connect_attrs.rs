@@ -18,9 +18,9 @@ use std::time::Duration;
 use common::{direct_conn, find_in_path, Mode, Proxy, ProxyOpts, APP_PASSWORD, APP_USER};
 use mysql::prelude::Queryable;
 use relsupport::{raw_connect, read_packet, wait_until, write_packet};
-use ringgate::mysql::auth::native_token;
-use ringgate::mysql::constants::*;
-use ringgate::mysql::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
+use wire::auth::native_token;
+use wire::constants::*;
+use wire::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
 
 /// The attributes of the backend connection serving the session that runs it.
 const OWN_ATTRS: &str =

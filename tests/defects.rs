@@ -22,9 +22,9 @@ use common::{
 };
 use mysql::prelude::Queryable;
 use relsupport::*;
-use ringgate::mysql::auth::native_token;
-use ringgate::mysql::constants::*;
-use ringgate::mysql::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
+use wire::auth::native_token;
+use wire::constants::*;
+use wire::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
 
 /// How long any single read may block before the test calls the proxy hung.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);

@@ -363,7 +363,7 @@ fn two_users_never_share_a_pooled_connection() {
 }
 
 /// The greeting's first packet, read raw from the proxy.
-fn raw_greeting(port: u16) -> ringgate::mysql::handshake::Greeting {
+fn raw_greeting(port: u16) -> wire::handshake::Greeting {
     use std::io::Read;
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -372,7 +372,7 @@ fn raw_greeting(port: u16) -> ringgate::mysql::handshake::Greeting {
     let len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
     let mut payload = vec![0; len];
     s.read_exact(&mut payload).unwrap();
-    ringgate::mysql::handshake::parse_greeting(&payload).unwrap()
+    wire::handshake::parse_greeting(&payload).unwrap()
 }
 
 /// With passthrough identity nothing can log in before a client has, but the greeting still
@@ -399,7 +399,7 @@ fn before_any_login_the_greeting_mirrors_the_backend_without_a_login() {
         greeting.server_version
     );
     assert_eq!(
-        greeting.capabilities & ringgate::mysql::constants::CLIENT_MYSQL,
+        greeting.capabilities & wire::constants::CLIENT_MYSQL,
         0,
         "presents as MariaDB"
     );

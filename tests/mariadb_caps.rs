@@ -17,9 +17,9 @@ use common::{backend_env, direct_conn, find_in_path, Mode, Proxy, ProxyOpts};
 use common::{APP_PASSWORD, APP_USER};
 use mysql::prelude::Queryable;
 use relsupport::{raw_connect, read_packet, write_packet};
-use ringgate::mysql::auth::native_token;
-use ringgate::mysql::constants::*;
-use ringgate::mysql::handshake::{
+use wire::auth::native_token;
+use wire::constants::*;
+use wire::handshake::{
     build_handshake_response, parse_greeting, set_response_ext_capabilities, Greeting,
     HandshakeResponse,
 };

@@ -236,9 +236,9 @@ const ERR_4031: &str = "The client was disconnected by the server because of ina
 /// command; after a query containing [`ARM`] it answers OK, waits a little, then sends ERR
 /// 4031 with sequence id 0 and closes, as MySQL does when wait_timeout expires.
 fn fake_mysql8_conn(mut s: TcpStream, id: u32) {
-    use ringgate::mysql::constants::*;
-    use ringgate::mysql::handshake::{build_greeting, Greeting};
-    use ringgate::mysql::reply::{err_payload_with_state, ok_payload};
+    use wire::constants::*;
+    use wire::handshake::{build_greeting, Greeting};
+    use wire::reply::{err_payload_with_state, ok_payload};
     let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
     let greeting = Greeting {
         protocol_version: 10,

@@ -17,11 +17,11 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use common::backend_env;
-use ringgate::mysql::auth::native_token;
-use ringgate::mysql::constants::*;
-use ringgate::mysql::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
-use ringgate::mysql::lexer::{classify, Class, LexOptions, Pin};
-use ringgate::mysql::ok_packet::{parse_ok, OkInfo, StateChange};
+use wire::auth::native_token;
+use wire::constants::*;
+use wire::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
+use wire::lexer::{classify, Class, LexOptions, Pin};
+use wire::ok_packet::{parse_ok, OkInfo, StateChange};
 
 const CAPS: u32 = CLIENT_LONG_PASSWORD
     | CLIENT_LONG_FLAG
@@ -499,7 +499,7 @@ fn mariadb_session_tracking_facts() {
 /// replay brings the backend's record up to date).
 #[test]
 fn session_vars_diff_replays_on_another_connection() {
-    use ringgate::mysql::session_vars::SessionVars;
+    use wire::session_vars::SessionVars;
     const TRACKERS: &str = "SET session_track_state_change=ON, session_track_schema=ON, \
          session_track_system_variables='*', session_track_transaction_info='CHARACTERISTICS'";
     let mut a = Conn::login();

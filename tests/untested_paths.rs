@@ -22,9 +22,9 @@ use mysql::consts::CapabilityFlags;
 use mysql::prelude::Queryable;
 use mysql::Conn;
 use relsupport::*;
-use ringgate::mysql::auth::native_token;
-use ringgate::mysql::constants::*;
-use ringgate::mysql::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
+use wire::auth::native_token;
+use wire::constants::*;
+use wire::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
 
 const IDLE: &str = r#"ringgate_backend_connections{state="idle"}"#;
 const BUSY: &str = r#"ringgate_backend_connections{state="busy"}"#;

@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringgate::mysql::compress::{Decoder, Encoder};
+use wire::compress::{Decoder, Encoder};
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 2 {

@@ -1,4 +1,4 @@
-//! Splits and classifies arbitrary COM_QUERY texts with `mysql::lexer`: it
+//! Splits and classifies arbitrary COM_QUERY texts with `wire::lexer`: it
 //! must never panic, and the split must round-trip (the statements' ranges
 //! cover the text in order, one `;` byte between neighbours).
 //!
@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringgate::mysql::lexer::{classify, first_pin, tokenize, LexOptions, Server};
+use wire::lexer::{classify, first_pin, tokenize, LexOptions, Server};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&flags, sql)) = data.split_first() else {

@@ -1,4 +1,4 @@
-//! Decodes arbitrary OK payloads with `mysql::ok_packet`: it must never
+//! Decodes arbitrary OK payloads with `wire::ok_packet`: it must never
 //! panic, and what it returns must lie inside the payload.
 //!
 //! Input format: byte 0 selects the capabilities (bit 0 CLIENT_PROTOCOL_41,
@@ -7,8 +7,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringgate::mysql::constants::{CLIENT_PROTOCOL_41, CLIENT_SESSION_TRACK, CLIENT_TRANSACTIONS};
-use ringgate::mysql::ok_packet::{is_ok_packet, parse_ok, parse_state_blocks};
+use wire::constants::{CLIENT_PROTOCOL_41, CLIENT_SESSION_TRACK, CLIENT_TRANSACTIONS};
+use wire::ok_packet::{is_ok_packet, parse_ok, parse_state_blocks};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&flags, payload)) = data.split_first() else {

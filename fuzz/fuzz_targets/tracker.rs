@@ -14,7 +14,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringgate::mysql::tracker::Tracker;
+use wire::tracker::Tracker;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Side {

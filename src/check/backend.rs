@@ -9,15 +9,15 @@ use std::time::{Duration, Instant};
 
 use super::tls::Stream;
 use super::Item;
-use crate::backend_tls::{self, BackendTlsConfig};
 use crate::config::{BackendIdentity, Config};
-use crate::mysql::auth::Credential;
-use crate::mysql::client_login::{ClientLogin, LoginError, LoginParams, LoginStep, TlsWish};
-use crate::mysql::client_sha2::FullAuthTransport;
-use crate::mysql::constants::{COM_QUIT, NATIVE_LOGIN_CAPS, UTF8MB4_GENERAL_CI};
-use crate::mysql::packet::{split_packet, write_packet};
-use crate::mysql::reply::com_payload;
-use crate::mysql::sha2_rsa::RsaPublic;
+use crate::tls::backend::{self, BackendTlsConfig};
+use wire::auth::Credential;
+use wire::client_login::{ClientLogin, LoginError, LoginParams, LoginStep, TlsWish};
+use wire::client_sha2::FullAuthTransport;
+use wire::constants::{COM_QUIT, NATIVE_LOGIN_CAPS, UTF8MB4_GENERAL_CI};
+use wire::packet::{split_packet, write_packet};
+use wire::reply::com_payload;
+use wire::sha2_rsa::RsaPublic;
 
 /// Why `ringgate check` could not log into the backend.
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +72,7 @@ impl BackendSummary {
 
 /// `--backend-tls`, as the proxy will read it.
 pub(super) fn backend_tls_config(cfg: &Config) -> Result<Option<BackendTlsConfig>, BackendError> {
-    backend_tls::client_config(
+    backend::client_config(
         cfg.backend_tls,
         cfg.backend_tls_ca.as_deref(),
         cfg.backend.ip(),
@@ -222,8 +222,8 @@ pub fn backend_login(cfg: &Config, timeout: Duration) -> Result<BackendSummary, 
 }
 
 pub(super) fn greeting_offers_tls(payload: &[u8]) -> bool {
-    crate::mysql::handshake::parse_greeting(payload)
-        .is_ok_and(|g| g.capabilities & crate::mysql::constants::CLIENT_SSL != 0)
+    wire::handshake::parse_greeting(payload)
+        .is_ok_and(|g| g.capabilities & wire::constants::CLIENT_SSL != 0)
 }
 
 /// `--backend-rsa-public-key`, read as the proxy reads it at start-up.
@@ -267,7 +267,7 @@ pub fn backend_greeting(cfg: &Config, timeout: Duration) -> Result<BackendSummar
         s = start_tls(s, &ssl_request, &tls, cfg)?;
     }
     Ok(BackendSummary {
-        server_version: crate::mysql::handshake::parse_greeting(&payload)
+        server_version: wire::handshake::parse_greeting(&payload)
             .map(|g| g.server_version)
             .unwrap_or_default(),
         tls_offered: greeting_offers_tls(&payload),

@@ -4,7 +4,7 @@
 use super::limits::{memlock_limit, show_bytes, show_limit};
 use super::Item;
 use crate::config::{Config, ReadBufferMode};
-use crate::ring::{Ring, RingError};
+use uring::ring::{Ring, RingError};
 
 /// `uname -r`, and its major.minor.
 #[derive(Debug, Clone)]

@@ -2,8 +2,8 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use super::*;
-use crate::mysql::packet::write_packet;
 use clap::Parser;
+use wire::packet::write_packet;
 
 fn cfg(extra: &[&str]) -> Config {
     let mut args = vec!["ringgate", "--users-file", "u.json", "--workers", "2"];
@@ -148,10 +148,10 @@ fn framed(seq: u8, payload: &[u8]) -> Vec<u8> {
 }
 
 fn greeting_packet() -> Vec<u8> {
-    use crate::mysql::constants::*;
+    use wire::constants::*;
     framed(
         0,
-        &crate::mysql::handshake::build_greeting(&crate::mysql::handshake::Greeting {
+        &wire::handshake::build_greeting(&wire::handshake::Greeting {
             protocol_version: 10,
             server_version: "5.5.5-10.11.19-MariaDB".into(),
             connection_id: 7,
@@ -160,7 +160,7 @@ fn greeting_packet() -> Vec<u8> {
             ext_capabilities: 0x1d,
             charset: UTF8MB4_GENERAL_CI,
             status: SERVER_STATUS_AUTOCOMMIT,
-            auth_plugin: crate::mysql::auth::NATIVE_PASSWORD.into(),
+            auth_plugin: wire::auth::NATIVE_PASSWORD.into(),
         }),
     )
 }
@@ -189,7 +189,7 @@ fn passthrough_identity_checks_the_greeting_without_a_login() {
 
 #[test]
 fn backend_login_follows_the_shared_login_machine() {
-    use crate::mysql::reply::ok_payload;
+    use wire::reply::ok_payload;
     let switch = b"\xFEmysql_native_password\x00abcdefgh0123456789AB\x00";
     let item = check_against(vec![
         greeting_packet(),
@@ -205,7 +205,7 @@ fn backend_login_follows_the_shared_login_machine() {
 
 #[test]
 fn backend_refusing_before_the_greeting_is_reported_as_a_refusal() {
-    use crate::mysql::reply::err_payload;
+    use wire::reply::err_payload;
     let item = check_against(vec![framed(0, &err_payload(1040, "Too many connections"))]);
     assert_eq!(item.status, Status::Fail);
     assert!(
@@ -230,7 +230,7 @@ fn backend_wanting_another_plugin_names_it_and_the_fix() {
 
 #[test]
 fn backend_login_follows_a_switch_to_caching_sha2_and_its_fast_auth() {
-    use crate::mysql::reply::ok_payload;
+    use wire::reply::ok_payload;
     let switch = b"\xFEcaching_sha2_password\x00abcdefgh0123456789AB\x00";
     let item = check_against(vec![
         greeting_packet(),

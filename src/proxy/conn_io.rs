@@ -13,9 +13,9 @@ use std::os::fd::AsRawFd;
 
 use socket2::Socket;
 
-use crate::buffers::provided::RingRecv;
-use crate::buffers::{ReadBuffer, WriteBuf};
-use crate::ring::SockRef;
+use uring::buffers::provided::RingRecv;
+use uring::buffers::{ReadBuffer, WriteBuf};
+use uring::ring::SockRef;
 
 /// How a connection's socket is held.
 pub enum SockHandle {
@@ -175,11 +175,13 @@ impl ConnIo {
             },
         }
     }
+}
 
+impl machines::pool::ConnHandle for ConnIo {
     /// A cheap check on checkout (as Pingora does): an idle connection must
     /// have nothing to read. EOF or stray bytes mean the server closed it
     /// (e.g. wait_timeout, or a restart).
-    pub fn idle_peer_alive(&self) -> bool {
+    fn idle_peer_alive(&self) -> bool {
         // Only backend connections are checked, and they are plain fds.
         let SockHandle::Plain(sock) = &self.sock else {
             return true;
@@ -189,6 +191,10 @@ impl ConnIo {
             Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
             Ok(_) => false,
         }
+    }
+
+    fn read_buffer(&self) -> Option<(&[u8], usize)> {
+        self.buf.as_ref().map(|b| (b.filled(), b.capacity()))
     }
 }
 
@@ -208,9 +214,10 @@ impl Drop for ConnIo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buffers::{BufferPool, Owner};
-    use crate::metrics::{BufferMode, Metrics};
+    use machines::pool::ConnHandle;
+    use metrics::{BufferMode, Metrics};
     use socket2::{Domain, Type};
+    use uring::buffers::{BufferPool, Owner};
 
     #[test]
     fn a_socket_named_by_another_connections_op_is_not_quiescent() {

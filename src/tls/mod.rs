@@ -23,6 +23,9 @@
 //! so a CA removed on reload must not be bypassed), at the price of one
 //! full handshake per reconnecting client after a reload.
 
+pub mod backend;
+pub mod leg;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 

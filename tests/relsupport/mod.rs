@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ringgate::mysql::auth::native_token;
-use ringgate::mysql::constants::*;
-use ringgate::mysql::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
+use wire::auth::native_token;
+use wire::constants::*;
+use wire::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
 
 use crate::common::{self, tail, BackendEnv, Proxy, APP_PASSWORD, APP_USER};
 

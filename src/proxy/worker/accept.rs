@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::*;
 use crate::proxy::conn_io::SockHandle;
-use crate::proxy::registry::{ClientSock, RingWake};
+use machines::registry::{ClientSock, RingWake};
 
 impl Worker {
     // ---- accepting ----
@@ -66,7 +66,7 @@ impl Worker {
                 ),
             }
         } else {
-            let sock = crate::ring::accepted_socket(res);
+            let sock = uring::ring::accepted_socket(res);
             if self.draining.is_some() {
                 // Raced with the drain: refuse by closing at once.
                 drop(sock);
@@ -135,7 +135,7 @@ impl Worker {
         } else {
             0
         };
-        crate::proxy::presentation::greeting_capabilities(
+        machines::presentation::greeting_capabilities(
             PROXY_CAPS | compress | ssl | pass,
             self.template.capabilities,
             self.template.ext_capabilities,

@@ -29,8 +29,8 @@ use rustls::client::UnbufferedClientConnection;
 
 use super::tls_outbox::{TlsOutbox, Written};
 use super::*;
-use crate::metrics::BackendTlsError;
-use crate::proxy::tls_leg::{TlsLeg, TlsLegError};
+use crate::tls::leg::{TlsLeg, TlsLegError};
+use metrics::BackendTlsError;
 
 /// Which write a run of records stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,7 +147,7 @@ impl Worker {
             }
             Err(e) => {
                 let cause = match (&e, tls.handshaking) {
-                    (TlsLegError::Tls(err), true) => crate::backend_tls::handshake_failure(
+                    (TlsLegError::Tls(err), true) => crate::tls::backend::handshake_failure(
                         err,
                         self.shared.config.backend_tls,
                         self.shared.config.backend_tls_ca.as_deref(),

@@ -25,10 +25,10 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::*;
-use crate::buffers::accept_addr::AcceptAddrs;
 use crate::proxy::conn_io::{ShutdownHow, SockHandle};
-use crate::proxy::registry::RingWake;
-use crate::proxy::slab::Slab;
+use machines::registry::RingWake;
+use machines::slab::Slab;
+use uring::buffers::accept_addr::AcceptAddrs;
 
 /// One-shot direct accepts in flight per listener: enough that a connection
 /// storm does not wait for a re-arm between two accepts.
@@ -84,7 +84,7 @@ pub fn table_slots(max_connections: usize) -> u32 {
     } else {
         1024
     };
-    want.min(nofile).min(crate::ring::MAX_FIXED_FILES)
+    want.min(nofile).min(uring::ring::MAX_FIXED_FILES)
 }
 
 impl Worker {

@@ -240,7 +240,7 @@ impl Worker {
         if slot.closing {
             return;
         }
-        let empty_in_flight = |b: &crate::buffers::ReadBuffer| {
+        let empty_in_flight = |b: &uring::buffers::ReadBuffer| {
             b.in_flight() && b.filled_len() == 0 && b.wire_len() == 0
         };
         let idle = match e.leg {

@@ -16,8 +16,8 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::*;
-use crate::buffers::WriteBuf;
-use crate::proxy::client_leg::{ClientLeg, LegKind};
+use machines::client_leg::{ClientLeg, LegKind};
+use uring::buffers::WriteBuf;
 
 pub(super) struct LegIo {
     pub leg: ClientLeg,

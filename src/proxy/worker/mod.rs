@@ -49,32 +49,34 @@ use io_uring::types::Timespec;
 use socket2::{SockAddr, Socket};
 use thiserror::Error;
 
-use super::backend::BackendOp;
 use super::conn_io::ConnIo;
-use super::connect_attrs;
-use super::identity::{BackendLogin, IdentityMode};
-use super::idle_cut::{self, IdleCutLimits, IdleHolder};
-use super::ids::{
+use super::listen::{self, ListenError};
+use super::Shared;
+use crate::config::{BackendIdentity, DirectDescriptors, Pooling, ReadBufferMode};
+use machines::backend::BackendOp;
+use machines::connect_attrs;
+use machines::identity::{BackendLogin, IdentityMode};
+use machines::idle_cut::{self, IdleCutLimits, IdleHolder};
+use machines::ids::{
     BackendId, LeaseRequest, LeaseSetup, PoolKey, SessionId, Settings, TlsWish, ANY_SETTINGS,
 };
-use super::listen::{self, ListenError};
-use super::pool::{Pool, PoolConfig, PoolEvent};
-use super::registry::{ConnectionIds, Registration};
-use super::relay::{RelayOp, RelayTimeouts};
-use super::session::{
+use machines::pool::ConnHandle;
+use machines::pool::{Pool, PoolConfig, PoolEvent};
+use machines::registry::{ConnectionIds, Registration};
+use machines::relay::{RelayOp, RelayTimeouts};
+use machines::session::{
     NewSession, Session, SessionAction, SessionCtx, PASSTHROUGH_CAPS, PROXY_CAPS,
 };
-use super::slab::Slab;
-use super::{try_reserve, unreserve, LogLimiter, Shared};
-use crate::buffers::provided::{BufRing, RingSetupError};
-use crate::buffers::{BufferPool, Owner};
-use crate::config::{BackendIdentity, DirectDescriptors, Pooling, ReadBufferMode};
-use crate::metrics::{BufferMode, WorkerMetrics};
-use crate::mysql::auth;
-use crate::mysql::client_sha2::FullAuthTransport;
-use crate::mysql::constants::{CLIENT_COMPRESS, CLIENT_LOCAL_FILES, CLIENT_SSL};
-use crate::mysql::Users;
-use crate::ring::{ops, OpTag, Ring, RingError, SockRef, Sqe, Token};
+use machines::slab::Slab;
+use machines::{try_reserve, unreserve, LogLimiter};
+use metrics::{BufferMode, WorkerMetrics};
+use uring::buffers::provided::{BufRing, RingSetupError};
+use uring::buffers::{BufferPool, Owner};
+use uring::ring::{ops, OpTag, Ring, RingError, SockRef, Sqe, Token};
+use wire::auth;
+use wire::client_sha2::FullAuthTransport;
+use wire::constants::{CLIENT_COMPRESS, CLIENT_LOCAL_FILES, CLIENT_SSL};
+use wire::Users;
 
 /// How often the worker wakes up on its own: timeouts (handshake, pool
 /// wait), pool refills and the shutdown flag are checked at this cadence.
@@ -110,7 +112,7 @@ fn max_in_flight(max_sessions: usize, max_backends: usize) -> usize {
 /// The submission and completion queue sizes a worker asks for under this
 /// configuration (`ringgate check` sizes its memlock estimate from it).
 pub fn ring_sizes(cfg: &crate::config::Config, workers: usize) -> (u32, u32) {
-    let cq = crate::ring::cq_entries_for(max_in_flight(
+    let cq = uring::ring::cq_entries_for(max_in_flight(
         cfg.max_connections.div_ceil(workers.max(1)),
         cfg.backend_max_connections,
     ));
@@ -128,7 +130,7 @@ pub enum WorkerError {
 /// What a worker set up, reported once at start-up.
 #[derive(Debug, Clone)]
 pub struct WorkerStartup {
-    pub features: crate::ring::Features,
+    pub features: uring::ring::Features,
     pub mode: BufferMode,
     /// Why fixed buffers were not used, when they were asked for.
     pub fallback: Option<String>,
@@ -243,7 +245,7 @@ pub struct Worker {
     /// file table; `None` when they are plain fds.
     direct: Option<direct::Direct>,
     sessions: Slab<SessionSlot>,
-    pool: Pool,
+    pool: Pool<ConnIo>,
     template: BackendTemplate,
     backend_addr: &'static SockAddr,
     connect_timeout: &'static Timespec,
@@ -297,7 +299,7 @@ pub struct Worker {
 fn ring_buffers(
     ring: &mut Ring,
     cfg: &crate::config::Config,
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: Arc<metrics::Metrics>,
     id: usize,
 ) -> Result<BufRing, RingSetupError> {
     let count = u16::try_from(cfg.read_buffer_count).unwrap_or(u16::MAX);
@@ -317,7 +319,7 @@ fn ring_buffers(
     }
     if let Err(e) = probed {
         // Nothing may take from the ring once its memory is unmapped.
-        let _ = ring.unregister_buf_ring(crate::buffers::provided::BGID);
+        let _ = ring.unregister_buf_ring(uring::buffers::provided::BGID);
         return Err(e);
     }
     Ok(bufs)
@@ -359,7 +361,7 @@ fn session_ctx<'a>(
         registry: &shared.registry,
         rsa_key: shared.rsa_key.as_deref(),
         move_prepared_statements: cfg.tx_prepared_statements.moves(),
-        statement_limits: crate::proxy::statement_limits::StatementLimits {
+        statement_limits: machines::statement_limits::StatementLimits {
             statements: usize::try_from(cfg.max_prepared_statements).unwrap_or(usize::MAX),
             bytes: usize::try_from(cfg.max_prepared_bytes).unwrap_or(usize::MAX),
         },
@@ -594,7 +596,7 @@ impl Worker {
             self.cool_idle_reads();
             // Ring mode: now that every completion is accounted for.
             self.ring_rearm_starved();
-            if self.draining.is_some() && self.sessions.len() == 0 && self.pool.len() == 0 {
+            if self.draining.is_some() && self.sessions.is_empty() && self.pool.is_empty() {
                 break;
             }
         }
@@ -844,13 +846,13 @@ pub fn spawn_workers(shared: Arc<Shared>, count: usize) -> Result<Vec<StartedWor
 #[cfg(test)]
 mod size_tests {
     use super::*;
-    use crate::buffers::provided::RingRecv;
-    use crate::buffers::{ReadBuffer, WriteBuf};
-    use crate::mysql::tracker::Tracker;
-    use crate::proxy::multiplex::TxState;
-    use crate::proxy::pool::Pooled;
-    use crate::proxy::relay::Relay;
+    use machines::multiplex::TxState;
+    use machines::pool::Pooled;
+    use machines::relay::Relay;
     use std::mem::size_of;
+    use uring::buffers::provided::RingRecv;
+    use uring::buffers::{ReadBuffer, WriteBuf};
+    use wire::tracker::Tracker;
 
     #[test]
     fn sizes_of_the_per_connection_structures() {
@@ -867,12 +869,15 @@ mod size_tests {
             ("Relay (boxed, while relaying)", size_of::<Relay>()),
             ("Tracker (boxed while parked)", size_of::<Tracker>()),
             ("TxState (boxed, transaction pooling)", size_of::<TxState>()),
-            ("Pooled (slab entry of a backend)", size_of::<Pooled>()),
+            (
+                "Pooled (slab entry of a backend)",
+                size_of::<Pooled<ConnIo>>(),
+            ),
         ];
         for (what, n) in sizes {
             eprintln!("{what:<40} {n:>5} B");
         }
         assert!(size_of::<SessionSlot>() <= 1024, "{sizes:?}");
-        assert!(size_of::<Pooled>() <= 1024, "{sizes:?}");
+        assert!(size_of::<Pooled<ConnIo>>() <= 1024, "{sizes:?}");
     }
 }

@@ -35,7 +35,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use io_uring::cqueue;
 
 use super::*;
-use crate::buffers::provided::{BufRing, RingRecv};
+use uring::buffers::provided::{BufRing, RingRecv};
 
 /// What the driver does with a backend once its cancelled receive has
 /// ended (the session gave it back while the receive was armed).
@@ -69,7 +69,7 @@ pub(super) enum PendingRelease {
 /// A [`PendingRelease::Statement`]'s arguments.
 #[derive(Clone, Debug)]
 pub(super) struct StatementAsk {
-    pub key: std::sync::Arc<crate::proxy::statements::StmtKey>,
+    pub key: std::sync::Arc<machines::statements::StmtKey>,
     pub want_response: bool,
     pub types: Option<Vec<u8>>,
 }

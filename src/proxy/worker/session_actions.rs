@@ -360,7 +360,7 @@ impl Worker {
                 types,
             } => {
                 let Some(b) = slot.backend else {
-                    let payload = crate::mysql::reply::err_payload(
+                    let payload = wire::reply::err_payload(
                         1105, // ER_UNKNOWN_ERROR
                         "ringgate: no backend connection for a prepared statement",
                     );

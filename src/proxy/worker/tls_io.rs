@@ -25,7 +25,7 @@ use rustls::server::UnbufferedServerConnection;
 
 use super::tls_outbox::{TlsOutbox, Written};
 use super::*;
-use crate::proxy::tls_leg::TlsLeg;
+use crate::tls::leg::TlsLeg;
 
 /// Which write of the layers above a run of records stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

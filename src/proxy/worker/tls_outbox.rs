@@ -13,11 +13,11 @@
 //! one: a TLS stream cannot skip a record, so nothing after a lost byte
 //! can be sent.
 
-use crate::ring::SockRef;
 use std::collections::VecDeque;
+use uring::ring::SockRef;
 
-use crate::buffers::WriteBuf;
-use crate::ring::Sqe;
+use uring::buffers::WriteBuf;
+use uring::ring::Sqe;
 
 /// A ciphertext `Vec` keeps its capacity between writes, up to this (a
 /// large result passes; an idle connection does not keep its peak).

@@ -1,0 +1,372 @@
+//! Completions on a backend connection's own socket (connect, read, write,
+//! TLS, the close watch), fed to its [`BackendConn`] machine, and what the
+//! pool does with the machine's events: hand a logged-in connection to the
+//! session it was opened or reset for, make it idle, or close it.
+
+use super::*;
+
+impl<Io: ConnHandle> Pool<Io> {
+    pub fn on_connect(&mut self, id: BackendId, res: i32, now: Instant, out: &mut Vec<PoolEvent>) {
+        let timeout = self.cfg.connect_timeout;
+        let mut bo = Vec::new();
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        // No account behind the key: the passthrough probe (see `refill`).
+        let creds = self
+            .identities
+            .get(p.conn.key().identity)
+            .map(|login| BackendCredentials {
+                user: &login.user,
+                credential: &login.credential,
+                transport: &self.cfg.full_auth,
+            });
+        p.conn
+            .on_connect(res, creds.as_ref(), timeout, now, &mut bo);
+        self.apply(id, bo, now, out);
+    }
+
+    pub fn on_read(&mut self, id: BackendId, res: i32, now: Instant, out: &mut Vec<PoolEvent>) {
+        let mut bo = Vec::new();
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        let Some((filled, capacity)) = p.io.read_buffer() else {
+            return;
+        };
+        p.conn.on_read(res, filled, capacity, now, &mut bo);
+        self.apply(id, bo, now, out);
+    }
+
+    /// A connection's close watch completed (`res`: the poll's events, or
+    /// -errno). On an idle connection that is the server closing it: it is
+    /// discarded now rather than found dead at its next lease, and the
+    /// session that used it last hears of it ([`PoolEvent::ClosedIdle`]).
+    /// A connection that is not idle (leased, or the pool's own exchange
+    /// on it) sees the close in its own reads, but the watch, armed once,
+    /// is spent: a relay's park may still win the race against that EOF
+    /// (its cancel lands first), so the connection is marked and handled
+    /// when it comes back ([`Pool::push_idle`]). One closed here completes
+    /// the watch with the shutdown.
+    pub fn on_watch(&mut self, id: BackendId, res: i32, out: &mut Vec<PoolEvent>) {
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        if res < 0 || p.conn.is_closed() {
+            return;
+        }
+        if !p.conn.is_idle() {
+            p.server_closed = true;
+            return;
+        }
+        self.discard_server_closed(id, None, out);
+    }
+
+    /// The server closed connection `id` while no session held it (KILL
+    /// CONNECTION of its thread, its wait_timeout, a shutdown): close it,
+    /// and tell the session that used it last, whose `SELECT
+    /// CONNECTION_ID()` named that thread ([`PoolEvent::ClosedIdle`]; the
+    /// driver checks it has held no other since), unless it is `except`.
+    pub(super) fn discard_server_closed(
+        &mut self,
+        id: BackendId,
+        except: Option<SessionId>,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        let thread = p.conn.thread_id();
+        let session = p.last_session.filter(|s| Some(*s) != except);
+        tracing::info!(
+            worker = self.worker,
+            thread,
+            "the server closed the backend connection between commands (no session held it); discarded"
+        );
+        self.close(id, out);
+        if let Some(session) = session {
+            out.push(PoolEvent::ClosedIdle { session, thread });
+        }
+    }
+
+    pub fn on_write(&mut self, id: BackendId, res: i32, now: Instant, out: &mut Vec<PoolEvent>) {
+        let mut bo = Vec::new();
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        p.conn.on_write(res, &mut bo);
+        self.apply(id, bo, now, out);
+    }
+
+    /// The TLS handshake of a connection's login ended (see
+    /// [`BackendConn::on_tls`]).
+    pub fn on_tls(
+        &mut self,
+        id: BackendId,
+        result: Result<(), String>,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        let mut bo = Vec::new();
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        p.conn.on_tls(result, now, &mut bo);
+        self.apply(id, bo, now, out);
+    }
+
+    /// Carry out what a connection asked for and answer its events.
+    pub(super) fn apply(
+        &mut self,
+        id: BackendId,
+        outs: Vec<BackendOut>,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        for o in outs {
+            match o {
+                BackendOut::Op(op) => out.push(PoolEvent::Io(id, op)),
+                BackendOut::Event(e) => self.on_event(id, e, now, out),
+            }
+        }
+        self.sync_prepared(id);
+    }
+
+    /// A backend greeting arrived (a login or the startup probe): the
+    /// server is up, and the workers learn what it offers.
+    pub(super) fn server_answered(
+        &mut self,
+        server_version: String,
+        capabilities: u32,
+        ext_capabilities: u32,
+        login_status: Option<u16>,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        self.retry_at = None;
+        self.probed = true;
+        out.push(PoolEvent::ServerInfo {
+            server_version,
+            capabilities,
+            ext_capabilities,
+            login_status,
+        });
+    }
+
+    pub(super) fn on_event(
+        &mut self,
+        id: BackendId,
+        event: BackendEvent,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        match event {
+            BackendEvent::Ready {
+                server_version,
+                capabilities,
+                ext_capabilities,
+                status,
+            } => {
+                let status = Some(status);
+                self.server_answered(server_version, capabilities, ext_capabilities, status, out);
+                let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+                    return;
+                };
+                if !std::mem::replace(&mut p.watched, true) {
+                    out.push(PoolEvent::Watch(id));
+                }
+                match p.opened_for.take() {
+                    Some(req) => self.give(id, &req, now, out),
+                    None => self.make_idle(id, now, out),
+                }
+            }
+            BackendEvent::Probed {
+                server_version,
+                capabilities,
+                ext_capabilities,
+            } => self.server_answered(server_version, capabilities, ext_capabilities, None, out),
+            BackendEvent::OpenFailed {
+                cause,
+                login_refused,
+            } => {
+                let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+                    return;
+                };
+                let request = p.opened_for.take();
+                let key = p.conn.key();
+                match login_refused {
+                    // One user's account refused its credentials: only
+                    // that user's session hears of it, with the server's
+                    // own ERR; the backend itself is fine for everyone else.
+                    Some(err_payload) if !self.identities.is_shared() => {
+                        self.login_refused(key, request, err_payload, &cause, now, out)
+                    }
+                    _ => self.connect_failed(request, &cause, now, out),
+                }
+            }
+            BackendEvent::SchemaSelected => {
+                if let Some(session) = self
+                    .slots
+                    .get_mut(id.index, id.generation)
+                    .and_then(|p| p.leased_to)
+                {
+                    out.push(PoolEvent::Leased {
+                        session,
+                        backend: id,
+                    });
+                }
+            }
+            BackendEvent::SchemaRefused { err_payload } => {
+                let metrics = Arc::clone(&self.metrics);
+                let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+                    return;
+                };
+                p.set_busy(false, metrics.worker(self.worker));
+                if let Some(session) = p.leased_to.take() {
+                    out.push(PoolEvent::LeaseFailed {
+                        session,
+                        err_payload,
+                        reject: None,
+                    });
+                }
+                // The connection itself is fine (its schema is unchanged).
+                self.push_idle(id, now, out);
+            }
+            BackendEvent::ResetDone => {
+                let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+                    return;
+                };
+                match (std::mem::take(&mut p.relet), p.leased_to) {
+                    (true, Some(session)) => {
+                        // Leased again as it is: no schema to select, so
+                        // the only output is SchemaSelected, which the
+                        // Relet event replaces.
+                        let mut bo = Vec::new();
+                        p.conn.lease(None, None, now, &mut bo);
+                        debug_assert!(bo
+                            .iter()
+                            .all(|o| matches!(o, BackendOut::Event(BackendEvent::SchemaSelected))));
+                        out.push(PoolEvent::Relet {
+                            session,
+                            backend: id,
+                            schema: p.conn.schema().map(str::to_owned),
+                        });
+                    }
+                    _ => self.push_idle(id, now, out),
+                }
+            }
+            BackendEvent::LastInsertId(value) => {
+                let Some(asking) = self
+                    .slots
+                    .get_mut(id.index, id.generation)
+                    .and_then(|p| p.asking.take())
+                else {
+                    return;
+                };
+                out.push(PoolEvent::LastInsertId {
+                    session: asking.session,
+                    value: Some(value),
+                });
+                if asking.reset {
+                    self.release(id, true, now, out);
+                } else {
+                    self.release_kept(id, asking.kept, now, out);
+                }
+            }
+            BackendEvent::Statement(reply) => {
+                use crate::backend::statements::StatementReply;
+                let m = self.m();
+                match &reply {
+                    StatementReply::Ready {
+                        prepared, evicted, ..
+                    } => {
+                        m.statement_reprepares_total
+                            .fetch_add(u64::from(*prepared), Relaxed);
+                        m.statement_evictions_total
+                            .fetch_add(*evicted as u64, Relaxed);
+                    }
+                    StatementReply::Refused { evicted, .. } => {
+                        m.statement_evictions_total
+                            .fetch_add(*evicted as u64, Relaxed);
+                    }
+                }
+                let Some(session) = self
+                    .slots
+                    .get_mut(id.index, id.generation)
+                    .and_then(|p| p.leased_to)
+                else {
+                    return;
+                };
+                out.push(PoolEvent::Statement { session, reply });
+            }
+            BackendEvent::Tls(TlsNote::Unavailable) => {
+                self.m().backend_tls_errors_total[BackendTlsError::Unavailable as usize]
+                    .fetch_add(1, Relaxed);
+            }
+            BackendEvent::Tls(TlsNote::PlainFallback) => {
+                if !self.plain_fallback_logged {
+                    self.plain_fallback_logged = true;
+                    tracing::info!(
+                        worker = self.worker,
+                        backend = %self.cfg.backend,
+                        "the server offers no TLS (no CLIENT_SSL in its greeting): \
+                         --backend-tls preferred logs in in plain; turn TLS on in the server, \
+                         or use --backend-tls required to refuse plain connections"
+                    );
+                }
+            }
+            BackendEvent::Failed { cause } => {
+                tracing::debug!(worker = self.worker, "backend connection lost: {cause}");
+                let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+                    return;
+                };
+                if let Some(asking) = p.asking.take() {
+                    out.push(PoolEvent::LastInsertId {
+                        session: asking.session,
+                        value: None,
+                    });
+                }
+                // Failed while selecting a lease's schema: that session
+                // waits for nothing now.
+                if let Some(session) = p.leased_to.take() {
+                    out.push(PoolEvent::LeaseFailed {
+                        session,
+                        err_payload: unavailable(self.cfg.backend, &cause),
+                        reject: Some(RejectReason::BackendUnavailable),
+                    });
+                    return self.close(id, out);
+                }
+                // The pool's own exchange on a connection no session holds
+                // (a reset or a LAST_INSERT_ID() read after a park, a reset
+                // for a waiter): the server closed it between the last
+                // session's commands, which hears of it as from the watch.
+                // (In session pooling that session has gone.)
+                self.discard_server_closed(id, None, out);
+            }
+        }
+    }
+
+    pub(super) fn make_idle(&mut self, id: BackendId, now: Instant, out: &mut Vec<PoolEvent>) {
+        if let Some(p) = self.slots.get_mut(id.index, id.generation) {
+            p.conn.make_idle(now);
+        }
+        self.push_idle(id, now, out);
+    }
+
+    /// Connection `id` is idle now; one whose watch saw the server close
+    /// it meanwhile is discarded instead, as the watch would have.
+    pub(super) fn push_idle(&mut self, id: BackendId, _now: Instant, out: &mut Vec<PoolEvent>) {
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        if p.server_closed {
+            return self.discard_server_closed(id, None, out);
+        }
+        if self.identities.is_revoked(p.conn.key().identity) {
+            // Its user was removed by a reload while it was leased.
+            return self.close(id, out);
+        }
+        self.idle.push(id.index);
+        self.m().backend_idle.fetch_add(1, Relaxed);
+        self.dirty = true;
+    }
+}
