@@ -1,11 +1,19 @@
 //! The read-buffer pool: a client or backend connection holds a read
 //! buffer while it reads. In `fixed` mode the buffers are slots of one
 //! page-aligned region registered with the worker's io_uring; in `heap` mode
-//! (or when the fixed pool is exhausted) they are plain heap allocations.
-//! Both kinds are used through the same [`ReadBuffer`] type. Backend
-//! connections hold theirs for life; in fixed mode an idle logged-in client
-//! gives its slot back ([`BufferPool::give_back_empty`]) and takes one again
-//! ([`BufferPool::try_acquire_slot`]) when its socket is readable.
+//! (or when no slot is free) they are plain heap allocations. Both kinds are
+//! used through the same [`ReadBuffer`] type.
+//!
+//! In `fixed` mode a busy connection keeps its slot and a read pending
+//! between commands; a connection idle for a while (a read still pending on
+//! an empty buffer 10 ms after it was submitted is cancelled) gives its slot
+//! back ([`BufferPool::give_back_empty`]), waits on a poll of its socket,
+//! which names no memory, and takes a slot again
+//! ([`BufferPool::try_acquire_slot`]), or at once a heap buffer, when the
+//! socket is readable. That holds for clients and backend connections alike,
+//! also while a backend connection idles in the pool (a client with a TLS
+//! or compression leg keeps its slot); with `--hold-idle-slots` every
+//! connection keeps its slot for its whole life.
 //!
 //! A large result swaps a backend connection's buffer for a larger heap
 //! one while it streams ([`BufferPool::grow`], [`BufferPool::shrink`]; at
@@ -20,21 +28,34 @@
 //! must be kept across reads (a rewritten KILL, a server ERR arriving in
 //! pieces, a transaction's first command waiting for a connection), and a
 //! plain read when the ring is empty. It goes back to the pool as soon as
-//! it is empty and idle ([`BufferPool::lazy`]), so an idle connection holds
-//! none; the pool keeps a few spare ones so that this costs no allocation
-//! per transaction.
+//! it is empty and idle ([`BufferPool::lazy`], [`BufferPool::shed`]), so an
+//! idle connection holds none; the pool keeps a few spare ones so that this
+//! costs no allocation per transaction.
 //!
 //! # Buffer lifetime rules (the one place they are written down)
+//!
+//! Every buffer mode obeys them; docs/architecture.md links here.
 //!
 //! 1. The kernel may write into or read from a buffer from the moment an SQE
 //!    naming it is pushed until that SQE's CQE is reaped. In between, the
 //!    memory must stay valid and must not be handed to anyone else.
-//! 2. `close()` does not cancel an in-flight operation on a socket (see
-//!    shared/notes/io_uring-facts.md). Tear-down is therefore: `shutdown()`
-//!    (or ASYNC_CANCEL) → wait for every CQE that names the connection →
-//!    return the buffer → `close()`.
+//! 2. Closing a socket does not cancel an operation in flight on it: the
+//!    operation holds its own reference to the file, so `close()` (or the
+//!    IORING_OP_CLOSE of a direct descriptor's slot) drops only the table's
+//!    reference, and a pending read goes on until bytes arrive, still
+//!    writing into its buffer. Tear-down is therefore: `shutdown()` (or
+//!    ASYNC_CANCEL), which makes the operations complete now → wait for
+//!    every CQE that names the connection's socket → return the buffer →
+//!    close the socket. An SQE can name a socket without naming that
+//!    connection's buffer (the relay writes the session's buffer to the
+//!    backend's socket and the backend's buffer to the client's socket), so
+//!    the driver counts operations per socket, and a connection is freed
+//!    only when no operation names its socket and none of its buffers is in
+//!    flight. Where no operation names the socket any more, the shutdown
+//!    has nothing to end and may be left out (direct descriptors do).
 //! 3. A reused slot still holds the previous connection's bytes: only the
-//!    byte count of a completion says what is valid.
+//!    bytes the completions reported ([`ReadBuffer::filled`]) are valid, and
+//!    only those are ever forwarded.
 //! 4. Ring mode: a ring buffer (or, with incremental consumption, a piece
 //!    of one) is owned by userspace from the CQE that names its id until it
 //!    is given back ([`provided::BufRing::put`]): after the send that
@@ -43,7 +64,6 @@
 //!    IORING_CQE_F_BUF_MORE) and no piece of it is held. A piece named by a
 //!    send in flight cannot be given back ([`provided::Chunk`] carries the
 //!    same in-flight mark as a [`ReadBuffer`]).
-//!
 //! 5. A write linked to the read behind it and posting no CQE on success
 //!    (`Ring::push_write_then_read`, IOSQE_CQE_SKIP_SUCCESS) completes
 //!    without a CQE of its own: the read's CQE, whatever its result, proves
@@ -68,6 +88,12 @@
 //!   memory on purpose instead of freeing memory the kernel may still write.
 //! - Bytes are only readable through [`ReadBuffer::filled`] up to the count
 //!   the completion reported.
+//!
+//! Rule 2 is the driver's to keep: it counts the operations that name each
+//! socket and frees a connection (buffer back to the pool, then the socket
+//! closed) only when none does and none of its buffers is in flight; the
+//! integration tests assert that every slot is free again after every
+//! scenario.
 
 pub mod accept_addr;
 mod fixed;
