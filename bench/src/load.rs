@@ -8,61 +8,12 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Opts, OptsBuilder};
+use mysql_async::{Conn, Opts};
 use tokio::time::{sleep_until, timeout, Instant};
 
 use crate::hist::{clamp_us, new_hist};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Scenario {
-    Connect,
-    PointSelect,
-    LargeResult,
-}
-
-impl Scenario {
-    pub fn name(self) -> &'static str {
-        match self {
-            Scenario::Connect => "connect",
-            Scenario::PointSelect => "point-select",
-            Scenario::LargeResult => "large-result",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Scenario> {
-        match s.trim() {
-            "connect" => Some(Scenario::Connect),
-            "point-select" | "point_select" | "select" => Some(Scenario::PointSelect),
-            "large-result" | "large_result" | "large" => Some(Scenario::LargeResult),
-            _ => None,
-        }
-    }
-}
-
-/// Where and as whom to connect.
-#[derive(Clone, Debug)]
-pub struct Endpoint {
-    pub host: String,
-    pub port: u16,
-    pub user: String,
-    pub password: String,
-    pub db: String,
-}
-
-impl Endpoint {
-    pub fn opts(&self) -> Opts {
-        OptsBuilder::default()
-            .ip_or_hostname(self.host.clone())
-            .tcp_port(self.port)
-            .user(Some(self.user.clone()))
-            .pass(Some(self.password.clone()))
-            .db_name(Some(self.db.clone()))
-            // Without this, mysql_async asks for @@socket on a loopback connection and
-            // silently reconnects to the *backend's* unix socket, bypassing the proxy.
-            .prefer_socket(false)
-            .into()
-    }
-}
+use crate::model::scenario::Scenario;
+use crate::model::target::Endpoint;
 
 #[derive(Clone, Debug)]
 pub struct LoadSpec {

@@ -16,61 +16,16 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
-use crate::idle::Poller;
-use crate::mux::Ctx;
+use crate::args::env_num;
+use crate::measure::poller::Poller;
+use crate::model::pooling::{McRecord, MuxReport};
+use crate::model::{addr, BENCH_DB, BENCH_PASSWORD, BENCH_USER};
 use crate::procs;
 use crate::rawclient;
-
-/// One sysbench run of the scenario.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct McRecord {
-    pub test: String,
-    /// direct, tx (ringgate --pooling transaction), tx-pin (… --tx-prepared-statements pin).
-    pub target: String,
-    /// sysbench --db-ps-mode: auto (prepared statements) or disable (text queries).
-    pub ps_mode: String,
-    pub threads: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub backend_cap: Option<usize>,
-    pub duration_s: f64,
-    pub qps: f64,
-    pub tps: f64,
-    pub avg_ms: f64,
-    pub p95_ms: f64,
-    pub p99_ms: f64,
-    pub max_ms: f64,
-    pub errors: u64,
-    pub reconnects: u64,
-    pub threads_connected_before: f64,
-    pub threads_connected_peak: f64,
-    /// ringgate_backend_connections (idle + busy), peak of 100 ms samples.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ringgate_backends_peak: Option<f64>,
-    /// ringgate: client connections accepted during the run (the load went through it).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ringgate_accepted: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub proxy_cpu_s: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub server_cpu_s: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failed: Option<String>,
-}
-
-impl McRecord {
-    /// Server connections the target used: peak Threads_connected above the baseline.
-    pub fn server_connections(&self) -> f64 {
-        (self.threads_connected_peak - self.threads_connected_before).max(0.0)
-    }
-
-    /// CPU µs per query of the proxy / the server, over the run (connects included).
-    pub fn cpu_us_per_query(&self, cpu_s: Option<f64>) -> Option<f64> {
-        let q = self.qps * self.duration_s;
-        cpu_s.filter(|_| q > 0.0).map(|c| c * 1e6 / q)
-    }
-}
+use crate::setup::host::raise_nofile_to;
+use crate::setup::launch::start_ringgate;
+use crate::setup::Ctx;
+use crate::sysbench_output;
 
 /// The runs: (target, ps mode). Pinning only matters with prepared statements.
 pub const RUNS: [(&str, &str); 5] = [
@@ -100,6 +55,65 @@ pub fn ringgate_args(threads: usize, backends: usize, pin_ps: bool) -> Vec<Strin
         a.extend(["--tx-prepared-statements".into(), "pin".into()]);
     }
     a
+}
+
+/// Every run of the scenario, each through a fresh ringgate (none for direct).
+pub fn run_all(ctx: &Ctx, rep: &mut MuxReport) {
+    let threads: usize = env_num("BENCH_MANY_CLIENTS", 1000);
+    let backends: usize = env_num("BENCH_MANY_BACKENDS", 64);
+    let time_s: u64 = env_num(
+        "BENCH_MANY_TIME",
+        if ctx.prof.name == "full" { 30 } else { 10 },
+    );
+    raise_nofile_to(threads as u64 * 2 + 1100);
+    for test in TESTS {
+        for (target, ps) in RUNS {
+            // A fresh ringgate per run: sessions pinned by an earlier run keep their backend
+            // connections open until --backend-idle-timeout, and would count in this one.
+            let proxy = if target == "direct" {
+                None
+            } else {
+                let i = u16::from(target == "tx-pin");
+                let (port, mport) = (ctx.base_port + 20 + i, ctx.base_port + 30 + i);
+                match start_ringgate(
+                    ctx,
+                    &format!("fixed-mc-{target}-{test}-ps-{ps}"),
+                    port,
+                    mport,
+                    &ringgate_args(threads, backends, target == "tx-pin"),
+                ) {
+                    Ok(t) => t.pid.map(|pid| Proxy {
+                        port,
+                        metrics: addr(mport),
+                        pid,
+                    }),
+                    Err(e) => {
+                        rep.warnings
+                            .push(format!("many-clients {test} {target}: {e}"));
+                        continue;
+                    }
+                }
+            };
+            let r = run_one(
+                ctx,
+                test,
+                target,
+                ps,
+                threads,
+                time_s,
+                proxy.as_ref(),
+                proxy.as_ref().map(|_| backends),
+            );
+            if let Some(p) = proxy {
+                procs::stop(p.pid, Duration::from_secs(15));
+            }
+            if let Some(f) = &r.failed {
+                rep.warnings
+                    .push(format!("many-clients {test} {target} ps={ps}: {f}"));
+            }
+            rep.many_clients.push(r);
+        }
+    }
 }
 
 /// A ringgate target of the scenario: its port, metrics address and pid.
@@ -149,7 +163,7 @@ pub fn run_one(
     let acc0 = proxy.map(accepted);
     let port = proxy.map_or(ctx.backend.port, |p| p.port);
     let (user, password) = match proxy {
-        Some(_) => (crate::BENCH_USER, crate::BENCH_PASSWORD),
+        Some(_) => (BENCH_USER, BENCH_PASSWORD),
         None => (ctx.backend.user.as_str(), ctx.backend.password.as_str()),
     };
     let mut cmd = Command::new("sysbench");
@@ -159,7 +173,7 @@ pub fn run_one(
         .arg(format!("--mysql-port={port}"))
         .arg(format!("--mysql-user={user}"))
         .arg(format!("--mysql-password={password}"))
-        .arg(format!("--mysql-db={}", crate::BENCH_DB))
+        .arg(format!("--mysql-db={}", BENCH_DB))
         .arg(format!("--db-ps-mode={ps_mode}"))
         .arg("--tables=1")
         .arg(format!("--table-size={}", ctx.prof.table_size))
@@ -183,7 +197,7 @@ pub fn run_one(
             let st = procs::wait_child(pid, Duration::from_secs(time_s + 180));
             let out = std::fs::read_to_string(&log).unwrap_or_default();
             match st {
-                Some(s) if s.success() => crate::sysbench::parse(&out),
+                Some(s) if s.success() => sysbench_output::parse(&out),
                 other => Err(format!(
                     "sysbench exited with {other:?} after {:.0} s: {}",
                     started.elapsed().as_secs_f64(),

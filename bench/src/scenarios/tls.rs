@@ -39,8 +39,13 @@ use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureSch
 use serde::Serialize;
 use sha1::{Digest, Sha1};
 
+use crate::checks;
 use crate::hist::{self, Percentiles};
+use crate::model::target::Kind;
+use crate::model::BENCH_DB;
 use crate::procs;
+use crate::setup::launch::start_ringgate;
+use crate::setup::Ctx;
 
 type Res<T> = Result<T, String>;
 
@@ -855,18 +860,13 @@ pub fn split_scenarios(list: Option<&str>) -> (bool, Option<String>) {
 
 /// The section within `make bench`: a ringgate with TLS on `base + 8`
 /// (metrics `base + 18`) and MariaDB's own TLS when the sandbox has it.
-#[allow(clippy::too_many_arguments)]
 pub async fn section(
+    ctx: &Ctx<'_>,
     root: &Path,
-    bin: &Path,
-    backend: &crate::Backend,
-    users: &Path,
-    run_dir: &Path,
     out_dir: &Path,
-    prof: &crate::Profile,
-    base: u16,
     own_server: bool,
 ) -> Res<TlsReport> {
+    let (prof, backend, base) = (ctx.prof, ctx.backend, ctx.base_port);
     let smoke = prof.name == "smoke";
     // The sandbox marks a server started with RINGGATE_SANDBOX_TLS=1.
     let sandbox_tls = if own_server {
@@ -885,17 +885,7 @@ pub async fn section(
         "--tls-key".to_string(),
         key.display().to_string(),
     ];
-    let rg = crate::start_ringgate(
-        "tls",
-        bin,
-        base + 8,
-        base + 18,
-        backend,
-        users,
-        run_dir,
-        prof,
-        &extra,
-    )?;
+    let rg = start_ringgate(ctx, "tls", base + 8, base + 18, &extra)?;
     let mut targets = vec![TlsTarget {
         name: "ringgate".into(),
         port: rg.ep.port,
@@ -915,7 +905,7 @@ pub async fn section(
             port: backend.port,
             user: backend.user.clone(),
             password: backend.password.clone(),
-            db: crate::BENCH_DB.into(),
+            db: BENCH_DB.into(),
             proxy_pid: None,
         });
     } else {
@@ -946,12 +936,12 @@ pub async fn section(
     report.notes.extend(notes);
     // What ringgate itself counted: the resumed handshakes the client saw
     // must be the server's too; and nothing leaked.
-    if let crate::Kind::Ringgate { metrics } = &rg.kind {
+    if let Kind::Ringgate { metrics } = &rg.kind {
         let deadline = Instant::now() + Duration::from_secs(10);
         let (m, problems) = loop {
             let m = procs::parse_prometheus(&procs::http_get(*metrics, "/metrics")?);
             // The TLS target runs without --hold-idle-slots.
-            let problems = crate::checks::leak_problems(&m, false);
+            let problems = checks::leak_problems(&m, false);
             if problems.is_empty() || Instant::now() > deadline {
                 break (m, problems);
             }

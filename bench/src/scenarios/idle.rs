@@ -20,13 +20,18 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
-use serde::Serialize;
-
+use crate::args::env_num;
 use crate::hist::{clamp_us, new_hist};
-use crate::mux::Ctx;
+use crate::measure::poller::{scrape, Poller};
+use crate::model::pooling::{IdleRecord, MuxReport, Probe};
+use crate::model::scenario::PoolingScenario;
+use crate::model::{addr, BENCH_DB, BENCH_PASSWORD, BENCH_USER};
 use crate::procs;
 use crate::rawclient::{self, Login};
+use crate::setup::host::raise_nofile_to;
+use crate::setup::launch::start_ringgate;
+use crate::setup::Ctx;
+use crate::sysctl;
 
 /// fds the bench and ringgate keep for themselves beyond the idle clients (listeners, backend
 /// connections, the metrics scrape, the served client, MariaDB polls, files): tests/idle.rs's
@@ -87,140 +92,6 @@ pub fn tcp_ext(name: &str) -> Option<u64> {
     None
 }
 
-/// Latency of the served client.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Probe {
-    pub queries: u64,
-    pub failures: u64,
-    pub p50_us: u64,
-    pub p99_us: u64,
-    pub max_us: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub first_error: Option<String>,
-}
-
-impl Probe {
-    fn of(h: &Histogram<u64>, failures: u64, first_error: Option<String>) -> Probe {
-        Probe {
-            queries: h.len(),
-            failures,
-            p50_us: if h.is_empty() {
-                0
-            } else {
-                h.value_at_quantile(0.5)
-            },
-            p99_us: if h.is_empty() {
-                0
-            } else {
-                h.value_at_quantile(0.99)
-            },
-            max_us: if h.is_empty() { 0 } else { h.max() },
-            first_error,
-        }
-    }
-}
-
-/// What one idle scenario measured in one mode.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct IdleRecord {
-    pub scenario: String,
-    pub mode: String,
-    pub aim: usize,
-    /// Clients that logged in and sat idle.
-    pub clients: usize,
-    /// What stopped the logins short of the aim (None: aim reached).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stopped_by: Option<String>,
-    /// The aim before the fd cap, when the cap lowered it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub aim_before_fd_cap: Option<usize>,
-    pub nofile_soft: u64,
-    pub nofile_hard: u64,
-    pub login_s: f64,
-    pub rss_base_kib: u64,
-    pub rss_idle_kib: u64,
-    /// (RSS idle − RSS base) / clients, bytes.
-    pub rss_per_client_b: f64,
-    /// Proxy RSS after every idle client answered one query, per client.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rss_per_client_after_query_b: Option<f64>,
-    pub vm_pin_kib: u64,
-    pub vm_lck_kib: u64,
-    /// ringgate's backend connections (idle + busy) while the clients idled, peak of samples.
-    pub backends_peak: f64,
-    /// MariaDB Threads_connected: before the clients, and peak while they logged in and idled.
-    pub threads_connected_before: f64,
-    pub threads_connected_peak: f64,
-    /// Read buffers held for clients / backends, ring buffers with bytes, heap fallbacks
-    /// during the scenario, while the clients idled.
-    pub held_client: f64,
-    pub held_backend: f64,
-    pub held_ring: f64,
-    pub heap_fallbacks: f64,
-    /// The served client alone (before the idle clients) and with them (idle-10k), or over
-    /// the logins and the hold (idle-max).
-    pub served_alone: Probe,
-    pub served_with_idle: Probe,
-    pub hold_s: f64,
-    /// ringgate_client_connections after the hold (the idle clients + the served one).
-    pub open_after_hold: f64,
-    /// Idle clients asked to answer one `SELECT 1` after the hold, and how many failed.
-    pub answered: usize,
-    pub answer_failures: usize,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub answer_errors: BTreeMap<String, u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failed: Option<String>,
-    /// ringgate flags beyond the scenario's own.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub extra_args: Vec<String>,
-    /// Over the logins and the hold, machine-wide (other processes' traffic included): packets
-    /// dropped at a full CPU input backlog, and TCP connections the kernel reset because a
-    /// keepalive probe or data went unacknowledged too long (TcpExt TCPAbortOnTimeout).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub softnet_drops: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tcp_abort_on_timeout: Option<u64>,
-    /// net.core.netdev_max_backlog during the scenario, and what it was before the bench raised
-    /// it (idle-max; sysctl.rs says why).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub netdev_max_backlog: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub netdev_max_backlog_raised_from: Option<u64>,
-}
-
-/// The soft and hard RLIMIT_NOFILE after trying to raise both to `want` (the hard one only
-/// moves for a process with CAP_SYS_RESOURCE; then the soft one goes to the hard one).
-pub fn raise_nofile(want: u64) -> (u64, u64) {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into a valid struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
-        return (0, 0);
-    }
-    if r.rlim_max < want {
-        let up = libc::rlimit {
-            rlim_cur: want,
-            rlim_max: want,
-        };
-        // SAFETY: setrlimit reads a valid, initialised struct; failure (EPERM) leaves the
-        // limits as they were.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &up) } == 0 {
-            return (want, want);
-        }
-    }
-    if r.rlim_cur < r.rlim_max {
-        r.rlim_cur = r.rlim_max;
-        // SAFETY: as above; raising the soft limit up to the hard one needs no privilege.
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
-        // SAFETY: as the first getrlimit.
-        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
-    }
-    (r.rlim_cur, r.rlim_max)
-}
-
 /// Idle clients that fit under a hard fd limit (each is an fd in the bench and in ringgate).
 pub fn fd_cap(hard: u64) -> usize {
     hard.saturating_sub(FD_MARGIN) as usize
@@ -249,60 +120,6 @@ fn pinned_kib(pid: u32) -> (u64, u64) {
             .unwrap_or(0)
     };
     (f("VmPin:"), f("VmLck:"))
-}
-
-fn metrics(addr: SocketAddr) -> std::collections::HashMap<String, f64> {
-    procs::http_get(addr, "/metrics")
-        .map(|t| procs::parse_prometheus(&t))
-        .unwrap_or_default()
-}
-
-fn backends(m: &std::collections::HashMap<String, f64>) -> f64 {
-    let g = |k: &str| m.get(k).copied().unwrap_or(0.0);
-    g(r#"ringgate_backend_connections{state="idle"}"#)
-        + g(r#"ringgate_backend_connections{state="busy"}"#)
-}
-
-/// Polls MariaDB's Threads_connected and ringgate's backend gauge on a thread until stopped:
-/// (peak Threads_connected, peak ringgate backends).
-pub struct Poller {
-    stop: Arc<AtomicBool>,
-    handle: std::thread::JoinHandle<(f64, f64)>,
-}
-
-impl Poller {
-    pub fn start(server: Login, ringgate_metrics: Option<SocketAddr>, every: Duration) -> Poller {
-        let stop = Arc::new(AtomicBool::new(false));
-        let s2 = stop.clone();
-        let handle = std::thread::spawn(move || {
-            let mut conn = rawclient::login(&server, None).ok();
-            let (mut threads, mut backs) = (0.0f64, 0.0f64);
-            loop {
-                if let Some(c) = conn.as_mut() {
-                    if let Ok(v) = rawclient::global_status(c, "Threads_connected") {
-                        threads = threads.max(v);
-                    }
-                }
-                if let Some(m) = ringgate_metrics {
-                    backs = backs.max(backends(&metrics(m)));
-                }
-                if s2.load(Ordering::Relaxed) {
-                    break;
-                }
-                std::thread::sleep(every);
-            }
-            if let Some(c) = conn {
-                rawclient::quit(c);
-            }
-            (threads, backs)
-        });
-        Poller { stop, handle }
-    }
-
-    pub fn finish(self) -> (f64, f64) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle.join().unwrap_or((0.0, 0.0))
-    }
 }
 
 fn point_select(i: u64, table_size: u64) -> String {
@@ -478,6 +295,64 @@ fn ringgate_args(spec: &IdleSpec) -> Vec<String> {
     a
 }
 
+/// Runs idle-10k (in each of BENCH_IDLE_MODES) or idle-max.
+pub fn run_all(ctx: &Ctx, x: PoolingScenario, rep: &mut MuxReport) {
+    let mut specs = Vec::new();
+    let smoke = ctx.prof.name == "smoke";
+    if x == PoolingScenario::Idle10k {
+        let modes = std::env::var("BENCH_IDLE_MODES")
+            .unwrap_or(if smoke { "fixed" } else { "fixed,ring,heap" }.into());
+        for (i, mode) in modes.split(',').map(str::trim).enumerate() {
+            if !["fixed", "ring", "heap"].contains(&mode) {
+                rep.warnings
+                    .push(format!("BENCH_IDLE_MODES: unknown mode {mode:?}"));
+                continue;
+            }
+            specs.push(IdleSpec {
+                scenario: "idle-10k",
+                mode: mode.into(),
+                aim: env_num("BENCH_IDLE_CLIENTS", if smoke { 200 } else { 10_000 }),
+                many_sources: false,
+                hold: Duration::ZERO,
+                probe: Duration::from_secs(if smoke { 1 } else { 3 }),
+                port: ctx.base_port + 22 + i as u16,
+                metrics_port: ctx.base_port + 32 + i as u16,
+                extra_args: Vec::new(),
+            });
+        }
+    } else {
+        specs.push(IdleSpec {
+            scenario: "idle-max",
+            mode: "ring".into(),
+            aim: env_num("BENCH_IDLE_MAX", 100_000),
+            many_sources: true,
+            hold: Duration::from_secs(env_num("BENCH_IDLE_MAX_HOLD", 200)),
+            probe: Duration::from_secs(3),
+            port: ctx.base_port + 25,
+            metrics_port: ctx.base_port + 35,
+            extra_args: std::env::var("BENCH_IDLE_MAX_ARGS")
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
+        });
+    }
+    for s in specs {
+        let r = run(ctx, &s);
+        if let Some(f) = &r.failed {
+            rep.warnings
+                .push(format!("{} ({}): {f}", r.scenario, r.mode));
+        }
+        if r.answer_failures > 0 {
+            rep.warnings.push(format!(
+                "{} ({}): {} of {} idle clients did not answer after {:.0} s idle: {:?}",
+                r.scenario, r.mode, r.answer_failures, r.clients, r.hold_s, r.answer_errors
+            ));
+        }
+        rep.idle.push(r);
+    }
+}
+
 /// Runs one idle scenario in one mode (blocking).
 pub fn run(ctx: &Ctx, spec: &IdleSpec) -> IdleRecord {
     let mut rec = IdleRecord {
@@ -495,7 +370,7 @@ pub fn run(ctx: &Ctx, spec: &IdleSpec) -> IdleRecord {
 }
 
 fn run_inner(ctx: &Ctx, spec: &IdleSpec, rec: &mut IdleRecord) -> Result<(), String> {
-    let (soft, hard) = raise_nofile(spec.aim as u64 + FD_MARGIN);
+    let (soft, hard) = raise_nofile_to(spec.aim as u64 + FD_MARGIN);
     rec.nofile_soft = soft;
     rec.nofile_hard = hard;
     let aim = spec.aim.min(fd_cap(soft.min(hard)));
@@ -515,8 +390,8 @@ fn run_inner(ctx: &Ctx, spec: &IdleSpec, rec: &mut IdleRecord) -> Result<(), Str
     // idle-max holds its clients past the 60 s keepalive time: one input-backlog slot per idle
     // client at least, and 20,000 (measured: no drops with 18,900 clients) at least.
     let _backlog = (spec.scenario == "idle-max").then(|| {
-        let b = crate::sysctl::Raised::at_least(
-            std::path::Path::new(crate::sysctl::NETDEV_MAX_BACKLOG),
+        let b = sysctl::Raised::at_least(
+            std::path::Path::new(sysctl::NETDEV_MAX_BACKLOG),
             (spec.aim as u64).max(BACKLOG_FLOOR),
             "bursts of keepalive probes may be dropped and their connections reset",
         );
@@ -525,19 +400,15 @@ fn run_inner(ctx: &Ctx, spec: &IdleSpec, rec: &mut IdleRecord) -> Result<(), Str
         b
     });
     let name = format!("{}-{}", spec.mode, spec.scenario);
-    let t = crate::start_ringgate(
+    let t = start_ringgate(
+        ctx,
         &name,
-        ctx.bin,
         spec.port,
         spec.metrics_port,
-        ctx.backend,
-        ctx.users,
-        ctx.run_dir,
-        ctx.prof,
         &ringgate_args(&spec),
     )?;
     let pid = t.pid.ok_or("ringgate has no pid")?;
-    let maddr = crate::addr(spec.metrics_port);
+    let maddr = addr(spec.metrics_port);
     let res = measure(ctx, &spec, pid, maddr, rec);
     procs::stop(pid, Duration::from_secs(15));
     res
@@ -551,10 +422,10 @@ fn measure(
     rec: &mut IdleRecord,
 ) -> Result<(), String> {
     let client = Login {
-        addr: crate::addr(spec.port),
-        user: crate::BENCH_USER.into(),
-        password: crate::BENCH_PASSWORD.into(),
-        db: Some(crate::BENCH_DB.into()),
+        addr: addr(spec.port),
+        user: BENCH_USER.into(),
+        password: BENCH_PASSWORD.into(),
+        db: Some(BENCH_DB.into()),
         timeout: Duration::from_secs(60),
     };
     let server = ctx.server_login();
@@ -568,7 +439,7 @@ fn measure(
             rec.served_alone.first_error
         ));
     }
-    let m0 = metrics(maddr);
+    let m0 = scrape(maddr);
     let base = settle_rss_kib(pid);
     rec.rss_base_kib = base;
     rec.threads_connected_before = rawclient::login(&server, None)
@@ -613,7 +484,7 @@ fn measure(
     rec.clients = clients.len();
     rec.stopped_by = stopped;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while metrics(maddr)
+    while scrape(maddr)
         .get("ringgate_client_connections")
         .copied()
         .unwrap_or(0.0)
@@ -622,7 +493,7 @@ fn measure(
     {
         std::thread::sleep(Duration::from_millis(200));
     }
-    let idle_m = metrics(maddr);
+    let idle_m = scrape(maddr);
     let rss = settle_rss_kib(pid);
     rec.rss_idle_kib = rss;
     rec.rss_per_client_b = rss.saturating_sub(base) as f64 * 1024.0 / rec.clients.max(1) as f64;
@@ -654,7 +525,7 @@ fn measure(
         std::thread::sleep(Duration::from_secs(1).min(spec.hold - t_hold.elapsed().min(spec.hold)));
     }
     rec.hold_s = t_hold.elapsed().as_secs_f64();
-    rec.open_after_hold = g(&metrics(maddr), "ringgate_client_connections");
+    rec.open_after_hold = g(&scrape(maddr), "ringgate_client_connections");
     let delta = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| b.saturating_sub(a));
     rec.softnet_drops = delta(drops0, softnet_drops());
     rec.tcp_abort_on_timeout = delta(aborts0, tcp_ext("TCPAbortOnTimeout"));

@@ -1,6 +1,6 @@
 //! sysbench runs (`oltp_point_select`, `oltp_read_only`) and parsing of their output.
 
-use crate::report::SysbenchRecord;
+use crate::model::records::SysbenchRecord;
 
 /// Figures parsed from one `sysbench ... run --histogram=on` output.
 #[derive(Debug, Default, PartialEq)]
