@@ -9,6 +9,17 @@ use crate::model::records::{Record, Summary};
 /// summary.md: settings, the table, pool figures, verification, warnings.
 pub fn markdown(s: &Summary) -> String {
     let mut o = String::new();
+    header(&mut o, s);
+    o.push_str(&table(s, true));
+    pool_figures(&mut o, s);
+    per_round(&mut o, s);
+    verification(&mut o, s);
+    let _ = writeln!(o, "\nRun time: {:.0} s.", s.elapsed_s);
+    o
+}
+
+/// The title, the machine, the settings, and how to read the table.
+fn header(o: &mut String, s: &Summary) {
     let _ = writeln!(
         o,
         "# ringgate bench — {} ({} profile)\n",
@@ -36,7 +47,10 @@ pub fn markdown(s: &Summary) -> String {
          mode with --busy-poll-us, `tx` fixed mode with --pooling transaction. `(!)` marks a target whose counters did not confirm that the \
          load reached it.\n"
     );
-    o.push_str(&table(s, true));
+}
+
+/// ringgate's pool figures per cell, when a ringgate target ran.
+fn pool_figures(o: &mut String, s: &Summary) {
     let pools: Vec<&Record> = s.records.iter().filter(|r| r.ringgate.is_some()).collect();
     if !pools.is_empty() {
         let _ = writeln!(
@@ -68,6 +82,10 @@ pub fn markdown(s: &Summary) -> String {
         }
         let _ = writeln!(o);
     }
+}
+
+/// Every round of every cell and target.
+fn per_round(o: &mut String, s: &Summary) {
     let _ = writeln!(o, "## Per-round figures\n");
     let _ = writeln!(
         o,
@@ -92,6 +110,11 @@ pub fn markdown(s: &Summary) -> String {
             );
         }
     }
+}
+
+/// Whether each record's and sysbench run's load reached its target; then errors, the
+/// leak check and warnings.
+fn verification(o: &mut String, s: &Summary) {
     let _ = writeln!(o, "\n## Verification (was every target really reached?)\n");
     for r in &s.records {
         let _ = writeln!(
@@ -144,6 +167,4 @@ pub fn markdown(s: &Summary) -> String {
             let _ = writeln!(o, "- {w}");
         }
     }
-    let _ = writeln!(o, "\nRun time: {:.0} s.", s.elapsed_s);
-    o
 }

@@ -1,4 +1,4 @@
-//! `idle-10k` and `idle-max` (issue 12, issue 13 item 6): many logged-in clients that sit idle
+//! `idle-10k` and `idle-max`: many logged-in clients that sit idle
 //! through one ringgate with `--pooling transaction`, while another client keeps being served.
 //!
 //! The method is tests/idle.rs's, in the release bench: raw protocol clients (rawclient.rs)

@@ -1,4 +1,4 @@
-//! `many-clients` (issue 12): sysbench with 1,000 client connections through ringgate
+//! `many-clients`: sysbench with 1,000 client connections through ringgate
 //! `--pooling transaction` capped at 64 backend connections (`--backend-max-connections`),
 //! against MariaDB directly with 1,000 connections. Reports QPS, p95/p99, and how many server
 //! connections each used: MariaDB's Threads_connected, polled every 100 ms during the run (its

@@ -1,4 +1,4 @@
-//! The TLS section of `make bench` (issue 14): connect storms with TLS,
+//! The TLS section of `make bench`: connect storms with TLS,
 //! full and resumed handshakes measured apart, and query throughput with
 //! and without TLS, for ringgate's front-end TLS against MariaDB's own.
 //!
