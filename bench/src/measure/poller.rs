@@ -17,6 +17,17 @@ pub fn scrape(addr: SocketAddr) -> HashMap<String, f64> {
         .unwrap_or_default()
 }
 
+/// MariaDB's Threads_connected now (0 when it cannot be read).
+pub fn threads_connected(server: &Login) -> f64 {
+    rawclient::login(server, None)
+        .and_then(|mut c| {
+            let v = rawclient::global_status(&mut c, "Threads_connected");
+            rawclient::quit(c);
+            v
+        })
+        .unwrap_or(0.0)
+}
+
 /// ringgate's backend connections, idle and busy.
 fn backends(m: &HashMap<String, f64>) -> f64 {
     let g = |k: &str| m.get(k).copied().unwrap_or(0.0);

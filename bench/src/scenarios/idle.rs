@@ -14,7 +14,7 @@
 //! CAP_SYS_RESOURCE); ringgate inherits it and raises its own soft limit to its hard one. The
 //! number of clients is capped below the hard limit (`fd_cap`) and the record says so.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::args::env_num;
 use crate::hist::{clamp_us, new_hist};
-use crate::measure::poller::{scrape, Poller};
+use crate::measure::poller::{scrape, threads_connected, Poller};
 use crate::model::pooling::{IdleRecord, MuxReport, Probe};
 use crate::model::scenario::PoolingScenario;
 use crate::model::{addr, BENCH_DB, BENCH_PASSWORD, BENCH_USER};
@@ -414,6 +414,12 @@ fn run_inner(ctx: &Ctx, spec: &IdleSpec, rec: &mut IdleRecord) -> Result<(), Str
     res
 }
 
+/// The ringgate under measurement: its pid and /metrics address.
+struct Proxy {
+    pid: u32,
+    metrics: SocketAddr,
+}
+
 fn measure(
     ctx: &Ctx,
     spec: &IdleSpec,
@@ -430,6 +436,10 @@ fn measure(
     };
     let server = ctx.server_login();
     let table_size = ctx.prof.table_size;
+    let proxy = Proxy {
+        pid,
+        metrics: maddr,
+    };
 
     // The served client alone; it also warms the pool.
     rec.served_alone = serve(&client, table_size, spec.probe, Duration::ZERO, None);
@@ -442,20 +452,37 @@ fn measure(
     let m0 = scrape(maddr);
     let base = settle_rss_kib(pid);
     rec.rss_base_kib = base;
-    rec.threads_connected_before = rawclient::login(&server, None)
-        .and_then(|mut c| {
-            let v = rawclient::global_status(&mut c, "Threads_connected");
-            rawclient::quit(c);
-            v
-        })
-        .unwrap_or(0.0);
+    rec.threads_connected_before = threads_connected(&server);
 
     let poller = Poller::start(server, Some(maddr), Duration::from_millis(500));
     // idle-max: the served client runs throughout, one point select every 20 ms.
-    let bg_stop = Arc::new(AtomicBool::new(false));
-    let bg = (spec.scenario == "idle-max").then(|| {
-        let (c, s) = (client.clone(), bg_stop.clone());
-        std::thread::spawn(move || {
+    let background = (spec.scenario == "idle-max").then(|| Background::start(&client, table_size));
+    let (drops0, aborts0) = (softnet_drops(), tcp_ext("TCPAbortOnTimeout"));
+    let clients = log_in_all(spec, &client, &proxy, rec);
+    record_idle_state(spec, &proxy, &m0, base, rec);
+    hold(spec, &client, table_size, &proxy, rec);
+    let delta = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| b.saturating_sub(a));
+    rec.softnet_drops = delta(drops0, softnet_drops());
+    rec.tcp_abort_on_timeout = delta(aborts0, tcp_ext("TCPAbortOnTimeout"));
+    if let Some(bg) = background {
+        rec.served_with_idle = bg.finish();
+    }
+    (rec.threads_connected_peak, rec.backends_peak) = poller.finish();
+    answer(spec, clients, &proxy, base, rec);
+    Ok(())
+}
+
+/// The served client on a thread of its own until stopped.
+struct Background {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Probe>,
+}
+
+impl Background {
+    fn start(client: &Login, table_size: u64) -> Background {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s) = (client.clone(), stop.clone());
+        let handle = std::thread::spawn(move || {
             serve(
                 &c,
                 table_size,
@@ -463,9 +490,23 @@ fn measure(
                 Duration::from_millis(20),
                 Some(&s),
             )
-        })
-    });
+        });
+        Background { stop, handle }
+    }
 
+    fn finish(self) -> Probe {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap_or_default()
+    }
+}
+
+/// Logs the idle clients in and waits (up to 30 s) until ringgate counts them all.
+fn log_in_all(
+    spec: &IdleSpec,
+    client: &Login,
+    proxy: &Proxy,
+    rec: &mut IdleRecord,
+) -> Vec<TcpStream> {
     eprintln!(
         "bench: {} ({}): logging in {} idle clients{}",
         spec.scenario,
@@ -477,14 +518,13 @@ fn measure(
             ""
         }
     );
-    let (drops0, aborts0) = (softnet_drops(), tcp_ext("TCPAbortOnTimeout"));
     let t0 = Instant::now();
-    let (clients, stopped) = log_in(&client, spec.aim, spec.many_sources);
+    let (clients, stopped) = log_in(client, spec.aim, spec.many_sources);
     rec.login_s = t0.elapsed().as_secs_f64();
     rec.clients = clients.len();
     rec.stopped_by = stopped;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while scrape(maddr)
+    while scrape(proxy.metrics)
         .get("ringgate_client_connections")
         .copied()
         .unwrap_or(0.0)
@@ -493,17 +533,32 @@ fn measure(
     {
         std::thread::sleep(Duration::from_millis(200));
     }
-    let idle_m = scrape(maddr);
-    let rss = settle_rss_kib(pid);
+    clients
+}
+
+fn gauge(m: &HashMap<String, f64>, k: &str) -> f64 {
+    m.get(k).copied().unwrap_or(0.0)
+}
+
+/// What the idle clients cost: RSS per client over `base`, pinned memory, the buffers held,
+/// and the heap fallbacks since `m0`.
+fn record_idle_state(
+    spec: &IdleSpec,
+    proxy: &Proxy,
+    m0: &HashMap<String, f64>,
+    base: u64,
+    rec: &mut IdleRecord,
+) {
+    let idle_m = scrape(proxy.metrics);
+    let rss = settle_rss_kib(proxy.pid);
     rec.rss_idle_kib = rss;
     rec.rss_per_client_b = rss.saturating_sub(base) as f64 * 1024.0 / rec.clients.max(1) as f64;
-    (rec.vm_pin_kib, rec.vm_lck_kib) = pinned_kib(pid);
-    let g = |m: &std::collections::HashMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
-    rec.held_client = g(&idle_m, r#"ringgate_read_buffers_in_use{owner="client"}"#);
-    rec.held_backend = g(&idle_m, r#"ringgate_read_buffers_in_use{owner="backend"}"#);
-    rec.held_ring = g(&idle_m, "ringgate_read_buffer_ring_in_use");
-    rec.heap_fallbacks = g(&idle_m, "ringgate_read_buffer_heap_fallbacks_total")
-        - g(&m0, "ringgate_read_buffer_heap_fallbacks_total");
+    (rec.vm_pin_kib, rec.vm_lck_kib) = pinned_kib(proxy.pid);
+    rec.held_client = gauge(&idle_m, r#"ringgate_read_buffers_in_use{owner="client"}"#);
+    rec.held_backend = gauge(&idle_m, r#"ringgate_read_buffers_in_use{owner="backend"}"#);
+    rec.held_ring = gauge(&idle_m, "ringgate_read_buffer_ring_in_use");
+    rec.heap_fallbacks = gauge(&idle_m, "ringgate_read_buffer_heap_fallbacks_total")
+        - gauge(m0, "ringgate_read_buffer_heap_fallbacks_total");
     eprintln!(
         "bench: {} ({}): {} idle clients in {:.1} s; RSS {:.1} -> {:.1} MiB = {:.0} B per client",
         spec.scenario,
@@ -514,34 +569,37 @@ fn measure(
         rss as f64 / 1024.0,
         rec.rss_per_client_b
     );
+}
 
-    // The hold: idle-10k probes the served client now; idle-max lets the clients idle long
-    // enough for keepalive (60 s idle, then probes) and TCP_USER_TIMEOUT to act.
+/// The hold: idle-10k probes the served client now; idle-max lets the clients idle long
+/// enough for keepalive (60 s idle, then probes) and TCP_USER_TIMEOUT to act.
+fn hold(spec: &IdleSpec, client: &Login, table_size: u64, proxy: &Proxy, rec: &mut IdleRecord) {
     let t_hold = Instant::now();
     if spec.scenario == "idle-10k" {
-        rec.served_with_idle = serve(&client, table_size, spec.probe, Duration::ZERO, None);
+        rec.served_with_idle = serve(client, table_size, spec.probe, Duration::ZERO, None);
     }
     while t_hold.elapsed() < spec.hold {
         std::thread::sleep(Duration::from_secs(1).min(spec.hold - t_hold.elapsed().min(spec.hold)));
     }
     rec.hold_s = t_hold.elapsed().as_secs_f64();
-    rec.open_after_hold = g(&scrape(maddr), "ringgate_client_connections");
-    let delta = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| b.saturating_sub(a));
-    rec.softnet_drops = delta(drops0, softnet_drops());
-    rec.tcp_abort_on_timeout = delta(aborts0, tcp_ext("TCPAbortOnTimeout"));
-    if let Some(h) = bg {
-        bg_stop.store(true, Ordering::Relaxed);
-        rec.served_with_idle = h.join().unwrap_or_default();
-    }
-    (rec.threads_connected_peak, rec.backends_peak) = poller.finish();
+    rec.open_after_hold = gauge(&scrape(proxy.metrics), "ringgate_client_connections");
+}
 
-    // Every idle client still answers.
+/// Every idle client still answers; idle-10k then measures RSS again, with every client
+/// having run a query.
+fn answer(
+    spec: &IdleSpec,
+    clients: Vec<TcpStream>,
+    proxy: &Proxy,
+    base: u64,
+    rec: &mut IdleRecord,
+) {
     let (ok, bad, errs, clients) = answer_all(clients);
     rec.answered = ok;
     rec.answer_failures = bad;
     rec.answer_errors = errs;
     if spec.scenario == "idle-10k" {
-        let after = settle_rss_kib(pid);
+        let after = settle_rss_kib(proxy.pid);
         rec.rss_per_client_after_query_b =
             Some(after.saturating_sub(base) as f64 * 1024.0 / rec.clients.max(1) as f64);
     }
@@ -559,7 +617,6 @@ fn measure(
     for c in clients {
         rawclient::quit(c);
     }
-    Ok(())
 }
 
 #[cfg(test)]

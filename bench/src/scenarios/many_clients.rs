@@ -13,15 +13,15 @@
 //! both sides.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::args::env_num;
-use crate::measure::poller::Poller;
+use crate::measure::poller::{threads_connected, Poller};
 use crate::model::pooling::{McRecord, MuxReport};
 use crate::model::{addr, BENCH_DB, BENCH_PASSWORD, BENCH_USER};
 use crate::procs;
-use crate::rawclient;
 use crate::setup::host::raise_nofile_to;
 use crate::setup::launch::start_ringgate;
 use crate::setup::Ctx;
@@ -143,74 +143,18 @@ pub fn run_one(
         ..Default::default()
     };
     let server = ctx.server_login();
-    rec.threads_connected_before = rawclient::login(&server, None)
-        .and_then(|mut c| {
-            let v = rawclient::global_status(&mut c, "Threads_connected");
-            rawclient::quit(c);
-            v
-        })
-        .unwrap_or(0.0);
-    let accepted = |p: &Proxy| {
-        procs::http_get(p.metrics, "/metrics")
-            .ok()
-            .and_then(|t| {
-                procs::parse_prometheus(&t)
-                    .get("ringgate_client_connections_total")
-                    .copied()
-            })
-            .unwrap_or(0.0)
-    };
+    rec.threads_connected_before = threads_connected(&server);
     let acc0 = proxy.map(accepted);
-    let port = proxy.map_or(ctx.backend.port, |p| p.port);
-    let (user, password) = match proxy {
-        Some(_) => (BENCH_USER, BENCH_PASSWORD),
-        None => (ctx.backend.user.as_str(), ctx.backend.password.as_str()),
-    };
-    let mut cmd = Command::new("sysbench");
-    cmd.arg(test)
-        .arg("--db-driver=mysql")
-        .arg("--mysql-host=127.0.0.1")
-        .arg(format!("--mysql-port={port}"))
-        .arg(format!("--mysql-user={user}"))
-        .arg(format!("--mysql-password={password}"))
-        .arg(format!("--mysql-db={}", BENCH_DB))
-        .arg(format!("--db-ps-mode={ps_mode}"))
-        .arg("--tables=1")
-        .arg(format!("--table-size={}", ctx.prof.table_size))
-        .arg(format!("--threads={threads}"))
-        .arg(format!("--time={time_s}"))
-        .arg("--events=0")
-        .arg("--rand-type=uniform")
-        .arg("--percentile=95")
-        .arg("--histogram=on")
-        .arg("run");
+    let cmd = sysbench_command(ctx, &rec, time_s, proxy);
     let log = ctx.run_dir.join(format!(
         "many-clients-{test}-{target}-ps-{ps_mode}-t{threads}.log"
     ));
     let poller = Poller::start(server, proxy.map(|p| p.metrics), Duration::from_millis(100));
     let cpu = |pid: Option<u32>| pid.and_then(procs::cpu_seconds);
     let (pcpu0, scpu0) = (cpu(proxy.map(|p| p.pid)), cpu(ctx.backend.pid));
-    let started = Instant::now();
     let outcome = procs::spawn(&format!("sysbench {test} ({target})"), cmd, &log)
         .map_err(|e| format!("sysbench: {e}"))
-        .and_then(|pid| {
-            let st = procs::wait_child(pid, Duration::from_secs(time_s + 180));
-            let out = std::fs::read_to_string(&log).unwrap_or_default();
-            match st {
-                Some(s) if s.success() => sysbench_output::parse(&out),
-                other => Err(format!(
-                    "sysbench exited with {other:?} after {:.0} s: {}",
-                    started.elapsed().as_secs_f64(),
-                    out.lines()
-                        .filter(|l| l.contains("FATAL")
-                            || l.contains("ALERT")
-                            || l.contains("rror"))
-                        .take(3)
-                        .collect::<Vec<_>>()
-                        .join(" | ")
-                )),
-            }
-        });
+        .and_then(|pid| wait_and_parse(pid, &log, time_s));
     let delta = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a);
     rec.proxy_cpu_s = delta(pcpu0, cpu(proxy.map(|p| p.pid)));
     rec.server_cpu_s = delta(scpu0, cpu(ctx.backend.pid));
@@ -221,19 +165,90 @@ pub fn run_one(
         rec.ringgate_accepted = acc0.map(|a| accepted(p) - a);
     }
     match outcome {
-        Ok(p) => {
-            rec.duration_s = p.total_time_s;
-            rec.qps = p.qps;
-            rec.tps = p.tps;
-            rec.avg_ms = p.avg_ms;
-            rec.p95_ms = p.p95_ms;
-            rec.p99_ms = p.p99_ms;
-            rec.max_ms = p.max_ms;
-            rec.errors = p.errors;
-            rec.reconnects = p.reconnects;
-        }
+        Ok(p) => fill(&mut rec, &p),
         Err(e) => rec.failed = Some(e),
     }
+    log_run(&rec);
+    // Let the 1,000 connections close before the next run's baseline.
+    std::thread::sleep(Duration::from_secs(2));
+    rec
+}
+
+/// Client connections ringgate accepted so far (0 when it does not answer).
+fn accepted(p: &Proxy) -> f64 {
+    procs::http_get(p.metrics, "/metrics")
+        .ok()
+        .and_then(|t| {
+            procs::parse_prometheus(&t)
+                .get("ringgate_client_connections_total")
+                .copied()
+        })
+        .unwrap_or(0.0)
+}
+
+/// sysbench through the proxy as the bench's user, or to MariaDB as the backend's account.
+fn sysbench_command(ctx: &Ctx, rec: &McRecord, time_s: u64, proxy: Option<&Proxy>) -> Command {
+    let port = proxy.map_or(ctx.backend.port, |p| p.port);
+    let (user, password) = match proxy {
+        Some(_) => (BENCH_USER, BENCH_PASSWORD),
+        None => (ctx.backend.user.as_str(), ctx.backend.password.as_str()),
+    };
+    let mut cmd = Command::new("sysbench");
+    cmd.arg(&rec.test)
+        .arg("--db-driver=mysql")
+        .arg("--mysql-host=127.0.0.1")
+        .arg(format!("--mysql-port={port}"))
+        .arg(format!("--mysql-user={user}"))
+        .arg(format!("--mysql-password={password}"))
+        .arg(format!("--mysql-db={}", BENCH_DB))
+        .arg(format!("--db-ps-mode={}", rec.ps_mode))
+        .arg("--tables=1")
+        .arg(format!("--table-size={}", ctx.prof.table_size))
+        .arg(format!("--threads={}", rec.threads))
+        .arg(format!("--time={time_s}"))
+        .arg("--events=0")
+        .arg("--rand-type=uniform")
+        .arg("--percentile=95")
+        .arg("--histogram=on")
+        .arg("run");
+    cmd
+}
+
+/// Waits for sysbench (its run time and 3 minutes for 1,000 connections to come and go)
+/// and parses its log; a failed run's error carries the log's error lines.
+fn wait_and_parse(pid: u32, log: &Path, time_s: u64) -> Result<sysbench_output::Parsed, String> {
+    let started = Instant::now();
+    let st = procs::wait_child(pid, Duration::from_secs(time_s + 180));
+    let out = std::fs::read_to_string(log).unwrap_or_default();
+    match st {
+        Some(s) if s.success() => sysbench_output::parse(&out),
+        other => Err(format!(
+            "sysbench exited with {other:?} after {:.0} s: {}",
+            started.elapsed().as_secs_f64(),
+            out.lines()
+                .filter(|l| l.contains("FATAL") || l.contains("ALERT") || l.contains("rror"))
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        )),
+    }
+}
+
+fn fill(rec: &mut McRecord, p: &sysbench_output::Parsed) {
+    rec.duration_s = p.total_time_s;
+    rec.qps = p.qps;
+    rec.tps = p.tps;
+    rec.avg_ms = p.avg_ms;
+    rec.p95_ms = p.p95_ms;
+    rec.p99_ms = p.p99_ms;
+    rec.max_ms = p.max_ms;
+    rec.errors = p.errors;
+    rec.reconnects = p.reconnects;
+}
+
+/// The run's progress line on stderr.
+fn log_run(rec: &McRecord) {
+    let (test, target, ps_mode, threads) = (&rec.test, &rec.target, &rec.ps_mode, rec.threads);
     eprintln!(
         "bench: many-clients {test:<18} {target:<8} ps={ps_mode:<7} t={threads} {:>8.0} QPS  \
          p99 {:.2} ms  server connections {:.0} (Threads_connected {:.0} -> peak {:.0}){}{}",
@@ -250,9 +265,6 @@ pub fn run_one(
             .map(|f| format!("  FAILED: {f}"))
             .unwrap_or_default()
     );
-    // Let the 1,000 connections close before the next run's baseline.
-    std::thread::sleep(Duration::from_secs(2));
-    rec
 }
 
 #[cfg(test)]
