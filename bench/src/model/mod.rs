@@ -8,6 +8,7 @@ pub mod profile;
 pub mod records;
 pub mod scenario;
 pub mod target;
+pub mod tls;
 
 use std::net::SocketAddr;
 

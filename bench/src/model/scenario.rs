@@ -66,6 +66,18 @@ impl PoolingScenario {
     }
 }
 
+/// Whether `--scenarios`/BENCH_SCENARIOS asks for the TLS section (it does
+/// by default), and the other scenarios of the list.
+pub fn split_scenarios(list: Option<&str>) -> (bool, Option<String>) {
+    match list {
+        None => (true, None),
+        Some(s) => {
+            let rest: Vec<&str> = s.split(',').filter(|x| x.trim() != "tls").collect();
+            (rest.len() < s.split(',').count(), Some(rest.join(",")))
+        }
+    }
+}
+
 /// One scenario at one concurrency (and row size): a row group of the report.
 #[derive(Clone, Debug)]
 pub struct Cell {
@@ -115,6 +127,20 @@ mod tests {
         assert_eq!(
             PoolingScenario::defaults("smoke"),
             vec![PoolingScenario::Idle10k]
+        );
+    }
+
+    #[test]
+    fn tls_is_a_scenario_of_its_own() {
+        assert_eq!(split_scenarios(None), (true, None));
+        assert_eq!(
+            split_scenarios(Some("connect,tls")),
+            (true, Some("connect".into()))
+        );
+        assert_eq!(split_scenarios(Some("tls")), (true, Some("".into())));
+        assert_eq!(
+            split_scenarios(Some("connect,point-select")),
+            (false, Some("connect,point-select".into()))
         );
     }
 }

@@ -6,6 +6,7 @@ mod markdown;
 mod pooling;
 mod results;
 mod svg;
+pub mod tls;
 
 pub use markdown::markdown;
 pub use results::table;

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use crate::args::{secs, Args};
 use crate::model::profile::{profile, Profile};
+use crate::model::scenario::split_scenarios;
 use crate::model::scenario::{PoolingScenario, Scenario};
 use crate::model::Res;
-use crate::scenarios::tls;
 
 /// Every target name BENCH_TARGETS accepts.
 const TARGETS: [&str; 9] = [
@@ -42,7 +42,7 @@ pub fn plan(args: &Args, default_profile: &str, root: PathBuf) -> Res<Plan> {
     let mut prof = profile(&prof_name)?;
     apply_overrides(&mut prof, args)?;
     let (run_tls, scenario_list) =
-        tls::split_scenarios(args.get("scenarios", "BENCH_SCENARIOS").as_deref());
+        split_scenarios(args.get("scenarios", "BENCH_SCENARIOS").as_deref());
     let (scenarios, pooling) = parse_scenarios(scenario_list, &prof)?;
     let rate: Option<f64> = args.num("rate", "BENCH_RATE")?;
     let smoke = prof.name == "smoke";

@@ -2,8 +2,8 @@
 //! step and transaction-pooling scenario.
 
 use crate::model::records::Summary;
+use crate::model::tls::TlsReport;
 use crate::model::Res;
-use crate::scenarios::tls::TlsReport;
 
 /// Prints how many checks passed; fails on errors, unverified targets, leaks, or a run that
 /// measured nothing.

@@ -8,9 +8,9 @@ use super::outputs::Outputs;
 use super::plan::Plan;
 use crate::model::records::Summary;
 use crate::model::target::Backend;
+use crate::model::tls::TlsReport;
 use crate::model::Res;
 use crate::report;
-use crate::scenarios::tls::TlsReport;
 
 /// How the run measured, for summary.md: rounds, timings, loop, order, client, proxies,
 /// backend, sysbench, and the plot files.
@@ -93,7 +93,7 @@ pub fn print(summary: &Summary, tls: Option<&TlsReport>, out_dir: &Path) {
     println!();
     print!("{}", report::table(summary, false));
     if let Some(r) = tls {
-        print!("\n{}", r.table());
+        print!("\n{}", report::tls::table(r));
     }
     for w in &summary.warnings {
         println!("WARNING: {w}");
