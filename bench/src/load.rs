@@ -178,16 +178,7 @@ async fn worker(
             break;
         }
         let (outcome, elapsed) = match spec.scenario {
-            Scenario::Connect => {
-                let (o, c) = connect_op(&opts, &spec).await;
-                let elapsed = t0.elapsed();
-                if let Some(c) = c {
-                    out.connects_total += 1;
-                    // Quit is not part of the connect time, but it is part of the loop.
-                    let _ = timeout(spec.op_timeout, c.disconnect()).await;
-                }
-                (o, elapsed)
-            }
+            Scenario::Connect => connect_and_quit(&opts, &spec, &mut out).await,
             _ => {
                 let Some(c) = conn.as_mut() else { break };
                 let o = query_op(c, &spec, &mut rng).await;
@@ -197,53 +188,17 @@ async fn worker(
                     if let Some(c) = conn.take() {
                         let _ = timeout(Duration::from_secs(2), c.disconnect()).await;
                     }
-                    if let (OpOutcome::Ok { .. }, Some(c)) = connect_op(&opts, &spec).await {
-                        out.connects_total += 1;
-                        conn = Some(c);
-                    }
+                    conn = reconnect(&opts, &spec, &mut out).await;
                 }
                 (o, elapsed)
             }
         };
         out.ops_total += 1;
-        let recording = t0 >= win.measure_from;
-        match outcome {
-            OpOutcome::Ok { bytes } => {
-                if recording {
-                    let us = clamp_us(elapsed.as_micros() as u64);
-                    let h = out.hist.as_mut().unwrap();
-                    match interval_us {
-                        Some(iv) => {
-                            let _ = h.record_correct(us, iv);
-                        }
-                        None => {
-                            let _ = h.record(us);
-                        }
-                    }
-                    out.count += 1;
-                    out.bytes += bytes;
-                }
-            }
-            OpOutcome::Failed(e) => {
-                if recording {
-                    out.failures += 1;
-                    note_error(&mut out.errors, &e);
-                }
-            }
-            OpOutcome::TimedOut => {
-                if recording {
-                    out.timeouts += 1;
-                    note_error(&mut out.errors, "timed out");
-                }
-            }
-        }
+        out.tally(outcome, elapsed, t0 >= win.measure_from, interval_us);
         if conn.is_none() && spec.scenario != Scenario::Connect {
             // Could not reconnect: back off a little rather than spin.
             tokio::time::sleep(Duration::from_millis(50)).await;
-            if let (OpOutcome::Ok { .. }, Some(c)) = connect_op(&opts, &spec).await {
-                out.connects_total += 1;
-                conn = Some(c);
-            }
+            conn = reconnect(&opts, &spec, &mut out).await;
         }
     }
     if let Some(c) = conn {
@@ -252,47 +207,114 @@ async fn worker(
     out
 }
 
+/// One connect, timed up to a usable connection; the quit that follows is part of the
+/// loop, not of the time.
+async fn connect_and_quit(
+    opts: &Opts,
+    spec: &LoadSpec,
+    out: &mut WorkerOut,
+) -> (OpOutcome, Duration) {
+    let t0 = Instant::now();
+    let (o, c) = connect_op(opts, spec).await;
+    let elapsed = t0.elapsed();
+    if let Some(c) = c {
+        out.connects_total += 1;
+        let _ = timeout(spec.op_timeout, c.disconnect()).await;
+    }
+    (o, elapsed)
+}
+
+/// A new persistent connection, counted, or None when it cannot be opened.
+async fn reconnect(opts: &Opts, spec: &LoadSpec, out: &mut WorkerOut) -> Option<Conn> {
+    match connect_op(opts, spec).await {
+        (OpOutcome::Ok { .. }, Some(c)) => {
+            out.connects_total += 1;
+            Some(c)
+        }
+        _ => None,
+    }
+}
+
+impl WorkerOut {
+    /// Counts an operation that started in the measurement window (`recording`); open loop
+    /// records its latency corrected for coordinated omission.
+    fn tally(
+        &mut self,
+        outcome: OpOutcome,
+        elapsed: Duration,
+        recording: bool,
+        interval_us: Option<u64>,
+    ) {
+        if !recording {
+            return;
+        }
+        match outcome {
+            OpOutcome::Ok { bytes } => {
+                let us = clamp_us(elapsed.as_micros() as u64);
+                if let Some(h) = self.hist.as_mut() {
+                    let _ = match interval_us {
+                        Some(iv) => h.record_correct(us, iv),
+                        None => h.record(us),
+                    };
+                }
+                self.count += 1;
+                self.bytes += bytes;
+            }
+            OpOutcome::Failed(e) => {
+                self.failures += 1;
+                note_error(&mut self.errors, &e);
+            }
+            OpOutcome::TimedOut => {
+                self.timeouts += 1;
+                note_error(&mut self.errors, "timed out");
+            }
+        }
+    }
+}
+
+/// The persistent connections of the query scenarios, opened in parallel before the clock
+/// starts: the connections (None for each that failed), and the set-up failures.
+async fn open_persistent(
+    opts: &Opts,
+    spec: &LoadSpec,
+    errors: &mut BTreeMap<String, u64>,
+) -> (Vec<Option<Conn>>, u64) {
+    let mut conns = Vec::new();
+    let mut setup_failures = 0;
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..spec.concurrency {
+        let o = opts.clone();
+        let t = spec.op_timeout;
+        set.spawn(async move { timeout(t, Conn::new(o)).await });
+    }
+    while let Some(r) = set.join_next().await {
+        let e = match r {
+            Ok(Ok(Ok(c))) => {
+                conns.push(Some(c));
+                continue;
+            }
+            Ok(Ok(Err(e))) => format!("set-up: {e}"),
+            Ok(Err(_)) => "set-up: timed out".to_string(),
+            Err(e) => format!("set-up task: {e}"),
+        };
+        setup_failures += 1;
+        note_error(errors, &e);
+    }
+    (conns, setup_failures)
+}
+
 /// Runs one scenario against one endpoint: set-up (persistent connections),
 /// warm-up (not recorded), then the measurement window.
 pub async fn run(ep: &Endpoint, spec: &LoadSpec) -> LoadResult {
     let opts = ep.opts();
     let spec = Arc::new(spec.clone());
     let mut errors = BTreeMap::new();
-    let mut setup_failures = 0;
-    let mut connects_total = 0;
-
-    // Persistent connections, opened in parallel before the clock starts.
-    let mut conns: Vec<Option<Conn>> = Vec::new();
-    if spec.scenario != Scenario::Connect {
-        let mut set = tokio::task::JoinSet::new();
-        for _ in 0..spec.concurrency {
-            let o = opts.clone();
-            let t = spec.op_timeout;
-            set.spawn(async move { timeout(t, Conn::new(o)).await });
-        }
-        while let Some(r) = set.join_next().await {
-            match r {
-                Ok(Ok(Ok(c))) => {
-                    connects_total += 1;
-                    conns.push(Some(c));
-                }
-                Ok(Ok(Err(e))) => {
-                    setup_failures += 1;
-                    note_error(&mut errors, &format!("set-up: {e}"));
-                }
-                Ok(Err(_)) => {
-                    setup_failures += 1;
-                    note_error(&mut errors, "set-up: timed out");
-                }
-                Err(e) => {
-                    setup_failures += 1;
-                    note_error(&mut errors, &format!("set-up task: {e}"));
-                }
-            }
-        }
+    let (conns, setup_failures) = if spec.scenario != Scenario::Connect {
+        open_persistent(&opts, &spec, &mut errors).await
     } else {
-        conns.resize_with(spec.concurrency, || None);
-    }
+        ((0..spec.concurrency).map(|_| None).collect(), 0)
+    };
+    let mut connects_total = conns.iter().filter(|c| c.is_some()).count() as u64;
 
     let interval = spec
         .rate
@@ -310,40 +332,49 @@ pub async fn run(ep: &Endpoint, spec: &LoadSpec) -> LoadResult {
     for (idx, c) in conns.into_iter().enumerate() {
         set.spawn(worker(idx, spec.clone(), opts.clone(), c, win.clone()));
     }
-    let mut hist = new_hist();
-    let (mut count, mut failures, mut timeouts, mut bytes, mut ops_total) = (0, 0, 0, 0, 0);
+    let mut total = WorkerOut {
+        hist: Some(new_hist()),
+        errors,
+        ..Default::default()
+    };
     while let Some(r) = set.join_next().await {
         match r {
-            Ok(w) => {
-                if let Some(h) = &w.hist {
-                    hist.add(h).expect("same bounds");
-                }
-                count += w.count;
-                failures += w.failures;
-                timeouts += w.timeouts;
-                bytes += w.bytes;
-                ops_total += w.ops_total;
-                connects_total += w.connects_total;
-                for (k, v) in w.errors {
-                    *errors.entry(k).or_insert(0) += v;
-                }
-            }
+            Ok(w) => total.merge(w),
             Err(e) => {
-                failures += 1;
-                note_error(&mut errors, &format!("worker panicked: {e}"));
+                total.failures += 1;
+                note_error(&mut total.errors, &format!("worker panicked: {e}"));
             }
         }
     }
+    connects_total += total.connects_total;
     LoadResult {
-        hist,
-        count,
-        failures,
-        timeouts,
+        hist: total.hist.unwrap_or_else(new_hist),
+        count: total.count,
+        failures: total.failures,
+        timeouts: total.timeouts,
         setup_failures,
-        errors,
-        bytes,
+        errors: total.errors,
+        bytes: total.bytes,
         measured: spec.duration,
-        ops_total,
+        ops_total: total.ops_total,
         connects_total,
+    }
+}
+
+impl WorkerOut {
+    /// Adds a finished worker's figures.
+    fn merge(&mut self, w: WorkerOut) {
+        if let (Some(total), Some(h)) = (self.hist.as_mut(), &w.hist) {
+            total.add(h).expect("same bounds");
+        }
+        self.count += w.count;
+        self.failures += w.failures;
+        self.timeouts += w.timeouts;
+        self.bytes += w.bytes;
+        self.ops_total += w.ops_total;
+        self.connects_total += w.connects_total;
+        for (k, v) in w.errors {
+            *self.errors.entry(k).or_insert(0) += v;
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! direct, and the idle scenarios' memory, server connections and served-client latency.
 
 use super::grid::grid;
-use crate::model::pooling::{McRecord, MuxReport};
+use crate::model::pooling::{IdleRecord, McRecord, MuxReport};
 
 fn ratio(a: f64, b: f64) -> String {
     if b > 0.0 && a > 0.0 {
@@ -85,93 +85,93 @@ fn many_clients_table(o: &mut String, rep: &MuxReport, first: &McRecord, markdow
     grid(o, &title, &cols, &rows, "", markdown);
 }
 
+/// The idle table's columns.
+const IDLE_COLUMNS: [&str; 22] = [
+    "scenario",
+    "mode",
+    "clients",
+    "aim",
+    "login s",
+    "RSS B/client",
+    "after query",
+    "VmPin KiB",
+    "rg backends",
+    "Threads_connected",
+    "held c/b/ring",
+    "fallbacks",
+    "served p50 alone/idle",
+    "p99 alone/idle",
+    "served fail",
+    "idle s",
+    "open after",
+    "answered/failed",
+    "backlog max",
+    "backlog drops",
+    "timeout resets",
+    "stopped by",
+];
+
 /// The idle scenarios: clients held, memory per client, buffers and server connections held,
 /// the served client's latency, and whether every idle client still answered.
 fn idle_table(o: &mut String, rep: &MuxReport, markdown: bool) {
-    let cols = [
-        "scenario",
-        "mode",
-        "clients",
-        "aim",
-        "login s",
-        "RSS B/client",
-        "after query",
-        "VmPin KiB",
-        "rg backends",
-        "Threads_connected",
-        "held c/b/ring",
-        "fallbacks",
-        "served p50 alone/idle",
-        "p99 alone/idle",
-        "served fail",
-        "idle s",
-        "open after",
-        "answered/failed",
-        "backlog max",
-        "backlog drops",
-        "timeout resets",
-        "stopped by",
-    ];
-    let rows: Vec<Vec<String>> = rep
-        .idle
-        .iter()
-        .map(|r| {
-            vec![
-                r.scenario.clone(),
-                r.mode.clone(),
-                r.clients.to_string(),
-                match r.aim_before_fd_cap {
-                    Some(a) => format!("{} (of {a}: fd hard limit {})", r.aim, r.nofile_hard),
-                    None => r.aim.to_string(),
-                },
-                format!("{:.1}", r.login_s),
-                format!("{:.0}", r.rss_per_client_b),
-                opt(r.rss_per_client_after_query_b, 0),
-                r.vm_pin_kib.to_string(),
-                format!("{:.0}", r.backends_peak),
-                format!(
-                    "{:.0}→{:.0}",
-                    r.threads_connected_before, r.threads_connected_peak
-                ),
-                format!(
-                    "{:.0}/{:.0}/{:.0}",
-                    r.held_client, r.held_backend, r.held_ring
-                ),
-                format!("{:.0}", r.heap_fallbacks),
-                format!("{}/{} µs", r.served_alone.p50_us, r.served_with_idle.p50_us),
-                format!("{}/{} µs", r.served_alone.p99_us, r.served_with_idle.p99_us),
-                (r.served_alone.failures + r.served_with_idle.failures).to_string(),
-                format!("{:.0}", r.hold_s),
-                format!("{:.0}", r.open_after_hold),
-                format!("{}/{}", r.answered, r.answer_failures),
-                match (r.netdev_max_backlog, r.netdev_max_backlog_raised_from) {
-                    (Some(v), Some(was)) => format!("{v} (was {was})"),
-                    (Some(v), None) => v.to_string(),
-                    (None, _) => "-".into(),
-                },
-                r.softnet_drops.map_or("-".into(), |v| v.to_string()),
-                r.tcp_abort_on_timeout.map_or("-".into(), |v| v.to_string()),
-                r.failed
-                    .clone()
-                    .or_else(|| r.stopped_by.clone())
-                    .map_or("-".into(), |s| s.chars().take(70).collect()),
-            ]
-        })
-        .collect();
+    let rows: Vec<Vec<String>> = rep.idle.iter().map(idle_row).collect();
     grid(
         o,
         "idle clients through ringgate --pooling transaction (64 backend connections)",
-        &cols,
+        &IDLE_COLUMNS,
         &rows,
         "",
         markdown,
     );
 }
 
+/// One idle scenario in one mode.
+fn idle_row(r: &IdleRecord) -> Vec<String> {
+    vec![
+        r.scenario.clone(),
+        r.mode.clone(),
+        r.clients.to_string(),
+        match r.aim_before_fd_cap {
+            Some(a) => format!("{} (of {a}: fd hard limit {})", r.aim, r.nofile_hard),
+            None => r.aim.to_string(),
+        },
+        format!("{:.1}", r.login_s),
+        format!("{:.0}", r.rss_per_client_b),
+        opt(r.rss_per_client_after_query_b, 0),
+        r.vm_pin_kib.to_string(),
+        format!("{:.0}", r.backends_peak),
+        format!(
+            "{:.0}→{:.0}",
+            r.threads_connected_before, r.threads_connected_peak
+        ),
+        format!(
+            "{:.0}/{:.0}/{:.0}",
+            r.held_client, r.held_backend, r.held_ring
+        ),
+        format!("{:.0}", r.heap_fallbacks),
+        format!("{}/{} µs", r.served_alone.p50_us, r.served_with_idle.p50_us),
+        format!("{}/{} µs", r.served_alone.p99_us, r.served_with_idle.p99_us),
+        (r.served_alone.failures + r.served_with_idle.failures).to_string(),
+        format!("{:.0}", r.hold_s),
+        format!("{:.0}", r.open_after_hold),
+        format!("{}/{}", r.answered, r.answer_failures),
+        match (r.netdev_max_backlog, r.netdev_max_backlog_raised_from) {
+            (Some(v), Some(was)) => format!("{v} (was {was})"),
+            (Some(v), None) => v.to_string(),
+            (None, _) => "-".into(),
+        },
+        r.softnet_drops.map_or("-".into(), |v| v.to_string()),
+        r.tcp_abort_on_timeout.map_or("-".into(), |v| v.to_string()),
+        r.failed
+            .clone()
+            .or_else(|| r.stopped_by.clone())
+            .map_or("-".into(), |s| s.chars().take(70).collect()),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::pooling::IdleRecord;
 
     #[test]
     fn tables_show_ratios_and_failures() {

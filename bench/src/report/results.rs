@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::grid::grid;
 use super::pooling;
-use crate::model::records::{Record, RingFig, Summary};
+use crate::model::records::{Record, RingFig, Summary, SysbenchRecord};
 
 /// The columns of a cell's block. Latencies in µs unless marked; `/dir` ratios are target /
 /// direct.
@@ -223,37 +223,42 @@ fn sysbench_table(o: &mut String, s: &Summary, markdown: bool) {
         } else {
             r.target.clone()
         };
-        if markdown {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} | {:.0} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
-                r.test,
-                r.threads,
-                tgt,
-                r.qps,
-                ratio(r.qps, d),
-                r.avg_ms,
-                r.p95_ms,
-                r.p99_ms,
-                r.max_ms,
-                r.errors
-            );
-        } else {
-            let _ = writeln!(
-                o,
-                "  {:<18} {:>7}  {:<8} {:>9.0} {:>8} {:>7.2} {:>7.2} {:>7.2} {:>8.2} {:>6}",
-                r.test,
-                r.threads,
-                tgt,
-                r.qps,
-                ratio(r.qps, d),
-                r.avg_ms,
-                r.p95_ms,
-                r.p99_ms,
-                r.max_ms,
-                r.errors
-            );
-        }
+        sysbench_row(o, r, &tgt, d, markdown);
     }
     let _ = writeln!(o);
+}
+
+/// One sysbench run: `tgt` is the target as shown, `d` direct's QPS.
+fn sysbench_row(o: &mut String, r: &SysbenchRecord, tgt: &str, d: f64, markdown: bool) {
+    if markdown {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {:.0} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+            r.test,
+            r.threads,
+            tgt,
+            r.qps,
+            ratio(r.qps, d),
+            r.avg_ms,
+            r.p95_ms,
+            r.p99_ms,
+            r.max_ms,
+            r.errors
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "  {:<18} {:>7}  {:<8} {:>9.0} {:>8} {:>7.2} {:>7.2} {:>7.2} {:>8.2} {:>6}",
+            r.test,
+            r.threads,
+            tgt,
+            r.qps,
+            ratio(r.qps, d),
+            r.avg_ms,
+            r.p95_ms,
+            r.p99_ms,
+            r.max_ms,
+            r.errors
+        );
+    }
 }

@@ -325,6 +325,7 @@ pub fn finish_record(
     rate: Option<f64>,
     hgrm_name: String,
 ) -> (Record, Histogram<u64>) {
+    let proxy = t.pid.map(|_| proc_fig(t, &acc));
     let hist = acc.hist.unwrap_or_else(new_hist);
     let mut r = Record {
         target: t.name.clone(),
@@ -357,23 +358,7 @@ pub fn finish_record(
         setup_failures: acc.setup_failures,
         spread: Spread::of(&acc.rounds),
         per_round: acc.rounds,
-        proxy: t.pid.map(|_| ProcFig {
-            cpu_s: acc.cpu,
-            cpu_us_per_op: if acc.count > 0 {
-                acc.cpu * 1e6 / acc.count as f64
-            } else {
-                0.0
-            },
-            system_cpu_share: (acc.cpu > 0.0).then(|| acc.system_cpu / acc.cpu),
-            peak_rss_kib: acc.peak_rss,
-            peak_rss_reset_per_round: acc.rss_reset,
-            voluntary_ctx_switches_per_op: acc.vcs.and_then(|n| per(n, acc.sys_ops)),
-            ring: matches!(t.kind, Kind::Ringgate { .. }).then(|| RingFig {
-                sqes_per_op: per(acc.sqes, acc.sys_ops).unwrap_or(0.0),
-                enters_per_op: per(acc.enters, acc.sys_ops).unwrap_or(0.0),
-                waits_per_op: per(acc.waits, acc.sys_ops).unwrap_or(0.0),
-            }),
-        }),
+        proxy,
         backend_cpu_s: Some(acc.backend_cpu).filter(|c| *c > 0.0),
         ringgate: acc.pool,
         verified: Verification {
@@ -391,4 +376,26 @@ pub fn finish_record(
     };
     r.latency = Percentiles::of(&hist);
     (r, hist)
+}
+
+/// The proxy process's CPU, memory and wake-ups over the rounds; the ring figures for
+/// ringgate.
+fn proc_fig(t: &Target, acc: &Acc) -> ProcFig {
+    ProcFig {
+        cpu_s: acc.cpu,
+        cpu_us_per_op: if acc.count > 0 {
+            acc.cpu * 1e6 / acc.count as f64
+        } else {
+            0.0
+        },
+        system_cpu_share: (acc.cpu > 0.0).then(|| acc.system_cpu / acc.cpu),
+        peak_rss_kib: acc.peak_rss,
+        peak_rss_reset_per_round: acc.rss_reset,
+        voluntary_ctx_switches_per_op: acc.vcs.and_then(|n| per(n, acc.sys_ops)),
+        ring: matches!(t.kind, Kind::Ringgate { .. }).then(|| RingFig {
+            sqes_per_op: per(acc.sqes, acc.sys_ops).unwrap_or(0.0),
+            enters_per_op: per(acc.enters, acc.sys_ops).unwrap_or(0.0),
+            waits_per_op: per(acc.waits, acc.sys_ops).unwrap_or(0.0),
+        }),
+    }
 }
