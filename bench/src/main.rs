@@ -22,7 +22,7 @@
 //!   --ringgate-args "FLAGS"  extra flags for every ringgate target   BENCH_RINGGATE_ARGS
 //!   --busy-poll-us N  the busy target's --busy-poll-us   BENCH_BUSY_POLL_US (default 100)
 //!   --scenarios connect,point-select,large-result,tls,many-clients,idle-10k,idle-max
-//!                   BENCH_SCENARIOS (tls: scenarios/tls.rs; default: all but idle-max, which the
+//!                   BENCH_SCENARIOS (tls: scenarios/tls/; default: all but idle-max, which the
 //!                   full profile adds; knobs of the last three: see scenarios/mod.rs)
 //!   --rate N        open loop, N operations/s per cell, coordinated-omission corrected  BENCH_RATE
 //!   --rounds N      BENCH_ROUNDS        --duration SECS  BENCH_DURATION (per round)

@@ -75,7 +75,7 @@ pub fn start_backend(root: &Path, prof: &Profile, args: &Args) -> Res<(Backend, 
             .arg("start")
             .arg(&dir)
             .arg(port.to_string())
-            // MariaDB's own TLS, for the TLS section (tls.rs).
+            // MariaDB's own TLS, for the TLS section (scenarios/tls/).
             .env("RINGGATE_SANDBOX_TLS", "1"),
     )?;
     Ok((
