@@ -37,8 +37,6 @@
 //! load: --host H --port P --user U --password PW --db D --scenario S --concurrency N
 //!       [--row-bytes N] [--table-size N] [--duration S] [--warmup S] [--rate N]
 
-#![allow(clippy::too_many_arguments)]
-
 mod args;
 mod checks;
 mod hist;

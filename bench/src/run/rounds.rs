@@ -10,7 +10,7 @@ use crate::model::scenario::{Cell, Scenario};
 use crate::model::target::Target;
 use crate::model::Res;
 use crate::procs;
-use crate::scenarios::cells::{run_step, Acc};
+use crate::scenarios::cells::{run_step, Acc, StepSettings};
 use crate::schedule;
 
 /// The cells of the selected scenarios at the profile's concurrencies, in scenario order.
@@ -85,17 +85,20 @@ pub async fn run_rounds(
         .iter()
         .map(|_| targets.iter().map(|_| Acc::default()).collect())
         .collect();
+    let how = StepSettings {
+        prof,
+        rate: plan.rate,
+        backend_pid,
+    };
     for st in &steps {
         let cell = &cells[st.cell];
         let t = &targets[st.target];
         run_step(
             cell,
             t,
-            admin,
-            backend_pid,
-            prof,
-            plan.rate,
             st.round,
+            admin,
+            &how,
             &mut accs[st.cell][st.target],
         )
         .await?;

@@ -108,30 +108,36 @@ impl ProcUse {
     }
 }
 
+/// What every step of a run shares: the profile's timings, the open loop's rate, and
+/// mariadbd's pid for its CPU time.
+pub struct StepSettings<'a> {
+    pub prof: &'a Profile,
+    pub rate: Option<f64>,
+    pub backend_pid: Option<u32>,
+}
+
 /// One step: `cell` on target `t` for one round (or the unrecorded warm-up round when
 /// `round` is None), added to `acc`.
 pub async fn run_step(
     cell: &Cell,
     t: &Target,
-    admin: &mut mysql_async::Conn,
-    backend_pid: Option<u32>,
-    prof: &Profile,
-    rate: Option<f64>,
     round: Option<usize>,
+    admin: &mut mysql_async::Conn,
+    how: &StepSettings<'_>,
     acc: &mut Acc,
 ) -> Res<()> {
     let spec = LoadSpec {
         scenario: cell.scenario,
         concurrency: cell.concurrency,
         row_bytes: cell.row_bytes.unwrap_or(0),
-        table_size: prof.table_size,
-        warmup: prof.warmup,
-        duration: prof.duration,
-        rate,
+        table_size: how.prof.table_size,
+        warmup: how.prof.warmup,
+        duration: how.prof.duration,
+        rate: how.rate,
         op_timeout: Duration::from_secs(10),
     };
     let before = read_counters(t, admin).await?;
-    let start = ProcStart::now(t.pid, backend_pid);
+    let start = ProcStart::now(t.pid, how.backend_pid);
     let sampler = match &t.kind {
         Kind::Ringgate { metrics } => {
             let stop = Arc::new(AtomicBool::new(false));
@@ -146,7 +152,7 @@ pub async fn run_step(
         stop.store(true, Ordering::Relaxed);
         h.join().unwrap_or_default()
     });
-    let used = ProcUse::since(start, t.pid, backend_pid);
+    let used = ProcUse::since(start, t.pid, how.backend_pid);
     // Let the proxies count the last quits before reading the counters.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let after = read_counters(t, admin).await?;

@@ -94,16 +94,15 @@ pub fn run_all(ctx: &Ctx, rep: &mut MuxReport) {
                     }
                 }
             };
-            let r = run_one(
-                ctx,
-                test,
-                target,
-                ps,
+            let rec = McRecord {
+                test: test.into(),
+                target: target.into(),
+                ps_mode: ps.into(),
                 threads,
-                time_s,
-                proxy.as_ref(),
-                proxy.as_ref().map(|_| backends),
-            );
+                backend_cap: proxy.as_ref().map(|_| backends),
+                ..Default::default()
+            };
+            let r = run_one(ctx, rec, time_s, proxy.as_ref());
             if let Some(p) = proxy {
                 procs::stop(p.pid, Duration::from_secs(15));
             }
@@ -123,36 +122,22 @@ pub struct Proxy {
     pub pid: u32,
 }
 
-/// One sysbench run (blocking).
-pub fn run_one(
-    ctx: &Ctx,
-    test: &str,
-    target: &str,
-    ps_mode: &str,
-    threads: usize,
-    time_s: u64,
-    proxy: Option<&Proxy>,
-    backend_cap: Option<usize>,
-) -> McRecord {
-    let mut rec = McRecord {
-        test: test.into(),
-        target: target.into(),
-        ps_mode: ps_mode.into(),
-        threads,
-        backend_cap,
-        ..Default::default()
-    };
+/// One sysbench run (blocking) of the test, target, ps mode and threads `rec` names, for
+/// `time_s` seconds, through `proxy` (none: MariaDB directly); returns `rec` filled in.
+pub fn run_one(ctx: &Ctx, mut rec: McRecord, time_s: u64, proxy: Option<&Proxy>) -> McRecord {
     let server = ctx.server_login();
     rec.threads_connected_before = threads_connected(&server);
     let acc0 = proxy.map(accepted);
     let cmd = sysbench_command(ctx, &rec, time_s, proxy);
     let log = ctx.run_dir.join(format!(
-        "many-clients-{test}-{target}-ps-{ps_mode}-t{threads}.log"
+        "many-clients-{}-{}-ps-{}-t{}.log",
+        rec.test, rec.target, rec.ps_mode, rec.threads
     ));
     let poller = Poller::start(server, proxy.map(|p| p.metrics), Duration::from_millis(100));
     let cpu = |pid: Option<u32>| pid.and_then(procs::cpu_seconds);
     let (pcpu0, scpu0) = (cpu(proxy.map(|p| p.pid)), cpu(ctx.backend.pid));
-    let outcome = procs::spawn(&format!("sysbench {test} ({target})"), cmd, &log)
+    let name = format!("sysbench {} ({})", rec.test, rec.target);
+    let outcome = procs::spawn(&name, cmd, &log)
         .map_err(|e| format!("sysbench: {e}"))
         .and_then(|pid| wait_and_parse(pid, &log, time_s));
     let delta = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a);
