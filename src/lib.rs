@@ -4,7 +4,7 @@
 //! TLS. The protocol (`wire`), the machines (`machines`), the ring and its
 //! buffers (`uring`) and the counters (`metrics`) are crates of their own;
 //! docs/architecture.md draws the layers.
-#![deny(clippy::undocumented_unsafe_blocks)]
+#![forbid(unsafe_code)]
 
 pub mod check;
 pub mod config;

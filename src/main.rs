@@ -2,6 +2,7 @@
 //! print the effective config (`--print-config`), run the preflight report
 //! (`ringgate check`), or load users, start the metrics endpoint and the
 //! workers, reload users on SIGHUP, drain on SIGTERM/SIGINT, report at exit.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -388,31 +389,26 @@ fn reload_tls(shared: &Shared) {
 /// what the configured connection limits need is logged once, so that
 /// EMFILE under load is not the first sign of it.
 fn raise_nofile_limit(cfg: &Config) {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we pass and nothing else.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+    use uring::sys::{self, Resource};
+    let Ok(mut rl) = sys::rlimit(Resource::Nofile) else {
         return;
-    }
-    if rl.rlim_cur < rl.rlim_max {
-        let before = rl.rlim_cur;
-        rl.rlim_cur = rl.rlim_max;
-        // SAFETY: setrlimit only reads the struct we pass.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &rl) } == 0 {
-            tracing::debug!("raised the soft fd limit from {before} to {}", rl.rlim_max);
+    };
+    if rl.soft < rl.hard {
+        let before = rl.soft;
+        rl.soft = rl.hard;
+        if sys::set_rlimit(Resource::Nofile, rl).is_ok() {
+            tracing::debug!("raised the soft fd limit from {before} to {}", rl.hard);
         } else {
-            rl.rlim_cur = before;
+            rl.soft = before;
         }
     }
     let need = check::fds_needed(cfg);
-    if rl.rlim_cur != libc::RLIM_INFINITY && rl.rlim_cur < need {
+    if rl.soft != sys::RLIM_INFINITY && rl.soft < need {
         tracing::warn!(
             "the fd limit is {} but --max-connections {} and --backend-max-connections {} need \
              about {need}: connections beyond it fail with EMFILE; raise LimitNOFILE (systemd) \
              or the hard `ulimit -n`",
-            rl.rlim_cur,
+            rl.soft,
             cfg.max_connections,
             cfg.backend_max_connections
         );

@@ -5,6 +5,7 @@ use super::limits::{memlock_limit, show_bytes, show_limit};
 use super::Item;
 use crate::config::{Config, ReadBufferMode};
 use uring::ring::{Ring, RingError};
+use uring::sys::{self, Resource, Rlimit};
 
 /// `uname -r`, and its major.minor.
 #[derive(Debug, Clone)]
@@ -14,17 +15,7 @@ pub struct Kernel {
 }
 
 pub(super) fn kernel_release() -> Kernel {
-    // SAFETY: uname fills the struct we pass; all-zero is a valid utsname.
-    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: `uts` is a valid, writable utsname.
-    let release = if unsafe { libc::uname(&mut uts) } == 0 {
-        // SAFETY: uname NUL-terminates `release` inside the array.
-        unsafe { std::ffi::CStr::from_ptr(uts.release.as_ptr()) }
-            .to_string_lossy()
-            .into_owned()
-    } else {
-        String::from("unknown")
-    };
+    let release = sys::kernel_release().unwrap_or_else(|| String::from("unknown"));
     let version = parse_version(&release);
     Kernel { release, version }
 }
@@ -136,27 +127,16 @@ pub fn ring_locked_bytes(sq: u32, cq: u32) -> u64 {
 /// the soft limit lowered to 0 for the moment. `None` when that cannot be
 /// tried. Only meaningful without CAP_IPC_LOCK, which exempts from charging.
 pub(super) fn kernel_charges_rings() -> Option<bool> {
-    let mut orig = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    let orig = sys::rlimit(Resource::Memlock).ok()?;
+    let zero = Rlimit {
+        soft: 0,
+        hard: orig.hard,
     };
-    // SAFETY: getrlimit writes into the struct we pass and nothing else.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut orig) } != 0 {
-        return None;
-    }
-    let zero = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: orig.rlim_max,
-    };
-    // SAFETY: setrlimit only reads the struct we pass; lowering the soft
-    // limit is always allowed.
-    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &zero) } != 0 {
-        return None;
-    }
+    sys::set_rlimit(Resource::Memlock, zero).ok()?;
     // A raw ring, without `Ring::new`'s fallbacks: only the errno matters.
     let probe = io_uring::IoUring::new(8);
-    // SAFETY: as above; restoring the original soft limit (<= hard) is allowed.
-    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &orig) };
+    // Restoring the original soft limit (<= hard) is always allowed.
+    let _ = sys::set_rlimit(Resource::Memlock, orig);
     match probe {
         Ok(_) => Some(false),
         Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => Some(true),

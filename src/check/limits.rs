@@ -3,6 +3,7 @@
 
 use super::Item;
 use crate::config::{Config, ReadBufferMode};
+use uring::sys::{self, Resource};
 
 /// A resource limit: soft and hard, `None` = unlimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,28 +12,21 @@ pub struct Limit {
     pub hard: Option<u64>,
 }
 
-pub(super) fn get_limit(resource: libc::__rlimit_resource_t) -> Option<Limit> {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we pass and nothing else.
-    if unsafe { libc::getrlimit(resource, &mut rl) } != 0 {
-        return None;
-    }
-    let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v);
+pub(super) fn get_limit(resource: Resource) -> Option<Limit> {
+    let rl = sys::rlimit(resource).ok()?;
+    let f = |v: u64| (v != sys::RLIM_INFINITY).then_some(v);
     Some(Limit {
-        soft: f(rl.rlim_cur),
-        hard: f(rl.rlim_max),
+        soft: f(rl.soft),
+        hard: f(rl.hard),
     })
 }
 
 pub(super) fn memlock_limit() -> Option<Limit> {
-    get_limit(libc::RLIMIT_MEMLOCK)
+    get_limit(Resource::Memlock)
 }
 
 pub(super) fn nofile_limit() -> Option<Limit> {
-    get_limit(libc::RLIMIT_NOFILE)
+    get_limit(Resource::Nofile)
 }
 
 /// The effective capability set (CapEff of /proc/self/status).

@@ -66,7 +66,6 @@ pub(super) fn check_listen(cfg: &Config) -> Item {
 /// `--socket`: the same rules as the worker's bind (a stale socket is
 /// replaced, a live one or a non-socket refused), and a writable directory.
 pub(super) fn check_socket_path(path: &Path) -> Option<Item> {
-    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::FileTypeExt;
     let what = "listen";
     if let Ok(meta) = std::fs::symlink_metadata(path) {
@@ -89,20 +88,18 @@ pub(super) fn check_socket_path(path: &Path) -> Option<Item> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let cdir = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: access(2) reads the NUL-terminated path we pass.
-    if unsafe { libc::access(cdir.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
-        return Some(Item::fail(
+    // A path with a NUL byte cannot be a socket path: nothing to say here.
+    match uring::sys::access_writable(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::InvalidInput => Some(Item::fail(
             what,
             format!(
-                "cannot create --socket {}: directory {}: {}",
+                "cannot create --socket {}: directory {}: {e}",
                 path.display(),
                 dir.display(),
-                std::io::Error::last_os_error()
             ),
             "create the directory writable by ringgate's user (systemd: RuntimeDirectory=ringgate \
              gives /run/ringgate)",
-        ));
+        )),
+        _ => None,
     }
-    None
 }

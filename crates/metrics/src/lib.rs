@@ -20,6 +20,7 @@
 //! This file holds the per-worker counters and their owner [`Metrics`];
 //! `labels.rs` the label enums, `snapshot.rs` the sums, `exposition.rs`
 //! the text format and `endpoint.rs` the HTTP thread.
+#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering};

@@ -4,7 +4,8 @@
 //! for how long the kernel may hold each buffer (see [`buffers`]).
 //!
 //! Every `unsafe` block of ringgate lives in this crate, each with a
-//! `// SAFETY:` note; the crates above it forbid unsafe code.
+//! `// SAFETY:` note; the crates above it forbid unsafe code (wire denies
+//! it, allowing it in one test that reads a dropped value's memory).
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod buffers;

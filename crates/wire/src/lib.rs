@@ -3,6 +3,9 @@
 //! Nothing in this module performs I/O: the proxy feeds it bytes it has read
 //! and sends the bytes it returns. Every parser returns a `Result`/`Option`
 //! instead of panicking, because every byte here comes from the network.
+//!
+//! No unsafe code: one test in `auth` is the exception (see there).
+#![deny(unsafe_code)]
 
 pub mod auth;
 pub mod caching_sha2;

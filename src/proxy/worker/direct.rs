@@ -74,15 +74,9 @@ impl Direct {
 /// the kernel's maximum. Slots cost 8 bytes each.
 pub fn table_slots(max_connections: usize) -> u32 {
     let want = u32::try_from(max_connections.saturating_add(256)).unwrap_or(u32::MAX);
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes the struct we pass.
-    let nofile = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0 {
-        u32::try_from(rl.rlim_cur).unwrap_or(u32::MAX)
-    } else {
-        1024
+    let nofile = match uring::sys::rlimit(uring::sys::Resource::Nofile) {
+        Ok(rl) => u32::try_from(rl.soft).unwrap_or(u32::MAX),
+        Err(_) => 1024,
     };
     want.min(nofile).min(uring::ring::MAX_FIXED_FILES)
 }
