@@ -46,7 +46,7 @@ clean:
 	rm -rf .sandbox
 	find tests/python -name __pycache__ -type d -prune -exec rm -rf {} +
 
-# Benchmark (issue 3): MariaDB sandbox + HAProxy + ringgate fixed/ring/heap + direct, interleaved
+# Benchmark: MariaDB sandbox + HAProxy + ringgate fixed/ring/heap + direct, interleaved
 # rounds, sysbench; prints a table and writes bench/results/<timestamp>/ (see docs/benchmarks.md).
 # BENCH_PROFILE=quick|full, BENCH_TARGETS=fixed,busy,hold,tx,ring,heap,direct,haproxy (tx = fixed with
 # --pooling transaction), BENCH_SCENARIOS=connect,point-select,large-result,tls,many-clients,idle-10k,
@@ -77,7 +77,7 @@ drivers:
 
 # The whole suite with the Python tests under --pooling transaction (RINGGATE_TEST_POOLING, the
 # default now, so that only tests that chose session stay there) and the prepared-statement bound
-# checked after the issue's 10,000 distinct prepares (make test runs 2,000). About 20 minutes, so
+# checked after 10,000 distinct prepares (make test runs 2,000). About 20 minutes, so
 # not part of make test; run it before changing pooling code.
 .PHONY: test-transaction test-session
 test-transaction:

@@ -1,4 +1,4 @@
-//! The compressed-protocol codec (src/mysql/compress.rs) on arbitrary input:
+//! The compressed-protocol codec (crates/wire/src/compress.rs) on arbitrary input:
 //! decoding never panics and never passes its output limit, whatever the
 //! chunking; and any plain packet stream survives encode → decode, with
 //! the encoder holding at most its bound.

@@ -2,7 +2,7 @@
 //! the buffers the kernel reads into and writes from, and the count of
 //! operations that name the socket.
 //!
-//! Buffer rule 2 (src/buffers): a socket is closed only after every CQE
+//! Buffer rule 2 (`uring::buffers`): a socket is closed only after every CQE
 //! that names it has been reaped. An SQE can name a socket without naming
 //! one of its connection's buffers (the relay writes the session's buffer to
 //! the backend's socket and the backend's buffer to the client's socket),

@@ -30,7 +30,7 @@ pub struct Shared {
     /// Open (or opening) backend connections across workers, against
     /// `--backend-max-connections`.
     /// `--backend-max-connections`, and each worker's demand, so that the
-    /// workers' pools share it by need (`pool_share.rs`).
+    /// workers' pools share it by need (`crates/machines/src/pool/share.rs`).
     pub backends: Arc<machines::pool::BackendShare>,
     /// Set by SIGTERM/SIGINT: stop accepting and drain.
     pub shutdown: AtomicBool,
@@ -58,7 +58,7 @@ impl Shared {
     }
 }
 
-/// `--backend-max-prepared`, or its default (see `backend_statements.rs`).
+/// `--backend-max-prepared`, or its default (see `crates/machines/src/backend/statements.rs`).
 pub fn backend_max_prepared(cfg: &crate::config::Config) -> usize {
     match cfg.backend_max_prepared {
         Some(n) => usize::try_from(n).unwrap_or(usize::MAX),

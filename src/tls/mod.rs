@@ -4,7 +4,7 @@
 //!
 //! rustls 0.23 with the `ring` provider; TLS 1.3 and 1.2 (1.3 is chosen
 //! whenever the client offers it: rustls prefers the highest version both
-//! sides support). The record layer runs in `proxy::tls_leg`.
+//! sides support). The record layer runs in `leg.rs`.
 //!
 //! # Session resumption across workers
 //! Workers share one `ServerConfig` (an `Arc`), so whatever resumes a

@@ -8,8 +8,8 @@
 //!
 //! This file holds the machine's types, its reads and the timeouts; the
 //! phases are child modules that share its private fields:
-//! `backend_open.rs` (connect, TLS, login), `backend_lease.rs` (lease,
-//! setup, reset, give-back) and `backend_statements.rs` (transaction
+//! `backend/open.rs` (connect, TLS, login), `backend/lease.rs` (lease,
+//! setup, reset, give-back) and `backend/statements.rs` (transaction
 //! pooling's prepared statements).
 
 use std::time::{Duration, Instant};
@@ -171,7 +171,7 @@ enum State {
     /// is giving the connection back.
     AskingLastInsertId { writing: bool },
     /// Transaction pooling: closing evicted statements and preparing one
-    /// for the session it is leased to (`backend_statements.rs`).
+    /// for the session it is leased to (`backend/statements.rs`).
     Preparing {
         writing: bool,
         key: std::sync::Arc<statements::StmtKey>,
@@ -276,7 +276,7 @@ impl BackendConn {
     }
 
     /// The connection attributes to log in with (see
-    /// `proxy::connect_attrs`); only effective before the TCP connect
+    /// `crate::connect_attrs`); only effective before the TCP connect
     /// completes.
     pub fn set_connect_attrs(&mut self, attrs: Vec<(String, String)>) {
         self.connect_attrs = attrs;

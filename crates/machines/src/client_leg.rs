@@ -1,8 +1,8 @@
 //! The client leg's transform: what lies between the client's socket and
 //! the plain MySQL packet stream the session, the relay and the tracker
-//! work on. Today that is the compressed protocol (CLIENT_COMPRESS, zlib);
-//! TLS (issue 14) is meant to plug in at the same seam: input is
-//! ciphertext → plaintext, output is plaintext → records.
+//! work on: the compressed protocol (CLIENT_COMPRESS, zlib). TLS is not
+//! one: it sits below this transform, in the binary (`tls::leg`), so a
+//! compressed leg of a TLS session is handed plaintext.
 //!
 //! A session has one only once it is negotiated; without it the client's
 //! bytes are the plain stream and the relay stays zero-copy. Pure: the

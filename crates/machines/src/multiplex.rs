@@ -27,10 +27,10 @@
 //! session ends (then the connection is reset, as in session pooling): see
 //! [`PinReason`]. Statements are classified by [`classify_query`], a
 //! conservative first pass that pins whatever it does not recognise; the
-//! statement lexer of issue 12 replaces it behind the same [`Effect`].
+//! statement lexer (`wire::lexer`) can replace it behind the same [`Effect`].
 //!
 //! This file holds the session's state ([`TxState`]) and the pin reasons;
-//! the classification of a statement's text is in `multiplex_classify.rs`.
+//! the classification of a statement's text is in `multiplex/classify.rs`.
 
 use crate::client_charset;
 pub use crate::ids::LeaseSetup;
@@ -392,7 +392,7 @@ impl TxState {
             }
             COM_SET_OPTION => Some(PinReason::SetOption),
             // Statement ids are mapped to each connection's
-            // (`session_statements.rs`); long data and open cursors hold
+            // (`session/statements.rs`); long data and open cursors hold
             // the connection there, not as a pin.
             COM_STMT_PREPARE
             | COM_STMT_EXECUTE

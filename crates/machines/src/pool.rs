@@ -10,12 +10,12 @@
 //!
 //! This file holds the pool's types and the leasing (idle pick, waiters,
 //! opening); the rest are child modules that share its private fields:
-//! `pool_release.rs` (connections coming back), `pool_backend_events.rs`
+//! `pool/release.rs` (connections coming back), `pool/backend_events.rs`
 //! (completions on a connection's socket and its machine's events),
-//! `pool_upkeep.rs` (serving waiters, timeouts, refill, drain, giving
-//! connections to other workers), `pool_share.rs` (how the workers share
-//! the cap), `pool_users.rs` (each backend account's share of it) and
-//! `pool_waiters.rs` (the queues: one per key).
+//! `pool/upkeep.rs` (serving waiters, timeouts, refill, drain, giving
+//! connections to other workers), `pool/share.rs` (how the workers share
+//! the cap), `pool/users.rs` (each backend account's share of it) and
+//! `pool/waiters.rs` (the queues: one per key).
 //!
 //! Waiting (`--backend-wait-timeout`): a session that finds no connection
 //! waits in its key's FIFO queue. What a key can be served with (its own
@@ -60,10 +60,10 @@ pub struct PoolConfig {
     pub identity: IdentityMode,
     /// `--backend-pool-size`: idle connections kept warm.
     pub pool_size: usize,
-    /// `--backend-max-connections`, across workers (see `pool_share.rs`).
+    /// `--backend-max-connections`, across workers (see `pool/share.rs`).
     pub max_connections: usize,
     /// `--backend-max-connections-per-user` (0: no limit but the cap; see
-    /// `pool_users.rs`).
+    /// `pool/users.rs`).
     pub max_per_user: usize,
     pub wait_timeout: Duration,
     pub idle_timeout: Duration,
@@ -124,7 +124,7 @@ pub struct Pooled<Io> {
     /// ([`Pool::evict_for`]).
     evicted: bool,
     /// Its account's counters, charged for it until its slot is freed
-    /// (`pool_users.rs`); None for the shared account.
+    /// (`pool/users.rs`); None for the shared account.
     user: Option<Arc<metrics::UserUsage>>,
 }
 
@@ -214,9 +214,9 @@ enum Reserve {
     Got,
     /// The cap is reached.
     Full,
-    /// Units are free, but they are another worker's (`pool_share.rs`).
+    /// Units are free, but they are another worker's (`pool/share.rs`).
     Theirs,
-    /// The key's account holds its share (`pool_users.rs`).
+    /// The key's account holds its share (`pool/users.rs`).
     UserFull,
 }
 
@@ -226,7 +226,7 @@ pub struct Pool<Io> {
     /// Idle connection indexes, least recently used first.
     idle: Vec<u32>,
     /// Sessions waiting for a connection: a FIFO queue per key
-    /// (`pool_waiters.rs`).
+    /// (`pool/waiters.rs`).
     waiters: Waiters,
     /// Something freed up: serve the waiters.
     dirty: bool,
@@ -235,7 +235,7 @@ pub struct Pool<Io> {
     /// the other worker taking the unit tells this one nothing.
     deferred: bool,
     /// The cap across workers, and every worker's demand
-    /// (`pool_share.rs`).
+    /// (`pool/share.rs`).
     share: Arc<BackendShare>,
     /// Connections of this pool closed to give their unit to another
     /// worker and not yet freed: one at a time.
@@ -261,7 +261,7 @@ pub struct Pool<Io> {
     max_prepared: usize,
     worker: usize,
     log_limiter: crate::LogLimiter,
-    /// Each identity's account counters (`pool_users.rs`).
+    /// Each identity's account counters (`pool/users.rs`).
     user_usage: std::collections::HashMap<IdentityId, Arc<metrics::UserUsage>>,
     /// Waiting sessions already counted as held back by their account's
     /// share.
@@ -542,9 +542,9 @@ impl<Io: ConnHandle> Pool<Io> {
     /// Reserve a unit of the cap for a new connection, unless another
     /// worker whose sessions wait holds fewer connections than this one
     /// and the free units are too few for them (the unit is theirs: see
-    /// `pool_share.rs`).
+    /// `pool/share.rs`).
     /// A unit reserved is charged to `identity`'s account too, which must
-    /// be under its share (`pool_users.rs`).
+    /// be under its share (`pool/users.rs`).
     fn reserve(&mut self, identity: IdentityId) -> Reserve {
         let max = self.cfg.max_connections;
         if !self.charge_user(identity) {
@@ -672,7 +672,7 @@ impl<Io: ConnHandle> Pool<Io> {
     ///   keeps what comes back for its own waiters (no head-of-line
     ///   blocking across keys) but cannot starve another key, and "two
     ///   more" keeps units from moving back and forth (as between workers,
-    ///   `pool_share.rs`).
+    ///   `pool/share.rs`).
     ///
     /// None when the freed unit would be another worker's: then the
     /// sharing's rules decide what moves.

@@ -9,7 +9,7 @@
 //! id in an atomic. The relay path takes no lock: only a KILL looks up.
 //!
 //! This file holds the ids, the entries and their fences; what a KILL or
-//! SHOW PROCESSLIST is rewritten to is in `registry_intercept.rs`.
+//! SHOW PROCESSLIST is rewritten to is in `registry/interception.rs`.
 //!
 //! ## The id space
 //!

@@ -432,7 +432,7 @@ impl Relay {
     /// (the answer forwarded, the idle read armed, its cancel not yet
     /// landed) is where an operator's KILL right after the answer lands;
     /// parked, the connection was discarded and the session went on as if
-    /// nothing happened, its client never told (issue 12).
+    /// nothing happened, its client never told.
     fn unpark(&mut self) -> bool {
         if !matches!(self.ending, Some((RelayEnd::Parked { .. }, true))) {
             return false;

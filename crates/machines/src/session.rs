@@ -6,10 +6,10 @@
 //!
 //! This file holds the machine's types and the entry points that dispatch
 //! on its state; each phase lives in a child module (they share the
-//! private fields): `session_login.rs` (greeting to first lease, with the
-//! plugins in `session_sha2.rs` and `session_clear.rs`), `session_relay.rs`
-//! (the command phase), `session_parked.rs` (transaction pooling between
-//! transactions), `session_statements.rs` and `session_change_user.rs`.
+//! private fields): `session/login.rs` (greeting to first lease, with the
+//! plugins in `session/sha2.rs` and `session/clear.rs`), `session/relay.rs`
+//! (the command phase), `session/parked.rs` (transaction pooling between
+//! transactions), `session/statements.rs` and `session/change_user.rs`.
 
 use std::time::{Duration, Instant};
 
@@ -138,7 +138,7 @@ pub enum SessionAction {
     },
     /// Transaction pooling: the server's id of this statement on the
     /// session's backend connection, prepared there first if missing
-    /// (`session_statements.rs`); answered by [`Session::on_statement`],
+    /// (`session/statements.rs`); answered by [`Session::on_statement`],
     /// or [`Session::on_lease_failed`] when the connection fails.
     Statement {
         key: std::sync::Arc<crate::statements::StmtKey>,
@@ -265,10 +265,10 @@ enum State {
     SendErrThenLinger,
     /// Half-closed after the ERR; reading and discarding until EOF.
     Lingering { until: Instant },
-    /// COM_CHANGE_USER: logging in again (`session_change_user.rs`).
+    /// COM_CHANGE_USER: logging in again (`session/change_user.rs`).
     ChangeUser(Box<change_user::Flow>),
     /// Transaction pooling: a prepared-statement command, its id being
-    /// mapped to the connection's (`session_statements.rs`).
+    /// mapped to the connection's (`session/statements.rs`).
     Statement(Box<statements::Flow>),
     /// Transaction pooling: between transactions, holding no backend
     /// connection; `reading` while a client read is in flight.
@@ -369,7 +369,7 @@ pub struct Session {
     require_secure_transport: bool,
     /// The client sent its SSLRequest and TLS runs.
     tls_started: bool,
-    /// A caching_sha2_password login's step (session_sha2.rs).
+    /// A caching_sha2_password login's step (session/sha2.rs).
     sha2: Sha2Phase,
     /// Transaction pooling: what the session carries between backend
     /// connections (from login on).

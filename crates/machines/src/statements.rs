@@ -1,5 +1,5 @@
 //! Transaction pooling: a session's binary prepared statements, which
-//! outlive the backend connection they were prepared on (issue 12, item 5).
+//! outlive the backend connection they were prepared on.
 //!
 //! The client never sees a server's statement id. Each COM_STMT_PREPARE is
 //! answered with an id the proxy assigns ([`Registry::add`]); the session
@@ -11,7 +11,7 @@
 //! A COM_RESET_CONNECTION the client sends closes them all, on the server
 //! as here ([`Registry::clear`]).
 //! Each backend connection keeps its own statements keyed by the same
-//! [`StmtKey`] (`backend_statements.rs`); before a statement command runs,
+//! [`StmtKey`] (`backend/statements.rs`); before a statement command runs,
 //! the session asks its current connection for the server's id of the key
 //! (prepared there first if missing) and rewrites the command's id
 //! ([`rewrite`]).

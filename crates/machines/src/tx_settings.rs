@@ -1,7 +1,7 @@
 //! Transaction pooling: the session settings a client wants, per variable,
 //! and the one `SET` that gives a backend connection carrying another
-//! session's settings these instead (issue 12: "on lease, apply only the
-//! differences").
+//! session's settings these instead: on lease, only the differences are
+//! applied, so a lease costs no round trip when nothing differs.
 //!
 //! A session records each replayable `SET` item: a system variable with a
 //! constant value, `SET NAMES …`, `SET CHARACTER SET …`, and `SET SESSION

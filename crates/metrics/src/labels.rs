@@ -72,7 +72,7 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// Every reason, in exposition order (also the index order of
-    /// [`Snapshot::client_rejected_total`]).
+    /// [`crate::Snapshot::client_rejected_total`]).
     pub const ALL: [RejectReason; 6] = [
         RejectReason::Auth,
         RejectReason::MaxConnections,
@@ -175,11 +175,11 @@ pub enum InternalQuery {
 }
 
 /// The `held` labels of `ringgate_sessions_idle_cut_total`, in the order
-/// of `proxy::idle_cut::Held::index`.
+/// of `machines::idle_cut::Held::index`.
 pub const IDLE_CUT_HELD: [&str; 2] = ["transaction", "pinned"];
 
 /// The `reason` labels of `ringgate_sessions_pinned_total`, in the order
-/// of `proxy::multiplex::PinReason::ALL` (a unit test there checks it).
+/// of `machines::multiplex::PinReason::ALL` (a unit test there checks it).
 pub const PIN_REASONS: [&str; 17] = [
     "user_variable",
     "temporary_table",

@@ -1,4 +1,4 @@
-//! Per-worker counters and the Prometheus `/metrics` endpoint.
+//! Per-worker counters and their Prometheus `/metrics` exposition.
 //!
 //! ringgate is thread-per-core and share-nothing, so metrics follow the same
 //! shape: every worker owns exactly one [`WorkerMetrics`] inside a shared
@@ -10,7 +10,7 @@
 //! is only contended by a scrape, and is touched once per accepted
 //! connection, never per packet.
 //!
-//! The HTTP endpoint runs on its own OS thread ([`serve`]) and sums across
+//! The HTTP endpoint runs on its own OS thread (the binary's) and sums across
 //! workers at scrape time; [`exposition`] hands the sums to the
 //! `prometheus-client` crate, which writes the text format. Because each worker is read independently, a
 //! scrape is not an atomic cut across workers; every individual series is
@@ -19,7 +19,7 @@
 //!
 //! This file holds the per-worker counters and their owner [`Metrics`];
 //! `labels.rs` the label enums, `snapshot.rs` the sums, `exposition.rs`
-//! the text format and `endpoint.rs` the HTTP thread.
+//! the text format; the HTTP thread is `src/metrics_endpoint.rs`.
 #![forbid(unsafe_code)]
 
 use std::fmt;
@@ -283,7 +283,7 @@ pub struct WorkerMetrics {
     /// worker's clients.
     pub backend_held: AtomicI64,
     /// Backend connections closed so that another worker, whose clients
-    /// waited, could open one (see `pool_share.rs`).
+    /// waited, could open one (see `crates/machines/src/pool/share.rs`).
     pub backend_rebalanced_total: AtomicU64,
     /// Times the ring's submission met EBUSY (completion ring full) and
     /// reaped completions into its backlog instead of spinning. The worker

@@ -226,7 +226,7 @@ impl ClientLogin {
     }
 
     /// Feed one whole packet from the server (sequence id + payload, as split by
-    /// mysql::packet::split_packet). The first is the greeting.
+    /// [`crate::packet::split_packet`]). The first is the greeting.
     pub fn on_packet(&mut self, seq: u8, payload: &[u8]) -> Result<LoginStep, LoginError> {
         // Any error finishes the login, so take the state out first and put
         // the next one back only on success.

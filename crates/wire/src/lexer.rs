@@ -1,7 +1,7 @@
 //! A statement lexer and classifier for COM_QUERY texts, in the manner of
 //! MySQL Router: a lexer, not a parser. It tokenizes the text, splits it on
 //! top-level `;`, and puts each statement in a [`Class`] that transaction
-//! pooling can act on (issue 12).
+//! pooling can act on.
 //!
 //! # API for the proxy
 //!

@@ -1,7 +1,7 @@
 //! The full OK packet, including its session-state-change blocks.
 //!
 //! Transaction pooling takes session state from the server rather than
-//! guessing it (issue 12): each backend connection negotiates
+//! guessing it: each backend connection negotiates
 //! CLIENT_SESSION_TRACK and turns the trackers on, and every OK then says
 //! which system variables, schema and transaction state changed.
 //! [`crate::reply`] only needs the status flags; this module decodes

@@ -1,7 +1,7 @@
 //! The session state a client wants (system variables, schema), as the
 //! server's trackers report it, and the minimal statements that give a
-//! backend connection that state (issue 12: "on lease, apply only the
-//! differences").
+//! backend connection that state (on lease, only the differences are
+//! applied).
 //!
 //! # API for the proxy
 //!

@@ -165,7 +165,7 @@ pub struct Users {
     /// the lock is held for a lookup or an insert only.
     sha2_cache: Mutex<HashMap<String, Vec<(Sha2Stage2, Authenticated)>>>,
     /// The entry kinds of every user, in name order: an unknown name gets
-    /// one of them as its decoy (`users_decoy.rs`).
+    /// one of them as its decoy (`users/decoy.rs`).
     shapes: Vec<Vec<decoy::Kind>>,
 }
 

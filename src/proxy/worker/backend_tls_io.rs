@@ -1,4 +1,4 @@
-//! The driver's half of backend TLS (`--backend-tls`): `proxy::tls_leg`
+//! The driver's half of backend TLS (`--backend-tls`): `tls::leg`
 //! as a client, beneath a backend connection's own exchanges (the login
 //! after the SSLRequest, schema selection, resets, statements) and the
 //! relay's reads and writes on it. The machines above keep working on
@@ -10,7 +10,7 @@
 //!   completes only part of a record is read again before anything above
 //!   hears of it. No buffer is added.
 //! - Every write to the server (the connection's own packets, the relay's
-//!   up writes) is sealed into [`BackendTlsIo::next`] and written by one
+//!   up writes) is sealed into [`TlsOutbox::next`] and written by one
 //!   `BackendTlsWrite` at a time; the write it stands for completes, with
 //!   its plain length, once its last record is written. The relay's up
 //!   writes stay counted on the backend's socket and on their session

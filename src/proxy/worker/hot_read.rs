@@ -1,7 +1,7 @@
 //! Fixed mode: a busy connection keeps its slot and a plain READ_FIXED
 //! pending between commands; only one that stays idle for [`HOT_IDLE`]
-//! gives the slot back and waits on a poll (issue 13 item 2, without the
-//! extra wake-up per query).
+//! gives the slot back and waits on a poll: idle connections still hold no
+//! slot, and busy ones do not pay a wake-up per query for it.
 //!
 //! Waiting on a poll between commands (`idle_io.rs`, `idle_backend_io.rs`)
 //! costs every query a readiness completion before each read: at c=1 one

@@ -1,5 +1,6 @@
-//! Fixed mode: an idle backend connection holds no slot either (issue 13
-//! item 2, the backend half; `idle_io.rs` is the client's).
+//! Fixed mode: an idle backend connection holds no slot either (the
+//! backend half; `idle_io.rs` is the client's): the slots go to busy
+//! connections, however many are open.
 //!
 //! Between commands the relay keeps its read of the backend armed
 //! (`Down::Watching` in relay.rs), so that a server closing an idle

@@ -1,4 +1,5 @@
-//! Fixed mode: an idle client holds no slot (issue 13 item 2).
+//! Fixed mode: an idle client holds no slot: the slots go to busy clients,
+//! however many are open.
 //!
 //! A client read that would start on an empty buffer while the client is
 //! idle (a freshly logged-in client, or one whose hot read stayed pending

@@ -1,4 +1,4 @@
-//! The driver's half of a client leg (`proxy::client_leg`): the buffers the
+//! The driver's half of a client leg (`machines::client_leg`): the buffers the
 //! kernel writes from when a session's client bytes pass a transform, and
 //! the steps that move bytes through it.
 //!

@@ -1,6 +1,6 @@
 //! A command's write to the backend linked to the read of its answer, so
 //! that one `io_uring_enter` submits both and sleeps until the answer
-//! comes (issue 13 item 3).
+//! comes.
 //!
 //! Where: a relay that sends a command with no backend read in flight
 //! asks, in the same batch, for the write and then the read of its answer
@@ -24,7 +24,7 @@
 //! exists to avoid. A NOWAIT write the socket cannot take whole comes back
 //! (-EAGAIN or short) and is finished unlinked.
 //!
-//! Completions (buffers rule 5; kernel facts in `ring::link_tests`):
+//! Completions (buffers rule 5; kernel facts in `uring::ring::link_tests`):
 //! - The read's CQE, whatever its result, proves the write wrote
 //!   everything: the write is completed first (`on_down_read`), as its CQE
 //!   would have been.

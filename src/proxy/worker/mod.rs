@@ -839,8 +839,8 @@ pub fn spawn_workers(shared: Arc<Shared>, count: usize) -> Result<Vec<StartedWor
     Ok(out)
 }
 
-/// What an idle connection costs in the worker's own structures (issue 13
-/// item 6: ≤ 2 KiB of RSS per idle client in transaction pooling). Printed
+/// What an idle connection costs in the worker's own structures (the
+/// budget is ≤ 2 KiB of RSS per idle client in transaction pooling). Printed
 /// with `cargo test sizes -- --nocapture`; the asserts catch a regression
 /// that puts a buffer-sized field on every session.
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! `--read-buffers ring`: the relay's reads through the worker's
-//! provided-buffer ring (src/buffers/provided.rs), behind the same relay
+//! provided-buffer ring (`uring::buffers::provided`), behind the same relay
 //! machine as the other modes.
 //!
 //! The relay asks for one read at a time per pipe and gets "what the buffer
@@ -670,7 +670,8 @@ impl Worker {
             }
             // -ENOBUFS ended the receive with no byte delivered: the socket
             // woke it, or the ring was empty as it retried. As at a release
-            // (4784dad), a peek decides: with nothing waiting the connection
+            // whose receive ends so before its cancel, a peek decides: with
+            // nothing waiting the connection
             // is kept, and its next lease arms a new receive.
             let done = recv.quiescent() && recv.current.is_none();
             if b.io.idle_peer_alive() {

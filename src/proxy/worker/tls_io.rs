@@ -1,4 +1,4 @@
-//! The driver's half of front-end TLS (`proxy::tls_leg`): it sits between
+//! The driver's half of front-end TLS (`tls::leg`): it sits between
 //! the client's socket and everything above it (the session, the relay and
 //! a compression leg), which keep working on plain bytes.
 //!
@@ -7,7 +7,7 @@
 //!   decodes them in place and the plaintext becomes the buffer's valid
 //!   bytes (`ReadBuffer::{parts_mut, set_parts}`). No buffer is added.
 //! - Every write to the client (the session's own packets, the relay's
-//!   down writes) is sealed into [`TlsIo::next`] and written from there by
+//!   down writes) is sealed into [`TlsOutbox::next`] and written from there by
 //!   one TLS write at a time (`OpTag::TlsWrite`). The write it stands for
 //!   is completed, with its plain length, once its last record is written
 //!   (in order), so the layers above see the whole write done as before.

@@ -1,7 +1,7 @@
 //! Opening a backend connection: the TCP connect (or the probe that only
 //! reads the greeting), the TLS handshake `--backend-tls` asks for, and
 //! the login as the pool key's backend identity through
-//! `mysql::client_login::ClientLogin`.
+//! `wire::client_login::ClientLogin`.
 
 use super::*;
 

@@ -1,5 +1,5 @@
 //! Transaction pooling: the prepared statements one backend connection
-//! holds on the server, as a bounded LRU (issue 12, item 5).
+//! holds on the server, as a bounded LRU.
 //!
 //! Sessions share a connection's statements by [`StmtKey`] (schema,
 //! settings fingerprint and SQL text): the second session that prepares

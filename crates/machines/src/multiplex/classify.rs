@@ -1,5 +1,5 @@
 //! Transaction pooling: what a COM_QUERY text does to the session, read
-//! from the statement lexer (`mysql::lexer`) plus the proxy's own rules
+//! from the statement lexer (`wire::lexer`) plus the proxy's own rules
 //! ([`classify_query`] → [`Effect`]), and the text tests the session state
 //! (`multiplex.rs`) asks of a command: does it end table locks, read the
 //! previous statement's counts, set constants, insert, mention
@@ -126,7 +126,7 @@ fn code_contains_word(sql: &[u8], needles: &[&[u8]]) -> bool {
     false
 }
 
-/// Classify one COM_QUERY text with the statement lexer (`mysql::lexer`),
+/// Classify one COM_QUERY text with the statement lexer (`wire::lexer`),
 /// plus the proxy's own rule for CALL (a procedure can set user variables,
 /// create temporary tables or take locks inside, where the lexer does not
 /// look). `opts`: how the server reads the text (sql_mode's quoting, the

@@ -179,7 +179,7 @@ fn with_session_tracking_the_blocks_decide() {
          @@session.session_track_transaction_info = 'CHARACTERISTICS'"
     );
     // BEGIN and COMMIT report the transaction state only: no pin (MariaDB
-    // 10.11's OK payloads, src/mysql/testdata/session-track-oks.txt).
+    // 10.11's OK payloads, crates/wire/src/testdata/session-track-oks.txt).
     let mut begin = done(COM_QUERY, "BEGIN", changed | SERVER_STATUS_IN_TRANS);
     begin.state_ok = Some(unhex(
         "000000034000000020050908545f5f5f5f5f5f5f0413125354415254205452414e53414354494f4e3b",
@@ -277,7 +277,7 @@ fn a_pin_is_reported_once_and_stays() {
 
 #[test]
 fn set_option_pins_binary_statements_do_not() {
-    // Statement ids are mapped to each connection's (session_statements.rs).
+    // Statement ids are mapped to each connection's (session/statements.rs).
     let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     for cmd in [COM_STMT_EXECUTE, COM_STMT_FETCH, COM_STMT_RESET] {
         assert_eq!(tx.on_completed(&done(cmd, "", AC)), None);

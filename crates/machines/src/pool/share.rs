@@ -9,7 +9,7 @@
 //! the two workers, so one worker's clients waited about twice as long.
 //!
 //! So each worker also publishes what it holds and how many of its clients
-//! wait, and the pools follow two rules (`pool_upkeep.rs`):
+//! wait, and the pools follow two rules (`pool/upkeep.rs`):
 //! - a worker does not open a connection while another worker's clients
 //!   wait, the free units are too few for them, and that worker holds
 //!   fewer connections than it does (the free unit is the other's to take);
@@ -36,7 +36,7 @@ struct Demand {
     /// Its sessions waiting for a connection now.
     waiting: AtomicUsize,
     /// Of those, the ones held back by their account's share
-    /// (`pool_users.rs`): no unit of the cap would serve them.
+    /// (`pool/users.rs`): no unit of the cap would serve them.
     held_back: AtomicUsize,
 }
 

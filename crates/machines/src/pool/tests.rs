@@ -794,7 +794,7 @@ fn a_dead_idle_connection_found_at_checkout_tells_its_last_session_but_not_the_o
     assert!(leased(&ev).is_some());
 }
 
-// ---- the cap shared by two workers' pools (pool_share.rs) ----
+// ---- the cap shared by two workers' pools (pool/share.rs) ----
 
 /// Two workers' pools sharing a cap of `max`, with no warm connections.
 fn two_workers(max: usize) -> (Harness, Harness) {
@@ -1095,7 +1095,7 @@ fn a_waiter_at_the_cap_gets_one_connection_closed_for_it_not_one_per_pass() {
 
 #[test]
 fn deference_to_another_worker_closes_nothing() {
-    // A worker whose free unit is another worker's (pool_share.rs) must
+    // A worker whose free unit is another worker's (pool/share.rs) must
     // not close an idle connection of another key to make room: the unit
     // it frees would be the other worker's too.
     let (mut a, b) = two_workers(4);

@@ -7,7 +7,7 @@ use super::*;
 
 /// A worker with no sessions waiting gives another worker a connection
 /// that has been idle this long (one with sessions waiting gives only when
-/// it holds two more than the other: `pool_share.rs`). Long enough that a
+/// it holds two more than the other: `pool/share.rs`). Long enough that a
 /// connection idle between one client's transactions is not taken from
 /// it, short next to `--backend-wait-timeout`.
 pub(super) const IDLE_BEFORE_GIVING: Duration = Duration::from_millis(500);
@@ -72,7 +72,7 @@ impl<Io: ConnHandle> Pool<Io> {
 
     /// With the cap reached, close one idle connection so that another
     /// worker whose sessions wait can open one (the rules and why they do
-    /// not oscillate: `pool_share.rs`). Only one such connection closes at
+    /// not oscillate: `pool/share.rs`). Only one such connection closes at
     /// a time: its unit is free once its slot is, and the cap is then no
     /// longer reached until the other worker has taken it.
     pub(super) fn give_to_other_workers(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {

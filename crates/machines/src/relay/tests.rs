@@ -407,7 +407,7 @@ fn com_set_option_makes_the_backend_unreusable() {
     assert_eq!(ended(&out), Some((RelayEnd::Quit, false)));
 }
 
-// ---- the server closing an idle connection (issue 11, item 7) ----
+// ---- the server closing an idle connection ----
 
 fn killed_err(seq: u8) -> Vec<u8> {
     let mut p = vec![0xFF, 0x87, 0x07, b'#'];

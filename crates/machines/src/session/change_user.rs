@@ -1,16 +1,16 @@
 //! COM_CHANGE_USER: the session logs in again, as another user or the same
-//! one, on the same client connection (issue 11, item 3).
+//! one, on the same client connection.
 //!
 //! The relay stops at the command (once every earlier answer is relayed)
 //! and leaves its packet in the session buffer. Then:
 //!
 //! 1. The packet is read whole and parsed with the capabilities of the
-//!    connection's login (`mysql::change_user`). A malformed one gets what
+//!    connection's login (`wire::change_user`). A malformed one gets what
 //!    MariaDB answers, ERR 1047 "Unknown command".
 //! 2. The credentials are checked against the users file exactly as at
 //!    login, with the greeting's scramble. A caching_sha2_password response
 //!    for a user with caching_sha2 entries runs that plugin's exchange as
-//!    the login does (`session_sha2.rs`): fast authentication (0x01 0x03
+//!    the login does (`session/sha2.rs`): fast authentication (0x01 0x03
 //!    before the OK), or 0x01 0x04 and the cleartext password over TLS or
 //!    the unix socket (RSA-encrypted with `--rsa-key`); a native token for
 //!    a user with only caching_sha2 verifiers is switched to

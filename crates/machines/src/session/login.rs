@@ -1,8 +1,8 @@
 //! The login phase of a session: the client's HandshakeResponse (or its
 //! SSLRequest, or its answer to an AuthSwitchRequest), the credentials
 //! check, and the first lease, which the login OK waits for. The plugins'
-//! own exchanges live in `session_sha2.rs` and `session_clear.rs`; a
-//! COM_CHANGE_USER logs in again through `session_change_user.rs`.
+//! own exchanges live in `session/sha2.rs` and `session/clear.rs`; a
+//! COM_CHANGE_USER logs in again through `session/change_user.rs`.
 
 use super::*;
 

@@ -2,7 +2,7 @@
 //! backend (`relay.rs` decides whose turn it is), the completions it is
 //! fed, and what the session does with the relay's events, up to the
 //! relay's end. Transaction pooling's parking lives in
-//! `session_parked.rs`.
+//! `session/parked.rs`.
 
 use super::*;
 

@@ -24,13 +24,13 @@
 //! to the account's plugin. Over TCP without TLS the cleartext is refused.
 //! With `--rsa-key`, a client may ask for the public key (0x02, answered
 //! with 0x01 and the PEM) and send its password RSA-encrypted instead
-//! (`mysql::sha2_rsa`); a client that has the key already sends the
+//! (`wire::sha2_rsa`); a client that has the key already sends the
 //! ciphertext at once. Without it, MySQL without RSA keys asks for the
 //! cleartext anyway and answers whatever comes with ERR 1045; ringgate
 //! answers 1045 at once instead, so no client sends its password over
 //! plain TCP for nothing. The answers never depend on which entries a user
 //! has, or whether it exists (an unknown name takes a decoy's path, see
-//! `users_decoy.rs`). Follows MySQL 8.0/8.4's sql/auth/sha2_password.cc.
+//! `wire::users::decoy`). Follows MySQL 8.0/8.4's sql/auth/sha2_password.cc.
 
 use super::*;
 use metrics::AuthPath;

@@ -10,7 +10,7 @@ fn users() -> Users {
     Users::parse(r#"{"app": [{"Password": "pw"}]}"#).unwrap()
 }
 
-/// Also the caching_sha2 login tests' context (session_sha2.rs).
+/// Also the caching_sha2 login tests' context (session/sha2.rs).
 pub(super) fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
     static REGISTRY: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(Registry::default);
     SessionCtx {
@@ -193,7 +193,7 @@ fn wrong_password_gets_1045_with_mysqls_text() {
 fn caching_sha2_client_is_switched_and_a_wrong_answer_gets_1045() {
     let now = Instant::now();
     // A user with only a native hash: caching_sha2 cannot check it, so
-    // the client is switched to mysql_native_password (session_sha2.rs).
+    // the client is switched to mysql_native_password (session/sha2.rs).
     let u = Users::parse(
         r#"{"app": [{"MysqlNativePassword": "*D821809F681A40A6E379B50D0463EFAE20BDD122"}]}"#,
     )
@@ -679,7 +679,7 @@ fn a_client_without_compression_gets_no_leg() {
         .any(|a| matches!(a, SessionAction::StartClientLeg(_))));
 }
 
-// ---- COM_CHANGE_USER (session_change_user.rs) ----
+// ---- COM_CHANGE_USER (session/change_user.rs) ----
 
 fn two_users() -> Users {
     Users::parse(r#"{"app": [{"Password": "pw"}], "bob": [{"Password": "bob-pw"}]}"#).unwrap()
@@ -1416,7 +1416,7 @@ fn a_session_keeps_its_connection_while_a_kill_of_its_thread_is_in_flight() {
     assert_eq!(reg.lookup(PROXY_ID_BASE + 70).unwrap().backend_thread, None);
 }
 
-// ---- TLS in the handshake (issue 14) ----
+// ---- TLS in the handshake ----
 
 fn tls_session(now: Instant, tls: bool, require: bool, peer: &str) -> Session {
     let mut out = Vec::new();

@@ -136,7 +136,7 @@ pub struct ReadBuffer {
     filled: usize,
     /// Behind a TLS leg: bytes received after the valid ones that are not
     /// decoded yet (a partial record). Reads append after them; the valid
-    /// bytes are the decoded plaintext (`proxy::tls_leg`).
+    /// bytes are the decoded plaintext (the binary's `tls::leg`).
     wire: usize,
     in_flight: bool,
     owner: Owner,
@@ -339,7 +339,7 @@ impl ReadBuffer {
     /// take at once completes (-EAGAIN, or short) instead of waiting for
     /// room. For `Ring::push_write_then_read`, whose linked read must never
     /// wait behind a write the peer is not draining (the half-duplex
-    /// deadlock `proxy::relay` describes): the write either finishes in the
+    /// deadlock `machines::relay` describes): the write either finishes in the
     /// enter that submits it, and the read runs, or comes back to its owner.
     pub fn write_nowait_sqe(
         &mut self,

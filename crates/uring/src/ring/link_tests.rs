@@ -1,5 +1,5 @@
-//! Kernel facts for linking a relay write to the read that follows it
-//! (issue 13 item 3): WRITE with IOSQE_IO_LINK | IOSQE_CQE_SKIP_SUCCESS,
+//! Kernel facts for linking a relay write to the read that follows it, so
+//! that one `io_uring_enter` submits both: WRITE with IOSQE_IO_LINK | IOSQE_CQE_SKIP_SUCCESS,
 //! then a READ. Checked on real loopback TCP sockets, so that a kernel that
 //! behaves otherwise fails here and not in the relay. How the relay uses
 //! them (transaction pooling's command write linked to its answer's read,

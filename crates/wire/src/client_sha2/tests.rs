@@ -1,6 +1,6 @@
 //! The client login speaking caching_sha2_password, driven packet by packet
 //! with a MySQL 8-shaped server (the proxy's own front end speaks the same
-//! exchange; tests/backend_sha2.py runs both for real).
+//! exchange; tests/python/test_backend_sha2.py runs both for real).
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! Tests of the response-boundary tracker: hand-built exchanges for every
 //! command and reply shape, and replays of the MariaDB 10.11 captures in
-//! `src/mysql/testdata/`, cut into chunks of many sizes, which must all give
+//! `crates/wire/src/testdata/`, cut into chunks of many sizes, which must all give
 //! the same answers.
 
 use super::*;
