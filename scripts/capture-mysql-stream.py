@@ -9,7 +9,7 @@ received them, one record per recv() chunk. Two kinds of client drive it:
   * a hand-written raw-socket client (this file) that negotiates the capability flags we ask for,
     in particular CLIENT_DEPRECATE_EOF, and sends every command the tracker must understand.
 
-Output format (written to src/mysql/testdata/, `.gz` = gzip of the same bytes):
+Output format (written to crates/wire/src/testdata/, `.gz` = gzip of the same bytes):
 
     magic    8 bytes  b"RGCAP1\\0\\0"
     caps     u32 LE   capability flags in effect (client flags & server flags)
@@ -21,7 +21,7 @@ Output format (written to src/mysql/testdata/, `.gz` = gzip of the same bytes):
 
 The records start right after the server's OK that ends authentication.
 
-Usage: scripts/capture-mysql-stream.py --port 3417 [--out src/mysql/testdata]
+Usage: scripts/capture-mysql-stream.py --port 3417 [--out crates/wire/src/testdata]
 (the server must run with --local-infile=1 and --max-allowed-packet=64M; root with empty password)
 """
 
@@ -536,7 +536,7 @@ SELECT 1 AS last;
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=3417)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "src", "mysql", "testdata"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "crates", "wire", "src", "testdata"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     base = (CLIENT_LONG_FLAG | CLIENT_LOCAL_FILES | CLIENT_PROTOCOL_41

@@ -3,9 +3,9 @@
 
 Stdlib only. Writes small files under fuzz/seeds/<target>/ (committed) from:
 
-  * src/mysql/testdata/*.bin[.gz] -- post-authentication command traffic captured from
+  * crates/wire/src/testdata/*.bin[.gz] -- post-authentication command traffic captured from
     MariaDB 10.11 by scripts/capture-mysql-stream.py (format documented there and in
-    src/mysql/tracker/tests.rs): every command/response exchange becomes a `tracker` seed, and
+    crates/wire/src/tracker/tests.rs): every command/response exchange becomes a `tracker` seed, and
     every server reply packet a `framing_handshake` seed;
   * with --port P (a running MariaDB whose root has no password, e.g. the test sandbox): a live
     capture of the login phase through a recording relay, driven by the `mariadb` command-line
@@ -23,7 +23,7 @@ Seed formats are those of the fuzz targets (fuzz/fuzz_targets/*.rs):
          multi-byte charset), then a COM_QUERY text: every captured COM_QUERY, plus LEXER_SQL.
   ok_packet: 1 flag byte (bit 0 = PROTOCOL_41, bit 1 = TRANSACTIONS, bit 2 = SESSION_TRACK,
              bit 3 = deprecate_eof), then an OK payload: every captured OK, and the
-             session-tracking OKs of src/mysql/testdata/session-track-oks.txt.
+             session-tracking OKs of crates/wire/src/testdata/session-track-oks.txt.
 
 Usage: scripts/fuzz-seeds.py [--port 3707] [--out fuzz/seeds]
 """
@@ -38,13 +38,13 @@ import subprocess
 import threading
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTDATA = os.path.join(REPO, "src", "mysql", "testdata")
+TESTDATA = os.path.join(REPO, "crates", "wire", "src", "testdata")
 CLIENT_DEPRECATE_EOF = 0x1000000
 CLIENT_SESSION_TRACK = 0x800000
 MAX_SEED = 8192  # bytes per tracker seed: libFuzzer works best on small inputs
 
 
-# Hand-picked texts for the lexer: the tricky cases of src/mysql/lexer_tests.rs.
+# Hand-picked texts for the lexer: the tricky cases of crates/wire/src/lexer/tests.rs.
 LEXER_SQL = [
     b"SET autocommit=0, @x=1",
     b"set @@session.autocommit=1; SET SESSION sql_mode = 'A,B'",

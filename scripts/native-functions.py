@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes src/mysql/lexer/native_functions.rs: the names a MariaDB server resolves as its own
+"""Writes crates/wire/src/lexer/native_functions.rs: the names a MariaDB server resolves as its own
 when called without a schema, read from a running server.
 
 MariaDB resolves an unqualified `name(...)` to a native function or a grammar construct when it
@@ -64,7 +64,7 @@ def main():
     cur.execute("SELECT VERSION()")
     version = cur.fetchone()[0]
     cur.execute("DROP DATABASE ringgate_native_probe")
-    out = pathlib.Path(__file__).resolve().parent.parent / "src/mysql/lexer/native_functions.rs"
+    out = pathlib.Path(__file__).resolve().parent.parent / "crates/wire/src/lexer/native_functions.rs"
     body = "".join(f'    "{n}",\n' for n in native)
     out.write_text(
         "//! Names MariaDB resolves as its own when called without a schema (native functions\n"
