@@ -50,7 +50,7 @@ clean:
 # rounds, sysbench; prints a table and writes bench/results/<timestamp>/ (see docs/benchmarks.md).
 # BENCH_PROFILE=quick|full, BENCH_TARGETS=fixed,busy,hold,tx,ring,heap,direct,haproxy (tx = fixed with
 # --pooling transaction), BENCH_SCENARIOS=connect,point-select,large-result,tls,many-clients,idle-10k,
-# idle-max: the last three start their own ringgates (bench/src/mux.rs); idle-max holds ~19,000 idle
+# idle-max: the last three start their own ringgates (bench/src/scenarios/); idle-max holds ~19,000 idle
 # clients for 200 s and runs only when named or with BENCH_PROFILE=full. BENCH_RATE=N (open loop),
 # BENCH_SYSBENCH=off. Idle scenarios need fds: the bench raises its soft RLIMIT_NOFILE to the hard one.
 .PHONY: bench bench-smoke
