@@ -68,3 +68,15 @@ pub fn backend_max_prepared(cfg: &crate::config::Config) -> usize {
         ),
     }
 }
+
+/// A completion queue entry's result as the machines take it: the kernel's
+/// `-errno` convention read once, here, so that no machine needs errno
+/// numbers. -ECANCELED is the driver's own cancel or a linked timeout.
+pub(crate) fn completion(res: i32) -> machines::completion::Completion {
+    use machines::completion::Completion;
+    match res {
+        n if n >= 0 => Completion::Done(n as usize),
+        n if n == -libc::ECANCELED => Completion::Cancelled,
+        n => Completion::Failed(-n),
+    }
+}

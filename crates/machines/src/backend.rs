@@ -14,6 +14,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::completion::Completion;
 use crate::ids::{LeaseSetup, PoolKey, Settings, TlsWish, ANY_SETTINGS};
 use wire::auth::Credential;
 use wire::client_login::{ClientLogin, LoginError, LoginParams, LoginStep};
@@ -361,12 +362,9 @@ impl BackendConn {
     }
 
     /// A write of a proxy-made packet completed (all of it, or failed).
-    pub fn on_write(&mut self, res: i32, out: &mut Vec<BackendOut>) {
-        if res < 0 {
-            let cause = format!(
-                "write to the server failed: {}",
-                std::io::Error::from_raw_os_error(-res)
-            );
+    pub fn on_write(&mut self, res: Completion, out: &mut Vec<BackendOut>) {
+        if res.is_error() {
+            let cause = format!("write to the server failed: {}", res.error());
             return self.fail(cause, out);
         }
         if let State::LoggingIn { consumed, .. } = &mut self.state {
@@ -398,7 +396,7 @@ impl BackendConn {
     /// the backend buffer holds; `capacity` its size.
     pub fn on_read(
         &mut self,
-        res: i32,
+        res: Completion,
         data: &[u8],
         capacity: usize,
         now: Instant,
@@ -407,11 +405,11 @@ impl BackendConn {
         if self.is_closed() {
             return;
         }
-        if res <= 0 {
-            let cause = if res == 0 {
+        if !res.brought_bytes() {
+            let cause = if res.is_eof() {
                 "the server closed the connection".to_string()
             } else {
-                std::io::Error::from_raw_os_error(-res).to_string()
+                res.error().to_string()
             };
             return self.fail(cause, out);
         }

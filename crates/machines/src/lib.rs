@@ -26,6 +26,7 @@
 pub mod backend;
 pub mod client_charset;
 pub mod client_leg;
+pub mod completion;
 pub mod connect_attrs;
 pub mod identity;
 pub mod idle_cut;

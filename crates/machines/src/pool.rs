@@ -28,6 +28,8 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+
+use crate::completion::Completion;
 use std::time::{Duration, Instant};
 
 use crate::backend::{

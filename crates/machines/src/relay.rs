@@ -28,6 +28,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::completion::Completion;
 use crate::idle_cut::Held;
 use wire::state_strip::strip_packet;
 use wire::tracker::{Direction, StopReason, StoppedHeader, TrackError, Tracker, Unsolicited};
@@ -96,7 +97,7 @@ pub enum RelayEnd {
     /// transactions and goes on without one. `client_read`: the result of
     /// the client read that completed while the relay was ending (its
     /// bytes are in the session buffer); `None` while it is still in flight.
-    Parked { client_read: Option<i32> },
+    Parked { client_read: Option<Completion> },
 }
 
 /// What the relay tells its session.
@@ -198,7 +199,7 @@ impl Relay {
             out.push(RelayEvent::Op(RelayOp::ReadClient));
             self.pump(now, out);
         } else {
-            self.on_client_read(buffered.len() as i32, buffered, now, out);
+            self.on_client_read(Completion::Done(buffered.len()), buffered, now, out);
         }
     }
 
@@ -272,11 +273,11 @@ impl Relay {
         matches!(self.down, Down::Idle | Down::Watching)
     }
 
-    /// The client read completed: `res` bytes (0 = EOF, < 0 = -errno);
-    /// `data` is everything the session buffer holds.
+    /// The client read completed; `data` is everything the session
+    /// buffer holds.
     pub fn on_client_read(
         &mut self,
-        res: i32,
+        res: Completion,
         data: &[u8],
         now: Instant,
         out: &mut Vec<RelayEvent>,
@@ -294,7 +295,7 @@ impl Relay {
             // The server is gone; the session ends once its ERR is written.
             return;
         }
-        if res == 0
+        if res.is_eof()
             && self.tracker.pending_responses() > 0
             && self.tracker.next_read() == Direction::Server
         {
@@ -303,7 +304,7 @@ impl Relay {
             self.up = Up::Eof;
             return self.pump(now, out);
         }
-        if res <= 0 {
+        if !res.brought_bytes() {
             return self.end(RelayEnd::ClientGone, out);
         }
         self.last_activity = now;
@@ -331,7 +332,7 @@ impl Relay {
     }
 
     /// The write to the backend completed (all of it, or failed).
-    pub fn on_backend_write(&mut self, res: i32, now: Instant, out: &mut Vec<RelayEvent>) {
+    pub fn on_backend_write(&mut self, res: Completion, now: Instant, out: &mut Vec<RelayEvent>) {
         let Up::Writing { stop } = self.up else {
             debug_assert!(false, "backend write completion without a write");
             return;
@@ -340,8 +341,8 @@ impl Relay {
         if self.finishing() {
             return self.maybe_end(out);
         }
-        if res < 0 {
-            let cause = std::io::Error::from_raw_os_error(-res);
+        if res.is_error() {
+            let cause = res.error();
             return self.end(
                 RelayEnd::BackendLost(format!("sending a command: {cause}")),
                 out,
@@ -361,7 +362,7 @@ impl Relay {
     /// The backend read completed; `data` is what the backend buffer holds.
     pub fn on_backend_read(
         &mut self,
-        res: i32,
+        res: Completion,
         data: &mut [u8],
         now: Instant,
         out: &mut Vec<RelayEvent>,
@@ -372,7 +373,7 @@ impl Relay {
         if self.finishing() {
             // Only a cancelled idle read leaves the backend reusable: bytes
             // or EOF that beat the cancel mean the server is closing it.
-            if res != -libc::ECANCELED {
+            if res != Completion::Cancelled {
                 if self.unpark() {
                     // Parking: the session would go on without telling its
                     // client, whose thread this was; it ends as a held
@@ -388,11 +389,11 @@ impl Relay {
         if watching {
             return self.on_idle_backend_read(res, data, now, out);
         }
-        if res <= 0 {
-            let cause = if res == 0 {
+        if !res.brought_bytes() {
+            let cause = if res.is_eof() {
                 "the server closed the connection".to_string()
             } else {
-                std::io::Error::from_raw_os_error(-res).to_string()
+                res.error().to_string()
             };
             return self.end(
                 RelayEnd::BackendLost(format!("waiting for a response: {cause}")),
@@ -445,16 +446,16 @@ impl Relay {
     /// holds: a partial ERR stays there and the next read appends to it.
     fn on_idle_backend_read(
         &mut self,
-        res: i32,
+        res: Completion,
         data: &[u8],
         now: Instant,
         out: &mut Vec<RelayEvent>,
     ) {
-        if res <= 0 {
-            let cause = if res == 0 {
+        if !res.brought_bytes() {
+            let cause = if res.is_eof() {
                 "closed the connection".to_string()
             } else {
-                std::io::Error::from_raw_os_error(-res).to_string()
+                res.error().to_string()
             };
             let reason = if data.is_empty() {
                 RelayEnd::ServerClosed(format!("between commands: {cause}"))
@@ -485,13 +486,13 @@ impl Relay {
     }
 
     /// The write to the client completed (all of it, or failed).
-    pub fn on_client_write(&mut self, res: i32, now: Instant, out: &mut Vec<RelayEvent>) {
+    pub fn on_client_write(&mut self, res: Completion, now: Instant, out: &mut Vec<RelayEvent>) {
         debug_assert!(matches!(self.down, Down::Writing { .. }));
         self.down = Down::Idle;
         if self.finishing() {
             return self.maybe_end(out);
         }
-        if res < 0 {
+        if res.is_error() {
             return self.end(RelayEnd::ClientGone, out);
         }
         if let Some(reason) = self.end_after_write.take() {

@@ -14,6 +14,7 @@
 use std::time::{Duration, Instant};
 
 use crate::client_leg::LegKind;
+use crate::completion::Completion;
 use crate::idle_cut::{self, Held, IdleCutLimits};
 use crate::ids::{IdentityId, LeaseSetup, PoolKey, Settings};
 use crate::multiplex::{self, PinReason, TxState};
@@ -183,7 +184,7 @@ pub enum SessionAction {
     /// Transaction pooling: a client read completed while the relay was
     /// giving the backend back; hand its result (`res`) and the session
     /// buffer to [`Session::on_client_read`] again.
-    Redeliver(i32),
+    Redeliver(Completion),
     /// A login was authenticated, by plugin and path.
     Auth(AuthPath),
     /// A refused connection, by reason.
@@ -573,7 +574,7 @@ impl Session {
     /// `buffered`: the bytes the session buffer holds now.
     pub fn on_client_write(
         &mut self,
-        res: i32,
+        res: Completion,
         buffered: &[u8],
         ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,
@@ -581,7 +582,7 @@ impl Session {
         if self.is_closed() {
             return;
         }
-        if res < 0 {
+        if res.is_error() {
             return self.close(out);
         }
         match std::mem::replace(&mut self.state, State::Closed) {
@@ -647,11 +648,11 @@ impl Session {
         }
     }
 
-    /// A client read completed: `res` bytes (0 = EOF, < 0 = -errno);
-    /// `data` is everything the session buffer holds.
+    /// A client read completed; `data` is everything the session buffer
+    /// holds.
     pub fn on_client_read(
         &mut self,
-        res: i32,
+        res: Completion,
         data: &[u8],
         ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,
@@ -666,7 +667,7 @@ impl Session {
             // Not while the relay gives the backend back (transaction
             // pooling): the bytes then wait for the session's next lease,
             // and the KILL is mapped when that lease is known.
-            let rewrite = (res > 0 && relay.idle_at_boundary() && !relay.finishing())
+            let rewrite = (res.brought_bytes() && relay.idle_at_boundary() && !relay.finishing())
                 .then(|| {
                     intercept(
                         data,
@@ -688,7 +689,12 @@ impl Session {
                         len: r.replaces,
                         with: r.packet,
                     });
-                    relay.on_client_read(bytes.len() as i32, &bytes, ctx.now, &mut events);
+                    relay.on_client_read(
+                        Completion::Done(bytes.len()),
+                        &bytes,
+                        ctx.now,
+                        &mut events,
+                    );
                 }
                 None => relay.on_client_read(res, data, ctx.now, &mut events),
             }
@@ -699,12 +705,12 @@ impl Session {
         }
         if let State::Parked { reading, .. } = &mut self.state {
             *reading = false;
-            if res <= 0 {
+            if !res.brought_bytes() {
                 return self.close(out);
             }
             return self.resume(data, ctx, out);
         }
-        if res <= 0 {
+        if !res.brought_bytes() {
             return self.close(out);
         }
         match self.state {

@@ -28,3 +28,12 @@ pub fn greeting() -> Vec<u8> {
         }),
     )
 }
+
+/// The Linux errno values and poll bits the tests feed the machines as the
+/// driver would (the machines themselves never name them).
+pub mod errno {
+    pub const EPIPE: i32 = 32;
+    pub const ECONNRESET: i32 = 104;
+    pub const ECONNREFUSED: i32 = 111;
+    pub const POLLRDHUP: usize = 0x2000;
+}

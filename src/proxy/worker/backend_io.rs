@@ -13,7 +13,8 @@ impl Worker {
         };
         b.io.op_done();
         let mut events = Vec::new();
-        self.pool.on_connect(bid, res, self.now, &mut events);
+        self.pool
+            .on_connect(bid, completion(res), self.now, &mut events);
         self.pool_q.extend(events);
         self.try_finish_backend(Some(bid));
     }
@@ -33,7 +34,8 @@ impl Worker {
             buf.complete(res.max(0) as usize);
         }
         let mut events = Vec::new();
-        self.pool.on_read(bid, res, self.now, &mut events);
+        self.pool
+            .on_read(bid, completion(res), self.now, &mut events);
         self.pool_q.extend(events);
         self.try_finish_backend(Some(bid));
     }
@@ -45,7 +47,7 @@ impl Worker {
         };
         b.io.op_done();
         let mut events = Vec::new();
-        self.pool.on_watch(bid, res, &mut events);
+        self.pool.on_watch(bid, completion(res), &mut events);
         self.pool_q.extend(events);
         self.try_finish_backend(Some(bid));
     }
@@ -69,7 +71,8 @@ impl Worker {
         }
         let written = if res > 0 { b.io.out.len() as i32 } else { res };
         let mut events = Vec::new();
-        self.pool.on_write(bid, written, self.now, &mut events);
+        self.pool
+            .on_write(bid, completion(written), self.now, &mut events);
         self.pool_q.extend(events);
         self.try_finish_backend(Some(bid));
     }
@@ -281,8 +284,12 @@ impl Worker {
                 BackendOp::Read if !self.backend_tls_room(bid) => {
                     // A partial record fills the buffer beside the plaintext.
                     let mut events = Vec::new();
-                    self.pool
-                        .on_read(bid, -libc::EMSGSIZE, self.now, &mut events);
+                    self.pool.on_read(
+                        bid,
+                        Completion::Failed(libc::EMSGSIZE),
+                        self.now,
+                        &mut events,
+                    );
                     self.pool_q.extend(events);
                     return;
                 }

@@ -230,7 +230,8 @@ impl Worker {
     /// Hand the pool a read's result (plaintext bytes, or an error).
     fn backend_own_read_result(&mut self, bid: BackendId, res: i32) {
         let mut events = Vec::new();
-        self.pool.on_read(bid, res, self.now, &mut events);
+        self.pool
+            .on_read(bid, completion(res), self.now, &mut events);
         self.pool_q.extend(events);
         self.try_finish_backend(Some(bid));
     }
@@ -377,7 +378,8 @@ impl Worker {
         match upper {
             BackendUpper::Own => {
                 let mut events = Vec::new();
-                self.pool.on_write(bid, res, self.now, &mut events);
+                self.pool
+                    .on_write(bid, completion(res), self.now, &mut events);
                 self.pool_q.extend(events);
                 self.try_finish_backend(Some(bid));
             }

@@ -153,7 +153,9 @@ impl Worker {
         }
         if res < 0 && res != -libc::ECANCELED {
             // The poll itself failed: the session sees it as a failed read.
-            return self.with_session(sid, |s, _, ctx, out| s.on_client_read(res, &[], ctx, out));
+            return self.with_session(sid, |s, _, ctx, out| {
+                s.on_client_read(completion(res), &[], ctx, out)
+            });
         }
         if self.buffers.free_count() == 0 {
             self.metrics().slot_waits_total.fetch_add(1, Relaxed);

@@ -102,7 +102,7 @@ impl Worker {
             }
             buf.clear();
         }
-        self.deliver_plain_read(sid, res);
+        self.deliver_plain_read(sid, completion(res));
     }
 
     /// The relay asks for client bytes: serve them from input the leg holds
@@ -130,13 +130,13 @@ impl Worker {
                 -libc::EPROTO
             }
         };
-        self.deliver_plain_read(sid, res);
+        self.deliver_plain_read(sid, completion(res));
         true
     }
 
     /// Give the session a client read's result with the leg's plain bytes
     /// (queued like any completion's actions: nothing recurses).
-    pub(super) fn deliver_plain_read(&mut self, sid: SessionId, res: i32) {
+    pub(super) fn deliver_plain_read(&mut self, sid: SessionId, res: Completion) {
         let mut out = std::mem::take(&mut self.action_scratch);
         let ctx = worker_session_ctx!(self);
         if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
@@ -179,7 +179,9 @@ impl Worker {
         {
             buf.clear();
         }
-        self.with_session(sid, |s, _, ctx, out| s.on_relay_client_write(1, ctx, out));
+        self.with_session(sid, |s, _, ctx, out| {
+            s.on_relay_client_write(Completion::Done(1), ctx, out)
+        });
     }
 }
 

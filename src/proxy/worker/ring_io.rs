@@ -512,8 +512,8 @@ impl Worker {
         let ctx = worker_session_ctx!(self);
         let backend = *backend;
         match side {
-            Side::Client => session.on_client_read(res, data, &ctx, &mut out),
-            Side::Backend => session.on_backend_read(res, data, &ctx, &mut out),
+            Side::Client => session.on_client_read(completion(res), data, &ctx, &mut out),
+            Side::Backend => session.on_backend_read(completion(res), data, &ctx, &mut out),
         }
         if side == Side::Backend && res == -libc::ECANCELED && session.in_statement_flow() {
             // The relay stopped at a statement command, and this was the end
@@ -685,7 +685,7 @@ impl Worker {
         // or closed it (wait_timeout, KILL, shutdown). Discarded as the
         // close watch does, and its last session hears of it.
         let mut events = Vec::new();
-        self.pool.on_watch(bid, 0, &mut events);
+        self.pool.on_watch(bid, Completion::Done(0), &mut events);
         self.pool_q.extend(events);
     }
 
@@ -950,7 +950,7 @@ impl Worker {
     /// Transaction pooling hands a client read to the session again once
     /// it has a connection: in ring mode its bytes are the current chunk
     /// (false: none, they are in the connection's own buffer).
-    pub(super) fn ring_redeliver(&mut self, sid: SessionId, res: i32) -> bool {
+    pub(super) fn ring_redeliver(&mut self, sid: SessionId, res: Completion) -> bool {
         let (Some(ring), Some(slot)) = (
             self.buffers.buf_ring(),
             self.sessions.get_mut(sid.index, sid.generation),

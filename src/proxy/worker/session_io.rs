@@ -42,7 +42,7 @@ impl Worker {
         }
         self.with_session(sid, |s, io, ctx, out| {
             let data = io.buf.as_ref().map_or(&[][..], |b| b.filled());
-            s.on_client_read(res, data, ctx, out)
+            s.on_client_read(completion(res), data, ctx, out)
         });
     }
 
@@ -70,7 +70,8 @@ impl Worker {
         let ctx = worker_session_ctx!(self);
         if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
             let buffered = plain_buffered(&slot.leg, &slot.io);
-            slot.session.on_client_write(res, buffered, &ctx, &mut out);
+            slot.session
+                .on_client_write(completion(res), buffered, &ctx, &mut out);
         }
         self.session_q.extend(out.drain(..).map(|a| (sid, a)));
         self.action_scratch = out;
@@ -151,7 +152,9 @@ impl Worker {
             }
             self.ring_forwarded(sid, Side::Client, end);
         }
-        self.with_session(sid, |s, _, ctx, out| s.on_backend_write(res, ctx, out));
+        self.with_session(sid, |s, _, ctx, out| {
+            s.on_backend_write(completion(res), ctx, out)
+        });
         self.try_finish_backend(backend);
     }
 
@@ -213,7 +216,8 @@ impl Worker {
         let ctx = worker_session_ctx!(self);
         let data = b.io.buf.as_mut().map_or(&mut [][..], |b| b.filled_mut());
         if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
-            slot.session.on_backend_read(res, data, &ctx, &mut out);
+            slot.session
+                .on_backend_read(completion(res), data, &ctx, &mut out);
         }
         self.session_q.extend(out.drain(..).map(|a| (sid, a)));
         self.action_scratch = out;
@@ -279,7 +283,9 @@ impl Worker {
             }
             self.ring_forwarded(sid, Side::Backend, end);
         }
-        self.with_session(sid, |s, _, ctx, out| s.on_relay_client_write(res, ctx, out));
+        self.with_session(sid, |s, _, ctx, out| {
+            s.on_relay_client_write(completion(res), ctx, out)
+        });
         self.try_finish_backend(backend);
     }
 

@@ -186,7 +186,7 @@ impl Worker {
         }
         self.with_session(sid, |s, io, ctx, out| {
             let data = io.buf.as_ref().map_or(&[][..], |b| b.filled());
-            s.on_client_read(res, data, ctx, out)
+            s.on_client_read(completion(res), data, ctx, out)
         });
     }
 

@@ -11,7 +11,7 @@ impl BackendConn {
     /// identity has no account to log in as before a client has come).
     pub fn on_connect(
         &mut self,
-        res: i32,
+        res: Completion,
         creds: Option<&BackendCredentials>,
         connect_timeout: Duration,
         now: Instant,
@@ -20,11 +20,11 @@ impl BackendConn {
         if !matches!(self.state, State::Connecting) {
             return;
         }
-        if res < 0 {
-            let cause = if -res == libc::ECANCELED {
+        if res.is_error() {
+            let cause = if res == Completion::Cancelled {
                 format!("connect timed out after {connect_timeout:?} (--backend-connect-timeout)")
             } else {
-                format!("connect: {}", std::io::Error::from_raw_os_error(-res))
+                format!("connect: {}", res.error())
             };
             return self.fail(cause, out);
         }

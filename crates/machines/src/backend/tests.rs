@@ -1,6 +1,7 @@
 //! The backend connection machine without a socket.
 
 use super::*;
+use crate::test_packets::errno;
 use crate::test_packets::{framed, greeting};
 use wire::reply::{err_payload, err_payload_with_state, ok_payload};
 
@@ -41,14 +42,20 @@ fn logged_in(now: Instant) -> BackendConn {
     let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
     assert_eq!(out, vec![BackendOut::Op(BackendOp::Connect)]);
     out.clear();
-    c.on_connect(0, Some(&creds()), Duration::from_secs(1), now, &mut out);
+    c.on_connect(
+        Completion::Done(0),
+        Some(&creds()),
+        Duration::from_secs(1),
+        now,
+        &mut out,
+    );
     assert_eq!(out, vec![BackendOut::Op(BackendOp::Read)]);
     out.clear();
     let g = greeting();
-    c.on_read(g.len() as i32, &g, CAP, now, &mut out);
+    c.on_read(Completion::Done(g.len()), &g, CAP, now, &mut out);
     assert_eq!(sends(&out).len(), 1, "the HandshakeResponse goes out");
     out.clear();
-    c.on_write(1, &mut out);
+    c.on_write(Completion::Done(1), &mut out);
     assert_eq!(
         out,
         vec![
@@ -58,7 +65,7 @@ fn logged_in(now: Instant) -> BackendConn {
     );
     out.clear();
     let ok = framed(2, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
-    c.on_read(ok.len() as i32, &ok, CAP, now, &mut out);
+    c.on_read(Completion::Done(ok.len()), &ok, CAP, now, &mut out);
     assert!(has_event(&out, |e| matches!(e, BackendEvent::Ready { .. })));
     // The greeting's connection id is the backend thread a KILL maps to.
     assert_eq!(c.thread_id(), 7);
@@ -88,9 +95,9 @@ fn lease_with_a_schema_selects_it_and_skips_it_next_time() {
     assert_eq!(sent.len(), 1);
     assert_eq!(&sent[0][4..], b"\x02app", "COM_INIT_DB app");
     out.clear();
-    c.on_write(sent[0].len() as i32, &mut out);
+    c.on_write(Completion::Done(sent[0].len()), &mut out);
     let ok = framed(1, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
-    c.on_read(ok.len() as i32, &ok, CAP, now, &mut out);
+    c.on_read(Completion::Done(ok.len()), &ok, CAP, now, &mut out);
     assert!(has_event(&out, |e| *e == BackendEvent::SchemaSelected));
     assert_eq!(c.schema(), Some("app"));
     // Released, reset, leased again for the same schema: no round trip.
@@ -99,7 +106,7 @@ fn lease_with_a_schema_selects_it_and_skips_it_next_time() {
     let reset = sends(&out);
     assert_eq!(reset.len(), 1, "reset and SELECT DATABASE() in one write");
     out.clear();
-    c.on_write(reset[0].len() as i32, &mut out);
+    c.on_write(Completion::Done(reset[0].len()), &mut out);
     let mut replies = framed(1, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
     // A one-column, one-row result: DATABASE() = 'app'.
     replies.extend(framed(1, &[1]));
@@ -111,7 +118,13 @@ fn lease_with_a_schema_selects_it_and_skips_it_next_time() {
     replies.extend(framed(4, b"\x03app"));
     replies.extend(framed(5, &[0xfe, 0, 0, 2, 0]));
     out.clear();
-    c.on_read(replies.len() as i32, &replies, CAP, now, &mut out);
+    c.on_read(
+        Completion::Done(replies.len()),
+        &replies,
+        CAP,
+        now,
+        &mut out,
+    );
     assert!(
         has_event(&out, |e| *e == BackendEvent::ResetDone),
         "{out:?}"
@@ -130,10 +143,10 @@ fn a_refused_schema_reaches_the_client_and_the_connection_stays_usable() {
     c.make_idle(now);
     let mut out = Vec::new();
     c.lease(Some("nope"), None, now, &mut out);
-    c.on_write(9, &mut out);
+    c.on_write(Completion::Done(9), &mut out);
     let err = framed(1, &err_payload(1049, "Unknown database 'nope'"));
     out.clear();
-    c.on_read(err.len() as i32, &err, CAP, now, &mut out);
+    c.on_read(Completion::Done(err.len()), &err, CAP, now, &mut out);
     assert!(has_event(&out, |e| matches!(
         e,
         BackendEvent::SchemaRefused { .. }
@@ -159,7 +172,7 @@ fn connect_refused_and_login_refused_are_open_failures() {
     let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
     out.clear();
     c.on_connect(
-        -libc::ECONNREFUSED,
+        Completion::Failed(errno::ECONNREFUSED),
         Some(&creds()),
         Duration::from_secs(1),
         now,
@@ -173,14 +186,20 @@ fn connect_refused_and_login_refused_are_open_failures() {
 
     let mut out = Vec::new();
     let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
-    c.on_connect(0, Some(&creds()), Duration::from_secs(1), now, &mut out);
+    c.on_connect(
+        Completion::Done(0),
+        Some(&creds()),
+        Duration::from_secs(1),
+        now,
+        &mut out,
+    );
     let g = greeting();
-    c.on_read(g.len() as i32, &g, CAP, now, &mut out);
-    c.on_write(1, &mut out);
+    c.on_read(Completion::Done(g.len()), &g, CAP, now, &mut out);
+    c.on_write(Completion::Done(1), &mut out);
     out.clear();
     let denied = err_payload_with_state(1045, "28000", "Access denied for user 'bench'");
     let err = framed(2, &denied);
-    c.on_read(err.len() as i32, &err, CAP, now, &mut out);
+    c.on_read(Completion::Done(err.len()), &err, CAP, now, &mut out);
     // The server's own ERR, code, SQLSTATE and text, for the client.
     assert!(has_event(&out, |e| matches!(
         e,
@@ -190,10 +209,16 @@ fn connect_refused_and_login_refused_are_open_failures() {
     // An ERR instead of the greeting (1040) is not about the credentials.
     let mut out = Vec::new();
     let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
-    c.on_connect(0, Some(&creds()), Duration::from_secs(1), now, &mut out);
+    c.on_connect(
+        Completion::Done(0),
+        Some(&creds()),
+        Duration::from_secs(1),
+        now,
+        &mut out,
+    );
     out.clear();
     let err = framed(0, &err_payload(1040, "Too many connections"));
-    c.on_read(err.len() as i32, &err, CAP, now, &mut out);
+    c.on_read(Completion::Done(err.len()), &err, CAP, now, &mut out);
     assert!(has_event(&out, |e| matches!(
         e,
         BackendEvent::OpenFailed { cause, login_refused: None } if cause.contains("1040")
@@ -247,7 +272,7 @@ fn a_stalled_reset_is_cut_and_a_broken_one_fails() {
     let mut out = Vec::new();
     c.release(true, t0, &mut out);
     out.clear();
-    c.on_read(0, &[], CAP, t0, &mut out);
+    c.on_read(Completion::Done(0), &[], CAP, t0, &mut out);
     assert!(has_event(
         &out,
         |e| matches!(e, BackendEvent::Failed { cause } if cause.contains("closed"))
@@ -260,12 +285,18 @@ fn a_probe_reads_the_greeting_and_closes_without_a_login() {
     let mut out = Vec::new();
     let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
     out.clear();
-    c.on_connect(0, None, Duration::from_secs(1), now, &mut out);
+    c.on_connect(
+        Completion::Done(0),
+        None,
+        Duration::from_secs(1),
+        now,
+        &mut out,
+    );
     assert_eq!(out, vec![BackendOut::Op(BackendOp::Read)]);
     assert!(c.is_opening());
     out.clear();
     let g = greeting();
-    c.on_read(g.len() as i32, &g, CAP, now, &mut out);
+    c.on_read(Completion::Done(g.len()), &g, CAP, now, &mut out);
     assert!(sends(&out).is_empty(), "no credentials are sent");
     assert!(out.contains(&BackendOut::Op(BackendOp::Close)));
     assert!(has_event(&out, |e| matches!(
@@ -277,10 +308,16 @@ fn a_probe_reads_the_greeting_and_closes_without_a_login() {
     // A server that refuses at once: the probe failed to open.
     let mut out = Vec::new();
     let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
-    c.on_connect(0, None, Duration::from_secs(1), now, &mut out);
+    c.on_connect(
+        Completion::Done(0),
+        None,
+        Duration::from_secs(1),
+        now,
+        &mut out,
+    );
     out.clear();
     let err = framed(0, &err_payload(1040, "Too many connections"));
-    c.on_read(err.len() as i32, &err, CAP, now, &mut out);
+    c.on_read(Completion::Done(err.len()), &err, CAP, now, &mut out);
     assert!(has_event(&out, |e| matches!(
         e,
         BackendEvent::OpenFailed { .. }
@@ -321,10 +358,16 @@ fn in_front_of_mariadb_a_role_left_after_the_reset_closes_the_connection() {
         "{sent:?}"
     );
     out.clear();
-    c.on_write(sent[0].len() as i32, &mut out);
+    c.on_write(Completion::Done(sent[0].len()), &mut out);
     let replies = reset_replies_with_role(b"\x03app\x05admin");
     out.clear();
-    c.on_read(replies.len() as i32, &replies, CAP, now, &mut out);
+    c.on_read(
+        Completion::Done(replies.len()),
+        &replies,
+        CAP,
+        now,
+        &mut out,
+    );
     assert!(
         has_event(
             &out,
@@ -340,10 +383,16 @@ fn in_front_of_mariadb_a_role_left_after_the_reset_closes_the_connection() {
     let mut out = Vec::new();
     c.release(true, now, &mut out);
     let sent = sends(&out);
-    c.on_write(sent[0].len() as i32, &mut out);
+    c.on_write(Completion::Done(sent[0].len()), &mut out);
     let replies = reset_replies_with_role(b"\x03app\xfb");
     out.clear();
-    c.on_read(replies.len() as i32, &replies, CAP, now, &mut out);
+    c.on_read(
+        Completion::Done(replies.len()),
+        &replies,
+        CAP,
+        now,
+        &mut out,
+    );
     assert!(
         has_event(&out, |e| *e == BackendEvent::ResetDone),
         "{out:?}"
@@ -377,14 +426,20 @@ fn asking_for_last_insert_id_reads_the_servers_answer_and_leases_again() {
         "{sent:?}"
     );
     out.clear();
-    c.on_write(sent[0].len() as i32, &mut out);
+    c.on_write(Completion::Done(sent[0].len()), &mut out);
     let replies = last_insert_id_reply(b"\x06900002");
     // In pieces: the answer waits for the whole result.
     out.clear();
-    c.on_read(10, &replies[..10], CAP, now, &mut out);
+    c.on_read(Completion::Done(10), &replies[..10], CAP, now, &mut out);
     assert_eq!(out, vec![BackendOut::Op(BackendOp::Read)]);
     out.clear();
-    c.on_read(replies.len() as i32, &replies, CAP, now, &mut out);
+    c.on_read(
+        Completion::Done(replies.len()),
+        &replies,
+        CAP,
+        now,
+        &mut out,
+    );
     assert!(
         has_event(&out, |e| *e == BackendEvent::LastInsertId(900002)),
         "{out:?}"
@@ -413,10 +468,10 @@ fn asking_for_last_insert_id_reads_the_servers_answer_and_leases_again() {
     let mut c = logged_in(now);
     c.ask_last_insert_id(now, &mut out);
     out.clear();
-    c.on_write(1, &mut out);
+    c.on_write(Completion::Done(1), &mut out);
     let err = framed(1, &err_payload(1064, "no"));
     out.clear();
-    c.on_read(err.len() as i32, &err, CAP, now, &mut out);
+    c.on_read(Completion::Done(err.len()), &err, CAP, now, &mut out);
     assert!(
         has_event(&out, |e| matches!(e, BackendEvent::Failed { .. })),
         "{out:?}"
@@ -465,32 +520,38 @@ fn caching_sha2_fast_auth_success_and_ok_in_one_read_or_two() {
     for split in [false, true] {
         let mut out = Vec::new();
         let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
-        c.on_connect(0, Some(&creds()), Duration::from_secs(1), now, &mut out);
+        c.on_connect(
+            Completion::Done(0),
+            Some(&creds()),
+            Duration::from_secs(1),
+            now,
+            &mut out,
+        );
         let g = sha2_greeting();
         out.clear();
-        c.on_read(g.len() as i32, &g, CAP, now, &mut out);
+        c.on_read(Completion::Done(g.len()), &g, CAP, now, &mut out);
         let response = sends(&out);
         assert_eq!(response.len(), 1);
         let tail = b"caching_sha2_password\0";
         assert!(response[0].ends_with(tail), "the greeting's plugin answers");
-        c.on_write(1, &mut out);
+        c.on_write(Completion::Done(1), &mut out);
         out.clear();
         let mut buf = fast_ok.clone();
         if split {
             // 0x01 0x03 alone: nothing to send, read on, keep the bytes.
-            c.on_read(buf.len() as i32, &buf, CAP, now, &mut out);
+            c.on_read(Completion::Done(buf.len()), &buf, CAP, now, &mut out);
             assert_eq!(out, vec![BackendOut::Op(BackendOp::Read)]);
             out.clear();
             // Half of the OK: still waiting.
             buf.extend_from_slice(&ok[..5]);
-            c.on_read(5, &buf, CAP, now, &mut out);
+            c.on_read(Completion::Done(5), &buf, CAP, now, &mut out);
             assert_eq!(out, vec![BackendOut::Op(BackendOp::Read)]);
             out.clear();
             buf.extend_from_slice(&ok[5..]);
         } else {
             buf.extend_from_slice(&ok);
         }
-        c.on_read(buf.len() as i32, &buf, CAP, now, &mut out);
+        c.on_read(Completion::Done(buf.len()), &buf, CAP, now, &mut out);
         assert!(
             has_event(&out, |e| matches!(e, BackendEvent::Ready { .. })),
             "{out:?}"
@@ -504,16 +565,22 @@ fn caching_sha2_full_auth_refused_passes_the_servers_err_and_logs_no_secret() {
     let now = Instant::now();
     let mut out = Vec::new();
     let mut c = BackendConn::open(PoolKey::default_warm(), now, &mut out);
-    c.on_connect(0, Some(&creds()), Duration::from_secs(1), now, &mut out);
+    c.on_connect(
+        Completion::Done(0),
+        Some(&creds()),
+        Duration::from_secs(1),
+        now,
+        &mut out,
+    );
     let g = sha2_greeting();
-    c.on_read(g.len() as i32, &g, CAP, now, &mut out);
-    c.on_write(1, &mut out);
+    c.on_read(Completion::Done(g.len()), &g, CAP, now, &mut out);
+    c.on_write(Completion::Done(1), &mut out);
     out.clear();
     // Plain TCP, no key configured: ask the server for its key.
     let more = framed(2, &[0x01, 0x04]);
-    c.on_read(more.len() as i32, &more, CAP, now, &mut out);
+    c.on_read(Completion::Done(more.len()), &more, CAP, now, &mut out);
     assert_eq!(sends(&out), vec![framed(3, &[0x02])]);
-    c.on_write(1, &mut out);
+    c.on_write(Completion::Done(1), &mut out);
     out.clear();
     let denied = err_payload_with_state(
         1045,
@@ -521,7 +588,7 @@ fn caching_sha2_full_auth_refused_passes_the_servers_err_and_logs_no_secret() {
         "Access denied for user 'bench'@'127.0.0.1' (using password: YES)",
     );
     let err = framed(4, &denied);
-    c.on_read(err.len() as i32, &err, CAP, now, &mut out);
+    c.on_read(Completion::Done(err.len()), &err, CAP, now, &mut out);
     assert!(has_event(&out, |e| matches!(
         e,
         BackendEvent::OpenFailed { login_refused: Some(p), .. } if *p == denied
@@ -551,9 +618,21 @@ fn greeted(tls: TlsWish, greeting: &[u8], now: Instant) -> (BackendConn, Vec<Bac
     };
     let mut c = BackendConn::open(key, now, &mut out);
     out.clear();
-    c.on_connect(0, Some(&creds()), Duration::from_secs(1), now, &mut out);
+    c.on_connect(
+        Completion::Done(0),
+        Some(&creds()),
+        Duration::from_secs(1),
+        now,
+        &mut out,
+    );
     out.clear();
-    c.on_read(greeting.len() as i32, greeting, CAP, now, &mut out);
+    c.on_read(
+        Completion::Done(greeting.len()),
+        greeting,
+        CAP,
+        now,
+        &mut out,
+    );
     (c, out)
 }
 
@@ -570,7 +649,7 @@ fn tls_login_sends_the_ssl_request_runs_the_handshake_then_logs_in_inside_it() {
     );
     assert!(c.is_opening());
     let mut out = Vec::new();
-    c.on_write(sent[0].len() as i32, &mut out);
+    c.on_write(Completion::Done(sent[0].len()), &mut out);
     assert_eq!(
         out,
         vec![
@@ -586,9 +665,9 @@ fn tls_login_sends_the_ssl_request_runs_the_handshake_then_logs_in_inside_it() {
     assert_eq!(response[0][3], 2, "sequence id 2, after the SSLRequest's 1");
     assert!(c.tls_active());
     out.clear();
-    c.on_write(response[0].len() as i32, &mut out);
+    c.on_write(Completion::Done(response[0].len()), &mut out);
     let ok = framed(3, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
-    c.on_read(ok.len() as i32, &ok, CAP, now, &mut out);
+    c.on_read(Completion::Done(ok.len()), &ok, CAP, now, &mut out);
     assert!(has_event(&out, |e| matches!(e, BackendEvent::Ready { .. })));
 }
 
@@ -597,7 +676,7 @@ fn a_failed_tls_handshake_fails_the_open_with_its_cause() {
     let now = Instant::now();
     let (mut c, out) = greeted(TlsWish::Required, &tls_greeting(), now);
     let mut out2 = Vec::new();
-    c.on_write(sends(&out)[0].len() as i32, &mut out2);
+    c.on_write(Completion::Done(sends(&out)[0].len()), &mut out2);
     out2.clear();
     c.on_tls(
         Err("TLS handshake with the server failed: UnknownIssuer".into()),
@@ -615,7 +694,7 @@ fn a_stalled_tls_handshake_is_cut_by_the_tick() {
     let now = Instant::now();
     let (mut c, out) = greeted(TlsWish::Required, &tls_greeting(), now);
     let mut out2 = Vec::new();
-    c.on_write(sends(&out)[0].len() as i32, &mut out2);
+    c.on_write(Completion::Done(sends(&out)[0].len()), &mut out2);
     out2.clear();
     c.on_tick(
         now + Duration::from_secs(5),
@@ -682,9 +761,9 @@ fn prepare_with(c: &mut BackendConn, sql: &str, reply: &[u8], now: Instant) -> V
     c.statement(key, true, None, now, &mut out);
     assert_eq!(sends(&out).len(), 1, "{out:?}");
     out.clear();
-    c.on_write(1, &mut out);
+    c.on_write(Completion::Done(1), &mut out);
     out.clear();
-    c.on_read(reply.len() as i32, reply, CAP, now, &mut out);
+    c.on_read(Completion::Done(reply.len()), reply, CAP, now, &mut out);
     out
 }
 
@@ -729,10 +808,10 @@ fn a_prepare_refused_at_the_servers_limit_closes_the_connections_statements_and_
     )));
     assert_eq!(c.prepared_count(), 0);
     let mut out = Vec::new();
-    c.on_write(1, &mut out);
+    c.on_write(Completion::Done(1), &mut out);
     out.clear();
     let ok = prepare_ok(6);
-    c.on_read(ok.len() as i32, &ok, CAP, now, &mut out);
+    c.on_read(Completion::Done(ok.len()), &ok, CAP, now, &mut out);
     assert!(
         has_event(&out, |e| matches!(
             e,
@@ -752,9 +831,9 @@ fn a_prepare_refused_at_the_servers_limit_closes_the_connections_statements_and_
         vec![statements::exchange_bytes(&[6], b"SELECT 3")]
     );
     let mut out = Vec::new();
-    c.on_write(1, &mut out);
+    c.on_write(Completion::Done(1), &mut out);
     out.clear();
-    c.on_read(full.len() as i32, &full, CAP, now, &mut out);
+    c.on_read(Completion::Done(full.len()), &full, CAP, now, &mut out);
     assert!(
         has_event(&out, |e| matches!(
             e,
@@ -792,14 +871,14 @@ fn a_prepare_ok_larger_than_the_read_buffer_is_read_on() {
     });
     c.statement(key, true, None, now, &mut out);
     out.clear();
-    c.on_write(1, &mut out);
+    c.on_write(Completion::Done(1), &mut out);
     let mut at = 0;
     let mut got = None;
     while at < reply.len() {
         let piece = &reply[at..(at + CAP).min(reply.len())];
         at += piece.len();
         let mut out = Vec::new();
-        c.on_read(piece.len() as i32, piece, CAP, now, &mut out);
+        c.on_read(Completion::Done(piece.len()), piece, CAP, now, &mut out);
         assert!(
             !has_event(&out, |e| matches!(e, BackendEvent::Failed { .. })),
             "{out:?}"

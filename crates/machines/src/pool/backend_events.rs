@@ -6,7 +6,13 @@
 use super::*;
 
 impl<Io: ConnHandle> Pool<Io> {
-    pub fn on_connect(&mut self, id: BackendId, res: i32, now: Instant, out: &mut Vec<PoolEvent>) {
+    pub fn on_connect(
+        &mut self,
+        id: BackendId,
+        res: Completion,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
         let timeout = self.cfg.connect_timeout;
         let mut bo = Vec::new();
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
@@ -26,7 +32,13 @@ impl<Io: ConnHandle> Pool<Io> {
         self.apply(id, bo, now, out);
     }
 
-    pub fn on_read(&mut self, id: BackendId, res: i32, now: Instant, out: &mut Vec<PoolEvent>) {
+    pub fn on_read(
+        &mut self,
+        id: BackendId,
+        res: Completion,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
         let mut bo = Vec::new();
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
             return;
@@ -39,7 +51,7 @@ impl<Io: ConnHandle> Pool<Io> {
     }
 
     /// A connection's close watch completed (`res`: the poll's events, or
-    /// -errno). On an idle connection that is the server closing it: it is
+    /// its error). On an idle connection that is the server closing it: it is
     /// discarded now rather than found dead at its next lease, and the
     /// session that used it last hears of it ([`PoolEvent::ClosedIdle`]).
     /// A connection that is not idle (leased, or the pool's own exchange
@@ -48,11 +60,11 @@ impl<Io: ConnHandle> Pool<Io> {
     /// (its cancel lands first), so the connection is marked and handled
     /// when it comes back ([`Pool::push_idle`]). One closed here completes
     /// the watch with the shutdown.
-    pub fn on_watch(&mut self, id: BackendId, res: i32, out: &mut Vec<PoolEvent>) {
+    pub fn on_watch(&mut self, id: BackendId, res: Completion, out: &mut Vec<PoolEvent>) {
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
             return;
         };
-        if res < 0 || p.conn.is_closed() {
+        if res.is_error() || p.conn.is_closed() {
             return;
         }
         if !p.conn.is_idle() {
@@ -89,7 +101,13 @@ impl<Io: ConnHandle> Pool<Io> {
         }
     }
 
-    pub fn on_write(&mut self, id: BackendId, res: i32, now: Instant, out: &mut Vec<PoolEvent>) {
+    pub fn on_write(
+        &mut self,
+        id: BackendId,
+        res: Completion,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
         let mut bo = Vec::new();
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
             return;

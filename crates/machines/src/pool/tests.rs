@@ -3,6 +3,7 @@
 //! from the server are put into its buffer directly.
 
 use super::*;
+use crate::test_packets::errno;
 use crate::test_packets::{framed, greeting};
 use metrics::BufferMode;
 use std::cell::Cell;
@@ -127,7 +128,8 @@ impl Harness {
                             .insert_opening(io, key, request, self.now, &mut next);
                     }
                     PoolEvent::Io(id, BackendOp::Connect) => {
-                        self.pool.on_connect(id, 0, self.now, &mut next)
+                        self.pool
+                            .on_connect(id, Completion::Done(0), self.now, &mut next)
                     }
                     PoolEvent::Io(id, BackendOp::Clear) => {
                         if let Some(p) = self.pool.get_mut(id) {
@@ -150,12 +152,12 @@ impl Harness {
                             reset_replies()
                         };
                         self.pool
-                            .on_write(id, bytes.len() as i32, self.now, &mut next);
+                            .on_write(id, Completion::Done(bytes.len()), self.now, &mut next);
                         self.pending_reply(id, answer);
                     }
                     PoolEvent::Io(id, BackendOp::Read) => {
                         let reply = self.take_reply(id).unwrap_or_else(greeting);
-                        let n = reply.len() as i32;
+                        let n = Completion::Done(reply.len());
                         if let Some(p) = self.pool.get_mut(id) {
                             p.io.buf.extend_from_slice(&reply);
                         }
@@ -389,7 +391,8 @@ fn a_connect_failure_fails_the_request_and_delays_refills() {
     let mut ev = Vec::new();
     let id = h.pool.insert_opening(io, key, request, h.now, &mut ev);
     let mut ev = Vec::new();
-    h.pool.on_connect(id, -libc::ECONNREFUSED, h.now, &mut ev);
+    h.pool
+        .on_connect(id, Completion::Failed(errno::ECONNREFUSED), h.now, &mut ev);
     let ev = h.drive(ev);
     assert_eq!(failed(&ev), Some((sid(1), 1105)));
     // No refill storm while the backend is down.
@@ -702,7 +705,8 @@ fn the_server_closing_an_idle_connection_discards_it_and_names_its_last_session(
     let thread = h.pool.get_mut(b).unwrap().conn.thread_id();
     // The server closed it while idle: closed now, and session 1 hears.
     let mut out = Vec::new();
-    h.pool.on_watch(b, libc::POLLRDHUP as i32, &mut out);
+    h.pool
+        .on_watch(b, Completion::Done(errno::POLLRDHUP), &mut out);
     assert!(out.contains(&PoolEvent::Io(b, BackendOp::Close)), "{out:?}");
     assert!(
         out.contains(&PoolEvent::ClosedIdle {
@@ -717,7 +721,7 @@ fn the_server_closing_an_idle_connection_discards_it_and_names_its_last_session(
     let (_, b2) = leased(&h.lease(req(2, key))).unwrap();
     h.release(b2, true);
     let mut out = Vec::new();
-    h.pool.on_watch(b2, -libc::ECANCELED, &mut out);
+    h.pool.on_watch(b2, Completion::Cancelled, &mut out);
     assert!(out.is_empty(), "{out:?}");
 }
 
@@ -739,7 +743,8 @@ fn a_close_the_watch_sees_while_leased_is_acted_on_when_the_connection_comes_bac
     // Leased: the holder's own reads see the close; the watch (armed once,
     // spent now) only marks it.
     let mut out = Vec::new();
-    h.pool.on_watch(b, libc::POLLRDHUP as i32, &mut out);
+    h.pool
+        .on_watch(b, Completion::Done(errno::POLLRDHUP), &mut out);
     assert!(out.is_empty(), "{out:?}");
     // The relay's park won the race against that EOF (its cancel landed
     // first): given back as it is, it is discarded, and session 1 hears.
@@ -750,7 +755,8 @@ fn a_close_the_watch_sees_while_leased_is_acted_on_when_the_connection_comes_bac
     // The same through a reset (a release that resets).
     let (_, b2) = leased(&h.lease(req(2, key))).unwrap();
     let mut out = Vec::new();
-    h.pool.on_watch(b2, libc::POLLRDHUP as i32, &mut out);
+    h.pool
+        .on_watch(b2, Completion::Done(errno::POLLRDHUP), &mut out);
     let ev = h.release(b2, true);
     assert_eq!(closed_idle(&ev), vec![sid(2)], "{ev:?}");
     assert_eq!(h.open.open(), 0);
@@ -767,7 +773,7 @@ fn the_pools_own_exchange_failing_on_a_given_back_connection_tells_its_last_sess
     h.pool.release(b, true, h.now, &mut out);
     assert!(h.pool.get_mut(b).unwrap().conn.is_resetting());
     let mut out = Vec::new();
-    h.pool.on_read(b, 0, h.now, &mut out);
+    h.pool.on_read(b, Completion::Done(0), h.now, &mut out);
     assert_eq!(closed_idle(&out), vec![sid(1)], "{out:?}");
     h.drive(out);
     assert_eq!(h.open.open(), 0);

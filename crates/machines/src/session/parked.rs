@@ -118,7 +118,7 @@ impl Session {
     /// meanwhile, handed back to [`Session::on_client_read`].
     pub(super) fn on_parked(
         &mut self,
-        client_read: Option<i32>,
+        client_read: Option<Completion>,
         clean: bool,
         ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,

@@ -36,7 +36,12 @@ impl Session {
     }
 
     /// The relay's write to the backend completed.
-    pub fn on_backend_write(&mut self, res: i32, ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
+    pub fn on_backend_write(
+        &mut self,
+        res: Completion,
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
         if let State::Relay(relay) = &mut self.state {
             let mut events = std::mem::take(&mut self.relay_scratch);
             relay.on_backend_write(res, ctx.now, &mut events);
@@ -47,7 +52,7 @@ impl Session {
     /// The relay's read from the backend completed.
     pub fn on_backend_read(
         &mut self,
-        res: i32,
+        res: Completion,
         data: &mut [u8],
         ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,
@@ -59,7 +64,7 @@ impl Session {
             if let Some(victim) = self.kill_victim.take() {
                 // The answer to this session's KILL CONNECTION: an OK means
                 // the server killed the victim's thread.
-                if res > 0 && data.get(4) == Some(&0x00) {
+                if res.brought_bytes() && data.get(4) == Some(&0x00) {
                     if let Killed::Wake(wake) = ctx.registry.kill_client(victim) {
                         out.push(SessionAction::WakeKilled(wake));
                     }
@@ -74,7 +79,7 @@ impl Session {
     /// The relay's write of backend bytes to the client completed.
     pub fn on_relay_client_write(
         &mut self,
-        res: i32,
+        res: Completion,
         ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,
     ) {

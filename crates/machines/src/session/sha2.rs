@@ -292,7 +292,7 @@ mod tests {
             &mut out,
         );
         out.clear();
-        s.on_client_write(100, &[], &ctx(u), &mut out);
+        s.on_client_write(Completion::Done(100), &[], &ctx(u), &mut out);
         s
     }
 
@@ -320,7 +320,7 @@ mod tests {
         bytes: &[u8],
     ) -> (Vec<SessionAction>, Option<(u8, Vec<u8>)>) {
         let mut out = Vec::new();
-        s.on_client_read(bytes.len() as i32, bytes, &ctx(u), &mut out);
+        s.on_client_read(Completion::Done(bytes.len()), bytes, &ctx(u), &mut out);
         let sent = out.iter().find_map(|a| match a {
             SessionAction::SendClient(b) => {
                 let p = split_packet(b).unwrap().0;
@@ -330,7 +330,7 @@ mod tests {
         });
         if let Some((_, ref p)) = sent {
             let mut more = Vec::new();
-            s.on_client_write(p.len() as i32 + 4, &[], &ctx(u), &mut more);
+            s.on_client_write(Completion::Done(p.len() + 4), &[], &ctx(u), &mut more);
             out.extend(more);
         }
         (out, sent)
@@ -437,7 +437,7 @@ mod tests {
             ..ctx(u)
         };
         let mut out = Vec::new();
-        s.on_client_read(bytes.len() as i32, bytes, &c, &mut out);
+        s.on_client_read(Completion::Done(bytes.len()), bytes, &c, &mut out);
         let sent = out.iter().find_map(|a| match a {
             SessionAction::SendClient(b) => {
                 let p = split_packet(b).unwrap().0;
@@ -446,7 +446,7 @@ mod tests {
             _ => None,
         });
         if let Some((_, ref p)) = sent {
-            s.on_client_write(p.len() as i32 + 4, &[], &c, &mut out);
+            s.on_client_write(Completion::Done(p.len() + 4), &[], &c, &mut out);
         }
         (out, sent)
     }

@@ -375,8 +375,8 @@ impl Session {
     }
 
     /// The proxy's answer was written.
-    pub(super) fn statement_written(&mut self, res: i32, out: &mut Vec<SessionAction>) {
-        if res < 0 {
+    pub(super) fn statement_written(&mut self, res: Completion, out: &mut Vec<SessionAction>) {
+        if res.is_error() {
             return self.close(out);
         }
         self.statement_resume(false, out)

@@ -88,10 +88,15 @@ fn err_code(packet: &[u8]) -> u16 {
 /// Greeting written, then the hello read: returns what the hello produced.
 fn login(s: &mut Session, bytes: &[u8], users: &Users, now: Instant) -> Vec<SessionAction> {
     let mut out = Vec::new();
-    s.on_client_write(100, &[], &ctx(users, now), &mut out);
+    s.on_client_write(Completion::Done(100), &[], &ctx(users, now), &mut out);
     assert_eq!(out, vec![SessionAction::ReadClient]);
     out.clear();
-    s.on_client_read(bytes.len() as i32, bytes, &ctx(users, now), &mut out);
+    s.on_client_read(
+        Completion::Done(bytes.len()),
+        bytes,
+        &ctx(users, now),
+        &mut out,
+    );
     identify(s, &mut out);
     out
 }
@@ -142,7 +147,7 @@ fn greeting_login_lease_ok_then_relay() {
     assert_eq!(ok[0][4], 0x00, "login OK");
     assert_eq!(ok[0][3], 2, "sequence id after the hello");
     out.clear();
-    s.on_client_write(ok[0].len() as i32, &[], &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(ok[0].len()), &[], &ctx(&u, now), &mut out);
     assert!(matches!(out[0], SessionAction::Connected { .. }));
     assert_eq!(out[1], SessionAction::Relay(RelayOp::ReadClient));
     assert!(s.is_relaying());
@@ -164,7 +169,7 @@ fn a_command_pipelined_behind_the_hello_is_relayed() {
     s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     out.clear();
     // What the buffer holds after Consume: the query.
-    s.on_client_write(11, &query, &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(11), &query, &ctx(&u, now), &mut out);
     assert!(out.contains(&SessionAction::Relay(RelayOp::WriteBackend {
         end: query.len()
     })));
@@ -185,7 +190,7 @@ fn wrong_password_gets_1045_with_mysqls_text() {
     );
     assert!(out.contains(&SessionAction::Reject(RejectReason::Auth)));
     let mut out = Vec::new();
-    s.on_client_write(err.len() as i32, &[], &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(err.len()), &[], &ctx(&u, now), &mut out);
     assert_eq!(out, vec![SessionAction::Close]);
 }
 
@@ -203,12 +208,17 @@ fn caching_sha2_client_is_switched_and_a_wrong_answer_gets_1045() {
     let switch = &sent(&out)[0];
     assert_eq!(switch[4], 0xfe, "AuthSwitchRequest");
     let mut out = Vec::new();
-    s.on_client_write(switch.len() as i32, &[], &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(switch.len()), &[], &ctx(&u, now), &mut out);
     assert_eq!(out, vec![SessionAction::ReadClient]);
     out.clear();
     let mut answer = Vec::new();
     write_packet(&mut answer, 3, &native_token(b"wrong", &SCRAMBLE));
-    s.on_client_read(answer.len() as i32, &answer, &ctx(&u, now), &mut out);
+    s.on_client_read(
+        Completion::Done(answer.len()),
+        &answer,
+        &ctx(&u, now),
+        &mut out,
+    );
     let err = &sent(&out)[0];
     assert_eq!(err_code(err), 1045);
     assert_eq!(err[3], 4, "the ERR answers the switch reply's sequence id");
@@ -229,7 +239,7 @@ fn handshake_timeout_closes_a_silent_client() {
     let u = users();
     let (mut s, _) = new_session(t0, false);
     let mut out = Vec::new();
-    s.on_client_write(100, &[], &ctx(&u, t0), &mut out);
+    s.on_client_write(Completion::Done(100), &[], &ctx(&u, t0), &mut out);
     out.clear();
     s.on_tick(&ctx(&u, t0 + Duration::from_secs(11)), &mut out);
     assert!(out.contains(&SessionAction::Reject(RejectReason::Handshake)));
@@ -271,14 +281,14 @@ fn an_unsupported_command_releases_cleanly_and_gets_1047() {
     login(&mut s, &hello("pw", "mysql_native_password"), &u, now);
     let mut out = Vec::new();
     s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
-    s.on_client_write(11, &[], &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(11), &[], &ctx(&u, now), &mut out);
     out.clear();
     let shutdown = [2, 0, 0, 0, 0x08, 0];
-    s.on_client_read(6, &shutdown, &ctx(&u, now), &mut out);
+    s.on_client_read(Completion::Done(6), &shutdown, &ctx(&u, now), &mut out);
     // The idle backend read is cancelled; the release waits for it.
     assert_eq!(out, vec![SessionAction::Relay(RelayOp::CancelReadBackend)]);
     out.clear();
-    s.on_backend_read(-libc::ECANCELED, &mut [], &ctx(&u, now), &mut out);
+    s.on_backend_read(Completion::Cancelled, &mut [], &ctx(&u, now), &mut out);
     assert_eq!(out[0], SessionAction::Release { clean: true });
     let err = &sent(&out)[0];
     assert_eq!(err_code(err), 1047);
@@ -301,23 +311,23 @@ fn an_oversized_packet_gets_1153_then_lingers() {
     // the limit by logging in again with the small context.
     let (mut s, _) = new_session(now, false);
     let mut o = Vec::new();
-    s.on_client_write(100, &[], &small, &mut o);
+    s.on_client_write(Completion::Done(100), &[], &small, &mut o);
     let h = hello("pw", "mysql_native_password");
-    s.on_client_read(h.len() as i32, &h, &small, &mut o);
+    s.on_client_read(Completion::Done(h.len()), &h, &small, &mut o);
     identify(&mut s, &mut o);
     s.on_leased(&[], &ctx(&users(), Instant::now()), &mut o);
-    s.on_client_write(11, &[], &small, &mut o);
+    s.on_client_write(Completion::Done(11), &[], &small, &mut o);
     o.clear();
     let big = [0xe8, 0x03, 0, 0, 0x03, b'x'];
-    s.on_client_read(6, &big, &small, &mut o);
+    s.on_client_read(Completion::Done(6), &big, &small, &mut o);
     assert!(o.contains(&SessionAction::AbortBackend));
     // The shut-down idle backend read completes; then the release.
-    s.on_backend_read(0, &mut [], &small, &mut o);
+    s.on_backend_read(Completion::Done(0), &mut [], &small, &mut o);
     assert!(o.contains(&SessionAction::Release { clean: false }));
     let err = &sent(&o)[0];
     assert_eq!(err_code(err), 1153);
     o.clear();
-    s.on_client_write(err.len() as i32, &[], &small, &mut o);
+    s.on_client_write(Completion::Done(err.len()), &[], &small, &mut o);
     assert_eq!(
         o,
         vec![
@@ -344,7 +354,7 @@ fn relaying(u: &Users, now: Instant) -> Session {
     let mut out = Vec::new();
     s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     let ok = sent(&out);
-    s.on_client_write(ok[0].len() as i32, &[], &ctx(u, now), &mut out);
+    s.on_client_write(Completion::Done(ok[0].len()), &[], &ctx(u, now), &mut out);
     assert!(s.is_relaying());
     assert_eq!(s.user(), Some("app"));
     s
@@ -372,7 +382,7 @@ fn relaying_secure(u: &Users, now: Instant) -> Session {
     out.clear();
     s.on_leased(&[], &ctx(u, now), &mut out);
     let ok = sent(&out);
-    s.on_client_write(ok[0].len() as i32, &[], &ctx(u, now), &mut out);
+    s.on_client_write(Completion::Done(ok[0].len()), &[], &ctx(u, now), &mut out);
     assert!(s.is_relaying());
     s
 }
@@ -407,7 +417,7 @@ fn a_kill_of_a_proxy_id_goes_to_the_backend_thread_behind_it() {
     let mut data = kill.clone();
     data.extend_from_slice(&query("SELECT 1"));
     let mut out = Vec::new();
-    s.on_client_read(data.len() as i32, &data, &c, &mut out);
+    s.on_client_read(Completion::Done(data.len()), &data, &c, &mut out);
     let rewritten = query("KILL QUERY 41");
     assert_eq!(
         out[0],
@@ -423,7 +433,7 @@ fn a_kill_of_a_proxy_id_goes_to_the_backend_thread_behind_it() {
     let mut s = relaying(&u, now);
     let kill = query(&format!("KILL {}", other.id()));
     let mut out = Vec::new();
-    s.on_client_read(kill.len() as i32, &kill, &c, &mut out);
+    s.on_client_read(Completion::Done(kill.len()), &kill, &c, &mut out);
     let Some(SessionAction::ReplaceBuffered { with, .. }) = out.first() else {
         panic!("not rewritten: {out:?}")
     };
@@ -439,7 +449,7 @@ fn a_kill_of_a_proxy_id_goes_to_the_backend_thread_behind_it() {
         let mut s = relaying(&u, now);
         let q = query(&sql);
         let mut out = Vec::new();
-        s.on_client_read(q.len() as i32, &q, &c, &mut out);
+        s.on_client_read(Completion::Done(q.len()), &q, &c, &mut out);
         assert!(
             !out.iter()
                 .any(|a| matches!(a, SessionAction::ReplaceBuffered { .. })),
@@ -470,11 +480,11 @@ fn a_kill_behind_an_unanswered_command_is_left_alone() {
     // it was not asked to).
     let q = query("SELECT SLEEP(10)");
     let mut out = Vec::new();
-    s.on_client_read(q.len() as i32, &q, &c, &mut out);
-    s.on_backend_write(q.len() as i32, &c, &mut out);
+    s.on_client_read(Completion::Done(q.len()), &q, &c, &mut out);
+    s.on_backend_write(Completion::Done(q.len()), &c, &mut out);
     out.clear();
     let kill = query(&format!("KILL {}", same.id()));
-    s.on_client_read(kill.len() as i32, &kill, &c, &mut out);
+    s.on_client_read(Completion::Done(kill.len()), &kill, &c, &mut out);
     assert!(
         !out.iter()
             .any(|a| matches!(a, SessionAction::ReplaceBuffered { .. })),
@@ -558,7 +568,7 @@ fn the_backends_refusal_of_the_users_login_reaches_the_client_as_is() {
     assert_eq!(&err[4..], &denied[..]);
     assert_eq!(err[3], 2, "answers the login packet (sequence id 1)");
     out.clear();
-    s.on_client_write(err.len() as i32, &[], &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(err.len()), &[], &ctx(&u, now), &mut out);
     assert_eq!(out, vec![SessionAction::Close]);
 }
 
@@ -592,15 +602,15 @@ fn a_kill_connection_closes_the_victim_when_the_server_says_ok() {
     let mut s = relaying(&u, now);
     let kill = query(&format!("KILL {}", victim.id()));
     let mut out = Vec::new();
-    s.on_client_read(kill.len() as i32, &kill, &c, &mut out);
-    s.on_backend_write(kill.len() as i32, &c, &mut out);
+    s.on_client_read(Completion::Done(kill.len()), &kill, &c, &mut out);
+    s.on_backend_write(Completion::Done(kill.len()), &c, &mut out);
     assert!(
         !victim.entry().is_killed(),
         "not before the server's answer"
     );
     let mut ok = Vec::new();
     write_packet(&mut ok, 1, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
-    s.on_backend_read(ok.len() as i32, &mut ok.clone(), &c, &mut out);
+    s.on_backend_read(Completion::Done(ok.len()), &mut ok.clone(), &c, &mut out);
     assert!(victim.entry().is_killed());
     assert!(out.contains(&SessionAction::Relay(RelayOp::WriteClient {
         end: ok.len()
@@ -647,7 +657,12 @@ fn a_compressing_client_gets_its_leg_after_the_plain_login_ok() {
     assert_eq!(&ok[0][..5], &[7, 0, 0, 2, 0], "the login OK goes out plain");
     out.clear();
     // Bytes pipelined behind the hello are the leg's, not the relay's.
-    s.on_client_write(ok[0].len() as i32, &[9, 9, 9], &ctx(&u, now), &mut out);
+    s.on_client_write(
+        Completion::Done(ok[0].len()),
+        &[9, 9, 9],
+        &ctx(&u, now),
+        &mut out,
+    );
     let leg = out
         .iter()
         .position(|a| *a == SessionAction::StartClientLeg(LegKind::Compress))
@@ -673,7 +688,7 @@ fn a_client_without_compression_gets_no_leg() {
     s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
     let ok = sent(&out);
     out.clear();
-    s.on_client_write(ok[0].len() as i32, &[], &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(ok[0].len()), &[], &ctx(&u, now), &mut out);
     assert!(!out
         .iter()
         .any(|a| matches!(a, SessionAction::StartClientLeg(_))));
@@ -711,10 +726,10 @@ fn change_user_packet(user: &str, password: &str, db: &str, charset: u16, plugin
 /// commands: the relay ends cleanly and the session asks for its buffer.
 fn send_change_user(s: &mut Session, bytes: &[u8], u: &Users, now: Instant) -> Vec<SessionAction> {
     let mut out = Vec::new();
-    s.on_client_read(bytes.len() as i32, bytes, &ctx(u, now), &mut out);
+    s.on_client_read(Completion::Done(bytes.len()), bytes, &ctx(u, now), &mut out);
     assert_eq!(out, vec![SessionAction::Relay(RelayOp::CancelReadBackend)]);
     out.clear();
-    s.on_backend_read(-libc::ECANCELED, &mut [], &ctx(u, now), &mut out);
+    s.on_backend_read(Completion::Cancelled, &mut [], &ctx(u, now), &mut out);
     assert_eq!(out, vec![SessionAction::ExamineBuffer], "no release yet");
     out.clear();
     s.on_buffered(bytes, &ctx(u, now), &mut out);
@@ -776,7 +791,7 @@ fn change_user_resets_then_leases_the_new_users_key_and_answers_ok() {
     assert_eq!(ok[0][4], 0x00, "OK");
     assert_eq!(ok[0][3], 1, "answers the command packet");
     out.clear();
-    s.on_client_write(ok[0].len() as i32, &[], &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(ok[0].len()), &[], &ctx(&u, now), &mut out);
     assert!(s.is_relaying());
     assert_eq!(out[0], SessionAction::Relay(RelayOp::ReadClient));
     assert_eq!(s.key(), new_key);
@@ -809,7 +824,7 @@ fn change_user_with_a_wrong_password_gets_1045_on_the_reset_old_connection() {
         "Access denied for user 'bob'@'127.0.0.1' (using password: YES)"
     );
     out.clear();
-    s.on_client_write(err.len() as i32, &[], &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(err.len()), &[], &ctx(&u, now), &mut out);
     assert!(s.is_relaying(), "the connection stays open");
     assert_eq!(s.user(), Some("app"));
     assert_eq!(s.key(), old_key);
@@ -846,7 +861,7 @@ fn change_user_whose_new_lease_fails_goes_back_to_the_old_user_and_schema() {
     let err = &sent(&out)[0];
     assert_eq!(err_code(err), 1049);
     out.clear();
-    s.on_client_write(err.len() as i32, &[], &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(err.len()), &[], &ctx(&u, now), &mut out);
     assert!(s.is_relaying());
 }
 
@@ -863,12 +878,17 @@ fn change_user_for_another_plugin_is_switched_to_native_password() {
     assert_eq!(switch[4], 0xfe, "AuthSwitchRequest");
     assert!(switch.ends_with(&[SCRAMBLE.as_slice(), &[0]].concat()));
     out.clear();
-    s.on_client_write(switch.len() as i32, &[], &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(switch.len()), &[], &ctx(&u, now), &mut out);
     assert_eq!(out, vec![SessionAction::ReadClient]);
     out.clear();
     let mut answer = Vec::new();
     write_packet(&mut answer, 2, &native_token(b"bob-pw", &SCRAMBLE));
-    s.on_client_read(answer.len() as i32, &answer, &ctx(&u, now), &mut out);
+    s.on_client_read(
+        Completion::Done(answer.len()),
+        &answer,
+        &ctx(&u, now),
+        &mut out,
+    );
     assert!(out.contains(&SessionAction::Consume(answer.len())));
     bob_identity(&mut s, &mut out);
     s.on_relet(None, &mut out);
@@ -893,7 +913,7 @@ fn a_malformed_change_user_gets_1047_and_the_session_goes_on() {
     let err = &sent(&out)[0];
     assert_eq!(err_code(err), 1047);
     out.clear();
-    s.on_client_write(err.len() as i32, &[], &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(err.len()), &[], &ctx(&u, now), &mut out);
     assert!(s.is_relaying());
 }
 
@@ -904,9 +924,9 @@ fn a_change_user_packet_in_pieces_is_read_whole_and_what_follows_is_kept() {
     let mut s = relaying(&u, now);
     let cu = change_user_packet("bob", "bob-pw", "", 45, "mysql_native_password");
     let mut out = Vec::new();
-    s.on_client_read(10, &cu[..10], &ctx(&u, now), &mut out);
+    s.on_client_read(Completion::Done(10), &cu[..10], &ctx(&u, now), &mut out);
     out.clear();
-    s.on_backend_read(-libc::ECANCELED, &mut [], &ctx(&u, now), &mut out);
+    s.on_backend_read(Completion::Cancelled, &mut [], &ctx(&u, now), &mut out);
     assert_eq!(out, vec![SessionAction::ExamineBuffer]);
     out.clear();
     s.on_buffered(&cu[..10], &ctx(&u, now), &mut out);
@@ -915,7 +935,12 @@ fn a_change_user_packet_in_pieces_is_read_whole_and_what_follows_is_kept() {
     // The rest, and a pipelined ping behind it.
     let mut all = cu.clone();
     all.extend_from_slice(&[1, 0, 0, 0, 0x0e]);
-    s.on_client_read((all.len() - 10) as i32, &all, &ctx(&u, now), &mut out);
+    s.on_client_read(
+        Completion::Done(all.len() - 10),
+        &all,
+        &ctx(&u, now),
+        &mut out,
+    );
     assert!(out.contains(&SessionAction::Consume(cu.len())));
     bob_identity(&mut s, &mut out);
     s.on_relet(None, &mut out);
@@ -924,7 +949,7 @@ fn a_change_user_packet_in_pieces_is_read_whole_and_what_follows_is_kept() {
     out.clear();
     // The ping is relayed as soon as the relay restarts.
     s.on_client_write(
-        ok.len() as i32,
+        Completion::Done(ok.len()),
         &[1, 0, 0, 0, 0x0e],
         &ctx(&u, now),
         &mut out,
@@ -941,15 +966,20 @@ fn a_refused_change_user_without_a_clean_backend_closes_after_the_err() {
     // The header split: its first two bytes reach the backend, which then
     // cannot be reused.
     let mut out = Vec::new();
-    s.on_client_read(2, &cu[..2], &ctx(&u, now), &mut out);
+    s.on_client_read(Completion::Done(2), &cu[..2], &ctx(&u, now), &mut out);
     assert!(out.contains(&SessionAction::Relay(RelayOp::WriteBackend { end: 2 })));
     out.clear();
-    s.on_backend_write(2, &ctx(&u, now), &mut out);
+    s.on_backend_write(Completion::Done(2), &ctx(&u, now), &mut out);
     out.clear();
-    s.on_client_read((cu.len() - 2) as i32, &cu[2..], &ctx(&u, now), &mut out);
+    s.on_client_read(
+        Completion::Done(cu.len() - 2),
+        &cu[2..],
+        &ctx(&u, now),
+        &mut out,
+    );
     assert!(out.contains(&SessionAction::AbortBackend));
     out.clear();
-    s.on_backend_read(0, &mut [], &ctx(&u, now), &mut out);
+    s.on_backend_read(Completion::Done(0), &mut [], &ctx(&u, now), &mut out);
     assert_eq!(
         out,
         vec![
@@ -962,7 +992,7 @@ fn a_refused_change_user_without_a_clean_backend_closes_after_the_err() {
     let err = &sent(&out)[0];
     assert_eq!(err_code(err), 1045);
     out.clear();
-    s.on_client_write(err.len() as i32, &[], &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(err.len()), &[], &ctx(&u, now), &mut out);
     assert_eq!(out, vec![SessionAction::Close]);
 }
 
@@ -973,8 +1003,8 @@ fn change_user_must_finish_within_the_handshake_timeout() {
     let mut s = relaying(&u, now);
     let cu = change_user_packet("bob", "bob-pw", "", 45, "mysql_native_password");
     let mut out = Vec::new();
-    s.on_client_read(6, &cu[..6], &ctx(&u, now), &mut out);
-    s.on_backend_read(-libc::ECANCELED, &mut [], &ctx(&u, now), &mut out);
+    s.on_client_read(Completion::Done(6), &cu[..6], &ctx(&u, now), &mut out);
+    s.on_backend_read(Completion::Cancelled, &mut [], &ctx(&u, now), &mut out);
     s.on_buffered(&cu[..6], &ctx(&u, now), &mut out);
     out.clear();
     s.on_tick(&ctx(&u, now + Duration::from_secs(11)), &mut out);
@@ -1017,12 +1047,12 @@ fn change_user_behind_a_compressed_leg_is_read_like_any_other() {
     login(&mut s, &h, &u, now);
     let mut out = Vec::new();
     s.on_leased(&[], &ctx(&users(), Instant::now()), &mut out);
-    s.on_client_write(11, &[], &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(11), &[], &ctx(&u, now), &mut out);
     out.clear();
     let cu = change_user_packet("bob", "bob-pw", "", 45, "mysql_native_password");
-    s.on_client_read(cu.len() as i32, &cu, &ctx(&u, now), &mut out);
+    s.on_client_read(Completion::Done(cu.len()), &cu, &ctx(&u, now), &mut out);
     out.clear();
-    s.on_backend_read(-libc::ECANCELED, &mut [], &ctx(&u, now), &mut out);
+    s.on_backend_read(Completion::Cancelled, &mut [], &ctx(&u, now), &mut out);
     // The session buffer behind a leg is the leg's plain one (worker/leg.rs
     // keeps the bytes behind the relay's last write), so the flow starts.
     assert!(out.contains(&SessionAction::ExamineBuffer), "{out:?}");
@@ -1060,7 +1090,7 @@ fn tx_session(u: &Users, now: Instant) -> Session {
     s.on_leased(&[], &ctx(u, now), &mut out);
     let ok = sent(&out);
     out.clear();
-    s.on_client_write(ok[0].len() as i32, &[], &ctx(u, now), &mut out);
+    s.on_client_write(Completion::Done(ok[0].len()), &[], &ctx(u, now), &mut out);
     // The login's connection goes straight back, as it came.
     assert!(out.contains(&SessionAction::Park {
         clean: true,
@@ -1093,7 +1123,7 @@ fn tx_statement_in(
 ) -> Vec<SessionAction> {
     let q = query(sql);
     let mut out = Vec::new();
-    s.on_client_read(q.len() as i32, &q, c, &mut out);
+    s.on_client_read(Completion::Done(q.len()), &q, c, &mut out);
     assert!(
         out.iter()
             .any(|a| matches!(a, SessionAction::LeaseForCommand { .. })),
@@ -1110,11 +1140,16 @@ fn tx_statement_in(
         "{out:?}"
     );
     out.clear();
-    s.on_backend_write(q.len() as i32, c, &mut out);
+    s.on_backend_write(Completion::Done(q.len()), c, &mut out);
     let reply = crate::test_packets::framed(1, answer);
-    s.on_backend_read(reply.len() as i32, &mut reply.clone(), c, &mut out);
+    s.on_backend_read(
+        Completion::Done(reply.len()),
+        &mut reply.clone(),
+        c,
+        &mut out,
+    );
     out.clear();
-    s.on_relay_client_write(reply.len() as i32, c, &mut out);
+    s.on_relay_client_write(Completion::Done(reply.len()), c, &mut out);
     out
 }
 
@@ -1138,7 +1173,7 @@ fn transaction_pooling_gives_the_backend_back_between_transactions() {
         "{out:?}"
     );
     let mut out = Vec::new();
-    s.on_backend_read(-libc::ECANCELED, &mut [], &c, &mut out);
+    s.on_backend_read(Completion::Cancelled, &mut [], &c, &mut out);
     assert!(out.contains(&SessionAction::Park {
         clean: true,
         kept: Some((None, Settings::initial(false))),
@@ -1232,7 +1267,7 @@ fn a_late_park_still_cancels_the_idle_read_it_submitted() {
         "{out:?}"
     );
     out.clear();
-    s.on_backend_read(-libc::ECANCELED, &mut [], &c, &mut out);
+    s.on_backend_read(Completion::Cancelled, &mut [], &c, &mut out);
     assert!(
         out.iter().any(|a| matches!(a, SessionAction::Park { .. })),
         "{out:?}"
@@ -1256,7 +1291,7 @@ fn transaction_pooling_asks_for_last_insert_id_and_the_next_command_waits_for_it
     );
     assert!(out.contains(&SessionAction::Relay(RelayOp::CancelReadBackend)));
     let mut out = Vec::new();
-    s.on_backend_read(-libc::ECANCELED, &mut [], &c, &mut out);
+    s.on_backend_read(Completion::Cancelled, &mut [], &c, &mut out);
     assert!(
         out.contains(&SessionAction::Park {
             clean: true,
@@ -1269,7 +1304,7 @@ fn transaction_pooling_asks_for_last_insert_id_and_the_next_command_waits_for_it
     // The next command arrives before the answer: no lease yet.
     let q = query("SELECT LAST_INSERT_ID()");
     out.clear();
-    s.on_client_read(q.len() as i32, &q, &c, &mut out);
+    s.on_client_read(Completion::Done(q.len()), &q, &c, &mut out);
     assert!(
         !out.iter()
             .any(|a| matches!(a, SessionAction::LeaseForCommand { .. })),
@@ -1307,7 +1342,7 @@ fn transaction_pooling_pins_on_a_user_variable_and_quits_without_a_backend() {
     let mut s = tx_session(&u, now);
     let quit = crate::test_packets::framed(0, &[COM_QUIT]);
     let mut out = Vec::new();
-    s.on_client_read(quit.len() as i32, &quit, &ctx(&u, now), &mut out);
+    s.on_client_read(Completion::Done(quit.len()), &quit, &ctx(&u, now), &mut out);
     assert!(out.contains(&SessionAction::Close));
     assert!(!out
         .iter()
@@ -1328,7 +1363,7 @@ fn a_parked_session_ends_after_its_own_wait_timeout() {
         &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0),
     );
     let mut out = Vec::new();
-    s.on_backend_read(-libc::ECANCELED, &mut [], &c, &mut out);
+    s.on_backend_read(Completion::Cancelled, &mut [], &c, &mut out);
     assert!(
         out.iter().any(|a| matches!(a, SessionAction::Park { .. })),
         "{out:?}"
@@ -1468,7 +1503,12 @@ fn an_ssl_request_starts_tls_and_the_login_follows_inside_it() {
     let mut hello2 = hello("pw", "mysql_native_password");
     hello2[3] = 2;
     let mut out = Vec::new();
-    s.on_client_read(hello2.len() as i32, &hello2, &ctx(&u, now), &mut out);
+    s.on_client_read(
+        Completion::Done(hello2.len()),
+        &hello2,
+        &ctx(&u, now),
+        &mut out,
+    );
     assert!(out
         .iter()
         .any(|a| matches!(a, SessionAction::Authenticated(_))));
@@ -1478,7 +1518,12 @@ fn an_ssl_request_starts_tls_and_the_login_follows_inside_it() {
     let mut again = ssl_request();
     again[3] = 2;
     let mut out = Vec::new();
-    s.on_client_read(again.len() as i32, &again, &ctx(&u, now), &mut out);
+    s.on_client_read(
+        Completion::Done(again.len()),
+        &again,
+        &ctx(&u, now),
+        &mut out,
+    );
     assert_eq!(err_code(&sent(&out)[0]), ER_HANDSHAKE_ERROR);
 }
 
@@ -1599,12 +1644,17 @@ fn change_user_to_a_caching_sha2_user_runs_full_then_fast_authentication() {
     let more = &sent(&out)[0];
     assert_eq!(&more[3..], &[1, 0x01, 0x04], "perform full authentication");
     out.clear();
-    s.on_client_write(more.len() as i32, &[], &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(more.len()), &[], &ctx(&u, now), &mut out);
     assert_eq!(out, vec![SessionAction::ReadClient]);
     out.clear();
     let mut answer = Vec::new();
     write_packet(&mut answer, 2, b"foobar\0");
-    s.on_client_read(answer.len() as i32, &answer, &ctx(&u, now), &mut out);
+    s.on_client_read(
+        Completion::Done(answer.len()),
+        &answer,
+        &ctx(&u, now),
+        &mut out,
+    );
     let auth = out.iter().find_map(|a| match a {
         SessionAction::Authenticated(auth) => Some(auth.clone()),
         _ => None,
@@ -1622,7 +1672,7 @@ fn change_user_to_a_caching_sha2_user_runs_full_then_fast_authentication() {
         "OK after the full authentication"
     );
     out.clear();
-    s.on_client_write(ok.len() as i32, &[], &ctx(&u, now), &mut out);
+    s.on_client_write(Completion::Done(ok.len()), &[], &ctx(&u, now), &mut out);
     assert!(s.is_relaying());
 
     // Again: the cache holds bob now, so fast authentication, with
@@ -1678,22 +1728,22 @@ fn a_parked_session_whose_last_connection_the_server_closed_ends_also_mid_reply(
     let mut s = tx_session(&u, now);
     let q = query("SELECT ROW_COUNT()");
     let mut out = Vec::new();
-    s.on_client_read(q.len() as i32, &q, &c, &mut out);
+    s.on_client_read(Completion::Done(q.len()), &q, &c, &mut out);
     let reply = sent(&out);
     assert_eq!(reply.len(), 1, "{out:?}");
     out.clear();
     s.on_last_backend_closed(&mut out);
     assert!(out.is_empty(), "the reply is written first: {out:?}");
-    s.on_client_write(reply[0].len() as i32, &[], &c, &mut out);
+    s.on_client_write(Completion::Done(reply[0].len()), &[], &c, &mut out);
     assert!(out.contains(&SessionAction::Close), "{out:?}");
     assert!(!out.contains(&SessionAction::ReadClient), "{out:?}");
     // Without the close the session reads the client's next command.
     let mut s = tx_session(&u, now);
     let mut out = Vec::new();
-    s.on_client_read(q.len() as i32, &q, &c, &mut out);
+    s.on_client_read(Completion::Done(q.len()), &q, &c, &mut out);
     let reply = sent(&out);
     out.clear();
-    s.on_client_write(reply[0].len() as i32, &[], &c, &mut out);
+    s.on_client_write(Completion::Done(reply[0].len()), &[], &c, &mut out);
     assert!(out.contains(&SessionAction::ReadClient), "{out:?}");
 }
 
@@ -1725,7 +1775,7 @@ fn a_session_idle_in_a_transaction_past_its_bound_is_cut_with_4031() {
     s.cut_held_idle(held, &at(11), &mut out);
     assert_eq!(out, vec![SessionAction::Relay(RelayOp::CancelReadBackend)]);
     out.clear();
-    s.on_backend_read(-libc::ECANCELED, &mut [], &at(11), &mut out);
+    s.on_backend_read(Completion::Cancelled, &mut [], &at(11), &mut out);
     assert_eq!(out[0], SessionAction::Release { clean: true });
     assert!(out.contains(&SessionAction::IdleCut {
         held,
@@ -1734,7 +1784,7 @@ fn a_session_idle_in_a_transaction_past_its_bound_is_cut_with_4031() {
     let err = &sent(&out)[0];
     assert_eq!((err_code(err), err[3]), (4031, 0));
     out.clear();
-    s.on_client_write(err.len() as i32, &[], &at(11), &mut out);
+    s.on_client_write(Completion::Done(err.len()), &[], &at(11), &mut out);
     assert!(s.is_closed());
 }
 
