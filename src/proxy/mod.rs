@@ -62,8 +62,8 @@ impl Shared {
 pub fn backend_max_prepared(cfg: &crate::config::Config) -> usize {
     match cfg.backend_max_prepared {
         Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        None => machines::backend::statements::default_max_prepared(
-            machines::backend::statements::MARIADB_MAX_PREPARED_STMT_COUNT,
+        None => machines::backend::server_prepared::default_max_prepared(
+            machines::backend::server_prepared::MARIADB_MAX_PREPARED_STMT_COUNT,
             cfg.backend_max_connections as u64,
         ),
     }

@@ -100,7 +100,7 @@ pub enum BackendEvent {
     LastInsertId(u64),
     /// The answer to [`BackendConn::statement`]: the connection is leased
     /// again.
-    Statement(statements::StatementReply),
+    Statement(server_prepared::StatementReply),
     /// Broken: closed, and to be forgotten.
     Failed { cause: String },
     /// Something about backend TLS the pool counts or logs.
@@ -175,7 +175,7 @@ enum State {
     /// for the session it is leased to (`backend/statements.rs`).
     Preparing {
         writing: bool,
-        key: std::sync::Arc<statements::StmtKey>,
+        key: std::sync::Arc<server_prepared::StmtKey>,
         want_response: bool,
         types: Option<Vec<u8>>,
         /// The reply's bytes from earlier reads that filled the read
@@ -212,7 +212,7 @@ pub struct BackendConn {
     /// that may have changed it asks before it gives the connection back).
     known_last_insert_id: Option<u64>,
     /// Transaction pooling: the prepared statements it holds on the server.
-    statements: statements::BackendStatements,
+    statements: server_prepared::BackendStatements,
     /// Statements closed by the prepare in flight (for the gauge).
     pending_evicted: usize,
     /// The login went through TLS: the socket carries TLS records.
@@ -253,7 +253,9 @@ impl BackendConn {
             mariadb: false,
             settings: Settings::default(),
             known_last_insert_id: None,
-            statements: statements::BackendStatements::new(statements::DEFAULT_MAX_PREPARED),
+            statements: server_prepared::BackendStatements::new(
+                server_prepared::DEFAULT_MAX_PREPARED,
+            ),
             pending_evicted: 0,
             tls: false,
         }
@@ -511,7 +513,7 @@ mod lease;
 
 mod open;
 
-pub mod statements;
+pub mod server_prepared;
 
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@
 //!   resetting, closing);
 //! - [`pool`]: the backend connections, the idle list and the waiters;
 //! - [`multiplex`] and [`tx_settings`]: transaction pooling's decisions;
-//! - [`statements`]: prepared statements across pooled connections;
+//! - [`prepared`]: prepared statements across pooled connections;
 //! - [`registry`]: proxy connection ids and KILL across workers.
 //!
 //! Leaf types shared by the machines live in [`ids`]; [`presentation`]
@@ -33,13 +33,13 @@ pub mod idle_cut;
 pub mod ids;
 pub mod multiplex;
 pub mod pool;
+pub mod prepared;
 pub mod presentation;
 pub mod registry;
 pub mod relay;
 pub mod session;
 pub mod slab;
 pub mod statement_limits;
-pub mod statements;
 pub mod tx_settings;
 
 #[cfg(test)]

@@ -189,7 +189,7 @@ pub enum PoolEvent {
     /// is leased to.
     Statement {
         session: SessionId,
-        reply: crate::backend::statements::StatementReply,
+        reply: crate::backend::server_prepared::StatementReply,
     },
     /// Watch the connection's socket for the server closing it
     /// (`ops::poll_closed`, armed once for its life; its completion goes
@@ -338,7 +338,7 @@ impl<Io: ConnHandle> Pool<Io> {
             log_limiter: Default::default(),
             user_usage: Default::default(),
             user_limited: Default::default(),
-            max_prepared: crate::backend::statements::DEFAULT_MAX_PREPARED,
+            max_prepared: crate::backend::server_prepared::DEFAULT_MAX_PREPARED,
         }
     }
 
@@ -355,7 +355,7 @@ impl<Io: ConnHandle> Pool<Io> {
     pub fn statement(
         &mut self,
         id: BackendId,
-        key: std::sync::Arc<crate::statements::StmtKey>,
+        key: std::sync::Arc<crate::prepared::StmtKey>,
         want_response: bool,
         types: Option<Vec<u8>>,
         now: Instant,
@@ -953,7 +953,7 @@ mod share;
 
 mod waiters;
 
-mod users;
+mod account_share;
 
 #[cfg(test)]
 mod tests;

@@ -142,7 +142,7 @@ pub enum SessionAction {
     /// (`session/statements.rs`); answered by [`Session::on_statement`],
     /// or [`Session::on_lease_failed`] when the connection fails.
     Statement {
-        key: std::sync::Arc<crate::statements::StmtKey>,
+        key: std::sync::Arc<crate::prepared::StmtKey>,
         want_response: bool,
         types: Option<Vec<u8>>,
     },
@@ -266,11 +266,11 @@ enum State {
     SendErrThenLinger,
     /// Half-closed after the ERR; reading and discarding until EOF.
     Lingering { until: Instant },
-    /// COM_CHANGE_USER: logging in again (`session/change_user.rs`).
-    ChangeUser(Box<change_user::Flow>),
+    /// COM_CHANGE_USER: logging in again (`session/change_user_flow.rs`).
+    ChangeUser(Box<change_user_flow::Flow>),
     /// Transaction pooling: a prepared-statement command, its id being
-    /// mapped to the connection's (`session/statements.rs`).
-    Statement(Box<statements::Flow>),
+    /// mapped to the connection's (`session/prepared_commands.rs`).
+    Statement(Box<prepared_commands::Flow>),
     /// Transaction pooling: between transactions, holding no backend
     /// connection; `reading` while a client read is in flight.
     Parked {
@@ -376,7 +376,7 @@ pub struct Session {
     /// connections (from login on).
     tx: Option<Box<TxState>>,
     /// Transaction pooling: the session's prepared statements.
-    stmts: Option<Box<crate::statements::Registry>>,
+    stmts: Option<Box<crate::prepared::Registry>>,
 }
 
 fn packet(seq: u8, payload: &[u8]) -> (Vec<u8>, u8) {
@@ -795,7 +795,7 @@ impl Session {
     }
 }
 
-mod change_user;
+mod change_user_flow;
 
 mod clear;
 
@@ -803,11 +803,11 @@ mod login;
 
 mod parked;
 
-mod relay;
+mod command_phase;
 
 mod sha2;
 
-mod statements;
+mod prepared_commands;
 use sha2::Sha2Phase;
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ mod exposition;
 mod labels;
 mod pool_wait;
 mod snapshot;
-mod users;
+mod user_usage;
 
 pub use labels::{
     AuthPath, BackendTlsError, BufferMode, InternalQuery, RejectReason, BACKEND_TLS_ERRORS,
@@ -41,7 +41,7 @@ pub use labels::{
 };
 pub use pool_wait::{pool_wait_bucket_bounds, PoolWaitSnapshot, POOL_WAIT_BUCKET_COUNT};
 pub use snapshot::{connect_bucket_bounds, ConnectDurationSnapshot, Snapshot};
-pub use users::{UserTable, UserUsage};
+pub use user_usage::{UserTable, UserUsage};
 
 /// Content type of the Prometheus text exposition format we emit.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;

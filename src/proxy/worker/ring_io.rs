@@ -69,7 +69,7 @@ pub(super) enum PendingRelease {
 /// A [`PendingRelease::Statement`]'s arguments.
 #[derive(Clone, Debug)]
 pub(super) struct StatementAsk {
-    pub key: std::sync::Arc<machines::statements::StmtKey>,
+    pub key: std::sync::Arc<machines::prepared::StmtKey>,
     pub want_response: bool,
     pub types: Option<Vec<u8>>,
 }

@@ -752,7 +752,7 @@ fn tls_disabled_never_asks_for_it() {
 /// Ask for `sql`'s statement on a leased connection; the server answers
 /// `reply` (framed packets). The outputs of the answer.
 fn prepare_with(c: &mut BackendConn, sql: &str, reply: &[u8], now: Instant) -> Vec<BackendOut> {
-    let key = std::sync::Arc::new(statements::StmtKey {
+    let key = std::sync::Arc::new(server_prepared::StmtKey {
         schema: None,
         settings: 0,
         sql: sql.as_bytes().to_vec(),
@@ -784,7 +784,7 @@ fn a_prepare_refused_at_the_servers_limit_closes_the_connections_statements_and_
     let out = prepare_with(&mut c, "SELECT 1", &prepare_ok(5), now);
     assert!(has_event(&out, |e| matches!(
         e,
-        BackendEvent::Statement(statements::StatementReply::Ready { id: 5, .. })
+        BackendEvent::Statement(server_prepared::StatementReply::Ready { id: 5, .. })
     )));
     // The server's max_prepared_stmt_count is reached (another client set it
     // to 10, as mysql2's own tests do): statement 5 is closed and the prepare
@@ -800,7 +800,7 @@ fn a_prepare_refused_at_the_servers_limit_closes_the_connections_statements_and_
     let out = prepare_with(&mut c, "SELECT 2", &full, now);
     assert_eq!(
         sends(&out),
-        vec![statements::exchange_bytes(&[5], b"SELECT 2")]
+        vec![server_prepared::exchange_bytes(&[5], b"SELECT 2")]
     );
     assert!(!has_event(&out, |e| matches!(
         e,
@@ -815,7 +815,7 @@ fn a_prepare_refused_at_the_servers_limit_closes_the_connections_statements_and_
     assert!(
         has_event(&out, |e| matches!(
             e,
-            BackendEvent::Statement(statements::StatementReply::Ready {
+            BackendEvent::Statement(server_prepared::StatementReply::Ready {
                 id: 6,
                 evicted: 1,
                 ..
@@ -828,7 +828,7 @@ fn a_prepare_refused_at_the_servers_limit_closes_the_connections_statements_and_
     let out = prepare_with(&mut c, "SELECT 3", &full, now);
     assert_eq!(
         sends(&out),
-        vec![statements::exchange_bytes(&[6], b"SELECT 3")]
+        vec![server_prepared::exchange_bytes(&[6], b"SELECT 3")]
     );
     let mut out = Vec::new();
     c.on_write(Completion::Done(1), &mut out);
@@ -837,7 +837,7 @@ fn a_prepare_refused_at_the_servers_limit_closes_the_connections_statements_and_
     assert!(
         has_event(&out, |e| matches!(
             e,
-            BackendEvent::Statement(statements::StatementReply::Refused { .. })
+            BackendEvent::Statement(server_prepared::StatementReply::Refused { .. })
         )),
         "{out:?}"
     );
@@ -864,7 +864,7 @@ fn a_prepare_ok_larger_than_the_read_buffer_is_read_on() {
     }
     reply.extend(framed(2, &[0xFE, 0, 0, 2, 0]));
     assert!(reply.len() > 3 * CAP, "{} bytes", reply.len());
-    let key = std::sync::Arc::new(statements::StmtKey {
+    let key = std::sync::Arc::new(server_prepared::StmtKey {
         schema: None,
         settings: 0,
         sql: b"SELECT * FROM wide WHERE col0 = ?".to_vec(),
@@ -897,7 +897,7 @@ fn a_prepare_ok_larger_than_the_read_buffer_is_read_on() {
         }
     }
     match got {
-        Some(statements::StatementReply::Ready {
+        Some(server_prepared::StatementReply::Ready {
             id: 7,
             response: Some(r),
             ..

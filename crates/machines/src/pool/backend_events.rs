@@ -291,7 +291,7 @@ impl<Io: ConnHandle> Pool<Io> {
                 }
             }
             BackendEvent::Statement(reply) => {
-                use crate::backend::statements::StatementReply;
+                use crate::backend::server_prepared::StatementReply;
                 let m = self.m();
                 match &reply {
                     StatementReply::Ready {

@@ -354,7 +354,7 @@ impl Session {
 fn learn_completed(
     tracker: &mut Tracker,
     tx: &mut TxState,
-    stmts: &mut Option<Box<crate::statements::Registry>>,
+    stmts: &mut Option<Box<crate::prepared::Registry>>,
     own_kill_command: &mut bool,
     out: &mut Vec<SessionAction>,
 ) {
@@ -377,7 +377,7 @@ fn learn_completed(
             if let Some(registry) = stmts.as_deref_mut() {
                 let before = registry.kept();
                 registry.clear();
-                super::statements::report_kept(before, registry, out);
+                super::prepared_commands::report_kept(before, registry, out);
             }
             out.push(SessionAction::BackendStatementsClosed);
         }

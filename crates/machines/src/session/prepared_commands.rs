@@ -27,12 +27,12 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::backend::statements::StatementReply;
-use crate::statement_limits::Refusal;
-use crate::statements::{
+use crate::backend::server_prepared::StatementReply;
+use crate::prepared::{
     client_prepare_response, parse_command, prepare_ok_counts, rewrite, types_after, Command,
     ParseError, Registry, StmtKey,
 };
+use crate::statement_limits::Refusal;
 
 /// Where a statement command stands.
 pub(super) enum Phase {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{BackendConn, BackendEvent, BackendOp, BackendOut, State};
-pub use crate::statements::StmtKey;
+pub use crate::prepared::StmtKey;
 use wire::constants::*;
 use wire::packet::{split_packet, write_packet};
 
@@ -408,7 +408,7 @@ pub fn read_prepare_reply(
         Some(0x00) => {}
         _ => return Err("unexpected reply to COM_STMT_PREPARE"),
     }
-    let Some((id, columns, params)) = crate::statements::prepare_ok_counts(first.payload) else {
+    let Some((id, columns, params)) = crate::prepared::prepare_ok_counts(first.payload) else {
         return Err("short PREPARE_OK");
     };
     let eof = |n: u16| usize::from(n > 0 && !deprecate_eof);
