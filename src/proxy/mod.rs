@@ -58,7 +58,7 @@ impl Shared {
     }
 }
 
-/// `--backend-max-prepared`, or its default (see `crates/machines/src/backend/statements.rs`).
+/// `--backend-max-prepared`, or its default (see `crates/machines/src/backend/server_prepared.rs`).
 pub fn backend_max_prepared(cfg: &crate::config::Config) -> usize {
     match cfg.backend_max_prepared {
         Some(n) => usize::try_from(n).unwrap_or(usize::MAX),

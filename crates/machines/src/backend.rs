@@ -9,7 +9,7 @@
 //! This file holds the machine's types, its reads and the timeouts; the
 //! phases are child modules that share its private fields:
 //! `backend/open.rs` (connect, TLS, login), `backend/lease.rs` (lease,
-//! setup, reset, give-back) and `backend/statements.rs` (transaction
+//! setup, reset, give-back) and `backend/server_prepared.rs` (transaction
 //! pooling's prepared statements).
 
 use std::time::{Duration, Instant};
@@ -172,7 +172,7 @@ enum State {
     /// is giving the connection back.
     AskingLastInsertId { writing: bool },
     /// Transaction pooling: closing evicted statements and preparing one
-    /// for the session it is leased to (`backend/statements.rs`).
+    /// for the session it is leased to (`backend/server_prepared.rs`).
     Preparing {
         writing: bool,
         key: std::sync::Arc<server_prepared::StmtKey>,

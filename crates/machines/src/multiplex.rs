@@ -392,7 +392,7 @@ impl TxState {
             }
             COM_SET_OPTION => Some(PinReason::SetOption),
             // Statement ids are mapped to each connection's
-            // (`session/statements.rs`); long data and open cursors hold
+            // (`session/prepared_commands.rs`); long data and open cursors hold
             // the connection there, not as a pin.
             COM_STMT_PREPARE
             | COM_STMT_EXECUTE

@@ -14,7 +14,7 @@
 //! (completions on a connection's socket and its machine's events),
 //! `pool/upkeep.rs` (serving waiters, timeouts, refill, drain, giving
 //! connections to other workers), `pool/share.rs` (how the workers share
-//! the cap), `pool/users.rs` (each backend account's share of it) and
+//! the cap), `pool/account_share.rs` (each backend account's share of it) and
 //! `pool/waiters.rs` (the queues: one per key).
 //!
 //! Waiting (`--backend-wait-timeout`): a session that finds no connection
@@ -65,7 +65,7 @@ pub struct PoolConfig {
     /// `--backend-max-connections`, across workers (see `pool/share.rs`).
     pub max_connections: usize,
     /// `--backend-max-connections-per-user` (0: no limit but the cap; see
-    /// `pool/users.rs`).
+    /// `pool/account_share.rs`).
     pub max_per_user: usize,
     pub wait_timeout: Duration,
     pub idle_timeout: Duration,
@@ -126,7 +126,7 @@ pub struct Pooled<Io> {
     /// ([`Pool::evict_for`]).
     evicted: bool,
     /// Its account's counters, charged for it until its slot is freed
-    /// (`pool/users.rs`); None for the shared account.
+    /// (`pool/account_share.rs`); None for the shared account.
     user: Option<Arc<metrics::UserUsage>>,
 }
 
@@ -218,7 +218,7 @@ enum Reserve {
     Full,
     /// Units are free, but they are another worker's (`pool/share.rs`).
     Theirs,
-    /// The key's account holds its share (`pool/users.rs`).
+    /// The key's account holds its share (`pool/account_share.rs`).
     UserFull,
 }
 
@@ -263,7 +263,7 @@ pub struct Pool<Io> {
     max_prepared: usize,
     worker: usize,
     log_limiter: crate::LogLimiter,
-    /// Each identity's account counters (`pool/users.rs`).
+    /// Each identity's account counters (`pool/account_share.rs`).
     user_usage: std::collections::HashMap<IdentityId, Arc<metrics::UserUsage>>,
     /// Waiting sessions already counted as held back by their account's
     /// share.
@@ -546,7 +546,7 @@ impl<Io: ConnHandle> Pool<Io> {
     /// and the free units are too few for them (the unit is theirs: see
     /// `pool/share.rs`).
     /// A unit reserved is charged to `identity`'s account too, which must
-    /// be under its share (`pool/users.rs`).
+    /// be under its share (`pool/account_share.rs`).
     fn reserve(&mut self, identity: IdentityId) -> Reserve {
         let max = self.cfg.max_connections;
         if !self.charge_user(identity) {

@@ -11,7 +11,7 @@
 //! A COM_RESET_CONNECTION the client sends closes them all, on the server
 //! as here ([`Registry::clear`]).
 //! Each backend connection keeps its own statements keyed by the same
-//! [`StmtKey`] (`backend/statements.rs`); before a statement command runs,
+//! [`StmtKey`] (`backend/server_prepared.rs`); before a statement command runs,
 //! the session asks its current connection for the server's id of the key
 //! (prepared there first if missing) and rewrites the command's id
 //! ([`rewrite`]).

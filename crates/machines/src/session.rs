@@ -7,9 +7,9 @@
 //! This file holds the machine's types and the entry points that dispatch
 //! on its state; each phase lives in a child module (they share the
 //! private fields): `session/login.rs` (greeting to first lease, with the
-//! plugins in `session/sha2.rs` and `session/clear.rs`), `session/relay.rs`
+//! plugins in `session/sha2.rs` and `session/clear.rs`), `session/command_phase.rs`
 //! (the command phase), `session/parked.rs` (transaction pooling between
-//! transactions), `session/statements.rs` and `session/change_user.rs`.
+//! transactions), `session/prepared_commands.rs` and `session/change_user_flow.rs`.
 
 use std::time::{Duration, Instant};
 
@@ -139,7 +139,7 @@ pub enum SessionAction {
     },
     /// Transaction pooling: the server's id of this statement on the
     /// session's backend connection, prepared there first if missing
-    /// (`session/statements.rs`); answered by [`Session::on_statement`],
+    /// (`session/prepared_commands.rs`); answered by [`Session::on_statement`],
     /// or [`Session::on_lease_failed`] when the connection fails.
     Statement {
         key: std::sync::Arc<crate::prepared::StmtKey>,

@@ -2,7 +2,7 @@
 //! session may keep (`--max-prepared-statements`, `--max-prepared-bytes`).
 //!
 //! The session keeps what it needs to prepare each statement again on any
-//! connection (`statements.rs`), and a prepare of a text the connection
+//! connection (`prepared.rs`), and a prepare of a text the connection
 //! already holds is answered without the server, so the server's
 //! `max_prepared_stmt_count` never sees a client that prepares one text
 //! over and over without closing it. These limits stand in for it:

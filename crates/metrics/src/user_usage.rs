@@ -1,6 +1,6 @@
 //! Per-user counters shared by every worker: the backend connections each
 //! backend account holds (what `--backend-max-connections-per-user` is
-//! enforced against, `crates/machines/src/pool/users.rs`) and the leases that waited
+//! enforced against, `crates/machines/src/pool/account_share.rs`) and the leases that waited
 //! because their user held its share. Keyed by account name, so the same
 //! user on every worker counts once; the table only grows by the accounts
 //! that log in, which the users file bounds.

@@ -277,7 +277,7 @@ fn a_pin_is_reported_once_and_stays() {
 
 #[test]
 fn set_option_pins_binary_statements_do_not() {
-    // Statement ids are mapped to each connection's (session/statements.rs).
+    // Statement ids are mapped to each connection's (session/prepared_commands.rs).
     let mut tx = TxState::new(None, 45, false, MARIADB, 0);
     for cmd in [COM_STMT_EXECUTE, COM_STMT_FETCH, COM_STMT_RESET] {
         assert_eq!(tx.on_completed(&done(cmd, "", AC)), None);

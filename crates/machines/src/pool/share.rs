@@ -36,7 +36,7 @@ struct Demand {
     /// Its sessions waiting for a connection now.
     waiting: AtomicUsize,
     /// Of those, the ones held back by their account's share
-    /// (`pool/users.rs`): no unit of the cap would serve them.
+    /// (`pool/account_share.rs`): no unit of the cap would serve them.
     held_back: AtomicUsize,
 }
 

@@ -2,7 +2,7 @@
 //! SSLRequest, or its answer to an AuthSwitchRequest), the credentials
 //! check, and the first lease, which the login OK waits for. The plugins'
 //! own exchanges live in `session/sha2.rs` and `session/clear.rs`; a
-//! COM_CHANGE_USER logs in again through `session/change_user.rs`.
+//! COM_CHANGE_USER logs in again through `session/change_user_flow.rs`.
 
 use super::*;
 

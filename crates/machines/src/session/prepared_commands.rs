@@ -1,12 +1,12 @@
 //! Transaction pooling: binary prepared-statement commands. The statement
-//! ids a client sees are the session's (`statements.rs`); the connection it holds at the moment may know the
+//! ids a client sees are the session's (`prepared.rs`); the connection it holds at the moment may know the
 //! statement under another id, or not at all.
 //!
 //! The relay stops at every COM_STMT_* command (once every earlier answer
 //! is relayed) and leaves its packet in the session buffer; the backend
 //! stays the session's. Then:
 //! - COM_STMT_PREPARE: the connection prepares the text (or already holds
-//!   it under the same schema and settings: `backend/statements.rs`), and
+//!   it under the same schema and settings: `backend/server_prepared.rs`), and
 //!   the proxy answers the client with the PREPARE_OK under a new id of the
 //!   session's. Over the session's limits (`statement_limits.rs`) the
 //!   client gets ERR 1461 instead.

@@ -694,7 +694,7 @@ fn a_client_without_compression_gets_no_leg() {
         .any(|a| matches!(a, SessionAction::StartClientLeg(_))));
 }
 
-// ---- COM_CHANGE_USER (session/change_user.rs) ----
+// ---- COM_CHANGE_USER (session/change_user_flow.rs) ----
 
 fn two_users() -> Users {
     Users::parse(r#"{"app": [{"Password": "pw"}], "bob": [{"Password": "bob-pw"}]}"#).unwrap()
