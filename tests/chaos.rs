@@ -15,19 +15,22 @@
 //! `CHAOS_SECONDS` sets the chaos phase (default 10, `make chaos` uses 60); the calm phase is a
 //! third of it (at least 3 s). `CHAOS_MODE=heap` (or `ring`) runs it on heap buffers (or the provided-buffer ring).
 
-#[allow(unused_macros)]
-mod common;
-mod relsupport;
-
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{tail, Mode, Proxy, ProxyOpts};
 use mysql::prelude::Queryable;
 use mysql::Conn;
-use relsupport::*;
+use testkit::leaks::{assert_no_leaks, baseline};
+use testkit::own_mariadb::OwnMariaDb;
+use testkit::procfs::is_alive;
+use testkit::proxy::{quick_opts, Mode, Proxy, ProxyOpts};
+use testkit::rawclient::{
+    closed_within, hello_payload, raw_connect, read_greeting, reset_close, try_raw_login,
+    write_packet, RAW_CAPS,
+};
+use testkit::tail;
 
 const GOOD_CLIENTS: usize = 4;
 const ROWS: u64 = 1000;
@@ -391,7 +394,7 @@ fn chaos() {
     // The kill was felt where it should be: the proxy lost backend connections (discarded
     // or failed to reconnect), good queries failed inside the window, and none outside it.
     let m1 = proxy.metrics();
-    let lost = |m: &common::Metrics| {
+    let lost = |m: &testkit::prometheus::Metrics| {
         m.get("ringgate_backend_discarded_total") + m.get("ringgate_backend_connect_failures_total")
     };
     assert!(

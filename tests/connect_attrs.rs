@@ -6,21 +6,19 @@
 //! pool opened on its own carries ringgate's. The sandbox runs with performance_schema ON
 //! (scripts/mariadb-sandbox.sh).
 
-#[allow(unused_macros)]
-mod common;
-mod relsupport;
-
 use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{direct_conn, find_in_path, Mode, Proxy, ProxyOpts, APP_PASSWORD, APP_USER};
 use mysql::prelude::Queryable;
-use relsupport::{raw_connect, read_packet, wait_until, write_packet};
 use wire::auth::native_token;
 use wire::constants::*;
 use wire::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
+use testkit::env::{find_in_path, APP_PASSWORD, APP_USER};
+use testkit::mysql_client::direct_conn;
+use testkit::proxy::{wait_until, Mode, Proxy, ProxyOpts};
+use testkit::rawclient::{raw_connect, read_packet, write_packet};
 
 /// The attributes of the backend connection serving the session that runs it.
 const OWN_ATTRS: &str =

@@ -6,25 +6,21 @@
 //! timeout and every scenario has a deadline, so a test that reproduces a hang fails in bounded
 //! time instead of hanging. What each test proves is listed in docs/reliability.md.
 
-#[allow(unused_macros)] // both_modes!: every defect here runs in one buffer mode
-mod common;
-mod relsupport;
-
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{
-    backend_env, direct_conn, Mode, Proxy, ProxyOpts, APP_PASSWORD, APP_USER, HASHED_PASSWORD,
-    HASHED_USER,
-};
 use mysql::prelude::Queryable;
-use relsupport::*;
 use wire::auth::native_token;
 use wire::constants::*;
 use wire::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
+use testkit::env::{backend_env, APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER};
+use testkit::leaks::{assert_no_leaks, baseline};
+use testkit::mysql_client::direct_conn;
+use testkit::proxy::{wait_until, Mode, Proxy, ProxyOpts};
+use testkit::rawclient::{closed_within, err_code, frame, read_packet, write_packet, RAW_CAPS};
 
 /// How long any single read may block before the test calls the proxy hung.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -320,7 +316,7 @@ fn pipelined_burst_of(
     let mut burst = frame(0, &com_query(&format!("SELECT REPEAT('r', {bytes})")));
     let insert = format!(
         "INSERT INTO {}.{table} VALUES ({id}, '{}')",
-        common::TEST_DB,
+        testkit::env::TEST_DB,
         "i".repeat(bytes)
     );
     burst.extend(frame(0, &com_query(&insert)));

@@ -5,11 +5,10 @@
 //! to plain fds with one log line. The shared suites run with direct descriptors on (the
 //! default), including cross-worker KILL (tests/python/test_kill.py).
 
-#[macro_use]
-mod common;
-
-use common::{io_uring_user_files, Mode, Proxy, ProxyOpts};
 use mysql::prelude::Queryable;
+use testkit::both_modes;
+use testkit::procfs::io_uring_user_files;
+use testkit::proxy::{Mode, Proxy, ProxyOpts};
 
 const FALLBACK_LINE: &str = "direct descriptors unavailable, clients are accepted as plain fds";
 
@@ -27,7 +26,7 @@ fn answers(c: &mut mysql::Conn) {
 }
 
 /// `ringgate_direct_descriptors_in_use` is `n`.
-fn assert_in_use(m: &common::Metrics, n: u32) {
+fn assert_in_use(m: &testkit::prometheus::Metrics, n: u32) {
     assert_eq!(
         m.get("ringgate_direct_descriptors_in_use"),
         f64::from(n),

@@ -5,21 +5,18 @@
 //! and `push_fail=N` turns every Nth push into a synthetic failed
 //! completion. The first two must be invisible to clients; the third fails
 //! some sessions, and every slot, fd and backend connection must still come
-//! back (`relsupport::assert_no_leaks`).
+//! back (`testkit::leaks::assert_no_leaks`).
 //!
 //! Release binaries never read these variables, so the suite only exists in
 //! debug builds (which `make test` uses).
 #![cfg(debug_assertions)]
 
-#[macro_use]
-mod common;
-mod relsupport;
-
 use std::time::Duration;
 
-use common::{Mode, Proxy, ProxyOpts};
 use mysql::prelude::Queryable;
-use relsupport::{assert_no_leaks, baseline};
+use testkit::both_modes;
+use testkit::leaks::{assert_no_leaks, baseline};
+use testkit::proxy::{Mode, Proxy, ProxyOpts};
 
 const CLIENTS: usize = 40;
 const QUERIES: usize = 6;
@@ -37,7 +34,7 @@ fn injected(mode: Mode, vars: &[&str]) -> Proxy {
     assert!(
         p.stderr().contains("fault injection is active"),
         "the injection warning is missing:\n{}",
-        common::tail(&p.stderr(), 20)
+        testkit::tail(&p.stderr(), 20)
     );
     p
 }
@@ -197,7 +194,7 @@ fn failed_idle_read_cancels(transaction: bool) {
         m.get(r#"ringgate_read_buffers_in_use{owner="client"}"#)
             + m.get(r#"ringgate_read_buffers_in_use{owner="backend"}"#)
     };
-    relsupport::wait_until(
+    testkit::proxy::wait_until(
         &p,
         Duration::from_secs(10),
         "idle sessions hold no slot",

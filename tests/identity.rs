@@ -5,17 +5,17 @@
 //! `MysqlNativePassword` hash, so that the proxy must recover SHA1(password) from the client's
 //! login. What each test proves is in its comment; every test ends with the leak check.
 
-#[macro_use]
-mod common;
-
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{direct_conn, mysql_error_code, mysql_error_message, scratch_dir, Mode, Proxy};
-use common::{tail, ProxyOpts};
 use mysql::prelude::Queryable;
 use mysql::Conn;
+use testkit::both_modes;
+use testkit::env::scratch_dir;
+use testkit::mysql_client::{direct_conn, mysql_error_code, mysql_error_message};
+use testkit::proxy::{Mode, Proxy, ProxyOpts};
+use testkit::tail;
 
 /// Two backend accounts and a users file naming them, dropped again at the end.
 struct Accounts {

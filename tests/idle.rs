@@ -9,15 +9,16 @@
 //! `make test` runs it with 1,000 clients; `make mem` with 10,000 (`IDLE_CLIENTS` overrides
 //! both). The process raises its own fd limit, and ringgate's through `prlimit`.
 
-#[allow(unused_macros)]
-mod common;
-mod relsupport;
-
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{Mode, Proxy, ProxyOpts};
-use relsupport::*;
+use testkit::leaks::{assert_no_leaks, baseline};
+use testkit::procfs::{pinned_bytes, settled_rss_bytes};
+use testkit::proxy::{wait_until, Mode, Proxy, ProxyOpts};
+use testkit::rawclient::{
+    hello_payload, raw_login, raw_query, read_greeting, read_packet, write_packet,
+};
+use testkit::rlimit::{hard_nofile, raise_nofile};
 
 /// RSS growth that does not scale with the client count (allocator arenas, slab and pool
 /// vectors doubling, the metrics scrape), allowed once per measurement.
@@ -27,46 +28,6 @@ const FIXED_SLACK: f64 = 1024.0 * 1024.0;
 const TX_BOUND: f64 = 2048.0;
 /// Issue 13 item 6: RSS per idle client *and its backend connection* in session pooling.
 const SESSION_BOUND: f64 = 4096.0;
-
-fn hard_nofile() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into a valid struct we own.
-    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-    lim.rlim_max
-}
-
-/// Raises this process's soft fd limit to `want` (and the hard one, when allowed: as root).
-fn raise_nofile(want: u64) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into a valid struct we own.
-    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
-    if lim.rlim_max < want {
-        lim.rlim_max = want;
-    }
-    lim.rlim_cur = lim.rlim_max;
-    // SAFETY: setrlimit reads a valid, initialised struct.
-    let r = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
-    assert_eq!(
-        r, 0,
-        "setrlimit(NOFILE, {want}): raise the hard fd limit (ulimit -Hn) or run as root"
-    );
-}
-
-fn settle_rss(pid: u32) -> u64 {
-    // Take the max of a few samples: RSS moves a little while the workers finish.
-    let mut v = 0;
-    for _ in 0..5 {
-        v = v.max(rss_bytes(pid));
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    v
-}
 
 fn clients_wanted(default: usize) -> usize {
     std::env::var("IDLE_CLIENTS")
@@ -83,19 +44,6 @@ struct Figures {
     /// VmPin and VmLck of the proxy (registered buffers are pinned).
     pinned: (u64, u64),
     held: Held,
-}
-
-/// VmPin and VmLck in bytes (0 when absent).
-fn pinned_bytes(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
-    };
-    (field("VmPin:"), field("VmLck:"))
 }
 
 /// Buffers held, from the metrics endpoint.
@@ -152,7 +100,7 @@ fn idle_clients(mode: Mode, transaction: bool, n: usize) -> Figures {
     let mut proxy = Proxy::start_with(o);
     let base = baseline(&mut proxy);
     let pid = proxy.pid();
-    let rss_base = settle_rss(pid);
+    let rss_base = settled_rss_bytes(pid);
     let before = held(&proxy);
 
     let mut clients: Vec<TcpStream> = (0..n).map(|_| raw_login(proxy.port)).collect();
@@ -162,7 +110,7 @@ fn idle_clients(mode: Mode, transaction: bool, n: usize) -> Figures {
         "all clients logged in",
         || proxy.metrics().get("ringgate_client_connections") >= n as f64,
     );
-    let rss_idle = settle_rss(pid);
+    let rss_idle = settled_rss_bytes(pid);
     let idle = held(&proxy);
     let pinned = pinned_bytes(pid);
     let growth = rss_idle.saturating_sub(rss_base) as f64;
@@ -248,7 +196,7 @@ fn idle_clients(mode: Mode, transaction: bool, n: usize) -> Figures {
         },
     );
     let after = held(&proxy);
-    let rss_after = settle_rss(pid);
+    let rss_after = settled_rss_bytes(pid);
     eprintln!(
         "IDLE {}: after one query each, RSS {:.1} MiB = {:.0} B per client; held {after:?}",
         mode.as_str(),
@@ -451,7 +399,11 @@ fn login_from(port: u16, src: std::net::Ipv4Addr) -> std::io::Result<TcpStream> 
     write_packet(
         &mut s,
         1,
-        &hello_payload(&scramble, common::APP_USER, common::APP_PASSWORD),
+        &hello_payload(
+            &scramble,
+            testkit::env::APP_USER,
+            testkit::env::APP_PASSWORD,
+        ),
     )?;
     let (_, ok) = read_packet(&mut s)?;
     if ok.first() != Some(&0x00) {
@@ -503,7 +455,7 @@ fn idle_max() {
             .extend(extra.split_whitespace().map(String::from));
     }
     let proxy = Proxy::start_with(o);
-    let rss0 = settle_rss(proxy.pid());
+    let rss0 = settled_rss_bytes(proxy.pid());
     let mut served = raw_login(proxy.port);
     let mut clients = Vec::with_capacity(want);
     let started = std::time::Instant::now();
@@ -525,7 +477,7 @@ fn idle_max() {
         }
     }
     let n = clients.len();
-    let rss = settle_rss(proxy.pid());
+    let rss = settled_rss_bytes(proxy.pid());
     let h = held(&proxy);
     eprintln!(
         "IDLE-MAX: {n} idle clients in {:.0?} (aim {want}); RSS {:.1} -> {:.1} MiB = {:.0} B \

@@ -5,24 +5,21 @@
 //! sandbox MariaDB 10.11 and compares what a client sees through it with what the same client
 //! sees direct.
 
-#[allow(unused_macros)]
-mod common;
-mod relsupport;
-
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{backend_env, direct_conn, find_in_path, Mode, Proxy, ProxyOpts};
-use common::{APP_PASSWORD, APP_USER};
 use mysql::prelude::Queryable;
-use relsupport::{raw_connect, read_packet, write_packet};
 use wire::auth::native_token;
 use wire::constants::*;
 use wire::handshake::{
     build_handshake_response, parse_greeting, set_response_ext_capabilities, Greeting,
     HandshakeResponse,
 };
+use testkit::env::{backend_env, find_in_path, APP_PASSWORD, APP_USER};
+use testkit::mysql_client::direct_conn;
+use testkit::proxy::{Mode, Proxy, ProxyOpts};
+use testkit::rawclient::{raw_connect, read_packet, write_packet};
 
 /// A 4.1 client with classic EOFs (DEPRECATE_EOF is added per test).
 const CAPS: u32 = CLIENT_LONG_PASSWORD

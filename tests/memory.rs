@@ -16,15 +16,15 @@
 //!
 //! Both figures are asserted against a bound, see [`STATE_BOUND`].
 
-#[allow(unused_macros)]
-mod common;
-mod relsupport;
-
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use common::{Mode, Proxy, ProxyOpts};
-use relsupport::*;
+use testkit::leaks::{assert_no_leaks, baseline};
+use testkit::own_mariadb::OwnMariaDb;
+use testkit::procfs::settled_rss_bytes;
+use testkit::proxy::{wait_until, Mode, Proxy, ProxyOpts};
+use testkit::rawclient::{raw_connect, raw_login, raw_query};
+use testkit::rlimit::{hard_nofile, raise_nofile};
 
 /// The bound on RSS growth per idle client and per idle session for ringgate's own state,
 /// i.e. excluding read buffers: 8 KiB. Recorded (docs/reliability.md): 969 B per idle client
@@ -39,45 +39,6 @@ const STATE_BOUND: f64 = 8.0 * 1024.0;
 /// Growth that does not scale with the connection count (arenas, slab headers, the metrics
 /// scrape), allowed once per measurement so that a small MEM_SESSIONS is not judged on it.
 const FIXED_SLACK: f64 = 1024.0 * 1024.0;
-
-/// Raises the soft fd limit to the hard one (enough for 2,000 sockets + slack).
-fn raise_nofile(want: u64) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into a valid struct we own.
-    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
-    lim.rlim_cur = lim.rlim_max;
-    // SAFETY: setrlimit reads a valid, initialised struct.
-    let r = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
-    assert_eq!(r, 0, "setrlimit(NOFILE)");
-    assert!(
-        lim.rlim_cur >= want,
-        "the hard fd limit {} is below {want}: raise ulimit -n",
-        lim.rlim_cur
-    );
-}
-
-fn hard_nofile() -> usize {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into a valid struct we own.
-    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-    lim.rlim_max as usize
-}
-
-fn settle_rss(pid: u32) -> u64 {
-    // RSS moves a little while the worker threads finish; take the max of a few samples.
-    let mut v = 0;
-    for _ in 0..5 {
-        v = v.max(rss_bytes(pid));
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    v
-}
 
 struct Figures {
     mode: Mode,
@@ -102,7 +63,7 @@ fn measure(mode: Mode, db: &OwnMariaDb, n: usize) -> Figures {
     o.backend_pool_size = 4;
     o.backend_wait_timeout = "60s";
     // ringgate needs ~2n fds (n clients + n backends); inherits the raised limit, capped.
-    let nofile = format!("--nofile={0}:{0}", (4 * n + 1000).min(hard_nofile()));
+    let nofile = format!("--nofile={0}:{0}", (4 * n as u64 + 1000).min(hard_nofile()));
     o.wrapper = vec!["prlimit".into(), nofile];
     o.extra_args = vec!["--handshake-timeout".into(), "10m".into()];
     let mut proxy = Proxy::start_with(o);
@@ -113,7 +74,7 @@ fn measure(mode: Mode, db: &OwnMariaDb, n: usize) -> Figures {
         Mode::Fixed => 2 * 4096 * proxy.opts.read_buffer_size as u64,
         Mode::Heap | Mode::Ring => 0,
     };
-    let rss_base = settle_rss(pid);
+    let rss_base = settled_rss_bytes(pid);
 
     // n idle clients: greeted, never answering (client state + its read buffer slot).
     let mut clients = Vec::with_capacity(n);
@@ -129,7 +90,7 @@ fn measure(mode: Mode, db: &OwnMariaDb, n: usize) -> Figures {
         "all clients counted",
         || proxy.metrics().get("ringgate_client_connections") >= n as f64,
     );
-    let rss_clients = settle_rss(pid);
+    let rss_clients = settled_rss_bytes(pid);
     let slots_clients = proxy
         .metrics()
         .get(r#"ringgate_read_buffers_in_use{owner="client"}"#);
@@ -151,7 +112,7 @@ fn measure(mode: Mode, db: &OwnMariaDb, n: usize) -> Figures {
         n as f64,
         "every session holds a backend connection"
     );
-    let rss_sessions = settle_rss(pid);
+    let rss_sessions = settled_rss_bytes(pid);
     let slots_sessions = m.get(r#"ringgate_read_buffers_in_use{owner="client"}"#)
         + m.get(r#"ringgate_read_buffers_in_use{owner="backend"}"#);
     eprintln!("{n} logins in {login_time:?}");

@@ -4,16 +4,19 @@
 //! Tests that talk to MariaDB need the sandbox's `RINGGATE_TEST_*` variables
 //! (`make test` sets them).
 
-#[allow(unused_macros)]
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::*;
 use mysql::prelude::Queryable;
+use testkit::env::{
+    backend_env, free_port, low_memlock_wrapper, ringgate_bin, scratch_dir, set_mode, users_file,
+    APP_PASSWORD, APP_USER,
+};
+use testkit::mysql_client::mysql_error_code;
+use testkit::proxy::{Mode, Proxy, ProxyOpts};
+use testkit::tail;
 
 fn run(cmd: &mut Command) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"))

@@ -2,18 +2,23 @@
 //!
 //! Run through `make test` (it starts the sandbox and exports `RINGGATE_TEST_*`). Every
 //! scenario runs twice, as `<scenario>::fixed` and `<scenario>::heap`, and ends with the
-//! leak checks of [`common::Proxy::assert_settled`].
-
-#[macro_use]
-mod common;
+//! leak checks of [`testkit::proxy::Proxy::assert_settled`].
 
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::*;
 use mysql::prelude::*;
 use mysql::{Conn, Row, Value};
+use testkit::both_modes;
+use testkit::env::{
+    find_in_path, low_memlock_wrapper, ringgate_bin, scratch_dir, set_mode, users_file,
+    APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER, TEST_DB,
+};
+use testkit::mysql_client::{mysql_error_code, mysql_error_message};
+use testkit::procfs::{io_uring_user_bufs, rss_bytes};
+use testkit::proxy::{Mode, Proxy, ProxyOpts};
+use testkit::tail;
 
 const MIB: usize = 1024 * 1024;
 
@@ -21,16 +26,6 @@ fn q_one<T: FromRow>(conn: &mut Conn, sql: &str) -> T {
     conn.query_first::<T, _>(sql)
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
         .unwrap_or_else(|| panic!("{sql}: no row"))
-}
-
-/// VmRSS of `pid` in KiB.
-fn proc_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
 }
 
 fn table_name(base: &str, mode: Mode) -> String {
@@ -108,14 +103,14 @@ fn large_rows(mode: Mode) {
         // 64 MiB: the proxy forwards the row as it comes and never holds it,
         // so its RSS stays flat (large-result reads use at most 16 buffers
         // of --large-read-size per worker, whatever the row size).
-        let rss_before = proc_rss_kib(proxy.pid());
+        let rss_before = rss_bytes(proxy.pid()) / 1024;
         // (64 MiB less 64 KiB: the row packet must fit max_allowed_packet, 64M on both ends.)
         let big = 64 * MIB - 64 * 1024;
         let s: Vec<u8> = q_one(&mut conn, &format!("SELECT REPEAT('w', {big})"));
         assert_eq!(s.len(), big, "row of 64 MiB");
         assert!(s.iter().all(|&b| b == b'w'), "row of 64 MiB is corrupted");
         drop(s);
-        let rss_after = proc_rss_kib(proxy.pid());
+        let rss_after = rss_bytes(proxy.pid()) / 1024;
         assert!(
             rss_after < rss_before + 8 * 1024,
             "proxy RSS grew from {rss_before} KiB to {rss_after} KiB over a 64 MiB row"
@@ -831,44 +826,4 @@ fn fixed_buffers_fall_back_to_heap_without_memlock() {
     proxy.assert_settled(base, 1);
     drop(proxy);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-// ---------------------------------------------------------------------------------------------
-// The harness itself
-// ---------------------------------------------------------------------------------------------
-
-#[test]
-fn metrics_parser_reads_prometheus_text() {
-    let text = "# HELP ringgate_read_buffers_total Read buffers.\n\
-                # TYPE ringgate_read_buffers_total gauge\n\
-                ringgate_read_buffers_total{mode=\"fixed\"} 2048\n\
-                ringgate_read_buffers_in_use{owner=\"client\"} 0\n\
-                ringgate_backend_connections{state=\"idle\",pool=\"a\"} 3 1700000000000\n\
-                ringgate_commands_total 1.5e3\n\
-                ringgate_connect_duration_seconds_bucket{le=\"+Inf\"} 7\n\
-                ringgate_weird{a=\"x,}y\"} NaN\n";
-    let m = Metrics::parse(text);
-    assert_eq!(
-        m.get(r#"ringgate_read_buffers_total{mode="fixed"}"#),
-        2048.0
-    );
-    assert_eq!(
-        m.get(r#"ringgate_read_buffers_in_use{owner="client"}"#),
-        0.0
-    );
-    assert_eq!(
-        m.get(r#"ringgate_backend_connections{pool="a",state="idle"}"#),
-        3.0
-    );
-    assert_eq!(
-        m.get(r#"ringgate_backend_connections{state="idle", pool="a"}"#),
-        3.0
-    );
-    assert_eq!(m.get("ringgate_commands_total"), 1500.0);
-    assert_eq!(
-        m.get(r#"ringgate_connect_duration_seconds_bucket{le="+Inf"}"#),
-        7.0
-    );
-    assert!(m.get(r#"ringgate_weird{a="x,}y"}"#).is_nan());
-    assert!(m.try_get("ringgate_missing").is_none());
 }

@@ -1,13 +1,9 @@
 //! Hardening (issue 5): timeouts, limits, malformed input, client faults, backend faults and fd
 //! exhaustion. Every scenario runs against the real `ringgate` binary and ends with the leak
-//! checks of `relsupport::assert_no_leaks` (no buffer slot, backend connection or fd left
+//! checks of `testkit::leaks::assert_no_leaks` (no buffer slot, backend connection or fd left
 //! behind). Tests that stop or kill the backend run their own MariaDB
-//! (`relsupport::OwnMariaDb`), never the shared sandbox. What each test proves is written in
+//! (`testkit::own_mariadb::OwnMariaDb`), never the shared sandbox. What each test proves is written in
 //! docs/reliability.md.
-
-#[macro_use]
-mod common;
-mod relsupport;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -16,10 +12,22 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{mysql_error_code, mysql_error_message, tail, Mode, Proxy, ProxyOpts};
 use mysql::prelude::Queryable;
 use mysql::Conn;
-use relsupport::*;
+use testkit::both_modes;
+use testkit::children::signal;
+use testkit::env::unique_marker;
+use testkit::general_log::GeneralLog;
+use testkit::leaks::{assert_no_leaks, baseline};
+use testkit::mysql_client::{mysql_error_code, mysql_error_message};
+use testkit::own_mariadb::OwnMariaDb;
+use testkit::procfs::{cpu_ticks, proc_state, tcp_queues};
+use testkit::proxy::{log_count, quick_opts, wait_until, Mode, Proxy, ProxyOpts};
+use testkit::rawclient::{
+    closed_within, err_code, frame, half_close, hello_payload, raw_connect, raw_login, raw_query,
+    read_greeting, read_packet, read_response, reset_close, write_packet, RAW_CAPS,
+};
+use testkit::tail;
 
 fn opts(mode: Mode, extra: &[&str]) -> ProxyOpts {
     let mut o = ProxyOpts::new(mode);
@@ -825,7 +833,7 @@ fn backend_that_accepts_then_stalls() {
         }
     });
     let mut o = opts(Mode::Fixed, &["--backend-connect-timeout", "1s"]);
-    let mut env = common::backend_env();
+    let mut env = testkit::env::backend_env();
     env.port = port;
     o.backend_override = Some(env);
     let mut proxy = Proxy::start_with(o);

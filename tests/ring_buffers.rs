@@ -3,18 +3,14 @@
 //! missing kernel feature falls back with one clear log line. The probes are forced to fail
 //! with the debug knob `RINGGATE_DEBUG_PROBE_FAIL` (src/ring/fault.rs).
 
-#[allow(unused_macros)] // both_modes!: these scenarios are ring mode's own
-#[macro_use]
-mod common;
-mod relsupport;
-
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::{tail, Mode, Proxy, ProxyOpts};
 use mysql::prelude::Queryable;
 use mysql::Conn;
-use relsupport::*;
+use testkit::leaks::{assert_no_leaks, baseline};
+use testkit::proxy::{Mode, Proxy, ProxyOpts};
+use testkit::tail;
 
 const MIB: usize = 1024 * 1024;
 
@@ -44,7 +40,7 @@ fn tiny_ring_under_load(pooling: &str) {
     let plain0 = m.get("ringgate_read_buffer_heap_fallbacks_total");
     let opts = proxy
         .app_opts()
-        .db_name(Some(common::TEST_DB))
+        .db_name(Some(testkit::env::TEST_DB))
         .read_timeout(Some(Duration::from_secs(60)))
         .write_timeout(Some(Duration::from_secs(60)));
     let start = Arc::new(Barrier::new(CLIENTS));
@@ -306,7 +302,7 @@ fn a_receive_kept_across_the_park_ends_before_the_pool_or_a_compressed_client_re
     o.extra_args = vec!["--pooling".into(), "transaction".into()];
     let mut proxy = Proxy::start_with(o);
     let base = baseline(&mut proxy);
-    let default_tz: String = common::direct_conn()
+    let default_tz: String = testkit::mysql_client::direct_conn()
         .query_first("SELECT @@global.time_zone")
         .unwrap()
         .unwrap();
@@ -316,7 +312,7 @@ fn a_receive_kept_across_the_park_ends_before_the_pool_or_a_compressed_client_re
         "+01:00"
     };
     let m0 = proxy.metrics();
-    let counter = |m: &common::Metrics, name: &str| m.get(name);
+    let counter = |m: &testkit::prometheus::Metrics, name: &str| m.get(name);
     let opts = proxy
         .app_opts()
         .read_timeout(Some(Duration::from_secs(10)))

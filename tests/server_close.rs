@@ -10,17 +10,19 @@
 //! only one, and ends with the leak checks; and with `--pooling session`, where an idle client
 //! holds its backend connection (in transaction pooling, the default, it holds none to lose).
 
-#[macro_use]
-mod common;
-mod relsupport;
-
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{Mode, Proxy, ProxyOpts};
 use mysql::prelude::Queryable;
-use relsupport::*;
+use testkit::both_modes;
+use testkit::leaks::{assert_no_leaks, baseline};
+use testkit::mysql_client::backend_admin;
+use testkit::own_mariadb::OwnMariaDb;
+use testkit::proxy::{log_count, quick_opts, wait_until, Mode, Proxy, ProxyOpts};
+use testkit::rawclient::{
+    err_code, raw_login, raw_query, raw_query_value, read_packet, write_packet,
+};
 
 /// One worker, one pooled backend connection, session pooling.
 fn one_backend_opts(mode: Mode) -> ProxyOpts {
@@ -108,8 +110,12 @@ fn wait_timeout_expires(mode: Mode) {
     let mut s = raw_login(proxy.port);
     raw_query(&mut s, "SET SESSION wait_timeout=1").expect("SET wait_timeout");
     // Silent from here on: the server gives up after 1 s and closes.
-    let end = wait_for_end(&mut s, Duration::from_secs(4))
-        .unwrap_or_else(|e| panic!("{e}\n--- stderr ---\n{}", common::tail(&proxy.stderr(), 20)));
+    let end = wait_for_end(&mut s, Duration::from_secs(4)).unwrap_or_else(|e| {
+        panic!(
+            "{e}\n--- stderr ---\n{}",
+            testkit::tail(&proxy.stderr(), 20)
+        )
+    });
     assert_nothing_or_one_err(&end.bytes);
     assert!(
         end.after >= Duration::from_millis(900),
@@ -153,8 +159,12 @@ fn kill_connection(mode: Mode) {
     backend_admin()
         .query_drop(format!("KILL CONNECTION {thread}"))
         .expect("KILL CONNECTION on the server");
-    let end = wait_for_end(&mut s, Duration::from_secs(1))
-        .unwrap_or_else(|e| panic!("{e}\n--- stderr ---\n{}", common::tail(&proxy.stderr(), 20)));
+    let end = wait_for_end(&mut s, Duration::from_secs(1)).unwrap_or_else(|e| {
+        panic!(
+            "{e}\n--- stderr ---\n{}",
+            testkit::tail(&proxy.stderr(), 20)
+        )
+    });
     assert_nothing_or_one_err(&end.bytes);
     eprintln!(
         "KILL: the client saw the end {:?} after the kill",
@@ -297,7 +307,7 @@ fn an_err_the_server_sends_before_closing_reaches_the_idle_client() {
         }
     });
     let mut o = one_backend_opts(Mode::Fixed);
-    let mut env = common::backend_env();
+    let mut env = testkit::env::backend_env();
     env.port = port;
     env.socket = None;
     o.backend_override = Some(env);
@@ -307,8 +317,12 @@ fn an_err_the_server_sends_before_closing_reaches_the_idle_client() {
     let mut s = raw_login(proxy.port);
     raw_query(&mut s, &format!("SELECT '{ARM}'")).expect("the arming query");
     // Silent from here: the ERR arrives, whole, and then the end.
-    let end = wait_for_end(&mut s, Duration::from_secs(3))
-        .unwrap_or_else(|e| panic!("{e}\n--- stderr ---\n{}", common::tail(&proxy.stderr(), 20)));
+    let end = wait_for_end(&mut s, Duration::from_secs(3)).unwrap_or_else(|e| {
+        panic!(
+            "{e}\n--- stderr ---\n{}",
+            testkit::tail(&proxy.stderr(), 20)
+        )
+    });
     assert_nothing_or_one_err(&end.bytes);
     assert!(!end.bytes.is_empty(), "the server's ERR was not forwarded");
     assert_eq!(end.bytes[3], 0, "sequence id as the server sent it");
@@ -342,15 +356,19 @@ fn server_shutdown_reaches_an_idle_client() {
     let base = proxy.connections_total();
     let mut s = raw_login(proxy.port);
     raw_query(&mut s, "DO 1").expect("a query before the shutdown");
-    let cli = common::find_in_path("mariadb").expect("mariadb client");
+    let cli = testkit::env::find_in_path("mariadb").expect("mariadb client");
     // The issuing session itself may be cut by the shutdown: its exit status says nothing.
     let _ = std::process::Command::new(cli)
         .args(["--no-defaults", "-uroot", "-S"])
         .arg(db.dir.join("mysqld.sock"))
         .args(["-e", "SHUTDOWN"])
         .output();
-    let end = wait_for_end(&mut s, Duration::from_secs(2))
-        .unwrap_or_else(|e| panic!("{e}\n--- stderr ---\n{}", common::tail(&proxy.stderr(), 20)));
+    let end = wait_for_end(&mut s, Duration::from_secs(2)).unwrap_or_else(|e| {
+        panic!(
+            "{e}\n--- stderr ---\n{}",
+            testkit::tail(&proxy.stderr(), 20)
+        )
+    });
     assert_nothing_or_one_err(&end.bytes);
     eprintln!("SHUTDOWN: the client saw the end {:?} after it", end.after);
     proxy.assert_running();

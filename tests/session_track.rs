@@ -9,19 +9,16 @@
 //! With RINGGATE_RECORD_OKS=<file> the test also writes every OK payload as a hex line
 //! (`label hex`): that is how src/mysql/testdata/session-track-oks.txt was made.
 
-#[allow(unused_macros)]
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::backend_env;
 use wire::auth::native_token;
 use wire::constants::*;
 use wire::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
 use wire::lexer::{classify, Class, LexOptions, Pin};
 use wire::ok_packet::{parse_ok, OkInfo, StateChange};
+use testkit::env::backend_env;
 
 const CAPS: u32 = CLIENT_LONG_PASSWORD
     | CLIENT_LONG_FLAG

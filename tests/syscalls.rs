@@ -3,11 +3,9 @@
 //! divides by commands), the registered ring fd and its forced fallback, and `--busy-poll-us`,
 //! which must serve every query exactly as without it while sleeping in the kernel less.
 
-#[macro_use]
-mod common;
-
-use common::{Mode, Proxy, ProxyOpts};
 use mysql::prelude::Queryable;
+use testkit::both_modes;
+use testkit::proxy::{Mode, Proxy, ProxyOpts};
 
 const QUERIES: usize = 400;
 

@@ -6,25 +6,24 @@
 //! Every test runs the real `ringgate` binary in front of the sandbox MariaDB and ends with a
 //! leak check; what each proves is listed in docs/reliability.md.
 
-#[macro_use]
-mod common;
-mod relsupport;
-
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::{
-    backend_env, direct_conn, tail, Metrics, Mode, Proxy, ProxyOpts, APP_PASSWORD, APP_USER,
-    HASHED_PASSWORD, HASHED_USER,
-};
 use mysql::consts::CapabilityFlags;
 use mysql::prelude::Queryable;
 use mysql::Conn;
-use relsupport::*;
 use wire::auth::native_token;
 use wire::constants::*;
 use wire::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
+use testkit::both_modes;
+use testkit::env::{backend_env, APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER};
+use testkit::leaks::{assert_no_leaks, baseline};
+use testkit::mysql_client::direct_conn;
+use testkit::prometheus::Metrics;
+use testkit::proxy::{quick_opts, wait_until, Mode, Proxy, ProxyOpts};
+use testkit::rawclient::{closed_within, read_packet, write_packet, RAW_CAPS};
+use testkit::tail;
 
 const IDLE: &str = r#"ringgate_backend_connections{state="idle"}"#;
 const BUSY: &str = r#"ringgate_backend_connections{state="busy"}"#;
@@ -92,7 +91,7 @@ fn fixed_pool_exhaustion_falls_back_to_heap_and_every_slot_comes_back() {
                     ok.then_some(())
                         .ok_or_else(|| format!("session {n}: wrong results"))
                 };
-                let conn = Conn::new(opts.db_name(Some(common::TEST_DB)));
+                let conn = Conn::new(opts.db_name(Some(testkit::env::TEST_DB)));
                 let mut conn = match conn {
                     Ok(c) => c,
                     Err(e) => {
@@ -242,7 +241,10 @@ fn backend_limit_evicts_an_idle_connection_of_another_key() {
             "CREATE TABLE {table} (id INT PRIMARY KEY, v INT); INSERT INTO {table} VALUES (1, 1)"
         ))
         .unwrap();
-    let update = format!("UPDATE {}.{table} SET v = 1 WHERE id = 1", common::TEST_DB);
+    let update = format!(
+        "UPDATE {}.{table} SET v = 1 WHERE id = 1",
+        testkit::env::TEST_DB
+    );
 
     let mut proxy = Proxy::start_with(one_backend_opts("10s"));
     let base = baseline(&mut proxy);
@@ -491,7 +493,7 @@ impl DeprecateEofClient {
             charset: UTF8MB4_GENERAL_CI,
             username: APP_USER.into(),
             auth_response: native_token(APP_PASSWORD.as_bytes(), &greeting.scramble),
-            database: Some(common::TEST_DB.into()),
+            database: Some(testkit::env::TEST_DB.into()),
             auth_plugin: Some("mysql_native_password".into()),
             connect_attrs: vec![],
         });

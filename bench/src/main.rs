@@ -44,7 +44,7 @@ mod load;
 mod measure;
 mod model;
 mod procs;
-mod rawclient;
+use testkit::rawclient;
 mod report;
 mod run;
 mod scenarios;
