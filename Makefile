@@ -96,7 +96,7 @@ test-session:
 fuzz:
 	scripts/fuzz.sh
 
-# The full 60 s chaos test (tests/chaos.rs) against a private MariaDB it starts and restarts.
+# The full 60 s chaos test (tests/faults_under_load.rs) against a private MariaDB it starts and restarts.
 # CHAOS_SECONDS / CHAOS_MODE=heap override. Needs the sandbox env (as make test sets it).
 chaos:
 	scripts/reliability.sh chaos

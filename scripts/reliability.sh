@@ -39,7 +39,7 @@ export RUST_LOG="${RUST_LOG:-warn}"
 
 case "$what" in
 chaos)
-    CHAOS_LATENCY_CHECK=1 CHAOS_SECONDS="${CHAOS_SECONDS:-60}" cargo test --release --test chaos -- --nocapture
+    CHAOS_LATENCY_CHECK=1 CHAOS_SECONDS="${CHAOS_SECONDS:-60}" cargo test --release --test faults_under_load -- --nocapture
     ;;
 mem)
     cargo test --release --test memory -- --ignored --nocapture

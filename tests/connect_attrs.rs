@@ -1,4 +1,4 @@
-//! Connection attributes reach the backend (issue 11, item 8): a backend connection opened for
+//! Connection attributes reach the backend: a backend connection opened for
 //! a client logs in with that client's attributes (program name, pid, connector) behind
 //! ringgate's marker and the client's address, bounded to what the server keeps by default, so
 //! `performance_schema.session_connect_attrs` names the program. Attributes are fixed at the

@@ -1,4 +1,4 @@
-//! Failure injection (issue 10): the real `ringgate` binary with the ring's
+//! Failure injection: the real `ringgate` binary with the ring's
 //! debug knobs. `RINGGATE_FAULT_INJECT=ebusy=N` makes every Nth
 //! io_uring_enter act as EBUSY (the reap-into-backlog path),
 //! `RINGGATE_DEBUG_CQ_ENTRIES=2` makes the kernel's CQ overflow constantly,

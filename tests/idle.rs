@@ -1,8 +1,8 @@
-//! Idle connections hold no read buffer (issue 13 items 2 and 6, issue 12's idle tests).
+//! Idle connections hold no read buffer.
 //!
 //! Many logged-in clients sit idle through ringgate; the metrics must show that they hold no
 //! read buffer (ring buffers, fixed slots and heap buffers in use stay near zero, no heap
-//! fallback), the proxy's RSS per idle client must stay within the issue's bounds, every
+//! fallback), the proxy's RSS per idle client must stay within its bounds, every
 //! connection must still answer a query afterwards, and once they all close (a churn of N
 //! connections) slots, ring buffers, fds and backend connections are back at their baseline.
 //!
@@ -24,9 +24,9 @@ use testkit::rlimit::{hard_nofile, raise_nofile};
 /// vectors doubling, the metrics scrape), allowed once per measurement.
 const FIXED_SLACK: f64 = 1024.0 * 1024.0;
 
-/// Issue 13 item 6: RSS per idle client in transaction pooling (the ring not included).
+/// RSS per idle client in transaction pooling (the ring not included).
 const TX_BOUND: f64 = 2048.0;
-/// Issue 13 item 6: RSS per idle client *and its backend connection* in session pooling.
+/// RSS per idle client *and its backend connection* in session pooling.
 const SESSION_BOUND: f64 = 4096.0;
 
 fn clients_wanted(default: usize) -> usize {
@@ -262,7 +262,7 @@ fn fixed_mode_idle_clients_in_transaction_pooling_hold_no_slot() {
     );
 }
 
-/// Issue 13 item 2, the backend half: in session pooling every idle client keeps its backend
+/// Idle sessions hold no slot, the backend half: in session pooling every idle client keeps its backend
 /// connection, and in fixed mode neither of them holds a slot between commands: the relay's
 /// watching read of the backend waits on a poll of its socket. 300 sessions on 2 x 128 slots:
 /// a backend connection that held its slot would show as a slot in use, and those beyond the
@@ -278,7 +278,7 @@ fn fixed_mode_idle_sessions_hold_no_slot() {
     );
 }
 
-/// Issue 13 item 2: slot exhaustion never fails and never queues. One worker with 8 slots and
+/// Slot exhaustion never fails and never queues. One worker with 8 slots and
 /// 32 clients running queries at once, in transaction pooling on up to 4 backend connections:
 /// a readable client or backend connection that finds no free slot reads into a heap buffer at
 /// once (the wait counter rises; a queue would wait on the busy connections, which keep their
@@ -350,7 +350,7 @@ fn slot_exhaustion(transaction: bool) {
     assert_no_leaks(&mut proxy, &base, CLIENTS as u64);
 }
 
-/// Issue 12's `idle-10k` and issue 13 item 6 side by side: the same N idle clients (10,000 by
+/// The bench's `idle-10k` and the RSS bounds side by side: the same N idle clients (10,000 by
 /// default) in transaction pooling through fixed, ring and heap, one after the other in one
 /// run, with RSS per idle client (the registered region excluded: it is in the baseline) and
 /// pinned memory. `make mem` runs it; the table goes to stderr.
@@ -412,7 +412,7 @@ fn login_from(port: u16, src: std::net::Ipv4Addr) -> std::io::Result<TcpStream> 
     Ok(s)
 }
 
-/// Issue 12's `idle-max`: how many idle clients one box holds (ring mode, transaction
+/// The bench's `idle-max`: how many idle clients one box holds (ring mode, transaction
 /// pooling) while the rest keep being served: one client runs a query after every 5,000
 /// logins. Aims at IDLE_MAX (default 100,000) clients from 127.0.0.2.. (20,000 per address),
 /// stops at the first failure and reports the figure and the error. `make mem` does not run

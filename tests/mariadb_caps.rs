@@ -1,4 +1,4 @@
-//! In front of MariaDB, ringgate presents as MariaDB (issue 11, item 5): its greeting clears
+//! In front of MariaDB, ringgate presents as MariaDB: its greeting clears
 //! CLIENT_MYSQL and offers the backend's extended capabilities, each client gets the ones it
 //! chose negotiated on its backend connection (they are in the pool key), and the response
 //! tracker follows what they change. Every test runs the real `ringgate` binary in front of the

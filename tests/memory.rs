@@ -1,4 +1,4 @@
-//! Memory per connection (issue 5): 2,000 concurrent idle sessions through ringgate, with its
+//! Memory per connection: 2,000 concurrent idle sessions through ringgate, with its
 //! RSS (VmRSS) measured before and after. Ignored by default (it opens ~4,000 sockets and takes
 //! a while); `make mem` runs it:
 //!

@@ -368,7 +368,7 @@ fn json_logs_are_one_object_per_line_without_secrets() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A second instance on the same port (defect 12) and a failed worker (defect 11)
+// A second instance on the same port, and a failed worker
 // ---------------------------------------------------------------------------------------------
 
 /// Starts `cmd` with stderr captured and waits until it exits or `timeout` passes (then it is

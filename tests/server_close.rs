@@ -1,10 +1,10 @@
-//! Issue 11, item 7: when the server closes a leased backend connection between commands
+//! When the server closes a leased backend connection between commands
 //! (wait_timeout, KILL CONNECTION, shutdown), the client sees its connection end promptly,
 //! with the server's ERR packet if one was sent, without sending anything itself.
 //!
-//! MariaDB 10.11 sends no ERR in these cases (wait_timeout: an RST; KILL: a plain FIN; see
-//! /work/shared/notes/mysql-protocol-facts.md), so the client must see a bare end. The relay's
-//! handling of an ERR that does arrive is covered by its unit tests (src/proxy/relay_tests.rs).
+//! MariaDB 10.11 sends no ERR in these cases (wait_timeout: an RST; KILL: a plain FIN), so the
+//! client must see a bare end. The relay's handling of an ERR that does arrive is covered by
+//! its unit tests.
 //!
 //! Every scenario runs with `--workers 1 --backend-pool-size 1` so the killed connection is the
 //! only one, and ends with the leak checks; and with `--pooling session`, where an idle client

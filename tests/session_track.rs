@@ -1,10 +1,9 @@
 //! What MariaDB 10.11 reports in its OK packets' session-state blocks, checked against the real
-//! sandbox server (issue 12: transaction pooling takes session state from the server). A raw
+//! sandbox server (transaction pooling takes session state from the server). A raw
 //! client logs in direct (no proxy) with CLIENT_SESSION_TRACK and DEPRECATE_EOF, turns the four
 //! trackers on as a pooled backend connection would, runs the statements whose tracking matters
 //! for multiplexing, and decodes every final OK with `mysql::ok_packet::parse_ok`. Each
-//! assertion is one fact written down in /work/shared/notes/multiplexing-facts.md and relied on
-//! by the pooling code; the lexer classification of each statement is checked alongside.
+//! assertion is one fact the pooling code relies on; the lexer classification of each statement is checked alongside.
 //!
 //! With RINGGATE_RECORD_OKS=<file> the test also writes every OK payload as a hex line
 //! (`label hex`): that is how src/mysql/testdata/session-track-oks.txt was made.

@@ -24,6 +24,8 @@ pub mod rlimit;
 #[cfg(feature = "mysql")]
 pub mod general_log;
 #[cfg(feature = "mysql")]
+pub mod good_client;
+#[cfg(feature = "mysql")]
 pub mod leaks;
 #[cfg(feature = "mysql")]
 pub mod mysql_client;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sha1::{Digest, Sha1};
 
-use super::packet::{err_text, raw_connect, read_packet, write_packet};
+use super::packet::{err_text, read_packet, write_packet};
 use crate::env::{APP_PASSWORD, APP_USER};
 
 const CLIENT_LONG_PASSWORD: u32 = 1;
@@ -71,14 +71,35 @@ pub fn scramble_of(g: &[u8]) -> Result<Vec<u8>, String> {
     Ok(s)
 }
 
+/// The auth plugin the raw clients log in with.
+pub const NATIVE: &str = "mysql_native_password";
+
 /// HandshakeResponse41 for mysql_native_password with `caps` (CLIENT_CONNECT_WITH_DB added
 /// when `db` is given).
 pub fn hello(caps: u32, scramble: &[u8], user: &str, password: &str, db: Option<&str>) -> Vec<u8> {
+    let token = native_token(password.as_bytes(), scramble);
+    handshake_response(caps, user, NATIVE, &token, db)
+}
+
+/// HandshakeResponse41 with the given capabilities, plugin and auth data (collation
+/// utf8mb4_general_ci, no schema).
+pub fn hello_with(caps: u32, user: &str, plugin: &str, auth_response: Vec<u8>) -> Vec<u8> {
+    handshake_response(caps, user, plugin, &auth_response, None)
+}
+
+/// HandshakeResponse41: 4.1, secure connection and plugin auth always, CLIENT_CONNECT_WITH_DB
+/// with a schema; 1 GiB max packet, utf8mb4_general_ci.
+fn handshake_response(
+    caps: u32,
+    user: &str,
+    plugin: &str,
+    token: &[u8],
+    db: Option<&str>,
+) -> Vec<u8> {
     let mut caps = caps | CLIENT_PROTOCOL_41 | CLIENT_SECURE_CONNECTION | CLIENT_PLUGIN_AUTH;
     if db.is_some() {
         caps |= CLIENT_CONNECT_WITH_DB;
     }
-    let token = native_token(password.as_bytes(), scramble);
     let mut p = Vec::with_capacity(96);
     p.extend_from_slice(&caps.to_le_bytes());
     p.extend_from_slice(&(1u32 << 30).to_le_bytes());
@@ -87,12 +108,13 @@ pub fn hello(caps: u32, scramble: &[u8], user: &str, password: &str, db: Option<
     p.extend_from_slice(user.as_bytes());
     p.push(0);
     p.push(token.len() as u8);
-    p.extend_from_slice(&token);
+    p.extend_from_slice(token);
     if let Some(db) = db {
         p.extend_from_slice(db.as_bytes());
         p.push(0);
     }
-    p.extend_from_slice(b"mysql_native_password\0");
+    p.extend_from_slice(plugin.as_bytes());
+    p.push(0);
     p
 }
 
@@ -106,6 +128,57 @@ pub fn read_greeting(s: &mut TcpStream) -> Vec<u8> {
     let (seq, g) = read_packet(s).expect("read greeting");
     assert_eq!(seq, 0, "greeting sequence id");
     scramble_of(&g).expect("parse greeting")
+}
+
+/// A TCP connection to 127.0.0.1:`port` with 10 s read and write timeouts and no Nagle delay;
+/// panics when the connect fails.
+pub fn raw_connect(port: u16) -> TcpStream {
+    connect_to(&format!("127.0.0.1:{port}"), Duration::from_secs(10))
+}
+
+/// A TCP connection to `addr` (5 s to connect) with `io_timeout` on every read and write and no
+/// Nagle delay: a read that blocks longer fails the test instead of hanging it.
+pub fn connect_to(addr: &str, io_timeout: Duration) -> TcpStream {
+    let addr: SocketAddr = addr.parse().expect("socket address");
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(io_timeout))
+        .and_then(|_| s.set_write_timeout(Some(io_timeout)))
+        .and_then(|_| s.set_nodelay(true))
+        .unwrap_or_else(|e| panic!("socket options on the connection to {addr}: {e}"));
+    s
+}
+
+/// Logs in to `addr` with mysql_native_password and `caps` (5 s I/O timeouts); panics unless
+/// the answer is OK.
+pub fn login_with_caps(addr: &str, user: &str, password: &str, caps: u32) -> TcpStream {
+    let mut s = connect_to(addr, Duration::from_secs(5));
+    let scramble = read_greeting(&mut s);
+    let token = native_token(password.as_bytes(), &scramble);
+    write_packet(&mut s, 1, &hello_with(caps, user, NATIVE, token)).expect("send the login");
+    let (_, ok) = read_packet(&mut s).expect("read the login reply");
+    assert_eq!(
+        ok.first(),
+        Some(&0x00),
+        "login of {user} at {addr} refused: {}",
+        String::from_utf8_lossy(&ok)
+    );
+    s
+}
+
+/// The salt of an AuthSwitchRequest payload (0xFE, plugin name, NUL, salt, NUL); panics unless
+/// it switches to mysql_native_password.
+pub fn switch_salt(switch: &[u8]) -> Vec<u8> {
+    assert_eq!(
+        switch.first(),
+        Some(&0xFE),
+        "want an AuthSwitchRequest: {switch:?}"
+    );
+    let body = &switch[1..];
+    let nul = body.iter().position(|&b| b == 0).expect("a plugin name");
+    assert_eq!(&body[..nul], NATIVE.as_bytes(), "switched to {NATIVE}");
+    let salt = &body[nul + 1..];
+    salt.strip_suffix(&[0]).unwrap_or(salt).to_vec()
 }
 
 /// A logged-in raw session as `app`, or None when the proxy answers anything but OK (e.g. ERR

@@ -5,18 +5,6 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
-/// A TCP connection to 127.0.0.1:`port` with 10 s read and write timeouts and no Nagle delay;
-/// panics when the connect fails.
-pub fn raw_connect(port: u16) -> TcpStream {
-    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to ringgate");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("set the read timeout");
-    s.set_write_timeout(Some(Duration::from_secs(10)))
-        .expect("set the write timeout");
-    s.set_nodelay(true).expect("set TCP_NODELAY");
-    s
-}
-
 /// Reads one physical packet: (sequence id, payload).
 pub fn read_packet(s: &mut TcpStream) -> io::Result<(u8, Vec<u8>)> {
     let mut h = [0u8; 4];
@@ -90,6 +78,21 @@ pub fn closed_within(s: &mut TcpStream, within: Duration) -> Result<Duration, St
             ));
         }
     }
+}
+
+/// Expects one ERR packet with `code` (and sequence id `seq`), then the connection closed.
+pub fn expect_err_then_close(s: &mut TcpStream, code: u16, seq: u8, what: &str) {
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("set the read timeout");
+    let (got_seq, p) = read_packet(s).unwrap_or_else(|e| panic!("{what}: no ERR packet: {e}"));
+    assert_eq!(
+        err_code(&p),
+        Some(code),
+        "{what}: want ERR {code}, got {:?}",
+        String::from_utf8_lossy(&p)
+    );
+    assert_eq!(got_seq, seq, "{what}: ERR sequence id");
+    closed_within(s, Duration::from_secs(5)).unwrap_or_else(|e| panic!("{what}: {e}"));
 }
 
 /// SO_LINGER 0 then close: the peer gets an RST.
