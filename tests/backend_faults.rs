@@ -21,12 +21,6 @@ use testkit::proxy::{quick_opts, wait_until, Mode, Proxy, ProxyOpts};
 use testkit::rawclient::{frame, raw_login, raw_query};
 use testkit::tail;
 
-fn opts(mode: Mode, extra: &[&str]) -> ProxyOpts {
-    let mut o = ProxyOpts::new(mode);
-    o.extra_args = extra.iter().map(|s| s.to_string()).collect();
-    o
-}
-
 fn discarded(p: &Proxy) -> f64 {
     p.metrics().get("ringgate_backend_discarded_total")
 }
@@ -36,7 +30,7 @@ fn discarded(p: &Proxy) -> f64 {
 // ---------------------------------------------------------------------------------------------
 
 fn own_opts(mode: Mode, db: &OwnMariaDb, extra: &[&str]) -> ProxyOpts {
-    let mut o = opts(mode, extra);
+    let mut o = ProxyOpts::with_args(mode, extra);
     o.backend_override = Some(db.env());
     o
 }
@@ -224,7 +218,7 @@ fn backend_that_accepts_then_stalls() {
             }
         }
     });
-    let mut o = opts(Mode::Fixed, &["--backend-connect-timeout", "1s"]);
+    let mut o = ProxyOpts::with_args(Mode::Fixed, &["--backend-connect-timeout", "1s"]);
     let mut env = testkit::env::backend_env();
     env.port = port;
     o.backend_override = Some(env);

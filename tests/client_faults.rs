@@ -17,12 +17,6 @@ use testkit::rawclient::{
     RAW_CAPS,
 };
 
-fn opts(mode: Mode, extra: &[&str]) -> ProxyOpts {
-    let mut o = ProxyOpts::new(mode);
-    o.extra_args = extra.iter().map(|s| s.to_string()).collect();
-    o
-}
-
 fn discarded(p: &Proxy) -> f64 {
     p.metrics().get("ringgate_backend_discarded_total")
 }
@@ -32,7 +26,7 @@ fn discarded(p: &Proxy) -> f64 {
 // ---------------------------------------------------------------------------------------------
 
 fn malformed_clients(mode: Mode) {
-    let mut proxy = Proxy::start_with(opts(mode, &["--handshake-timeout", "1s"]));
+    let mut proxy = Proxy::start_with(ProxyOpts::with_args(mode, &["--handshake-timeout", "1s"]));
     let base = baseline(&mut proxy);
     let good = GoodClient::spawn(&proxy);
     let port = proxy.port;

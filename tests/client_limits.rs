@@ -18,12 +18,6 @@ use testkit::rawclient::{
     read_packet, write_packet,
 };
 
-fn opts(mode: Mode, extra: &[&str]) -> ProxyOpts {
-    let mut o = ProxyOpts::new(mode);
-    o.extra_args = extra.iter().map(|s| s.to_string()).collect();
-    o
-}
-
 fn discarded(p: &Proxy) -> f64 {
     p.metrics().get("ringgate_backend_discarded_total")
 }
@@ -33,7 +27,7 @@ fn discarded(p: &Proxy) -> f64 {
 // ---------------------------------------------------------------------------------------------
 
 fn max_connections(mode: Mode) {
-    let mut o = opts(mode, &[]);
+    let mut o = ProxyOpts::with_args(mode, &[]);
     o.max_connections = 3;
     let mut proxy = Proxy::start_with(o);
     let base = baseline(&mut proxy);
@@ -78,7 +72,10 @@ both_modes!(max_connections_3, max_connections);
 // ---------------------------------------------------------------------------------------------
 
 fn max_packet(mode: Mode) {
-    let mut proxy = Proxy::start_with(opts(mode, &["--max-packet-size", "1048576"]));
+    let mut proxy = Proxy::start_with(ProxyOpts::with_args(
+        mode,
+        &["--max-packet-size", "1048576"],
+    ));
     let base = baseline(&mut proxy);
     let good = GoodClient::spawn(&proxy);
     let disc0 = discarded(&proxy);
@@ -131,7 +128,7 @@ both_modes!(max_packet_size, max_packet);
 fn idle_timeout(mode: Mode) {
     // Session pooling: the busy session keeps its backend connection between commands, and the
     // idle one's goes back to the pool when it is closed.
-    let mut proxy = Proxy::start_with(opts(
+    let mut proxy = Proxy::start_with(ProxyOpts::with_args(
         mode,
         &["--idle-timeout", "1s", "--pooling", "session"],
     ));
@@ -185,7 +182,10 @@ both_modes!(idle_timeout_1s, idle_timeout);
 // ---------------------------------------------------------------------------------------------
 
 fn client_write_timeout(mode: Mode) {
-    let mut proxy = Proxy::start_with(opts(mode, &["--client-write-timeout", "1s"]));
+    let mut proxy = Proxy::start_with(ProxyOpts::with_args(
+        mode,
+        &["--client-write-timeout", "1s"],
+    ));
     let base = baseline(&mut proxy);
     let good = GoodClient::spawn(&proxy);
     let disc0 = discarded(&proxy);

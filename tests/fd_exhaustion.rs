@@ -13,12 +13,6 @@ use testkit::proxy::{log_count, quick_opts, wait_until, Mode, Proxy, ProxyOpts};
 use testkit::rawclient::raw_connect;
 use testkit::tail;
 
-fn opts(mode: Mode, extra: &[&str]) -> ProxyOpts {
-    let mut o = ProxyOpts::new(mode);
-    o.extra_args = extra.iter().map(|s| s.to_string()).collect();
-    o
-}
-
 // ---------------------------------------------------------------------------------------------
 // fd exhaustion
 // ---------------------------------------------------------------------------------------------
@@ -27,7 +21,7 @@ fn opts(mode: Mode, extra: &[&str]) -> ProxyOpts {
 fn fd_exhaustion_backs_off_logs_once_per_interval_and_recovers() {
     // Plain client fds: direct descriptors hold clients without fds (a full table falls back
     // to plain accepts, which then meet this same EMFILE path).
-    let mut o = opts(Mode::Fixed, &["--direct-descriptors", "off"]);
+    let mut o = ProxyOpts::with_args(Mode::Fixed, &["--direct-descriptors", "off"]);
     o.wrapper = vec!["prlimit".into(), "--nofile=64:64".into()];
     o.workers = 1;
     o.backend_pool_size = 2;

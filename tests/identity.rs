@@ -88,10 +88,9 @@ impl Accounts {
     }
 
     fn proxy(&self, mode: Mode, extra: &[&str]) -> Proxy {
-        let mut opts = ProxyOpts::new(mode);
+        let mut opts = ProxyOpts::with_args(mode, extra);
         opts.passthrough = true;
         opts.users_file = self.users_file.clone();
-        opts.extra_args = extra.iter().map(|s| s.to_string()).collect();
         Proxy::start_with(opts)
     }
 }

@@ -8,7 +8,6 @@
 //! With RINGGATE_RECORD_OKS=<file> the test also writes every OK payload as a hex line
 //! (`label hex`): that is how src/mysql/testdata/session-track-oks.txt was made.
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -18,6 +17,7 @@ use wire::handshake::{build_handshake_response, parse_greeting, HandshakeRespons
 use wire::lexer::{classify, Class, LexOptions, Pin};
 use wire::ok_packet::{parse_ok, OkInfo, StateChange};
 use testkit::env::backend_env;
+use testkit::rawclient;
 
 const CAPS: u32 = CLIENT_LONG_PASSWORD
     | CLIENT_LONG_FLAG
@@ -36,19 +36,11 @@ struct Conn {
 }
 
 fn read_packet(s: &mut TcpStream) -> (u8, Vec<u8>) {
-    let mut h = [0u8; 4];
-    s.read_exact(&mut h).expect("read a packet header");
-    let len = h[0] as usize | (h[1] as usize) << 8 | (h[2] as usize) << 16;
-    let mut p = vec![0u8; len];
-    s.read_exact(&mut p).expect("read a packet payload");
-    (h[3], p)
+    rawclient::read_packet(s).expect("read a packet")
 }
 
 fn write_packet(s: &mut TcpStream, seq: u8, payload: &[u8]) {
-    let n = payload.len();
-    let mut v = vec![n as u8, (n >> 8) as u8, (n >> 16) as u8, seq];
-    v.extend_from_slice(payload);
-    s.write_all(&v).expect("write a packet");
+    rawclient::write_packet(s, seq, payload).expect("write a packet");
 }
 
 impl Conn {

@@ -10,9 +10,8 @@ use testkit::proxy::{Mode, Proxy, ProxyOpts};
 const QUERIES: usize = 400;
 
 fn one_worker(mode: Mode, extra: &[&str]) -> Proxy {
-    let mut o = ProxyOpts::new(mode);
+    let mut o = ProxyOpts::with_args(mode, extra);
     o.workers = 1;
-    o.extra_args = extra.iter().map(|s| s.to_string()).collect();
     Proxy::start_with(o)
 }
 

@@ -71,6 +71,13 @@ impl ProxyOpts {
         }
     }
 
+    /// The defaults in `mode`, with `extra` appended to ringgate's arguments.
+    pub fn with_args(mode: Mode, extra: &[&str]) -> Self {
+        let mut o = ProxyOpts::new(mode);
+        o.extra_args = extra.iter().map(|s| s.to_string()).collect();
+        o
+    }
+
     /// Whether an idle backend connection holds a read buffer: always in heap mode, in fixed
     /// mode only with --hold-idle-slots (it otherwise waits with a poll), never in ring mode
     /// (a connection holds a ring buffer only while it uses it).
