@@ -19,16 +19,10 @@ use wire::handshake::{
 use testkit::env::{backend_env, find_in_path, APP_PASSWORD, APP_USER};
 use testkit::mysql_client::direct_conn;
 use testkit::proxy::{Mode, Proxy, ProxyOpts};
-use testkit::rawclient::{raw_connect, read_packet, write_packet};
+use testkit::rawclient::{raw_connect, read_packet, write_packet, QUERY_CAPS};
 
 /// A 4.1 client with classic EOFs (DEPRECATE_EOF is added per test).
-const CAPS: u32 = CLIENT_LONG_PASSWORD
-    | CLIENT_LONG_FLAG
-    | CLIENT_PROTOCOL_41
-    | CLIENT_TRANSACTIONS
-    | CLIENT_SECURE_CONNECTION
-    | CLIENT_MULTI_RESULTS
-    | CLIENT_PLUGIN_AUTH;
+const CAPS: u32 = QUERY_CAPS;
 
 /// One proxy worker and one pooled connection: consecutive clients share it unless their
 /// pool keys differ.

@@ -17,17 +17,9 @@ use wire::handshake::{build_handshake_response, parse_greeting, HandshakeRespons
 use wire::lexer::{classify, Class, LexOptions, Pin};
 use wire::ok_packet::{parse_ok, OkInfo, StateChange};
 use testkit::env::backend_env;
-use testkit::rawclient;
+use testkit::rawclient::{self, QUERY_CAPS};
 
-const CAPS: u32 = CLIENT_LONG_PASSWORD
-    | CLIENT_LONG_FLAG
-    | CLIENT_PROTOCOL_41
-    | CLIENT_TRANSACTIONS
-    | CLIENT_SECURE_CONNECTION
-    | CLIENT_MULTI_RESULTS
-    | CLIENT_PLUGIN_AUTH
-    | CLIENT_SESSION_TRACK
-    | CLIENT_DEPRECATE_EOF;
+const CAPS: u32 = QUERY_CAPS | CLIENT_SESSION_TRACK | CLIENT_DEPRECATE_EOF;
 
 struct Conn {
     s: TcpStream,
