@@ -4,21 +4,16 @@
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
-use sha1::{Digest, Sha1};
+use wire::auth::{native_token, NATIVE_PASSWORD};
+use wire::constants::{
+    CLIENT_LONG_FLAG, CLIENT_LONG_PASSWORD, CLIENT_MULTI_RESULTS, CLIENT_MULTI_STATEMENTS,
+    CLIENT_PLUGIN_AUTH, CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_TRANSACTIONS,
+    UTF8MB4_GENERAL_CI,
+};
+use wire::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
 
 use super::packet::{err_text, read_packet, write_packet};
 use crate::env::{APP_PASSWORD, APP_USER};
-
-const CLIENT_LONG_PASSWORD: u32 = 1;
-const CLIENT_LONG_FLAG: u32 = 4;
-const CLIENT_CONNECT_WITH_DB: u32 = 8;
-const CLIENT_PROTOCOL_41: u32 = 0x200;
-const CLIENT_TRANSACTIONS: u32 = 0x2000;
-const CLIENT_SECURE_CONNECTION: u32 = 0x8000;
-const CLIENT_MULTI_STATEMENTS: u32 = 0x10000;
-const CLIENT_MULTI_RESULTS: u32 = 0x20000;
-const CLIENT_PLUGIN_AUTH: u32 = 0x80000;
-const UTF8MB4_GENERAL_CI: u8 = 45;
 
 /// The capabilities of a raw client that only queries: 4.1, native password, multi-results;
 /// no CLIENT_DEPRECATE_EOF, so replies have classic EOFs.
@@ -33,58 +28,27 @@ pub const QUERY_CAPS: u32 = CLIENT_LONG_PASSWORD
 /// The suites' raw clients: [`QUERY_CAPS`] and multi-statements.
 pub const RAW_CAPS: u32 = QUERY_CAPS | CLIENT_MULTI_STATEMENTS;
 
-/// mysql_native_password: SHA1(pw) XOR SHA1(scramble + SHA1(SHA1(pw))); empty for no password.
-pub fn native_token(password: &[u8], scramble: &[u8]) -> Vec<u8> {
-    if password.is_empty() {
-        return Vec::new();
-    }
-    let stage1 = Sha1::digest(password);
-    let stage2 = Sha1::digest(stage1);
-    let mut h = Sha1::new();
-    h.update(scramble);
-    h.update(stage2);
-    let mix = h.finalize();
-    stage1.iter().zip(mix.iter()).map(|(a, b)| a ^ b).collect()
-}
-
-/// The 20-byte scramble of a HandshakeV10 payload.
+/// The scramble of a greeting, parsed in full (an ERR in place of a greeting is an error).
 pub fn scramble_of(g: &[u8]) -> Result<Vec<u8>, String> {
-    let bad = || format!("malformed greeting ({} bytes)", g.len());
-    if g.first() != Some(&10) {
-        return Err(format!("not a HandshakeV10 greeting: {:?}", g.first()));
-    }
-    let nul = g[1..].iter().position(|&b| b == 0).ok_or_else(bad)?;
-    let mut i = 1 + nul + 1 + 4; // server version, connection id
-    let part1 = g.get(i..i + 8).ok_or_else(bad)?;
-    let mut s = part1.to_vec();
-    i += 8 + 1 + 2; // scramble part 1, filler, capabilities (low)
-    if g.len() > i {
-        i += 1 + 2 + 2 + 1 + 10; // charset, status, capabilities (high), auth data length, reserved
-        let rest = g.get(i..).ok_or_else(bad)?;
-        let end = rest
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(rest.len())
-            .min(12);
-        s.extend_from_slice(&rest[..end]);
-    }
-    Ok(s)
+    parse_greeting(g)
+        .map(|g| g.scramble)
+        .map_err(|e| format!("malformed greeting ({} bytes): {e}", g.len()))
 }
 
 /// The auth plugin the raw clients log in with.
-pub const NATIVE: &str = "mysql_native_password";
+pub const NATIVE: &str = NATIVE_PASSWORD;
 
 /// HandshakeResponse41 for mysql_native_password with `caps` (CLIENT_CONNECT_WITH_DB added
 /// when `db` is given).
 pub fn hello(caps: u32, scramble: &[u8], user: &str, password: &str, db: Option<&str>) -> Vec<u8> {
     let token = native_token(password.as_bytes(), scramble);
-    handshake_response(caps, user, NATIVE, &token, db)
+    handshake_response(caps, user, NATIVE, token, db)
 }
 
 /// HandshakeResponse41 with the given capabilities, plugin and auth data (collation
 /// utf8mb4_general_ci, no schema).
 pub fn hello_with(caps: u32, user: &str, plugin: &str, auth_response: Vec<u8>) -> Vec<u8> {
-    handshake_response(caps, user, plugin, &auth_response, None)
+    handshake_response(caps, user, plugin, auth_response, None)
 }
 
 /// HandshakeResponse41: 4.1, secure connection and plugin auth always, CLIENT_CONNECT_WITH_DB
@@ -93,29 +57,19 @@ fn handshake_response(
     caps: u32,
     user: &str,
     plugin: &str,
-    token: &[u8],
+    auth_response: Vec<u8>,
     db: Option<&str>,
 ) -> Vec<u8> {
-    let mut caps = caps | CLIENT_PROTOCOL_41 | CLIENT_SECURE_CONNECTION | CLIENT_PLUGIN_AUTH;
-    if db.is_some() {
-        caps |= CLIENT_CONNECT_WITH_DB;
-    }
-    let mut p = Vec::with_capacity(96);
-    p.extend_from_slice(&caps.to_le_bytes());
-    p.extend_from_slice(&(1u32 << 30).to_le_bytes());
-    p.push(UTF8MB4_GENERAL_CI);
-    p.extend_from_slice(&[0; 23]);
-    p.extend_from_slice(user.as_bytes());
-    p.push(0);
-    p.push(token.len() as u8);
-    p.extend_from_slice(token);
-    if let Some(db) = db {
-        p.extend_from_slice(db.as_bytes());
-        p.push(0);
-    }
-    p.extend_from_slice(plugin.as_bytes());
-    p.push(0);
-    p
+    build_handshake_response(&HandshakeResponse {
+        capabilities: caps,
+        max_packet_size: 1 << 30,
+        charset: UTF8MB4_GENERAL_CI,
+        username: user.into(),
+        auth_response,
+        database: db.map(String::from),
+        auth_plugin: Some(plugin.into()),
+        connect_attrs: vec![],
+    })
 }
 
 /// The suites' login payload: [`RAW_CAPS`], no schema.
@@ -258,23 +212,6 @@ pub fn quit(mut s: TcpStream) {
 mod tests {
     use super::*;
 
-    /// The server's check: SHA1(token XOR SHA1(scramble + stage2)) == stage2.
-    #[test]
-    fn native_token_passes_the_servers_check() {
-        let scramble: Vec<u8> = (1..=20).collect();
-        let pw = b"bench-secret";
-        let t = native_token(pw, &scramble);
-        assert_eq!(t.len(), 20);
-        let stage2 = Sha1::digest(Sha1::digest(pw));
-        let mut h = Sha1::new();
-        h.update(&scramble);
-        h.update(stage2);
-        let mix = h.finalize();
-        let stage1: Vec<u8> = t.iter().zip(mix.iter()).map(|(a, b)| a ^ b).collect();
-        assert_eq!(Sha1::digest(&stage1).as_slice(), stage2.as_slice());
-        assert!(native_token(b"", &scramble).is_empty());
-    }
-
     #[test]
     fn scramble_from_a_mariadb_greeting() {
         let mut g = vec![10];
@@ -292,6 +229,7 @@ mod tests {
 
     #[test]
     fn hello_carries_user_token_db_and_plugin() {
+        use wire::constants::CLIENT_CONNECT_WITH_DB;
         let p = hello(QUERY_CAPS, &[7; 20], "bench", "pw", Some("db1"));
         let caps = u32::from_le_bytes(p[0..4].try_into().unwrap());
         assert_ne!(caps & CLIENT_CONNECT_WITH_DB, 0);
