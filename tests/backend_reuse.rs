@@ -8,8 +8,6 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use wire::auth::native_token;
-use wire::constants::*;
 use testkit::env::{backend_env, APP_PASSWORD, APP_USER};
 use testkit::leaks::{assert_no_leaks, baseline};
 use testkit::proxy::{wait_until, Mode, Proxy, ProxyOpts};
@@ -17,6 +15,8 @@ use testkit::rawclient::{
     closed_within, connect_to, err_code, hello_with, login_with_caps, query_reply, read_greeting,
     read_packet, read_reply, single_value, write_packet, Reply, NATIVE, RAW_CAPS,
 };
+use wire::auth::native_token;
+use wire::constants::*;
 
 /// How long any single read may block before the test calls the proxy hung.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);

@@ -117,8 +117,8 @@ fn malformed_clients(mode: Mode) {
     let mut s = raw_connect(port);
     let scramble = read_greeting(&mut s);
     let mut hello = hello_payload(&scramble, "app", "app-secret");
-    let c = u32::from_le_bytes(hello[..4].try_into().unwrap())
-        | wire::constants::CLIENT_CONNECT_ATTRS;
+    let c =
+        u32::from_le_bytes(hello[..4].try_into().unwrap()) | wire::constants::CLIENT_CONNECT_ATTRS;
     hello[..4].copy_from_slice(&c.to_le_bytes());
     hello.push(0xFE);
     hello.extend_from_slice(&(1u64 << 40).to_le_bytes());
@@ -128,11 +128,8 @@ fn malformed_clients(mode: Mode) {
     // 4. An SSLRequest while TLS is off: ERR 1043, then close.
     let mut s = raw_connect(port);
     read_greeting(&mut s);
-    let ssl = wire::handshake::build_ssl_request(
-        RAW_CAPS | wire::constants::CLIENT_SSL,
-        1 << 24,
-        45,
-    );
+    let ssl =
+        wire::handshake::build_ssl_request(RAW_CAPS | wire::constants::CLIENT_SSL, 1 << 24, 45);
     write_packet(&mut s, 1, &ssl).unwrap();
     expect_err_then_close(&mut s, 1043, 2, "SSLRequest");
 
@@ -326,8 +323,8 @@ fn client_faults(mode: Mode) {
         drop(s);
         let mut s = raw_connect(port);
         let scramble = read_greeting(&mut s);
-        let hello = wire::handshake::build_handshake_response(
-            &wire::handshake::HandshakeResponse {
+        let hello =
+            wire::handshake::build_handshake_response(&wire::handshake::HandshakeResponse {
                 capabilities: RAW_CAPS,
                 max_packet_size: 1 << 24,
                 charset: 45,
@@ -337,8 +334,7 @@ fn client_faults(mode: Mode) {
                 database: None,
                 auth_plugin: Some("caching_sha2_password".into()),
                 connect_attrs: vec![],
-            },
-        );
+            });
         write_packet(&mut s, 1, &hello).unwrap();
         let (_, sw) = read_packet(&mut s).expect("AuthSwitchRequest");
         assert_eq!(sw.first(), Some(&0xFE), "want an AuthSwitchRequest");

@@ -12,13 +12,13 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use mysql::prelude::Queryable;
-use wire::auth::native_token;
-use wire::constants::*;
-use wire::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
 use testkit::env::{find_in_path, APP_PASSWORD, APP_USER};
 use testkit::mysql_client::direct_conn;
 use testkit::proxy::{wait_until, Mode, Proxy, ProxyOpts};
 use testkit::rawclient::{raw_connect, read_packet, write_packet};
+use wire::auth::native_token;
+use wire::constants::*;
+use wire::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
 
 /// The attributes of the backend connection serving the session that runs it.
 const OWN_ATTRS: &str =

@@ -7,9 +7,6 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use mysql::prelude::Queryable;
-use wire::auth::native_token;
-use wire::constants::*;
-use wire::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
 use testkit::both_modes;
 use testkit::env::{APP_PASSWORD, APP_USER};
 use testkit::leaks::{assert_no_leaks, baseline};
@@ -18,6 +15,9 @@ use testkit::proxy::{Mode, Proxy};
 use testkit::rawclient::{
     connect_to, hello_with, lenenc, parse_row, read_packet, write_packet, RAW_CAPS,
 };
+use wire::auth::native_token;
+use wire::constants::*;
+use wire::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
 
 /// The packets of one response to a text query, read raw.
 fn response_packets(s: &mut TcpStream, sql: &str) -> Vec<Vec<u8>> {

@@ -3,15 +3,15 @@
 
 use std::time::Duration;
 
-use wire::auth::native_token;
-use wire::constants::*;
-use wire::handshake::parse_greeting;
 use testkit::env::{backend_env, HASHED_PASSWORD, HASHED_USER};
 use testkit::leaks::{assert_no_leaks, baseline};
 use testkit::proxy::{Mode, Proxy};
 use testkit::rawclient::{
     closed_within, connect_to, hello_with, read_packet, switch_salt, write_packet, RAW_CAPS,
 };
+use wire::auth::native_token;
+use wire::constants::*;
+use wire::handshake::parse_greeting;
 
 // ---------------------------------------------------------------------------------------------
 // Wrong password after an auth switch

@@ -10,16 +10,16 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
+use testkit::env::{backend_env, find_in_path, APP_PASSWORD, APP_USER};
+use testkit::mysql_client::direct_conn;
+use testkit::proxy::{Mode, Proxy, ProxyOpts};
+use testkit::rawclient::{raw_connect, read_packet, write_packet, QUERY_CAPS};
 use wire::auth::native_token;
 use wire::constants::*;
 use wire::handshake::{
     build_handshake_response, parse_greeting, set_response_ext_capabilities, Greeting,
     HandshakeResponse,
 };
-use testkit::env::{backend_env, find_in_path, APP_PASSWORD, APP_USER};
-use testkit::mysql_client::direct_conn;
-use testkit::proxy::{Mode, Proxy, ProxyOpts};
-use testkit::rawclient::{raw_connect, read_packet, write_packet, QUERY_CAPS};
 
 /// A 4.1 client with classic EOFs (DEPRECATE_EOF is added per test).
 const CAPS: u32 = QUERY_CAPS;

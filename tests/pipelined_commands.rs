@@ -10,8 +10,6 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
-use wire::auth::native_token;
-use wire::constants::*;
 use testkit::env::{backend_env, APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER};
 use testkit::mysql_client::direct_conn;
 use testkit::proxy::{Mode, Proxy, ProxyOpts};
@@ -19,6 +17,8 @@ use testkit::rawclient::{
     com_query, connect_to, frame, hello_with, login_with_caps, query_reply, read_greeting,
     read_packet, read_reply, single_value, switch_salt, write_packet, Reply, NATIVE, RAW_CAPS,
 };
+use wire::auth::native_token;
+use wire::constants::*;
 
 /// How long any single read may block before the test calls the proxy hung.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);

@@ -1,7 +1,7 @@
 //! `--read-buffers ring` beyond the shared suites (which run every scenario in ring mode too):
 //! an exhausted ring (-ENOBUFS) under load loses no byte and stalls no connection, and each
 //! missing kernel feature falls back with one clear log line. The probes are forced to fail
-//! with the debug knob `RINGGATE_DEBUG_PROBE_FAIL` (src/ring/fault.rs).
+//! with the debug knob `RINGGATE_DEBUG_PROBE_FAIL` (crates/uring/src/ring/fault.rs).
 
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};

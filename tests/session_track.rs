@@ -6,18 +6,18 @@
 //! assertion is one fact the pooling code relies on; the lexer classification of each statement is checked alongside.
 //!
 //! With RINGGATE_RECORD_OKS=<file> the test also writes every OK payload as a hex line
-//! (`label hex`): that is how src/mysql/testdata/session-track-oks.txt was made.
+//! (`label hex`): that is how crates/wire/src/testdata/session-track-oks.txt was made.
 
 use std::net::TcpStream;
 use std::time::Duration;
 
+use testkit::env::backend_env;
+use testkit::rawclient::{self, QUERY_CAPS};
 use wire::auth::native_token;
 use wire::constants::*;
 use wire::handshake::{build_handshake_response, parse_greeting, HandshakeResponse};
 use wire::lexer::{classify, Class, LexOptions, Pin};
 use wire::ok_packet::{parse_ok, OkInfo, StateChange};
-use testkit::env::backend_env;
-use testkit::rawclient::{self, QUERY_CAPS};
 
 const CAPS: u32 = QUERY_CAPS | CLIENT_SESSION_TRACK | CLIENT_DEPRECATE_EOF;
 
