@@ -1,4 +1,4 @@
-"""ringgate as a caching_sha2_password CLIENT of its backend (issue 14, item 4), and the front
+"""ringgate as a caching_sha2_password CLIENT of its backend, and the front
 end's `--rsa-key`.
 
 MariaDB 10.11 has no caching_sha2 server plugin, so the backend here is a second ringgate (the

@@ -1,4 +1,4 @@
-"""`--backend-tls` and `--backend-tls-ca` against MariaDB's own TLS (issue 14, items 4-5).
+"""`--backend-tls` and `--backend-tls-ca` against MariaDB's own TLS.
 
 A second, private MariaDB sandbox with ssl-ca/ssl-cert/ssl-key (scripts/mariadb-sandbox.sh with
 RINGGATE_SANDBOX_TLS=1, certificates made by openssl) is started for this module. `ringgate check`

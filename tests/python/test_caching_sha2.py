@@ -1,4 +1,4 @@
-"""caching_sha2_password on ringgate's front end (issue 14, item 3, without TLS), with real clients
+"""caching_sha2_password on ringgate's front end (without TLS), with real clients
 against the MariaDB sandbox: PyMySQL (which follows ringgate's AuthSwitchRequest to the plugin) and
 mysql-connector-python with auth_plugin='caching_sha2_password'.
 

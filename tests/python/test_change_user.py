@@ -1,4 +1,4 @@
-"""COM_CHANGE_USER through ringgate (issue 11, item 3), with mysql-connector-python's
+"""COM_CHANGE_USER through ringgate, with mysql-connector-python's
 cmd_change_user (pure-Python protocol) against the sandbox MariaDB.
 
 The accounts fixture creates two real accounts on the sandbox (like test_identity.py): with

@@ -1,4 +1,4 @@
-"""The compressed protocol on the client leg (issue 11, item 6): CLIENT_COMPRESS (zlib) runs
+"""The compressed protocol on the client leg: CLIENT_COMPRESS (zlib) runs
 between the client and ringgate; the backend leg stays uncompressed, so pooled connections
 serve compressed and plain clients alike.
 

@@ -1,6 +1,6 @@
 """PyMySQL's connection attributes (its program_name, _client_name, _pid) reach the backend
 connection opened for it, so performance_schema.session_connect_attrs on the server names the
-program behind ringgate (issue 11, item 8). The sandbox runs with performance_schema ON."""
+program behind ringgate. The sandbox runs with performance_schema ON."""
 
 import os
 

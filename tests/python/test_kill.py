@@ -1,4 +1,4 @@
-"""KILL and COM_PROCESS_KILL with the connection id the client sees (issue 11, item 2).
+"""KILL and COM_PROCESS_KILL with the connection id the client sees.
 
 The id in ringgate's greeting (PyMySQL's `thread_id()`, the mariadb CLI's Ctrl-C) is a proxy
 id from 2^31 up; ringgate maps a KILL of it to the backend thread that serves that session, for

@@ -1,4 +1,4 @@
-"""LOAD DATA LOCAL INFILE through ringgate (issue 10, "Untested paths"), with PyMySQL, which
+"""LOAD DATA LOCAL INFILE through ringgate, with PyMySQL, which
 sends the file when the server asks for it.
 
 Without --allow-local-infile ringgate does not offer CLIENT_LOCAL_FILES, so the backend

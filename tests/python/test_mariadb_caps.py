@@ -1,5 +1,5 @@
 """In front of MariaDB, ringgate's greeting clears CLIENT_MYSQL (bit 0, which MySQL calls
-CLIENT_LONG_PASSWORD) as MariaDB's does (issue 11, item 5). PyMySQL, a MySQL-protocol client
+CLIENT_LONG_PASSWORD) as MariaDB's does. PyMySQL, a MySQL-protocol client
 that knows nothing of MariaDB's extended capabilities, must connect and work all the same:
 it always sends bit 0 in its answer, which MariaDB (and ringgate) read as "no extended
 capabilities".

@@ -1,4 +1,4 @@
-"""Waiting for a backend connection with two backend identities (issue 12, must-have 8).
+"""Waiting for a backend connection with two backend identities.
 
 With every backend connection busy a statement waits, FIFO per key (a key is the backend
 identity plus the capabilities a connection was opened with), and a key whose waiters cannot

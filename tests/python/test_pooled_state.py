@@ -1,4 +1,4 @@
-"""What a pooled backend connection carries from one client to the next (issue 11, item 4).
+"""What a pooled backend connection carries from one client to the next.
 
 Each two-client test runs ringgate with `--workers 1 --backend-pool-size 1
 --backend-max-connections 1`: client A leaves some session state on its backend connection and

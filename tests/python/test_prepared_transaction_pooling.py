@@ -1,4 +1,4 @@
-"""Binary prepared statements under `--pooling transaction` (issue 12, item 5): a statement
+"""Binary prepared statements under `--pooling transaction`: a statement
 outlives the backend connection it was prepared on. The proxy gives the client its own statement
 ids, prepares a statement again on whichever connection the session gets, binds the parameter
 types the client bound earlier, and keeps each connection's statements in a bounded LRU.
@@ -673,7 +673,7 @@ def test_closing_a_statement_spares_another_sessions_same_statement(make_proxy):
     assert client_statements_settle(proxy) == 0, "registries leaked"
 
 
-# make test-transaction runs the issue's 10,000 (RINGGATE_TEST_PREPARES).
+# make test-transaction runs 10,000 (RINGGATE_TEST_PREPARES).
 PREPARES = int(os.environ.get("RINGGATE_TEST_PREPARES", "2000"))
 
 

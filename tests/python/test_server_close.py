@@ -1,4 +1,4 @@
-"""Issue 11, item 7, with PyMySQL: when the server closes a leased backend connection between
+"""With PyMySQL: when the server closes a leased backend connection between
 commands, the client's connection ends at once, without the client sending anything.
 
 MariaDB 10.11 sends no ERR on these closes (wait_timeout: RST; KILL CONNECTION: FIN), so the

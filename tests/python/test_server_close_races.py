@@ -1,4 +1,4 @@
-"""Issue 12: the server closing the backend connection a client used last, at the worst moment,
+"""The server closing the backend connection a client used last, at the worst moment,
 must reach that client as it would a direct client, in session and in transaction pooling.
 
 In transaction pooling a client between statements holds no backend connection, but the thread

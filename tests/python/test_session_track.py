@@ -1,4 +1,4 @@
-"""Session-state tracking under `--pooling transaction` (issue 12 item 1).
+"""Session-state tracking under `--pooling transaction`.
 
 A client that negotiated CLIENT_SESSION_TRACK (mysql-connector-python with
 ClientFlag.SESSION_TRACK) gets backend connections with the capability, and its sessions turn
@@ -118,7 +118,7 @@ def test_connector_with_session_track_replays_an_expression_set_from_the_tracker
 def test_connector_state_the_lexer_cannot_see_pins(make_proxy):
     """A user variable set inside a stored function: the call of a stored function pins the
     session (stored_function) before the server's state_change tracker reports it, and the
-    session keeps it (a trigger's state, which no statement shows, is test_server_state_net's)."""
+    session keeps it (a trigger's state, which no statement shows, is test_state_made_inside_the_server.py's)."""
     proxy = tx_proxy(make_proxy, 2, extra=["--backend-pool-size", "2"])
     with direct() as c:
         value(c, f"CREATE DATABASE IF NOT EXISTS {TEST_DB}")

@@ -1,4 +1,4 @@
-"""Front-end TLS (issue 14, items 1-3) with real clients through ringgate against the MariaDB
+"""Front-end TLS with real clients through ringgate against the MariaDB
 sandbox: the mariadb CLI (--ssl, --ssl-verify-server-cert), PyMySQL (ssl=), mysql-connector-python
 (TLS 1.2 and 1.3; caching_sha2_password full authentication over TLS, then fast auth), node mysql2
 (ssl, and compression inside TLS). Certificates are made with openssl by the `pki` fixture.

@@ -1,4 +1,4 @@
-"""`--pooling transaction` (issue 12): clients hold a backend connection only while a statement
+"""`--pooling transaction`: clients hold a backend connection only while a statement
 or a transaction runs, with real clients against the real MariaDB sandbox.
 
 Most tests run on few backend connections (`--backend-max-connections`, `--workers 1`) with
@@ -78,7 +78,7 @@ def wait_idle(proxy, timeout=10):
 
 
 def test_300_idle_clients_on_32_backends_all_answer(make_proxy):
-    """The issue's opening problem: with session pooling the 33rd idle client waits for
+    """What transaction pooling is for: with session pooling the 33rd idle client waits for
     --backend-wait-timeout and gets ERR 1040."""
     proxy = tx_proxy(make_proxy, 32)
     clients = [proxy.connect() for _ in range(300)]

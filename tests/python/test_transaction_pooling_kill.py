@@ -1,4 +1,4 @@
-"""Transaction pooling and KILL (issue 12, item 7): a mapped KILL must reach the session it names,
+"""Transaction pooling and KILL: a mapped KILL must reach the session it names,
 never the next session on the backend connection the target just gave back; and a parked client
 (holding no backend connection) ends as a direct connection would, by KILL through ringgate or
 by its own wait_timeout.

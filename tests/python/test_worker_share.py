@@ -1,4 +1,4 @@
-"""How the two workers share `--backend-max-connections` (issue 12's many-clients tail).
+"""How the two workers share `--backend-max-connections`.
 
 Each worker has its own pool and a backend connection never moves between workers; the cap is
 global. Before the pools shared it by need, whichever worker reserved the units first kept them:
