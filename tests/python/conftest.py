@@ -454,9 +454,20 @@ class Proxy:
 MODES = ["fixed", "heap", "ring"]
 
 
-@pytest.fixture(params=MODES)
-def mode(request):
-    return request.param
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "read_buffers(*modes): run only in these --read-buffers modes, for a file whose behaviour "
+        "does not depend on the buffers (or exists in only some of them)",
+    )
+
+
+def pytest_generate_tests(metafunc):
+    """`mode`: every test that uses it runs once per read-buffer mode, or in the modes its
+    read_buffers marker names (pytestmark = pytest.mark.read_buffers("fixed"))."""
+    if "mode" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("read_buffers")
+        metafunc.parametrize("mode", list(marker.args) if marker else MODES)
 
 
 @pytest.fixture

@@ -25,10 +25,8 @@ from helpers import TEST_DB, direct, sandbox_account
 CAP = 4
 
 
-@pytest.fixture(params=["fixed"])
-def mode(request):
-    """The pool and the session machine are the same in every buffer mode; one is enough."""
-    return request.param
+# The pool and the session machine are the same in every buffer mode; one is enough.
+pytestmark = pytest.mark.read_buffers("fixed")
 
 
 @pytest.fixture

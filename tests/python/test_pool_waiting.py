@@ -24,10 +24,8 @@ WAIT_TIMEOUT_S = 20
 A_SLEEP_S = 3
 
 
-@pytest.fixture(params=["fixed"])
-def mode(request):
-    """The pool is the same in every buffer mode; one is enough."""
-    return request.param
+# The pool is the same in every buffer mode; one is enough.
+pytestmark = pytest.mark.read_buffers("fixed")
 
 
 @pytest.fixture

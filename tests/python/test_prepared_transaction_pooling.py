@@ -32,9 +32,7 @@ def server_status(name):
         return int(cur.fetchone()[1])
 
 
-@pytest.fixture(params=["fixed", "ring"])
-def mode(request):
-    return request.param
+pytestmark = pytest.mark.read_buffers("fixed","ring")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -677,7 +675,7 @@ def test_closing_a_statement_spares_another_sessions_same_statement(make_proxy):
 PREPARES = int(os.environ.get("RINGGATE_TEST_PREPARES", "2000"))
 
 
-@pytest.mark.parametrize("mode", ["fixed"])  # the slowest test: once is enough
+@pytest.mark.read_buffers("fixed")  # the slowest test: once is enough
 def test_prepared_stmt_count_bounded_after_many_distinct_prepares(make_proxy):
     # 2000 prepares (the make test default) turn the 64 statements the bound allows over 30
     # times, and without the bound the 1000 that half the clients never close would stay on the

@@ -12,10 +12,8 @@ import pytest
 COPIED = "ringgate_read_buffer_ring_copied_bytes_total"
 
 
-@pytest.fixture(params=["ring"])
-def mode(request):
-    """Only ring mode keeps bytes out of ring chunks."""
-    return request.param
+# Only ring mode keeps bytes out of ring chunks.
+pytestmark = pytest.mark.read_buffers("ring")
 
 
 def _packet(seq, payload):

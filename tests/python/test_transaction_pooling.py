@@ -32,13 +32,11 @@ def rows(conn, sql, args=None):
         return cur.fetchall()
 
 
-@pytest.fixture(params=["fixed", "ring"])
-def mode(request):
-    """fixed for the relay's buffers (heap's are the rest of the suite's), and ring, whose
-    driver cancels a backend's armed receive before it parks, re-delivers a command from its
-    ring chunk once the session has a connection again, and must not split a short command
-    at the end of a ring buffer (a half-forwarded COM_QUIT makes the connection unusable)."""
-    return request.param
+# fixed for the relay's buffers (heap's are the rest of the suite's), and ring, whose driver
+# cancels a backend's armed receive before it parks, re-delivers a command from its ring chunk
+# once the session has a connection again, and must not split a short command at the end of a
+# ring buffer (a half-forwarded COM_QUIT makes the connection unusable).
+pytestmark = pytest.mark.read_buffers("fixed","ring")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -297,7 +295,7 @@ def test_plain_last_insert_id_does_not_pin(make_proxy):
 
 # Whether a session's settings need a reset is decided by the pool and the session state, the
 # same in every buffer mode: fixed only (300 connects each, among make test's slowest).
-@pytest.mark.parametrize("mode", ["fixed"])
+@pytest.mark.read_buffers("fixed")
 @pytest.mark.parametrize("autocommit", [True, False], ids=["autocommit", "pymysql-default"])
 def test_stateless_connects_cause_no_resets(make_proxy, autocommit):
     # A long backend idle timeout: with the default 60 s, a connection beyond

@@ -20,10 +20,8 @@ PROXY_ID_BASE = 1 << 31
 WAIT_TIMEOUT_S = 20
 
 
-@pytest.fixture(params=["fixed"])
-def mode(request):
-    """The pools are the same in every buffer mode; one is enough for the sharing."""
-    return request.param
+# The pools are the same in every buffer mode; one is enough for the sharing.
+pytestmark = pytest.mark.read_buffers("fixed")
 
 
 def share_proxy(make_proxy, backends, *extra):
