@@ -1,6 +1,6 @@
 """Binary prepared statements under transaction pooling (the default), at their edges: what a
 client's COM_RESET_CONNECTION does to them, and how many (and how many bytes of them) one session
-may keep. Raw packets (tests/python/test_prepared_transaction_pooling.py's `Raw`), so that every
+may keep. Raw packets (mysql_wire.py's `Raw`), so that every
 step is exactly the one under test; node mysql2's resetOnRelease pool runs in
 tests/node/reset_prepared.js."""
 
@@ -12,13 +12,8 @@ import subprocess
 import pytest
 
 from conftest import APP_PASSWORD, APP_USER, NODE_DIR, TEST_DB, node_with_mysql2
-from test_prepared_transaction_pooling import (
-    T_LONGLONG,
-    Raw,
-    ServerError,
-    client_statements_settle,
-    pinned_total,
-)
+from mysql_wire import T_LONGLONG, Raw, ServerError, packet
+from test_prepared_transaction_pooling import client_statements_settle, pinned_total
 
 ER_UNKNOWN_STMT_HANDLER = 1243
 ER_MAX_PREPARED_STMT_COUNT_REACHED = 1461
@@ -74,8 +69,7 @@ def test_a_prepare_pipelined_behind_reset_connection_runs(make_proxy):
         stmt, _, _ = c.prepare("SELECT ? + 1")
         assert plus_one(c, stmt, 1) == 2
         sql = b"SELECT ? + 1"
-        c.sock.sendall(b"\x01\0\0\0" + COM_RESET_CONNECTION
-                       + struct.pack("<I", len(sql) + 1)[:3] + b"\0\x16" + sql)
+        c.sock.sendall(packet(0, COM_RESET_CONNECTION) + packet(0, b"\x16" + sql))
         c.read_ok()
         again, _, _ = c.read_prepare()
         assert plus_one(c, again, 2) == 3
@@ -127,7 +121,7 @@ def prepare_many(c, sql, n, batch=100):
         k = min(batch, n - start)
         texts = [sql(start + i) if callable(sql) else sql for i in range(k)]
         c.sock.sendall(b"".join(
-            struct.pack("<I", len(t) + 1)[:3] + b"\0" + b"\x16" + t.encode() for t in texts))
+            packet(0, b"\x16" + t.encode()) for t in texts))
         for _ in range(k):
             try:
                 ids.append(c.read_prepare()[0])

@@ -11,7 +11,6 @@ return. mysql-connector-python's `cursor(prepared=True)` uses COM_STMT_PREPARE/E
 import io
 import json
 import os
-import socket
 import struct
 import subprocess
 import time
@@ -22,6 +21,18 @@ import pytest
 
 from conftest import APP_PASSWORD, APP_USER, NODE_DIR, TEST_DB, node_with_mysql2
 from helpers import background, direct, run_threads
+from mysql_wire import (
+    SERVER_STATUS_CURSOR_EXISTS,
+    SERVER_STATUS_LAST_ROW_SENT,
+    T_BLOB,
+    T_LONG,
+    T_LONGLONG,
+    T_VAR_STRING,
+    Raw,
+    ServerError,
+    binary_strings,
+    lenenc,
+)
 
 TABLE = f"{TEST_DB}.txps"
 
@@ -296,217 +307,6 @@ def test_pin_mode_a_prepare_pins_and_statements_stay_on_one_connection(make_prox
     }
     assert m["ringgate_statement_reprepares_total"] == 0
     assert client_statements_settle(proxy) == 0
-
-# ---------------------------------------------------------------- a raw binary-protocol client
-
-CLIENT_LONG_PASSWORD = 1  # CLIENT_MYSQL for MariaDB: cleared to send extended capabilities
-CLIENT_CONNECT_WITH_DB = 1 << 3
-CLIENT_PROTOCOL_41 = 1 << 9
-CLIENT_TRANSACTIONS = 1 << 13
-CLIENT_SECURE_CONNECTION = 1 << 15
-CLIENT_PLUGIN_AUTH = 1 << 19
-MARIADB_CLIENT_STMT_BULK_OPERATIONS = 1 << 2
-SERVER_STATUS_CURSOR_EXISTS = 0x40
-SERVER_STATUS_LAST_ROW_SENT = 0x80
-T_LONG, T_LONGLONG, T_VAR_STRING, T_BLOB = 3, 8, 253, 252
-
-
-def lenenc(b):
-    assert len(b) < 251 or len(b) < 1 << 16
-    return (bytes([len(b)]) if len(b) < 251 else b"\xfc" + struct.pack("<H", len(b))) + b
-
-
-def read_lenenc(buf, pos):
-    first = buf[pos]
-    if first < 251:
-        return first, pos + 1
-    if first == 0xFC:
-        return struct.unpack_from("<H", buf, pos + 1)[0], pos + 3
-    if first == 0xFD:
-        return int.from_bytes(buf[pos + 1:pos + 4], "little"), pos + 4
-    return struct.unpack_from("<Q", buf, pos + 1)[0], pos + 9
-
-
-class ServerError(Exception):
-    def __init__(self, payload):
-        self.code = struct.unpack_from("<H", payload, 1)[0]
-        super().__init__(f"ERR {self.code}: {payload[9:].decode(errors='replace')}")
-
-
-class Raw:
-    """Just enough of the binary protocol for these tests (classic EOF packets)."""
-
-    def __init__(self, port, bulk=False):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.buf = b""
-        _, greeting = self.read()
-        from test_auth_switch import greeting_scramble, native_token
-        scramble = greeting_scramble(greeting)
-        caps = (CLIENT_PROTOCOL_41 | CLIENT_SECURE_CONNECTION | CLIENT_PLUGIN_AUTH
-                | CLIENT_TRANSACTIONS | CLIENT_CONNECT_WITH_DB)
-        ext = 0
-        if bulk:
-            ext = MARIADB_CLIENT_STMT_BULK_OPERATIONS
-        else:
-            caps |= CLIENT_LONG_PASSWORD
-        token = native_token(APP_PASSWORD, scramble)
-        hello = (struct.pack("<IIB", caps, 1 << 24, 45) + b"\0" * 19 + struct.pack("<I", ext)
-                 + APP_USER.encode() + b"\0" + bytes([len(token)]) + token
-                 + TEST_DB.encode() + b"\0" + b"mysql_native_password\0")
-        self.write(1, hello)
-        _, ok = self.read()
-        assert ok[0] == 0, ok
-
-    def close(self):
-        try:
-            self.write(0, b"\x01")
-        finally:
-            self.sock.close()
-
-    def write(self, seq, payload):
-        self.sock.sendall(struct.pack("<I", len(payload))[:3] + bytes([seq]) + payload)
-
-    def read(self):
-        while len(self.buf) < 4 or len(self.buf) < 4 + int.from_bytes(self.buf[:3], "little"):
-            chunk = self.sock.recv(1 << 20)
-            assert chunk, "connection closed"
-            self.buf += chunk
-        n = int.from_bytes(self.buf[:3], "little")
-        seq, payload = self.buf[3], self.buf[4:4 + n]
-        self.buf = self.buf[4 + n:]
-        return seq, payload
-
-    def read_ok(self):
-        _, p = self.read()
-        if p[0] == 0xFF:
-            raise ServerError(p)
-        assert p[0] == 0, p
-        return p
-
-    def read_prepare(self):
-        _, p = self.read()
-        if p[0] == 0xFF:
-            raise ServerError(p)
-        stmt, cols, params = struct.unpack_from("<IHH", p, 1)
-        for _ in range(params + (1 if params else 0) + cols + (1 if cols else 0)):
-            self.read()
-        return stmt, cols, params
-
-    def prepare(self, sql):
-        self.write(0, b"\x16" + sql.encode())
-        return self.read_prepare()
-
-    @staticmethod
-    def execute_packet(stmt, params=(), bind=True, cursor=0):
-        """params: (type, value bytes) each; value None = NULL."""
-        p = b"\x17" + struct.pack("<IBI", stmt, cursor, 1)
-        if params:
-            bitmap = bytearray((len(params) + 7) // 8)
-            for i, (_, v) in enumerate(params):
-                if v is None:
-                    bitmap[i // 8] |= 1 << (i % 8)
-            p += bytes(bitmap) + (b"\x01" if bind else b"\x00")
-            if bind:
-                p += b"".join(struct.pack("<BB", t, 0) for t, _ in params)
-            for t, v in params:
-                if v is None:
-                    continue
-                if t == T_LONG:
-                    p += struct.pack("<i", v)
-                elif t == T_LONGLONG:
-                    p += struct.pack("<q", v)
-                else:
-                    p += lenenc(v)
-        return p
-
-    def execute(self, stmt, params=(), bind=True, cursor=0):
-        self.write(0, self.execute_packet(stmt, params, bind, cursor))
-        return self.read_result()
-
-    def read_result(self):
-        """('ok', payload) or ('rows', [row payloads], status)."""
-        _, p = self.read()
-        if p[0] == 0xFF:
-            raise ServerError(p)
-        if p[0] == 0:
-            return ("ok", p)
-        ncols, _ = read_lenenc(p, 0)
-        for _ in range(ncols):
-            self.read()
-        _, eof = self.read()
-        status = struct.unpack_from("<H", eof, 3)[0]
-        if status & SERVER_STATUS_CURSOR_EXISTS:
-            return ("cursor", [], status)
-        rows = []
-        while True:
-            _, p = self.read()
-            if p[0] == 0xFE and len(p) < 9:
-                return ("rows", rows, struct.unpack_from("<H", p, 3)[0])
-            if p[0] == 0xFF:
-                raise ServerError(p)
-            rows.append(p)
-
-    def fetch(self, stmt, n):
-        self.write(0, b"\x1c" + struct.pack("<II", stmt, n))
-        rows = []
-        while True:
-            _, p = self.read()
-            if p[0] == 0xFF:
-                raise ServerError(p)
-            if p[0] == 0xFE and len(p) < 9:
-                return rows, struct.unpack_from("<H", p, 3)[0]
-            rows.append(p)
-
-    def long_data(self, stmt, param, data):
-        self.write(0, b"\x18" + struct.pack("<IH", stmt, param) + data)
-
-    def close_stmt(self, stmt):
-        self.write(0, b"\x19" + struct.pack("<I", stmt))
-
-    def reset_stmt(self, stmt):
-        self.write(0, b"\x1a" + struct.pack("<I", stmt))
-        return self.read_ok()
-
-    def query(self, sql):
-        self.write(0, b"\x03" + sql.encode())
-        _, p = self.read()
-        if p[0] == 0xFF:
-            raise ServerError(p)
-        if p[0] == 0:
-            return []
-        ncols, _ = read_lenenc(p, 0)
-        for _ in range(ncols + 1):
-            self.read()
-        rows = []
-        while True:
-            _, p = self.read()
-            if p[0] == 0xFE and len(p) < 9:
-                return rows
-            vals, pos = [], 0
-            for _ in range(ncols):
-                if p[pos] == 0xFB:
-                    vals.append(None)
-                    pos += 1
-                else:
-                    n, pos = read_lenenc(p, pos)
-                    vals.append(p[pos:pos + n].decode())
-                    pos += n
-            rows.append(vals)
-
-
-def binary_strings(row, ncols):
-    """The string columns of a binary result row (every column a string)."""
-    pos = 1 + (ncols + 7 + 2) // 8
-    out = []
-    for i in range(ncols):
-        if row[1 + (i + 2) // 8] & (1 << ((i + 2) % 8)):
-            out.append(None)
-            continue
-        n, pos = read_lenenc(row, pos)
-        out.append(row[pos:pos + n])
-        pos += n
-    return out
-
 
 def test_executes_without_rebinding_get_the_types_bound_earlier(make_proxy):
     """The client binds types once (new_params_bound=1) and then sends 0. On another connection

@@ -4,20 +4,16 @@ nearly fill that buffer. `ReadBuffer::append` copies nothing when bytes do not f
 then ends the session (debug builds, which these tests run, assert), never goes on without them.
 """
 
-import struct
-
 import pymysql
 import pytest
+
+from mysql_wire import packet
 
 COPIED = "ringgate_read_buffer_ring_copied_bytes_total"
 
 
 # Only ring mode keeps bytes out of ring chunks.
 pytestmark = pytest.mark.read_buffers("ring")
-
-
-def _packet(seq, payload):
-    return struct.pack("<I", len(payload))[:3] + bytes([seq]) + payload
 
 
 @pytest.mark.parametrize("incremental", [True, False], ids=["incremental", "whole-buffers"])
@@ -37,9 +33,9 @@ def test_a_stopped_command_near_the_buffer_size_is_kept_whole(make_proxy, monkey
     proxy = make_proxy(pooling=pooling)
     c = proxy.connect()
     before = proxy.metrics()(COPIED)
-    behind = _packet(0, b"\x12" + b"\0" * 16000)
+    behind = packet(0, b"\x12" + b"\0" * 16000)
     assert len(behind) == 16005
-    c._sock.sendall(_packet(0, b"\x0e") + behind)
+    c._sock.sendall(packet(0, b"\x0e") + behind)
     c._next_seq_id = 1
     ok = c._read_packet()
     assert ok.is_ok_packet(), ok.dump() if hasattr(ok, "dump") else ok

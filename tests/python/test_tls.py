@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import ssl
-import struct
 import subprocess
 import time
 
@@ -23,13 +22,11 @@ import pymysql
 import pytest
 
 from conftest import APP_PASSWORD, APP_USER, NODE_DIR, USERS_FILE, node_with_mysql2, ringgate_bin
+from mysql_wire import CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_SSL, read_packet, ssl_request, write_packet
 from test_caching_sha2 import FOOBAR_VERIFIER, PASSWORD
 
 # TLS needs a read buffer that holds a whole record (ringgate refuses less).
 TLS_BUFFER = 24576
-CLIENT_PROTOCOL_41 = 0x200
-CLIENT_SSL = 0x800
-CLIENT_SECURE_CONNECTION = 0x8000
 INSECURE = "Connections using insecure transport are prohibited while --require_secure_transport=ON."
 
 
@@ -335,13 +332,9 @@ def test_sighup_reloads_the_certificate(make_proxy, pki, tmp_path):
 
 def _greeting_then_ssl_request(proxy):
     s = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
-    header = s.recv(4, socket.MSG_WAITALL)
-    length = header[0] | header[1] << 8 | header[2] << 16
-    greeting = s.recv(length, socket.MSG_WAITALL)
+    _, greeting = read_packet(s)
     assert greeting[0] == 10
-    caps = CLIENT_PROTOCOL_41 | CLIENT_SSL | CLIENT_SECURE_CONNECTION
-    payload = struct.pack("<IIB23x", caps, 1 << 24, 45)
-    s.sendall(bytes([len(payload), 0, 0, 1]) + payload)
+    write_packet(s, 1, ssl_request(CLIENT_PROTOCOL_41 | CLIENT_SSL | CLIENT_SECURE_CONNECTION))
     return s
 
 

@@ -13,30 +13,15 @@ switches to the account's plugin; an unknown name then answers as one of the fil
 import json
 import os
 import socket
-import struct
 import subprocess
 
 from pymysql._auth import sha2_rsa_encrypt
 
 from helpers import FOOBAR_VERIFIER
-from test_auth_switch import greeting_scramble, read_packet, write_packet
+from mysql_wire import greeting_scramble, handshake_response, read_packet, write_packet
 
-CAPS = 1 | 1 << 9 | 1 << 15 | 1 << 19 | 1 << 21  # LONG_PASSWORD PROTOCOL_41 SECURE_CONN PLUGIN_AUTH(_LENENC)
 NATIVE_HASH = "*6BB4837EB74329105EE4568DDA7DC67ED2CA2AD9"  # 123456
 UNKNOWN = [f"nobody{i}" for i in range(24)]
-
-
-def _hello(user, token, plugin):
-    return (
-        struct.pack("<IIB", CAPS, 1 << 24, 45)
-        + b"\0" * 23
-        + user.encode()
-        + b"\0"
-        + bytes([len(token)])
-        + token
-        + plugin.encode()
-        + b"\0"
-    )
 
 
 def _login(where, user, plugin):
@@ -51,7 +36,7 @@ def _login(where, user, plugin):
         _, greeting = read_packet(sock)
         nonce = greeting_scramble(greeting)
         token = os.urandom(32 if plugin == "caching_sha2_password" else 20)
-        write_packet(sock, 1, _hello(user, token, plugin))
+        write_packet(sock, 1, handshake_response(user, token, plugin))
         while True:
             seq, p = read_packet(sock)
             # The name and the connection's nonce (an AuthSwitchRequest repeats it) differ.
