@@ -169,6 +169,10 @@ class Metrics(dict):
 
     __call__ = get_metric
 
+    def sum_of(self, name):
+        """The sum of metric `name` over all its label sets (0 when it has none yet)."""
+        return sum(v for k, v in self.items() if k == name or k.startswith(name + "{"))
+
     def dump(self):
         return "\n".join(f"{k} {v}" for k, v in sorted(self.items()))
 
@@ -310,6 +314,14 @@ class Proxy:
         except OSError:
             return ""
 
+    def wait_log(self, text, count=1, timeout=10.0):
+        """Waits until ringgate's log holds `text` `count` times (a reload or a refusal it
+        reports)."""
+        deadline = time.monotonic() + timeout
+        while self.stderr().count(text) < count:
+            assert time.monotonic() < deadline, f"{text!r} not logged {count} times:\n{self.stderr_tail()}"
+            time.sleep(0.05)
+
     def stderr_tail(self, n=50):
         return "\n".join(self.stderr().splitlines()[-n:])
 
@@ -334,18 +346,22 @@ class Proxy:
         kw.setdefault("write_timeout", 120)
         return pymysql.connect(host="127.0.0.1", port=self.port, user=user, password=password, **kw)
 
-    def cli(self, *args, check=True, timeout=60, input=None):
-        """Runs the mariadb CLI against the proxy as `app`; returns CompletedProcess (text)."""
-        cmd = [
+    def cli_command(self, *args, user=APP_USER, password=APP_PASSWORD):
+        """The mariadb CLI's command line against the proxy as `user`, ending with args."""
+        return [
             mariadb_cli(),
             "--no-defaults",
             "--protocol=TCP",
             "-h127.0.0.1",
             f"-P{self.port}",
-            f"-u{APP_USER}",
-            f"-p{APP_PASSWORD}",
+            f"-u{user}",
+            f"-p{password}",
             *args,
         ]
+
+    def cli(self, *args, check=True, timeout=60, input=None):
+        """Runs the mariadb CLI against the proxy as `app`; returns CompletedProcess (text)."""
+        cmd = self.cli_command(*args)
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=input)
         if check and r.returncode != 0:
             raise AssertionError(
@@ -360,6 +376,22 @@ class Proxy:
         status, body = http_get(self.metrics_port)
         assert status == 200, f"GET /metrics -> {status}: {body[:500]}"
         return Metrics(parse_metrics(body))
+
+    def wait_metrics(self, want, timeout=10.0):
+        """Polls /metrics until each metric of `want` ({key: value}) has its value; returns the
+        metrics then, or fails naming those that differ."""
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self.metrics()
+            off = {k: m(k) for k, v in want.items() if m(k) != v}
+            if not off:
+                return m
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"metrics not as wanted within {timeout}s: want {want}, still {off}\n"
+                    f"--- ringgate stderr (tail) ---\n{self.stderr_tail(40)}"
+                )
+            time.sleep(0.05)
 
     def connections_total(self):
         return self.metrics()("ringgate_client_connections_total")
@@ -499,3 +531,45 @@ def make_proxy(mode):
 @pytest.fixture
 def proxy(make_proxy):
     return make_proxy()
+
+
+# --------------------------------------------------------------------------------------------
+# Users files with real sandbox accounts (passthrough identity)
+# --------------------------------------------------------------------------------------------
+
+# The account every proxy user of same_account_users but `admin` logs in to the backend as.
+SHARED_ACCOUNT_PASSWORD = "kscope-shared-pw"
+
+
+@pytest.fixture
+def same_account_users(tmp_path, mode):
+    """Passthrough identity with two proxy users, tenant_a and tenant_b, mapped to one backend
+    account (BackendUser), and a third, `admin`, mapped to an account with CONNECTION ADMIN:
+    (users file, the shared account's name)."""
+    from helpers import sandbox_account, write_users_file  # helpers imports this module
+
+    acct, adm, adm_pw = f"kscope_shared_{mode}", f"kscope_admin_{mode}", "kscope-admin-pw"
+    with sandbox_account(acct, SHARED_ACCOUNT_PASSWORD, grants=()), sandbox_account(
+        adm, adm_pw, grants=("CONNECTION ADMIN ON *.*",)
+    ):
+        shared = {"BackendUser": acct, "BackendPassword": SHARED_ACCOUNT_PASSWORD}
+        users = write_users_file(
+            tmp_path / "users.json",
+            {
+                "tenant_a": [{"Password": "a-pw", **shared}],
+                "tenant_b": [{"Password": "b-pw", **shared}],
+                "admin": [{"Password": "adm-pw", "BackendUser": adm, "BackendPassword": adm_pw}],
+            },
+        )
+        yield users, acct
+
+
+@pytest.fixture
+def two_users(tmp_path):
+    """Two proxy users, `a` and `b`, each its own sandbox account with the same password
+    (passthrough identity): ({"a": (user, password), "b": ...}, users file)."""
+    from helpers import passthrough_users  # helpers imports this module
+
+    users = {"a": ("twouser_a", "twouser-a-secret"), "b": ("twouser_b", "twouser-b-secret")}
+    with passthrough_users(tmp_path / "users.json", users.values()) as path:
+        yield users, path

@@ -1,10 +1,12 @@
-"""Helpers shared by several test modules (fixtures stay in conftest.py).
+"""Helpers shared by several test modules (fixtures stay in conftest.py, the hand-made
+protocol in mysql_wire.py).
 
 Kept in one place so that a fix (a longer join, a better failure message) reaches every
 suite that uses them, instead of one copy of several.
 """
 
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -21,15 +23,238 @@ FOOBAR_VERIFIER = (
 )
 FOOBAR_PASSWORD = "foobar"
 
+# The connection ids ringgate gives its clients start here; a worker's index is an id's
+# residue modulo the number of workers.
+PROXY_ID_BASE = 1 << 31
 
-def direct(**kw):
-    """A PyMySQL connection straight to the sandbox MariaDB as its admin (no ringgate), in
-    autocommit: for setting up schemas and watching the server from the side."""
-    b = backend_env()
-    return pymysql.connect(
-        host=b["host"], port=b["port"], user=b["user"], password=b["password"], autocommit=True,
-        connect_timeout=10, read_timeout=60, **kw
+
+def worker_of(conn, workers=2):
+    """The index of the worker that serves `conn` (a client of ringgate)."""
+    return (conn.thread_id() - PROXY_ID_BASE) % workers
+
+
+# --------------------------------------------------------------------------------------------
+# A ringgate with few backend connections
+# --------------------------------------------------------------------------------------------
+
+BUSY_BACKENDS = 'ringgate_backend_connections{state="busy"}'
+IDLE_BACKENDS = 'ringgate_backend_connections{state="idle"}'
+CLIENTS = "ringgate_client_connections"
+ONE_BACKEND = ("--backend-max-connections", "1", "--backend-pool-size", "1")
+
+
+def one_backend_proxy(make_proxy, extra=(), **kw):
+    """A ringgate with one worker and one backend connection, which every session gets in
+    turn: what one client leaves on it, the next one would see."""
+    return make_proxy(workers=1, extra_args=[*ONE_BACKEND, *extra], **kw)
+
+
+def tx_proxy(make_proxy, backends=4, workers=1, extra=()):
+    """Transaction pooling on at most `backends` backend connections (up to 4 kept warm), so
+    that sessions move between connections all the time."""
+    return make_proxy(
+        pooling="transaction",
+        workers=workers,
+        extra_args=[
+            "--backend-max-connections", str(backends),
+            "--backend-pool-size", str(min(backends, 4)),
+            "--max-connections", "2000",
+            *extra,
+        ],
     )
+
+
+def capped_passthrough_proxy(make_proxy, users_file, backends, wait_timeout, *flags, pooling="transaction"):
+    """One worker, passthrough identity, at most `backends` backend connections and none kept
+    warm: a session that finds them all held waits up to `wait_timeout` (a duration)."""
+    return make_proxy(
+        pooling=pooling,
+        workers=1,
+        passthrough=True,
+        users_file=users_file,
+        extra_args=[
+            "--backend-max-connections", str(backends),
+            "--backend-pool-size", "0",
+            "--backend-wait-timeout", wait_timeout,
+            *flags,
+        ],
+    )
+
+
+def wait_idle(proxy, timeout=10):
+    """The metrics once no backend connection is busy (every statement answered and released)."""
+    return proxy.wait_metrics({BUSY_BACKENDS: 0}, timeout)
+
+
+# --------------------------------------------------------------------------------------------
+# The sandbox server, seen from the side
+# --------------------------------------------------------------------------------------------
+
+
+def direct(user=None, password=None, **kw):
+    """A PyMySQL connection straight to the sandbox MariaDB (no ringgate), as its admin unless
+    `user` is given, in autocommit: for setting up schemas and watching the server from the
+    side."""
+    b = backend_env()
+    kw = {"autocommit": True, "connect_timeout": 10, "read_timeout": 60, **kw}
+    return pymysql.connect(
+        host=b["host"], port=b["port"], user=user or b["user"], password=b["password"] if user is None else password, **kw
+    )
+
+
+def value(conn, sql, args=None):
+    """The first column of the first row `sql` returns, or None when it returns no row."""
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        row = cur.fetchone()
+    return None if row is None else row[0]
+
+
+def first_row(conn, sql, args=None):
+    """The first row `sql` returns (None when none), from a PyMySQL or a mysql-connector
+    connection alike."""
+    cur = conn.cursor()
+    cur.execute(sql, args)
+    row = cur.fetchone()
+    cur.close()
+    return row
+
+
+def rows(conn, sql, args=None):
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return cur.fetchall()
+
+
+def run(conn, *sqls):
+    """Runs each statement in turn, reading no answer but the server's OK or error."""
+    with conn.cursor() as cur:
+        for sql in sqls:
+            cur.execute(sql)
+
+
+def backend_statement(pattern, timeout=10.0):
+    """(thread id, query id) of a server thread running a statement LIKE `pattern`, read
+    directly from the server's processlist (not through ringgate), waiting up to `timeout`
+    seconds for one to appear; None if none does."""
+    deadline = time.monotonic() + timeout
+    with direct() as d, d.cursor() as cur:
+        while True:
+            cur.execute(
+                "SELECT ID, QUERY_ID FROM information_schema.PROCESSLIST WHERE INFO LIKE %s AND ID <> CONNECTION_ID()",
+                (pattern,),
+            )
+            row = cur.fetchone()
+            if row is not None or time.monotonic() >= deadline:
+                return row
+            time.sleep(0.05)
+
+
+def wait_backend_statement(pattern, timeout=10.0):
+    """backend_statement, failing when no server thread runs such a statement within `timeout`:
+    a KILL sent after it cannot race the statement's start."""
+    running = backend_statement(pattern, timeout)
+    assert running is not None, f"{pattern!r} never ran on the backend"
+    return running
+
+
+def backend_statements(pattern):
+    """How many server threads run a statement LIKE `pattern` now (the server's processlist)."""
+    with direct() as d:
+        return value(
+            d,
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s AND ID <> CONNECTION_ID()",
+            (pattern,),
+        )
+
+
+@contextlib.contextmanager
+def sandbox_account(user, password, grants=(f"ALL ON {TEST_DB}.*",)):
+    """A MariaDB account `user`@'%' (mysql_native_password) with `grants` (privileges ON
+    objects), dropped again afterwards: for passthrough identity, where ringgate logs in to
+    the backend as it."""
+    with direct() as root:
+        with root.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {TEST_DB}")
+            cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+            cur.execute(f"CREATE USER '{user}'@'%%' IDENTIFIED BY %s", (password,))
+            for grant in grants:
+                cur.execute(f"GRANT {grant} TO '{user}'@'%'")
+        try:
+            yield user
+        finally:
+            with root.cursor() as cur:
+                cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+
+
+def native_hash(password):
+    """The users file's MysqlNativePassword of `password`, as the server computes it."""
+    with direct() as d:
+        return value(d, "SELECT PASSWORD(%s)", (password,))
+
+
+def write_users_file(path, entries):
+    """A users file at `path`: {proxy user: [entry, ...]}."""
+    path.write_text(json.dumps(entries))
+    return path
+
+
+@contextlib.contextmanager
+def passthrough_users(path, accounts):
+    """For each (user, password) of `accounts`, a sandbox account (sandbox_account) and a users
+    file entry with that password, written at `path`: yields the path."""
+    with contextlib.ExitStack() as stack:
+        for user, password in accounts:
+            stack.enter_context(sandbox_account(user, password))
+        yield write_users_file(path, {user: [{"Password": password}] for user, password in accounts})
+
+
+# --------------------------------------------------------------------------------------------
+# Threads and waiting
+# --------------------------------------------------------------------------------------------
+
+
+def wait_until(what, cond, timeout=10.0, proxy=None):
+    """Polls cond() until it holds; fails with `what` (and ringgate's stderr when `proxy`)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            tail = f"\n{proxy.stderr_tail(40)}" if proxy is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for: {what}{tail}")
+        time.sleep(0.05)
+
+
+def in_thread(fn, what="the statement"):
+    """Runs fn() in a thread; returns join(timeout=30), which waits for it and returns
+    (result, exception), failing if `what` did not return in time."""
+    box = {}
+
+    def target():
+        try:
+            box["result"] = fn()
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            box["error"] = e
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+
+    def join(timeout=30):
+        t.join(timeout)
+        assert not t.is_alive(), f"{what} did not return"
+        return box.get("result"), box.get("error")
+
+    return join
+
+
+def client_statements_settle(proxy, timeout=5.0):
+    """ringgate_client_prepared_statements once the sessions have handled what their clients
+    sent last (a client's final COM_STMT_CLOSE and COM_QUIT get no answer to wait for)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        n = proxy.metrics()["ringgate_client_prepared_statements"]
+        if n == 0 or time.monotonic() > deadline:
+            return n
+        time.sleep(0.05)
 
 
 def run_threads(n, fn, timeout=300):
@@ -101,21 +326,9 @@ def background(n, fn):
     bg.stop()
 
 
-@contextlib.contextmanager
-def sandbox_account(user, password):
-    """A MariaDB account `user`@'%' with `password` and every privilege on TEST_DB, dropped
-    again afterwards: for passthrough identity, where ringgate logs in to the backend as it."""
-    with direct() as root:
-        with root.cursor() as cur:
-            cur.execute(f"CREATE DATABASE IF NOT EXISTS {TEST_DB}")
-            cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
-            cur.execute(f"CREATE USER '{user}'@'%%' IDENTIFIED BY %s", (password,))
-            cur.execute(f"GRANT ALL ON {TEST_DB}.* TO '{user}'@'%'")
-        try:
-            yield user
-        finally:
-            with root.cursor() as cur:
-                cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+# --------------------------------------------------------------------------------------------
+# Sockets and processes
+# --------------------------------------------------------------------------------------------
 
 
 def ended_within(sock, within):
@@ -136,3 +349,9 @@ def ended_within(sock, within):
             continue
         if not chunk:
             return True
+
+
+def rss_kib(pid):
+    """The resident set size of process `pid` in KiB (/proc/PID/status VmRSS)."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))

@@ -116,7 +116,7 @@ def test_outer_uses_the_configured_public_key_and_a_wrong_one_fails(make_proxy, 
     inner_proxy.proc.send_signal(1)
     outer2 = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password=PASSWORD,
                         extra_args=OUTER_ARGS + ("--backend-rsa-public-key", str(other), "--backend-pool-size", "0"))
-    _wait_for(lambda: "users file reloaded" in inner_proxy.stderr(), inner_proxy)
+    inner_proxy.wait_log("users file reloaded")
     with pytest.raises(pymysql.err.OperationalError) as e:
         outer2.connect()
     _assert_backend_refused(e.value, account)
@@ -172,7 +172,7 @@ def test_front_rsa_key_with_pymysql_over_plain_tcp(inner, account):
     conn.close()
     assert _auth(inner_proxy, "caching_sha2_full") == 1
     inner_proxy.proc.send_signal(1)  # empties the cache: the next login is a full auth again
-    _wait_for(lambda: "users file reloaded" in inner_proxy.stderr(), inner_proxy)
+    inner_proxy.wait_log("users file reloaded")
     conn = pymysql.connect(host="127.0.0.1", port=inner_proxy.port, user=account, password=PASSWORD,
                            connect_timeout=10, server_public_key=public.read_bytes())
     assert _current_user(conn) == account
@@ -193,15 +193,6 @@ def _assert_backend_refused(err, account):
     code, message = err.args
     assert code == 1105, err.args
     assert f"1045 (28000) Access denied for user '{account}'@'127.0.0.1' (using password: YES)" in message, message
-
-
-def _wait_for(cond, proxy, timeout=10):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, proxy.stderr_tail()
-        time.sleep(0.05)
 
 
 def test_mariadb_cli_and_connector_python_through_the_chain(make_proxy, inner, account):

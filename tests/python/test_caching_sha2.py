@@ -10,13 +10,12 @@ RSA keys. `ringgate_client_auth_total{path}` tells which path each login took.
 
 import json
 import signal
-import time
 
 import mysql.connector
 import pymysql
 import pytest
 
-from helpers import FOOBAR_PASSWORD, FOOBAR_VERIFIER, sandbox_account
+from helpers import FOOBAR_PASSWORD, FOOBAR_VERIFIER, first_row, sandbox_account
 
 PASSWORD = FOOBAR_PASSWORD
 
@@ -43,14 +42,6 @@ def _connector(proxy, sock=None, **kw):
     )
 
 
-def _one(conn, sql):
-    cur = conn.cursor()
-    cur.execute(sql)
-    row = cur.fetchone()
-    cur.close()
-    return row
-
-
 @pytest.fixture
 def sha2_proxy(make_proxy, tmp_path):
     users = _users(tmp_path, erin=[{"MysqlCachingSha2Password": FOOBAR_VERIFIER}], fay=[{"Password": "pw2"}])
@@ -68,7 +59,7 @@ def test_pymysql_full_auth_on_the_socket_then_fast_auth_over_tcp(sha2_proxy):
 
     # Over the unix socket PyMySQL sends the cleartext password: full authentication.
     conn = _pymysql(proxy, sock, user="erin", password=PASSWORD)
-    assert _one(conn, "SELECT 6 * 7") == (42,)
+    assert first_row(conn, "SELECT 6 * 7") == (42,)
     conn.close()
     assert _auth(proxy, "caching_sha2_full") == 1
     assert _auth(proxy, "caching_sha2_fast") == 0
@@ -76,7 +67,7 @@ def test_pymysql_full_auth_on_the_socket_then_fast_auth_over_tcp(sha2_proxy):
     # Now cached: fast authentication, over TCP as well.
     for _ in range(2):
         conn = _pymysql(proxy, user="erin", password=PASSWORD)
-        assert _one(conn, "SELECT 1") == (1,)
+        assert first_row(conn, "SELECT 1") == (1,)
         conn.close()
     assert _auth(proxy, "caching_sha2_fast") == 2
     assert _auth(proxy, "caching_sha2_full") == 1
@@ -99,17 +90,17 @@ def test_connector_python_fast_and_full_auth(sha2_proxy):
     proxy, sock = sha2_proxy
     # A Password entry: fast auth needs no cache, over TCP.
     conn = _connector(proxy, user="fay", password="pw2")
-    assert _one(conn, "SELECT 2") == (2,)
+    assert first_row(conn, "SELECT 2") == (2,)
     conn.close()
     assert _auth(proxy, "caching_sha2_fast") == 1
 
     # A verifier entry over the socket: 0x01 0x04, then the cleartext password.
     conn = _connector(proxy, sock, user="erin", password=PASSWORD)
-    assert _one(conn, "SELECT 3") == (3,)
+    assert first_row(conn, "SELECT 3") == (3,)
     conn.close()
     assert _auth(proxy, "caching_sha2_full") == 1
     conn = _connector(proxy, user="erin", password=PASSWORD)
-    assert _one(conn, "SELECT 4") == (4,)
+    assert first_row(conn, "SELECT 4") == (4,)
     conn.close()
     assert _auth(proxy, "caching_sha2_fast") == 2
 
@@ -128,10 +119,7 @@ def test_a_reload_empties_the_cache(sha2_proxy):
     conn.close()
     _pymysql(proxy, user="erin", password=PASSWORD).close()
     proxy.proc.send_signal(signal.SIGHUP)  # the users file is read again: a new, empty cache
-    deadline = time.monotonic() + 10
-    while "users file reloaded" not in proxy.stderr():
-        assert time.monotonic() < deadline, proxy.stderr_tail()
-        time.sleep(0.05)
+    proxy.wait_log("users file reloaded")
     with pytest.raises(pymysql.err.OperationalError) as e:
         _pymysql(proxy, user="erin", password=PASSWORD)
     assert e.value.args[0] == 1045
@@ -152,10 +140,10 @@ def test_passthrough_logs_in_to_the_backend_after_full_and_fast_auth(make_proxy,
     sock = tmp_path / "rg.sock"
     proxy = make_proxy(users_file=users, passthrough=True, extra_args=("--socket", str(sock)))
     conn = _connector(proxy, sock, user=user, password=PASSWORD)
-    assert _one(conn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (user,)
+    assert first_row(conn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (user,)
     conn.close()
     conn = _pymysql(proxy, user=user, password=PASSWORD)
-    assert _one(conn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (user,)
+    assert first_row(conn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (user,)
     conn.close()
     assert _auth(proxy, "caching_sha2_full") == 1
     assert _auth(proxy, "caching_sha2_fast") == 1

@@ -24,27 +24,20 @@ import threading
 import time
 
 import mysql.connector
-import pymysql
 import pytest
 
 from conftest import APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER, NODE_DIR, TEST_DB, backend_env, node_with_mysql2
+from helpers import direct, first_row
 
 LATIN1_SWEDISH_CI = 8
 UTF8MB4_GENERAL_CI = 45
-
-
-def _root():
-    env = backend_env()
-    return pymysql.connect(
-        host=env["host"], port=env["port"], user=env["user"], password=env["password"], autocommit=True
-    )
 
 
 @pytest.fixture
 def accounts(tmp_path, mode):
     a = (f"cua_{mode}", f"cua-secret-{mode}")
     b = (f"cub_{mode}", f"cub-secret-{mode}")
-    root = _root()
+    root = direct()
     with root.cursor() as cur:
         cur.execute(f"CREATE DATABASE IF NOT EXISTS {TEST_DB}")
         for user, pw in (a, b):
@@ -71,18 +64,10 @@ def _connect(proxy, user, password, **kw):
     )
 
 
-def _one(cn, sql):
-    cur = cn.cursor()
-    cur.execute(sql)
-    row = cur.fetchone()
-    cur.close()
-    return row
-
-
 def _server_threads_match_ringgate(proxy, users, timeout=8.0):
     """The server holds exactly the backend connections ringgate accounts for (idle + busy):
     none leaked by a release, a relet or a failed lease."""
-    root = _root()
+    root = direct()
     deadline = time.monotonic() + timeout
     try:
         while True:
@@ -115,7 +100,7 @@ def test_change_user_switches_identity_schema_charset_and_resets_the_session(mak
     base = proxy.connections_total()
     (ua, pa), (ub, pb) = accounts["a"], accounts["b"]
     cn = _connect(proxy, ua, pa, database=TEST_DB)
-    assert _one(cn, "SELECT CURRENT_USER(), DATABASE()") == (f"{ua}@%", TEST_DB)
+    assert first_row(cn, "SELECT CURRENT_USER(), DATABASE()") == (f"{ua}@%", TEST_DB)
     cur = cn.cursor()
     cur.execute("SET @x = 42")
     cur.execute("CREATE TEMPORARY TABLE tmp_cu (i INT)")
@@ -123,9 +108,9 @@ def test_change_user_switches_identity_schema_charset_and_resets_the_session(mak
 
     # To b, no schema: the new identity on the backend, DATABASE() NULL, nothing of a's session.
     cn.cmd_change_user(username=ub, password=pb, database="")
-    assert _one(cn, "SELECT CURRENT_USER(), DATABASE(), @x") == (f"{ub}@%", None, None)
+    assert first_row(cn, "SELECT CURRENT_USER(), DATABASE(), @x") == (f"{ub}@%", None, None)
     with pytest.raises(mysql.connector.Error) as ei:
-        _one(cn, f"SELECT * FROM {TEST_DB}.tmp_cu")
+        first_row(cn, f"SELECT * FROM {TEST_DB}.tmp_cu")
     assert ei.value.errno == 1146, "the temporary table did not survive"
 
     # Back to a, with a schema and latin1: applied, and again a fresh session.
@@ -133,7 +118,7 @@ def test_change_user_switches_identity_schema_charset_and_resets_the_session(mak
     cur.execute("SET @y = 1")
     cur.close()
     cn.cmd_change_user(username=ua, password=pa, database=TEST_DB, charset=LATIN1_SWEDISH_CI)
-    assert _one(cn, "SELECT CURRENT_USER(), DATABASE(), @y, @@character_set_client, @@collation_connection") == (
+    assert first_row(cn, "SELECT CURRENT_USER(), DATABASE(), @y, @@character_set_client, @@collation_connection") == (
         f"{ua}@%",
         TEST_DB,
         None,
@@ -142,7 +127,7 @@ def test_change_user_switches_identity_schema_charset_and_resets_the_session(mak
     )
     # And utf8mb4 again: the charset id selects the collation.
     cn.cmd_change_user(username=ub, password=pb, database=TEST_DB, charset=UTF8MB4_GENERAL_CI)
-    assert _one(cn, "SELECT CURRENT_USER(), @@character_set_client") == (f"{ub}@%", "utf8mb4")
+    assert first_row(cn, "SELECT CURRENT_USER(), @@character_set_client") == (f"{ub}@%", "utf8mb4")
     cn.close()
     proxy.assert_settled(base, 1)
     _server_threads_match_ringgate(proxy, (ua, ub))
@@ -164,19 +149,19 @@ def test_wrong_password_gets_1045_and_keeps_the_old_user_and_schema(make_proxy, 
     assert ei.value.errno == 1045
     assert ei.value.msg == f"Access denied for user '{ub}'@'127.0.0.1' (using password: YES)"
     # Still open, still a, still in the old schema; the session was reset, as on MariaDB.
-    assert _one(cn, "SELECT CURRENT_USER(), DATABASE(), @x") == (f"{ua}@%", TEST_DB, None)
+    assert first_row(cn, "SELECT CURRENT_USER(), DATABASE(), @x") == (f"{ua}@%", TEST_DB, None)
     with pytest.raises(mysql.connector.Error) as ei:
-        _one(cn, "SELECT * FROM tmp_cu")
+        first_row(cn, "SELECT * FROM tmp_cu")
     assert ei.value.errno == 1146
     # An unknown user reads the same.
     with pytest.raises(mysql.connector.Error) as ei:
         cn.cmd_change_user(username="nobody_here", password="x")
     assert ei.value.errno == 1045
     assert "'nobody_here'@'127.0.0.1'" in ei.value.msg
-    assert _one(cn, "SELECT CURRENT_USER(), DATABASE()") == (f"{ua}@%", TEST_DB)
+    assert first_row(cn, "SELECT CURRENT_USER(), DATABASE()") == (f"{ua}@%", TEST_DB)
     # The connection works for a change afterwards.
     cn.cmd_change_user(username=ub, password=accounts["b"][1], database=TEST_DB)
-    assert _one(cn, "SELECT CURRENT_USER(), DATABASE()") == (f"{ub}@%", TEST_DB)
+    assert first_row(cn, "SELECT CURRENT_USER(), DATABASE()") == (f"{ub}@%", TEST_DB)
     cn.close()
     proxy.assert_settled(base, 1)
     _server_threads_match_ringgate(proxy, (ua, ub))
@@ -192,7 +177,7 @@ def test_unknown_schema_gets_the_servers_error_and_keeps_the_old_session(make_pr
     # What the server answers this account (it has no global privileges: 1044, not 1049).
     assert ei.value.errno == 1044
     assert ei.value.msg == f"Access denied for user '{ub}'@'%' to database 'no_such_db_cu'"
-    assert _one(cn, "SELECT CURRENT_USER(), DATABASE()") == (f"{ua}@%", TEST_DB)
+    assert first_row(cn, "SELECT CURRENT_USER(), DATABASE()") == (f"{ua}@%", TEST_DB)
     cn.close()
     proxy.assert_settled(base, 1)
     _server_threads_match_ringgate(proxy, (ua, ub))
@@ -208,13 +193,13 @@ def test_change_user_with_shared_identity(make_proxy):
     cur.execute("SET @x = 1")
     cur.close()
     cn.cmd_change_user(username=HASHED_USER, password=HASHED_PASSWORD, database="", charset=LATIN1_SWEDISH_CI)
-    assert _one(cn, "SELECT DATABASE(), @x, @@character_set_client") == (None, None, "latin1")
+    assert first_row(cn, "SELECT DATABASE(), @x, @@character_set_client") == (None, None, "latin1")
     with pytest.raises(mysql.connector.Error) as ei:
         cn.cmd_change_user(username=APP_USER, password="wrong")
     assert ei.value.errno == 1045
-    assert _one(cn, "SELECT 1") == (1,)
+    assert first_row(cn, "SELECT 1") == (1,)
     cn.cmd_change_user(username=APP_USER, password=APP_PASSWORD, database=TEST_DB)
-    assert _one(cn, "SELECT DATABASE()") == (TEST_DB,)
+    assert first_row(cn, "SELECT DATABASE()") == (TEST_DB,)
     cn.close()
     proxy.assert_settled(base, 1)
 
@@ -235,7 +220,7 @@ def test_many_changes_leave_nothing_behind(make_proxy, accounts):
             else:
                 cn.cmd_change_user(username=user, password=pw, database=TEST_DB if i % 3 else "")
     for cn in cns:
-        assert _one(cn, "SELECT 1") == (1,)
+        assert first_row(cn, "SELECT 1") == (1,)
         cn.close()
     proxy.assert_settled(base, 3)
     _server_threads_match_ringgate(proxy, (ua, ub))
@@ -264,7 +249,7 @@ def test_kill_ownership_follows_the_new_user(make_proxy, accounts, pooling, mode
 
     t = threading.Thread(target=sleeper, daemon=True)
     t.start()
-    root = _root()
+    root = direct()
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -285,7 +270,7 @@ def test_kill_ownership_follows_the_new_user(make_proxy, accounts, pooling, mode
     assert not t.is_alive()
     # MariaDB answers a killed SLEEP with the row 1 (interrupted), or ERR 1317.
     assert box.get("rows") == [(1,)] or getattr(box.get("error"), "errno", None) == 1317, box
-    assert _one(victim, "SELECT CURRENT_USER()") == (f"{ub}@%",)
+    assert first_row(victim, "SELECT CURRENT_USER()") == (f"{ub}@%",)
     for c in (victim, killer_a, killer_b):
         c.close()
     proxy.assert_settled(base, 3)
@@ -314,17 +299,17 @@ def test_node_mysql2_change_user_matches_mariadb(make_proxy, accounts):
     documented difference: after the failed change MariaDB sets the character set to the
     server's default, ringgate keeps the session's."""
     node = node_with_mysql2()
-    direct = _run_node_change_user(node, backend_env()["port"], accounts)
+    direct_steps = _run_node_change_user(node, backend_env()["port"], accounts)
     proxy = make_proxy(users_file=accounts["users"], passthrough=True)
     base = proxy.connections_total()
     through = _run_node_change_user(node, proxy.port, accounts)
     assert [s["step"] for s in through] == ["start", "to_b_with_schema", "wrong_password", "to_a_by_sha1", "to_b_latin1"]
-    wrong_direct = next(s for s in direct if s["step"] == "wrong_password")
+    wrong_direct = next(s for s in direct_steps if s["step"] == "wrong_password")
     wrong_through = next(s for s in through if s["step"] == "wrong_password")
     assert wrong_through["err"]["errno"] == 1045
     assert wrong_through["state"]["cs"] == "utf8mb4", "the session's charset is kept"
     wrong_direct["state"]["cs"] = wrong_through["state"]["cs"]
-    assert through == direct
+    assert through == direct_steps
     proxy.assert_settled(base, 1)
     _server_threads_match_ringgate(proxy, (accounts["a"][0], accounts["b"][0]))
 
@@ -343,7 +328,7 @@ def test_change_user_to_a_caching_sha2_user(make_proxy, accounts, mode, tmp_path
     backend switches to that account (passthrough, with the password the full authentication
     proved). A wrong password is 1045 and the session stays the old user's."""
     sha2_user = f"cus_{mode}"
-    root = _root()
+    root = direct()
     with root.cursor() as cur:
         cur.execute(f"DROP USER IF EXISTS '{sha2_user}'@'%'")
         cur.execute(f"CREATE USER '{sha2_user}'@'%%' IDENTIFIED BY %s", ("foobar",))
@@ -356,14 +341,14 @@ def test_change_user_to_a_caching_sha2_user(make_proxy, accounts, mode, tmp_path
     try:
         cn = mysql.connector.connect(unix_socket=str(sock), user=ua, password=pa, use_pure=True,
                                      auth_plugin="caching_sha2_password")
-        assert _one(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (ua,)
+        assert first_row(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (ua,)
         cn.cmd_change_user(username=sha2_user, password="foobar", database=TEST_DB)
-        assert _one(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1), DATABASE()") == (sha2_user, TEST_DB)
+        assert first_row(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1), DATABASE()") == (sha2_user, TEST_DB)
         cn.cmd_change_user(username=ua, password=pa)
-        assert _one(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (ua,)
+        assert first_row(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (ua,)
         # From the cache now: fast authentication.
         cn.cmd_change_user(username=sha2_user, password="foobar")
-        assert _one(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (sha2_user,)
+        assert first_row(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (sha2_user,)
         with pytest.raises(mysql.connector.Error) as e:
             cn.cmd_change_user(username=sha2_user, password="not-foobar")
         assert e.value.errno == 1045, e.value

@@ -9,7 +9,8 @@ import time
 import pymysql
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, Proxy, backend_env, mariadb_cli, ringgate_bin
+from conftest import APP_PASSWORD, APP_USER, Proxy, mariadb_cli, ringgate_bin
+from helpers import backend_statements, wait_until
 
 
 def wait_exit(proxy, timeout=15):
@@ -17,31 +18,6 @@ def wait_exit(proxy, timeout=15):
         return proxy.proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         raise AssertionError(f"ringgate did not exit after SIGTERM:\n{proxy.stderr_tail(40)}")
-
-
-def wait_for(what, cond, proxy, timeout=10):
-    """Polls cond() until it holds; fails with what and ringgate's stderr otherwise."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for: {what}\n{proxy.stderr_tail(40)}")
-        time.sleep(0.05)
-
-
-def running_on_backend(marker):
-    """How many server threads are running a statement that contains marker (the backend's own
-    processlist, read directly, not through the proxy)."""
-    b = backend_env()
-    conn = pymysql.connect(host=b["host"], port=b["port"], user=b["user"], password=b["password"])
-    try:
-        cur = conn.cursor()
-        cur.execute(
-            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s AND ID <> CONNECTION_ID()",
-            (f"%{marker}%",),
-        )
-        return cur.fetchone()[0]
-    finally:
-        conn.close()
 
 
 def refused(port):
@@ -77,23 +53,20 @@ def test_sigterm_drains(mode):
         t = threading.Thread(target=sleeper)
         t.start()
         # SIGTERM only once the command is running on the backend, not after a guessed sleep.
-        wait_for("the SLEEP(2) command running on the backend", lambda: running_on_backend(marker) == 1, proxy)
+        wait_until(
+            "the SLEEP(2) command running on the backend", lambda: backend_statements(f"%{marker}%") == 1, proxy=proxy
+        )
         assert proxy.metrics()("ringgate_client_connections") == 3
         proxy.proc.send_signal(signal.SIGTERM)
 
         # Listeners close (on the workers' next 100 ms tick): a new connect is refused.
-        wait_for("the listener refuses connections", lambda: refused(proxy.port), proxy, timeout=3)
+        wait_until("the listener refuses connections", lambda: refused(proxy.port), 3, proxy)
         with pytest.raises((ConnectionRefusedError, pymysql.err.OperationalError)):
             proxy.connect(connect_timeout=2)
 
         # The idle session is closed between commands; the busy one and the one inside a
         # transaction stay.
-        wait_for(
-            "the idle session closed",
-            lambda: proxy.metrics()("ringgate_client_connections") == 2,
-            proxy,
-            timeout=3,
-        )
+        wait_until("the idle session closed", lambda: proxy.metrics()("ringgate_client_connections") == 2, 3, proxy)
         with pytest.raises(pymysql.err.OperationalError):
             idle.cursor().execute("SELECT 1")
 

@@ -13,15 +13,12 @@ import time
 import pymysql
 import pytest
 
-from conftest import backend_env
+from helpers import direct
 
 
 @pytest.fixture
 def accounts(tmp_path, mode):
-    env = backend_env()
-    root = pymysql.connect(
-        host=env["host"], port=env["port"], user=env["user"], password=env["password"], autocommit=True
-    )
+    root = direct()
     a = (f"pya_{mode}", f"pya-secret-{mode}")
     b = (f"pyb_{mode}", f"pyb-secret-{mode}")
     table = f"ringgate_test.py_only_a_{mode}"

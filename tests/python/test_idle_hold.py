@@ -11,7 +11,6 @@ Real MariaDB (the sandbox) through ringgate with transaction pooling, passthroug
 one worker. Timeouts are 1-2 s so the file stays fast.
 """
 
-import json
 import os
 import subprocess
 import time
@@ -20,22 +19,13 @@ import pymysql
 import pytest
 
 from conftest import NODE_DIR, node_with_mysql2
-from helpers import TEST_DB, direct, sandbox_account
+from helpers import TEST_DB, capped_passthrough_proxy, direct
 
 CAP = 4
 
 
 # The pool and the session machine are the same in every buffer mode; one is enough.
 pytestmark = pytest.mark.read_buffers("fixed")
-
-
-@pytest.fixture
-def two_users(tmp_path):
-    users = {"a": ("starve_a", "starve-a-secret"), "b": ("starve_b", "starve-b-secret")}
-    with sandbox_account(*users["a"]), sandbox_account(*users["b"]):
-        path = tmp_path / "users.json"
-        path.write_text(json.dumps({user: [{"Password": pw}] for user, pw in users.values()}))
-        yield users, path
 
 
 @pytest.fixture
@@ -49,21 +39,6 @@ def table():
     with direct() as root:
         with root.cursor() as cur:
             cur.execute(f"DROP TABLE IF EXISTS {TEST_DB}.starve")
-
-
-def start(make_proxy, users_file, *flags, pooling="transaction"):
-    return make_proxy(
-        pooling=pooling,
-        workers=1,
-        passthrough=True,
-        users_file=users_file,
-        extra_args=[
-            "--backend-max-connections", str(CAP),
-            "--backend-pool-size", "0",
-            "--backend-wait-timeout", "3s",
-            *flags,
-        ],
-    )
 
 
 def connect(proxy, who):
@@ -98,7 +73,9 @@ def is_cut(e):
 
 def test_idle_transactions_of_one_user_do_not_starve_another(make_proxy, two_users, table):
     users, users_file = two_users
-    proxy = start(make_proxy, users_file, "--idle-transaction-timeout", "1s", "--idle-pinned-timeout", "0")
+    proxy = capped_passthrough_proxy(
+        make_proxy, users_file, CAP, "3s", "--idle-transaction-timeout", "1s", "--idle-pinned-timeout", "0"
+    )
     base = proxy.connections_total()
     held = [connect(proxy, users["a"]) for _ in range(CAP)]
     for i, a in enumerate(held):
@@ -133,7 +110,9 @@ def test_session_pooling_cuts_idle_transactions_too(make_proxy, two_users):
     """With --pooling session every session holds its connection by design, so only the
     transaction bound applies: the idle BEGIN is cut, the idle session outside one is not."""
     users, users_file = two_users
-    proxy = start(make_proxy, users_file, "--idle-transaction-timeout", "1s", pooling="session")
+    proxy = capped_passthrough_proxy(
+        make_proxy, users_file, CAP, "3s", "--idle-transaction-timeout", "1s", pooling="session"
+    )
     base = proxy.connections_total()
     held = [connect(proxy, users["a"]) for _ in range(CAP)]
     hold(held[0], "BEGIN", "SELECT 1")
@@ -153,7 +132,7 @@ def test_session_pooling_cuts_idle_transactions_too(make_proxy, two_users):
 
 def test_idle_pinned_sessions_of_one_user_do_not_starve_another(make_proxy, two_users):
     users, users_file = two_users
-    proxy = start(make_proxy, users_file, "--idle-pinned-timeout", "1s", "--idle-transaction-timeout", "0")
+    proxy = capped_passthrough_proxy(make_proxy, users_file, CAP, "3s", "--idle-pinned-timeout", "1s", "--idle-transaction-timeout", "0")
     base = proxy.connections_total()
     held = [connect(proxy, users["a"]) for _ in range(CAP)]
     for i, a in enumerate(held):
@@ -182,11 +161,10 @@ def test_idle_pinned_sessions_of_one_user_do_not_starve_another(make_proxy, two_
 
 def test_one_user_cannot_take_every_backend_connection(make_proxy, two_users):
     users, users_file = two_users
-    proxy = start(
-        make_proxy, users_file,
+    proxy = capped_passthrough_proxy(
+        make_proxy, users_file, CAP, "1s",
         "--backend-max-connections-per-user", "2",
         "--idle-transaction-timeout", "0", "--idle-pinned-timeout", "0",
-        "--backend-wait-timeout", "1s",
     )
     base = proxy.connections_total()
     held = [connect(proxy, users["a"]) for _ in range(2)]

@@ -16,30 +16,19 @@ a direct connection must find them released). Every one of them failed before th
 texts as the server does.
 """
 
-import time
-
-import pymysql
 import pytest
 
 from conftest import TEST_DB
-from helpers import direct
+from helpers import BUSY_BACKENDS, CLIENTS, direct, one_backend_proxy, value
 
 TABLE = f"{TEST_DB}.lexgate"
 OTHER_DB = "ringgate_lexgate_other"
 LOCK_NAME = "ringgate_lexgate_lock"
-ONE_BACKEND = ["--backend-pool-size", "1", "--backend-max-connections", "1"]
 # A quote the server skips inside a comment, closed by a quote in an ordinary comment after the
 # hidden statement: to a lexer that runs the gated comment, all of it is one string.
 HIDE = "/*!999999 ' */ {} /* ' */"
 # The same with a MySQL-only version, which MariaDB skips too.
 HIDE_MYSQL_ONLY = "/*!80000 ' */ {} /* ' */"
-
-
-def value(conn, sql):
-    with conn.cursor() as cur:
-        cur.execute(sql)
-        row = cur.fetchone()
-    return None if row is None else row[0]
 
 
 def raw(conn, sql_bytes):
@@ -61,17 +50,7 @@ def schema():
 
 @pytest.fixture
 def proxy(make_proxy):
-    return make_proxy(pooling="transaction", workers=1, extra_args=ONE_BACKEND)
-
-
-def wait_idle(proxy):
-    deadline = time.monotonic() + 8
-    while time.monotonic() < deadline:
-        m = proxy.metrics()
-        if m('ringgate_backend_connections{state="busy"}') == 0 and m("ringgate_client_connections") == 0:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"A's backend connection never went idle:\n{proxy.stderr_tail()}")
+    return one_backend_proxy(make_proxy, pooling="transaction")
 
 
 def after_a(proxy, a_does, a_kw=None, b_kw=None):
@@ -82,7 +61,8 @@ def after_a(proxy, a_does, a_kw=None, b_kw=None):
         a_does(a)
     finally:
         a.close()
-    wait_idle(proxy)
+    # A's backend connection is idle again.
+    proxy.wait_metrics({BUSY_BACKENDS: 0, CLIENTS: 0}, timeout=8)
     return proxy.connect(autocommit=True, database=TEST_DB, **(b_kw or {}))
 
 
@@ -190,7 +170,7 @@ def global_ansi_quotes():
 
 def test_a_global_ansi_quotes_counts_from_the_first_statement(global_ansi_quotes, make_proxy):
     """Before its first answer a session has only the backend login's status to go by."""
-    proxy = make_proxy(pooling="transaction", workers=1, extra_args=ONE_BACKEND)
+    proxy = one_backend_proxy(make_proxy, pooling="transaction")
 
     def a_does(a):
         value(a, "SELECT 1 AS \"x\\\", @z := 'A' -- \"")

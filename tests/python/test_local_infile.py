@@ -14,17 +14,11 @@ import os
 import pymysql
 import pytest
 
-from conftest import TEST_DB, backend_env
+from conftest import TEST_DB
+from helpers import direct
 
 ROWS = [(1, "one"), (2, "two"), (3, "three")]
 _TABLES = itertools.count()
-
-
-def direct(**kw):
-    b = backend_env()
-    return pymysql.connect(
-        host=b["host"], port=b["port"], user=b["user"], password=b["password"], connect_timeout=10, **kw
-    )
 
 
 @contextlib.contextmanager

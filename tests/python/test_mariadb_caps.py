@@ -8,19 +8,14 @@ capabilities".
 import json
 import time
 
-import pymysql
-
-from conftest import backend_env
+from helpers import direct
 
 CLIENT_MYSQL = 1
 
 
 def test_pymysql_connects_when_the_greeting_clears_client_mysql(proxy):
-    b = backend_env()
-    with pymysql.connect(
-        host=b["host"], port=b["port"], user=b["user"], password=b["password"], connect_timeout=10
-    ) as direct:
-        assert direct.server_capabilities & CLIENT_MYSQL == 0, "the sandbox is MariaDB"
+    with direct() as side:
+        assert side.server_capabilities & CLIENT_MYSQL == 0, "the sandbox is MariaDB"
     # Until a worker has seen its first backend greeting it presents as MySQL; its pool logs
     # in at start-up, so that is over within moments.
     deadline = time.monotonic() + 10

@@ -9,16 +9,15 @@ first; B's waited for all of A's statement.
 
 Real MariaDB (the sandbox) through ringgate with transaction pooling, per-user backend identity
 (passthrough), one worker, --backend-max-connections 2. The accounts are created on the sandbox
-through a direct connection (helpers.sandbox_account).
+through a direct connection (the `two_users` fixture).
 """
 
-import json
 import threading
 import time
 
 import pytest
 
-from helpers import sandbox_account
+from helpers import capped_passthrough_proxy
 
 WAIT_TIMEOUT_S = 20
 A_SLEEP_S = 3
@@ -28,41 +27,9 @@ A_SLEEP_S = 3
 pytestmark = pytest.mark.read_buffers("fixed")
 
 
-@pytest.fixture
-def two_users(tmp_path):
-    users = {"a": ("pwait_a", "pwait-a-secret"), "b": ("pwait_b", "pwait-b-secret")}
-    with sandbox_account(*users["a"]), sandbox_account(*users["b"]):
-        path = tmp_path / "users.json"
-        path.write_text(json.dumps({user: [{"Password": pw}] for user, pw in users.values()}))
-        yield users, path
-
-
-def waiters(proxy):
-    return proxy.metrics().get_metric("ringgate_pool_waiters")
-
-
-def wait_for_waiters(proxy, n, timeout=10.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if waiters(proxy) == n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"ringgate_pool_waiters stayed {waiters(proxy)}, not {n}")
-
-
 def test_a_users_stuck_queue_does_not_hold_up_another_user(make_proxy, two_users):
     users, users_file = two_users
-    proxy = make_proxy(
-        pooling="transaction",
-        workers=1,
-        passthrough=True,
-        users_file=users_file,
-        extra_args=[
-            "--backend-max-connections", "2",
-            "--backend-pool-size", "0",
-            "--backend-wait-timeout", f"{WAIT_TIMEOUT_S}s",
-        ],
-    )
+    proxy = capped_passthrough_proxy(make_proxy, users_file, 2, f"{WAIT_TIMEOUT_S}s")
     base = proxy.connections_total()
     # All four log in first (a login leases a connection of its user and gives it back).
     a1, a2 = (proxy.connect(user=users["a"][0], password=users["a"][1]) for _ in range(2))
@@ -88,10 +55,10 @@ def test_a_users_stuck_queue_does_not_hold_up_another_user(make_proxy, two_users
     # A's second client queues first, then B's.
     ta = threading.Thread(target=run, args=("a2", a2, f"SELECT SLEEP({A_SLEEP_S}), CURRENT_USER()"))
     ta.start()
-    wait_for_waiters(proxy, 1)
+    proxy.wait_metrics({"ringgate_pool_waiters": 1})
     tb = threading.Thread(target=run, args=("b2", b2, "SELECT 'b2', CURRENT_USER()"))
     tb.start()
-    wait_for_waiters(proxy, 2)
+    proxy.wait_metrics({"ringgate_pool_waiters": 2})
 
     # B's connection comes back. A's waiter is older, but A holds as many connections as B:
     # B's waiter gets B's connection now, while A's still waits behind A's own transaction.
@@ -112,7 +79,7 @@ def test_a_users_stuck_queue_does_not_hold_up_another_user(make_proxy, two_users
     assert a_at > b_at
     with a1.cursor() as cur:
         cur.execute("COMMIT")
-    wait_for_waiters(proxy, 0)
+    proxy.wait_metrics({"ringgate_pool_waiters": 0})
     # Both waits are in the histogram; B's was short, A's took at least B's statement.
     m = proxy.metrics()
     assert m("ringgate_pool_wait_duration_seconds_count") - waited_before == 2, m.dump()

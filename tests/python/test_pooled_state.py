@@ -17,32 +17,11 @@ import pymysql
 import pytest
 
 from conftest import TEST_DB, backend_env
+from helpers import BUSY_BACKENDS, CLIENTS, IDLE_BACKENDS, direct, one_backend_proxy, run, value
 
 ROLE = "ringgate_pool_role"
 TABLE = f"{TEST_DB}.pooled_state"
 LOCK_NAME = "ringgate_pool_lock"
-ONE_BACKEND = ["--backend-pool-size", "1", "--backend-max-connections", "1"]
-
-
-def direct(**kw):
-    b = backend_env()
-    return pymysql.connect(
-        host=b["host"], port=b["port"], user=b["user"], password=b["password"], autocommit=True,
-        connect_timeout=10, read_timeout=60, **kw
-    )
-
-
-def value(conn, sql):
-    with conn.cursor() as cur:
-        cur.execute(sql)
-        row = cur.fetchone()
-    return None if row is None else row[0]
-
-
-def run(conn, *sqls):
-    with conn.cursor() as cur:
-        for sql in sqls:
-            cur.execute(sql)
 
 
 def com_reset_connection(conn):
@@ -72,24 +51,7 @@ def schema():
 
 @pytest.fixture
 def one_backend(make_proxy):
-    return make_proxy(workers=1, allow_local_infile=True, extra_args=ONE_BACKEND)
-
-
-def wait_idle(proxy):
-    """A's backend connection is back in the pool (reset) or was replaced by a fresh one."""
-    import time
-
-    deadline = time.monotonic() + 8
-    while time.monotonic() < deadline:
-        m = proxy.metrics()
-        if (
-            m('ringgate_backend_connections{state="idle"}') == 1
-            and m('ringgate_backend_connections{state="busy"}') == 0
-            and m("ringgate_client_connections") == 0
-        ):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"A's backend connection never went idle:\n{proxy.stderr_tail()}")
+    return one_backend_proxy(make_proxy, allow_local_infile=True)
 
 
 def two_clients(proxy, a_does, b_checks, reused=True, a_kw=None, b_kw=None):
@@ -98,7 +60,8 @@ def two_clients(proxy, a_does, b_checks, reused=True, a_kw=None, b_kw=None):
     thread_a = value(a, "SELECT CONNECTION_ID()")
     a_does(a)
     a.close()
-    wait_idle(proxy)
+    # A's backend connection is back in the pool (reset) or was replaced by a fresh one.
+    proxy.wait_metrics({IDLE_BACKENDS: 1, BUSY_BACKENDS: 0, CLIENTS: 0}, timeout=8)
     b = proxy.connect(autocommit=True, **(b_kw or {}))
     try:
         thread_b = value(b, "SELECT CONNECTION_ID()")

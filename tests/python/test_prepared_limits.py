@@ -12,20 +12,12 @@ import subprocess
 import pytest
 
 from conftest import APP_PASSWORD, APP_USER, NODE_DIR, TEST_DB, node_with_mysql2
+from helpers import client_statements_settle, one_backend_proxy, rss_kib
 from mysql_wire import T_LONGLONG, Raw, ServerError, packet
-from test_prepared_transaction_pooling import client_statements_settle, pinned_total
 
 ER_UNKNOWN_STMT_HANDLER = 1243
 ER_MAX_PREPARED_STMT_COUNT_REACHED = 1461
 COM_RESET_CONNECTION = b"\x1f"
-
-
-def one_backend(make_proxy, extra=()):
-    """Transaction pooling on a single backend connection: every session shares it."""
-    return make_proxy(
-        workers=1,
-        extra_args=["--backend-max-connections", "1", "--backend-pool-size", "1", *extra],
-    )
 
 
 def reset(c):
@@ -43,7 +35,7 @@ def test_a_statement_prepared_again_after_reset_connection_runs(make_proxy):
     """mysql2's test-reset-connection: prepare, execute, COM_RESET_CONNECTION, prepare the same
     text again, execute. The reset closed the server's statement; the second prepare must not be
     answered with it. The old id is gone too, as on the server."""
-    proxy = one_backend(make_proxy)
+    proxy = one_backend_proxy(make_proxy)
     c = Raw(proxy.port)
     try:
         stmt, _, _ = c.prepare("SELECT ? + 1")
@@ -63,7 +55,7 @@ def test_a_statement_prepared_again_after_reset_connection_runs(make_proxy):
 def test_a_prepare_pipelined_behind_reset_connection_runs(make_proxy):
     """COM_RESET_CONNECTION and the prepare of a text the connection held, sent in one write:
     the reset's answer is learned before the prepare asks the connection for the text."""
-    proxy = one_backend(make_proxy)
+    proxy = one_backend_proxy(make_proxy)
     c = Raw(proxy.port)
     try:
         stmt, _, _ = c.prepare("SELECT ? + 1")
@@ -81,7 +73,7 @@ def test_a_prepare_pipelined_behind_reset_connection_runs(make_proxy):
 def test_another_sessions_reset_connection_does_not_break_a_statement(make_proxy):
     """Two clients on one backend connection: A prepares and executes, B resets the connection
     (which closes every statement on the server), A executes again and gets its answer."""
-    proxy = one_backend(make_proxy)
+    proxy = one_backend_proxy(make_proxy)
     a, b = Raw(proxy.port), Raw(proxy.port)
     try:
         stmt, _, _ = a.prepare("SELECT ? + 1")
@@ -95,7 +87,7 @@ def test_another_sessions_reset_connection_does_not_break_a_statement(make_proxy
     finally:
         a.close()
         b.close()
-    assert pinned_total(proxy.metrics()) == 0
+    assert proxy.metrics().sum_of("ringgate_sessions_pinned_total") == 0
     assert client_statements_settle(proxy) == 0, "registries leaked"
 
 
@@ -103,7 +95,7 @@ def test_node_mysql2_reset_and_reset_on_release_with_prepared_statements(make_pr
     """node mysql2's connection.reset() and a pool with resetOnRelease: each reuse prepares its
     statement again after the reset (tests/node/reset_prepared.js)."""
     node = node_with_mysql2()
-    proxy = one_backend(make_proxy)
+    proxy = one_backend_proxy(make_proxy)
     env = dict(os.environ, PORT=str(proxy.port), USER=APP_USER, PASS=APP_PASSWORD, DB=TEST_DB,
                ROUNDS="20")
     r = subprocess.run([node, "reset_prepared.js"], cwd=NODE_DIR, env=env, capture_output=True,
@@ -132,11 +124,6 @@ def prepare_many(c, sql, n, batch=100):
     return ids, refused
 
 
-def rss_kib(proxy):
-    with open(f"/proc/{proxy.proc.pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-
-
 def err_message(e):
     return str(e).split(": ", 1)[1]
 
@@ -146,11 +133,11 @@ def test_one_long_text_prepared_without_end_stops_at_the_servers_limit(make_prox
     statement. ringgate answers the repeats from its own copy, so the server's
     max_prepared_stmt_count never applies; ringgate's own limit does, with the server's ERR
     at the server's default (16,382), and the text is kept once (bytes gauge, RSS)."""
-    proxy = one_backend(make_proxy)
+    proxy = one_backend_proxy(make_proxy)
     text = "SELECT ? + 1 /* " + "x" * 8000 + " */"
     c = Raw(proxy.port)
     try:
-        rss_before = rss_kib(proxy)
+        rss_before = rss_kib(proxy.proc.pid)
         ids, refused = prepare_many(c, text, 16_383)
         assert len(ids) == 16_382, len(ids)
         assert refused is not None and refused.code == ER_MAX_PREPARED_STMT_COUNT_REACHED
@@ -163,7 +150,7 @@ def test_one_long_text_prepared_without_end_stops_at_the_servers_limit(make_prox
         kept = m["ringgate_client_prepared_statement_bytes"]
         assert kept == len(text) + len(TEST_DB) + 2 * 16_382, kept
         # Without the shared copy the texts alone are 134 MB.
-        assert rss_kib(proxy) - rss_before < 48 * 1024, (rss_before, rss_kib(proxy))
+        assert rss_kib(proxy.proc.pid) - rss_before < 48 * 1024, (rss_before, rss_kib(proxy.proc.pid))
         # The session goes on: a statement it has runs, and a closed one makes room.
         assert plus_one(c, ids[-1], 6) == 7
         c.close_stmt(ids[0])
@@ -178,7 +165,7 @@ def test_one_long_text_prepared_without_end_stops_at_the_servers_limit(make_prox
 def test_distinct_texts_stop_at_the_byte_bound(make_proxy):
     """Distinct long texts are each kept: --max-prepared-bytes bounds them (1 MiB here) with
     ERR 1461 whose wording names the bound; closing statements makes room again."""
-    proxy = one_backend(make_proxy, extra=["--max-prepared-bytes", str(1 << 20)])
+    proxy = one_backend_proxy(make_proxy, extra=["--max-prepared-bytes", str(1 << 20)])
     pad = "y" * 8000
     c = Raw(proxy.port)
     try:
@@ -201,7 +188,7 @@ def test_distinct_texts_stop_at_the_byte_bound(make_proxy):
 def test_max_prepared_statements_sets_the_count(make_proxy):
     """--max-prepared-statements 3: the fourth open statement is refused as the server refuses
     one over its max_prepared_stmt_count, naming the value; COM_RESET_CONNECTION frees them."""
-    proxy = one_backend(make_proxy, extra=["--max-prepared-statements", "3"])
+    proxy = one_backend_proxy(make_proxy, extra=["--max-prepared-statements", "3"])
     c = Raw(proxy.port)
     try:
         ids, refused = prepare_many(c, lambda i: f"SELECT ? + {i}", 4)

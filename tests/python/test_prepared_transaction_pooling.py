@@ -20,7 +20,7 @@ import pymysql
 import pytest
 
 from conftest import APP_PASSWORD, APP_USER, NODE_DIR, TEST_DB, node_with_mysql2
-from helpers import background, direct, run_threads
+from helpers import background, client_statements_settle, direct, run_threads, tx_proxy
 from mysql_wire import (
     SERVER_STATUS_CURSOR_EXISTS,
     SERVER_STATUS_LAST_ROW_SENT,
@@ -35,6 +35,8 @@ from mysql_wire import (
 )
 
 TABLE = f"{TEST_DB}.txps"
+# tx_proxy passes no --tx-prepared-statements: statements move by default in transaction pooling
+# (--tx-prepared-statements pin is the opt-out, tested below).
 
 
 def server_status(name):
@@ -59,20 +61,6 @@ def schema():
             [(i, i % 7, f"row-{i}".encode()) for i in range(1, 201)],
         )
     yield
-
-
-def tx_proxy(make_proxy, backends=4, extra=()):
-    return make_proxy(
-        pooling="transaction",
-        workers=1,
-        extra_args=[
-            "--backend-max-connections", str(backends),
-            "--backend-pool-size", str(backends),
-            # No flag: statements move by default in transaction pooling
-            # (--tx-prepared-statements pin is the opt-out, tested below).
-            *extra,
-        ],
-    )
 
 
 def connector(proxy, **kw):
@@ -100,21 +88,6 @@ def busy_text_clients(proxy, n):
     return background(n, loop)
 
 
-def client_statements_settle(proxy, timeout=5.0):
-    """ringgate_client_prepared_statements once the sessions have handled what their clients
-    sent last (a client's final COM_STMT_CLOSE and COM_QUIT get no answer to wait for)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        n = proxy.metrics()["ringgate_client_prepared_statements"]
-        if n == 0 or time.monotonic() > deadline:
-            return n
-        time.sleep(0.05)
-
-
-def pinned_total(m):
-    return sum(v for k, v in m.items() if k.startswith("ringgate_sessions_pinned_total"))
-
-
 def test_prepared_statements_interleaved_with_20_clients_on_4_backends(make_proxy):
     proxy = tx_proxy(make_proxy, backends=4)
     with busy_text_clients(proxy, 20):
@@ -136,7 +109,7 @@ def test_prepared_statements_interleaved_with_20_clients_on_4_backends(make_prox
 
         run_threads(4, client)
     m = proxy.metrics()
-    assert pinned_total(m) == 0, {k: v for k, v in m.items() if "pinned" in k and v}
+    assert m.sum_of("ringgate_sessions_pinned_total") == 0, {k: v for k, v in m.items() if "pinned" in k and v}
     # The sessions moved between connections: statements were prepared again on others.
     assert m["ringgate_statement_reprepares_total"] >= 1
     assert m["ringgate_tx_releases_total"] > 100
@@ -171,7 +144,7 @@ def test_by_default_two_sessions_with_statements_share_one_connection(make_proxy
     )
     two_sessions_take_turns_on_one_connection(proxy)
     m = proxy.metrics()
-    assert pinned_total(m) == 0, {k: v for k, v in m.items() if "pinned" in k and v}
+    assert m.sum_of("ringgate_sessions_pinned_total") == 0, {k: v for k, v in m.items() if "pinned" in k and v}
     assert m["ringgate_tx_releases_total"] >= 20
     assert client_statements_settle(proxy) == 0
 
@@ -354,7 +327,7 @@ def test_executes_without_rebinding_get_the_types_bound_earlier(make_proxy):
     assert len(threads) > 1, "the session never moved: the test proves nothing"
     m = proxy.metrics()
     assert m["ringgate_statement_reprepares_total"] >= 1
-    assert pinned_total(m) == 0
+    assert m.sum_of("ringgate_sessions_pinned_total") == 0
 
 
 def test_send_long_data_then_execute_on_a_busy_pool(make_proxy):
@@ -380,7 +353,7 @@ def test_send_long_data_then_execute_on_a_busy_pool(make_proxy):
         cur.execute("SELECT LENGTH(%s)", (io.BytesIO(b"x" * 300_000),))
         assert cur.fetchall() == [(300000,)]
         conn.close()
-    assert pinned_total(proxy.metrics()) == 0
+    assert proxy.metrics().sum_of("ringgate_sessions_pinned_total") == 0
 
 
 def test_a_cursor_is_fetched_on_the_connection_that_opened_it(make_proxy):
@@ -406,7 +379,7 @@ def test_a_cursor_is_fetched_on_the_connection_that_opened_it(make_proxy):
         _, rows, _ = c.execute(stmt)
         assert len(rows) == 200
         c.close()
-    assert pinned_total(proxy.metrics()) == 0
+    assert proxy.metrics().sum_of("ringgate_sessions_pinned_total") == 0
 
 
 def test_last_prepared_id_with_pipelined_prepare_and_bulk_execute(make_proxy):
@@ -518,5 +491,5 @@ def test_node_mysql2_execute_on_4_backends(make_proxy):
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout.strip().splitlines()[-1]) == {"executes": 800}
     m = proxy.metrics()
-    assert pinned_total(m) == 0
+    assert m.sum_of("ringgate_sessions_pinned_total") == 0
     assert client_statements_settle(proxy) == 0, "registries leaked"

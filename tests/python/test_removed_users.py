@@ -15,36 +15,20 @@ import time
 import pymysql
 import pytest
 
-from helpers import sandbox_account
+from helpers import passthrough_users, value
 
 
 @pytest.fixture
 def two_users(tmp_path, mode):
-    with sandbox_account(f"rmalice_{mode}", "alice-pw") as a, sandbox_account(f"rmbob_{mode}", "bob-pw") as b:
-        path = tmp_path / "users.json"
-        path.write_text(json.dumps({a: [{"Password": "alice-pw"}], b: [{"Password": "bob-pw"}]}))
-        yield {"alice": a, "bob": b, "path": path}
-
-
-def _connect(proxy, user, password):
-    return pymysql.connect(
-        host="127.0.0.1", port=proxy.port, user=user, password=password, connect_timeout=10, read_timeout=10
-    )
-
-
-def _one(conn, sql):
-    with conn.cursor() as cur:
-        cur.execute(sql)
-        return cur.fetchone()[0]
+    alice, bob = f"rmalice_{mode}", f"rmbob_{mode}"
+    with passthrough_users(tmp_path / "users.json", [(alice, "alice-pw"), (bob, "bob-pw")]) as path:
+        yield {"alice": alice, "bob": bob, "path": path}
 
 
 def _remove_alice_and_reload(proxy, users):
     users["path"].write_text(json.dumps({users["bob"]: [{"Password": "bob-pw"}]}))
     proxy.proc.send_signal(signal.SIGHUP)
-    deadline = time.monotonic() + 10
-    while "users file reloaded" not in proxy.stderr():
-        assert time.monotonic() < deadline, proxy.stderr_tail()
-        time.sleep(0.05)
+    proxy.wait_log("users file reloaded")
     # The worker applies it at its next tick (100 ms) and says so.
     deadline = time.monotonic() + 3
     while "of removed users revoked" not in proxy.stderr() and time.monotonic() < deadline:
@@ -57,47 +41,47 @@ def _start(make_proxy, users, *extra):
 
 def test_a_removed_users_session_is_closed_at_the_reload(make_proxy, two_users):
     proxy = _start(make_proxy, two_users)
-    a = _connect(proxy, two_users["alice"], "alice-pw")
-    b = _connect(proxy, two_users["bob"], "bob-pw")
-    assert _one(a, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == two_users["alice"]
-    assert _one(b, "SELECT 1") == 1
+    a = proxy.connect(two_users["alice"], "alice-pw", read_timeout=10)
+    b = proxy.connect(two_users["bob"], "bob-pw", read_timeout=10)
+    assert value(a, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == two_users["alice"]
+    assert value(b, "SELECT 1") == 1
 
     _remove_alice_and_reload(proxy, two_users)
     with pytest.raises(pymysql.err.OperationalError) as e:
-        _one(a, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)")
+        value(a, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)")
     assert e.value.args[0] in (2013, 2006), e.value.args  # the server closed the connection
     assert proxy.metrics()("ringgate_removed_user_sessions_closed_total") == 1
-    assert _one(b, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == two_users["bob"]
+    assert value(b, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == two_users["bob"]
     with pytest.raises(pymysql.err.OperationalError) as e:
-        _connect(proxy, two_users["alice"], "alice-pw")
+        proxy.connect(two_users["alice"], "alice-pw", read_timeout=10)
     assert e.value.args[0] == 1045
     b.close()
 
 
 def test_keep_leaves_the_session_without_new_backend_connections(make_proxy, two_users):
     proxy = _start(make_proxy, two_users, "--on-user-removed", "keep")
-    a = _connect(proxy, two_users["alice"], "alice-pw")
-    b = _connect(proxy, two_users["bob"], "bob-pw")
+    a = proxy.connect(two_users["alice"], "alice-pw", read_timeout=10)
+    b = proxy.connect(two_users["bob"], "bob-pw", read_timeout=10)
     # A is inside a transaction: it holds its backend connection across the reload.
     a.begin()
-    assert _one(a, "SELECT 1") == 1
-    assert _one(b, "SELECT 1") == 1
+    assert value(a, "SELECT 1") == 1
+    assert value(b, "SELECT 1") == 1
 
     _remove_alice_and_reload(proxy, two_users)
     assert proxy.metrics()("ringgate_removed_user_sessions_closed_total") == 0
-    assert _one(a, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == two_users["alice"]
+    assert value(a, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == two_users["alice"]
     a.commit()
     if proxy.pooling == "session":
         # Session pooling: the session holds its one connection to its end, as on MySQL.
-        assert _one(a, "SELECT 2") == 2
+        assert value(a, "SELECT 2") == 2
         a.close()
         b.close()
         return
     # The transaction is over and its connection gone back (and closed, its identity revoked):
     # the next statement needs a new one.
     with pytest.raises(pymysql.err.OperationalError) as e:
-        _one(a, "SELECT 2")
+        value(a, "SELECT 2")
     assert e.value.args[0] == 1045, e.value.args
     assert "removed from the users file" in e.value.args[1]
-    assert _one(b, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == two_users["bob"]
+    assert value(b, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == two_users["bob"]
     b.close()

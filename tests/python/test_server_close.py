@@ -17,11 +17,7 @@ import pymysql
 import pytest
 
 from conftest import APP_PASSWORD, APP_USER, NODE_DIR, backend_env, node_with_mysql2
-
-
-def direct():
-    b = backend_env()
-    return pymysql.connect(host=b["host"], port=b["port"], user=b["user"], password=b["password"], connect_timeout=10)
+from helpers import direct
 
 
 def wait_for_end(sock, within):

@@ -26,18 +26,10 @@ import os
 import pymysql
 import pytest
 
-from conftest import backend_env
-from helpers import ended_within
+from helpers import direct, ended_within
 
 ER_CONNECTION_KILLED = 1927
 POOLINGS = ["session", "transaction"]
-
-
-def direct():
-    b = backend_env()
-    return pymysql.connect(
-        host=b["host"], port=b["port"], user=b["user"], password=b["password"], connect_timeout=10
-    )
 
 
 def iterations(default):

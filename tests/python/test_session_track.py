@@ -15,7 +15,7 @@ import mysql.connector
 from mysql.connector.constants import ClientFlag
 
 from conftest import APP_PASSWORD, APP_USER, TEST_DB, backend_env, mariadb_cli
-from test_transaction_pooling import direct, tx_proxy, value, wait_idle
+from helpers import direct, tx_proxy, value, wait_idle
 
 SESSION_STATE_CHANGED = 0x4000
 

@@ -23,7 +23,7 @@ import pytest
 from pymysql.constants import CLIENT
 
 from conftest import APP_PASSWORD, APP_USER, NODE_DIR, TEST_DB, backend_env, node_with_mysql2
-from helpers import direct
+from helpers import direct, one_backend_proxy, value
 
 SERVER_SESSION_STATE_CHANGED = 0x4000
 
@@ -51,21 +51,6 @@ def routines():
     yield
 
 
-def one_backend(make_proxy):
-    return make_proxy(
-        pooling="transaction",
-        workers=1,
-        extra_args=["--backend-max-connections", "1", "--backend-pool-size", "1"],
-    )
-
-
-def value(conn, sql):
-    with conn.cursor() as cur:
-        cur.execute(sql)
-        row = cur.fetchone()
-    return None if row is None else row[0]
-
-
 def connect(proxy, tracking):
     flag = CLIENT.SESSION_TRACK if tracking else 0
     return proxy.connect(autocommit=True, database=TEST_DB, client_flag=flag)
@@ -91,7 +76,7 @@ def pinned_for(proxy, reason):
 def test_a_user_variable_set_inside_the_server_stays_with_its_session(
     make_proxy, statement, reason, tracking
 ):
-    proxy = one_backend(make_proxy)
+    proxy = one_backend_proxy(make_proxy, pooling="transaction")
     with connect(proxy, tracking) as a:
         value(a, statement)
         # A keeps its variable (its session is pinned to the connection that holds it)...
@@ -105,7 +90,7 @@ def test_a_user_variable_set_inside_the_server_stays_with_its_session(
 @pytest.mark.parametrize("tracking", [False, True], ids=["plain-client", "tracking-client"])
 @pytest.mark.parametrize("verb", ["SELECT", "DO"])
 def test_a_named_lock_taken_inside_a_function_goes_with_its_session(make_proxy, verb, tracking):
-    proxy = one_backend(make_proxy)
+    proxy = one_backend_proxy(make_proxy, pooling="transaction")
     with direct() as watcher:
         with connect(proxy, tracking) as a:
             with a.cursor() as cur:
@@ -132,7 +117,7 @@ def ok_seen(conn, sql):
     ["SET @net_x = 1", f"USE {TEST_DB}", "SET autocommit = 1", f"UPDATE {TEST_DB}.net_trig SET x = x"],
 )
 def test_a_client_without_session_tracking_gets_the_oks_direct_would_send(make_proxy, sql):
-    proxy = one_backend(make_proxy)
+    proxy = one_backend_proxy(make_proxy, pooling="transaction")
     with direct(database=TEST_DB) as d, proxy.connect(autocommit=True, database=TEST_DB) as p:
         want = ok_seen(d, sql)
         got = ok_seen(p, sql)
@@ -146,7 +131,7 @@ def test_a_client_with_session_tracking_gets_only_its_own_trackers_blocks(make_p
     """The proxy's trackers (state_change, every system variable, transaction information) stay
     its own: a tracking client with the server's default trackers gets the OK bytes direct
     sends (PyMySQL keeps everything after the warning count as the message)."""
-    proxy = one_backend(make_proxy)
+    proxy = one_backend_proxy(make_proxy, pooling="transaction")
     flag = CLIENT.SESSION_TRACK
     with direct(database=TEST_DB, client_flag=flag) as d, \
             proxy.connect(autocommit=True, database=TEST_DB, client_flag=flag) as p:
@@ -159,7 +144,7 @@ def test_node_mysql2_multi_statement_results_match_direct(make_proxy):
     """mysql2's own test-multiple-results compares serverStatus exactly: mysql2 negotiates
     CLIENT_SESSION_TRACK, and the flag the proxy's trackers raise must not reach it."""
     node = node_with_mysql2()
-    proxy = one_backend(make_proxy)
+    proxy = one_backend_proxy(make_proxy, pooling="transaction")
     b = backend_env()
 
     def run(port, user, password):

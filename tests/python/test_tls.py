@@ -22,8 +22,8 @@ import pymysql
 import pytest
 
 from conftest import APP_PASSWORD, APP_USER, NODE_DIR, USERS_FILE, node_with_mysql2, ringgate_bin
+from helpers import FOOBAR_PASSWORD, FOOBAR_VERIFIER, first_row
 from mysql_wire import CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_SSL, read_packet, ssl_request, write_packet
-from test_caching_sha2 import FOOBAR_VERIFIER, PASSWORD
 
 # TLS needs a read buffer that holds a whole record (ringgate refuses less).
 TLS_BUFFER = 24576
@@ -78,14 +78,6 @@ def _pymysql_tls(proxy, ca, **kw):
     return pymysql.connect(host="127.0.0.1", port=proxy.port, ssl={"ca": str(ca)}, connect_timeout=10, **kw)
 
 
-def _one(conn, sql, args=None):
-    cur = conn.cursor()
-    cur.execute(sql, args)
-    row = cur.fetchone()
-    cur.close()
-    return row
-
-
 def test_clients_over_tls(tls_proxy, pki):
     proxy = tls_proxy
     base = proxy.connections_total()
@@ -101,8 +93,8 @@ def test_clients_over_tls(tls_proxy, pki):
     conn = _pymysql_tls(proxy, ca)
     assert conn._sock.version() == "TLSv1.3"
     big = "z" * 3_000_000
-    assert _one(conn, "SELECT LENGTH(%s)", (big,)) == (3_000_000,)
-    assert _one(conn, "SELECT REPEAT('q', 3000000)")[0] == "q" * 3_000_000
+    assert first_row(conn, "SELECT LENGTH(%s)", (big,)) == (3_000_000,)
+    assert first_row(conn, "SELECT REPEAT('q', 3000000)")[0] == "q" * 3_000_000
     conn.close()
     # mysql-connector-python, with TLS 1.2 forced and with its default (1.3).
     for versions, want in ((["TLSv1.2"], "TLSv1.2"), (None, "TLSv1.3")):
@@ -110,11 +102,11 @@ def test_clients_over_tls(tls_proxy, pki):
         conn = mysql.connector.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD,
                                        use_pure=True, ssl_ca=str(ca), ssl_verify_cert=True, **kw)
         assert conn._socket.sock.version() == want
-        assert _one(conn, "SELECT 7") == (7,)
+        assert first_row(conn, "SELECT 7") == (7,)
         conn.close()
     # A client that does not ask for TLS still gets in (no --require-secure-transport).
     # (PyMySQL 1.2 and the connector try TLS whenever it is offered, unless told not to.)
-    assert _one(proxy.connect(ssl_disabled=True), "SELECT 8") == (8,)
+    assert first_row(proxy.connect(ssl_disabled=True), "SELECT 8") == (8,)
     assert _metric(proxy, "ringgate_client_tls_sessions_total") == 5
     assert _metric(proxy, "ringgate_client_tls_errors_total") == 0
     proxy.assert_settled(base, 6)
@@ -142,20 +134,20 @@ def test_caching_sha2_full_auth_over_tls_then_fast_auth(make_proxy, pki, tmp_pat
     auth = lambda path: proxy.metrics()(f'ringgate_client_auth_total{{path="{path}"}}')  # noqa: E731
     # Without TLS a cache miss cannot send the cleartext: 1045.
     with pytest.raises(mysql.connector.errors.ProgrammingError) as e:
-        mysql.connector.connect(host="127.0.0.1", port=proxy.port, user="erin", password=PASSWORD, use_pure=True,
+        mysql.connector.connect(host="127.0.0.1", port=proxy.port, user="erin", password=FOOBAR_PASSWORD, use_pure=True,
                                 ssl_disabled=True, auth_plugin="caching_sha2_password")
     assert e.value.errno == 1045
     # Over TLS: 0x01 0x04, then the cleartext password inside TLS.
-    conn = mysql.connector.connect(host="127.0.0.1", port=proxy.port, user="erin", password=PASSWORD, use_pure=True,
+    conn = mysql.connector.connect(host="127.0.0.1", port=proxy.port, user="erin", password=FOOBAR_PASSWORD, use_pure=True,
                                    ssl_ca=ca, auth_plugin="caching_sha2_password")
-    assert _one(conn, "SELECT 1") == (1,)
+    assert first_row(conn, "SELECT 1") == (1,)
     conn.close()
     assert auth("caching_sha2_full") == 1
     # Cached now: fast auth, with or without TLS.
     for kw in ({"ssl_ca": ca}, {"ssl_disabled": True}):
-        conn = mysql.connector.connect(host="127.0.0.1", port=proxy.port, user="erin", password=PASSWORD,
+        conn = mysql.connector.connect(host="127.0.0.1", port=proxy.port, user="erin", password=FOOBAR_PASSWORD,
                                        use_pure=True, auth_plugin="caching_sha2_password", **kw)
-        assert _one(conn, "SELECT 2") == (2,)
+        assert first_row(conn, "SELECT 2") == (2,)
         conn.close()
     assert auth("caching_sha2_fast") == 2
     # PyMySQL over TLS, wrong password: a cache miss, full auth over TLS, 1045.
@@ -164,7 +156,7 @@ def test_caching_sha2_full_auth_over_tls_then_fast_auth(make_proxy, pki, tmp_pat
     assert e.value.args == (1045, "Access denied for user 'erin'@'127.0.0.1' (using password: YES)")
     assert auth("caching_sha2_full") == 1
     stderr = proxy.stderr()
-    for secret in (PASSWORD, "foobaR", "2441243030352403"):
+    for secret in (FOOBAR_PASSWORD, "foobaR", "2441243030352403"):
         assert secret not in stderr
     proxy.assert_settled(base, 5)
 
@@ -182,9 +174,9 @@ def test_require_secure_transport(make_proxy, pki, tmp_path):
     r = proxy.cli("--skip-ssl", "-e", "SELECT 1", check=False)
     assert r.returncode != 0 and "3159" in r.stderr and INSECURE in r.stderr, r.stderr
     # TLS and the unix socket are secure.
-    assert _one(_pymysql_tls(proxy, pki / "ca1.pem"), "SELECT 3") == (3,)
+    assert first_row(_pymysql_tls(proxy, pki / "ca1.pem"), "SELECT 3") == (3,)
     conn = pymysql.connect(unix_socket=str(sock), user=APP_USER, password=APP_PASSWORD, ssl_disabled=True)
-    assert _one(conn, "SELECT 4") == (4,)
+    assert first_row(conn, "SELECT 4") == (4,)
     conn.close()
     assert _metric(proxy, 'ringgate_client_rejected_total{reason="insecure_transport"}') == 4
     assert "wrong" not in proxy.stderr()
@@ -233,7 +225,7 @@ def _resume_round(proxy, ctx):
     whether the handshake resumed."""
     conn = pymysql.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD, ssl=ctx,
                            connect_timeout=10)
-    assert _one(conn, "SELECT 3") == (3,)
+    assert first_row(conn, "SELECT 3") == (3,)
     reused = conn._sock.session_reused
     # TLS 1.3 tickets arrive after the handshake: read by now (the login's OK came behind them).
     ctx.kept = conn._sock.session
@@ -275,7 +267,7 @@ def test_tls_sessions_resume_on_every_worker(make_proxy, pki, tmp_path, tickets)
     # A reload (same files here) replaces the key and the cache: the kept session is refused
     # and the next handshake is full; then sessions resume again.
     proxy.proc.send_signal(signal.SIGHUP)
-    _wait_log(proxy, "TLS certificate and key reloaded")
+    proxy.wait_log("TLS certificate and key reloaded")
     assert not _resume_round(proxy, ctx)
     assert _resume_round(proxy, ctx)
     n += 2
@@ -290,16 +282,9 @@ def _verify_with(proxy, ca):
     ctx = ssl.create_default_context(cafile=str(ca))
     conn = pymysql.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD, ssl=ctx,
                            connect_timeout=10)
-    row = _one(conn, "SELECT 5")
+    row = first_row(conn, "SELECT 5")
     conn.close()
     return row
-
-
-def _wait_log(proxy, text, count=1):
-    deadline = time.monotonic() + 10
-    while proxy.stderr().count(text) < count:
-        assert time.monotonic() < deadline, proxy.stderr_tail()
-        time.sleep(0.05)
 
 
 def test_sighup_reloads_the_certificate(make_proxy, pki, tmp_path):
@@ -314,18 +299,18 @@ def test_sighup_reloads_the_certificate(make_proxy, pki, tmp_path):
     cert.write_bytes((pki / "server2.pem").read_bytes())
     key.write_bytes((pki / "server2.key").read_bytes())
     proxy.proc.send_signal(signal.SIGHUP)
-    _wait_log(proxy, "TLS certificate and key reloaded")
+    proxy.wait_log("TLS certificate and key reloaded")
     assert _verify_with(proxy, pki / "ca2.pem") == (5,)
     with pytest.raises(pymysql.err.OperationalError):
         _verify_with(proxy, pki / "ca1.pem")
     # A broken file: one line naming it, and the certificate loaded before stays.
     cert.write_text("-----BEGIN CERTIFICATE-----\nbroken\n-----END CERTIFICATE-----\n")
     proxy.proc.send_signal(signal.SIGHUP)
-    _wait_log(proxy, "TLS reload refused")
+    proxy.wait_log("TLS reload refused")
     line = [x for x in proxy.stderr().splitlines() if "TLS reload refused" in x][0]
     assert str(cert) in line, line
     assert _verify_with(proxy, pki / "ca2.pem") == (5,)
-    assert _one(kept, "SELECT 6") == (6,)
+    assert first_row(kept, "SELECT 6") == (6,)
     kept.close()
     proxy.assert_settled(base, 5)
 
@@ -367,10 +352,10 @@ def test_ssl_request_then_garbage_is_closed_cleanly(tls_proxy):
         assert took < 5, took
         # Nothing but (at most) a TLS alert record: no MySQL packet in clear.
         assert got == b"" or got[0] == 0x15, got[:20]
-    _wait_log(proxy, "client TLS failed", 1)
+    proxy.wait_log("client TLS failed", 1)
     assert "panicked" not in proxy.stderr()
     assert _metric(proxy, "ringgate_client_tls_errors_total") == 3
-    assert _one(_pymysql_tls(proxy, _ca_of(proxy)), "SELECT 1") == (1,)
+    assert first_row(_pymysql_tls(proxy, _ca_of(proxy)), "SELECT 1") == (1,)
     proxy.assert_settled(base, 4)
 
 
@@ -403,7 +388,7 @@ def test_client_certificates(make_proxy, pki):
     base = proxy.connections_total()
     ssl_opts = {"ca": str(pki / "ca1.pem"), "cert": str(pki / "client1.pem"), "key": str(pki / "client1.key")}
     conn = pymysql.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD, ssl=ssl_opts)
-    assert _one(conn, "SELECT 9") == (9,)
+    assert first_row(conn, "SELECT 9") == (9,)
     conn.close()
     r = proxy.cli("--ssl", f"--ssl-ca={pki / 'ca1.pem'}", f"--ssl-cert={pki / 'client1.pem'}",
                   f"--ssl-key={pki / 'client1.key'}", "-e", "SELECT 10")
@@ -413,7 +398,7 @@ def test_client_certificates(make_proxy, pki):
         with pytest.raises(pymysql.err.OperationalError):
             c = pymysql.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD,
                                 ssl={"ca": str(pki / "ca1.pem"), **extra}, connect_timeout=10)
-            _one(c, "SELECT 1")
+            first_row(c, "SELECT 1")
     assert _metric(proxy, "ringgate_client_tls_errors_total") == 2
     assert APP_PASSWORD not in proxy.stderr()
     proxy.assert_settled(base, 4)
@@ -427,7 +412,7 @@ def test_mysql_clear_password_only_over_tls(tls_proxy, pki):
     assert "clear-ok" in r.stdout
     conn = mysql.connector.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD,
                                    use_pure=True, ssl_ca=str(ca), auth_plugin="mysql_clear_password")
-    assert _one(conn, "SELECT 11") == (11,)
+    assert first_row(conn, "SELECT 11") == (11,)
     conn.close()
     # Over plain TCP the cleartext is refused with 1045, right password or not.
     r = proxy.cli("--skip-ssl", "--default-auth=mysql_clear_password", "-e", "SELECT 1", check=False)
@@ -456,14 +441,14 @@ def test_a_tls_client_leases_the_connection_a_plain_client_parked(make_proxy, pk
     ca = pki / "ca1.pem"
     plain = proxy.connect(ssl_disabled=True, read_timeout=10)
     tls = _pymysql_tls(proxy, ca, read_timeout=10)
-    assert _one(plain, "SELECT 1") == (1,)
-    assert _one(tls, "SELECT 2") == (2,)
+    assert first_row(plain, "SELECT 1") == (1,)
+    assert first_row(tls, "SELECT 2") == (2,)
     cancels0 = _metric(proxy, "ringgate_read_buffer_ring_idle_recv_cancels_total")
     connects0 = _metric(proxy, "ringgate_backend_connects_total")
     for i in range(3):
-        assert _one(plain, "SELECT %s + 1", (i,)) == (i + 1,)
-        assert _one(tls, "SELECT %s + 2", (i,)) == (i + 2,)
-        assert _one(tls, "SELECT REPEAT('t', 200000)")[0] == "t" * 200_000
+        assert first_row(plain, "SELECT %s + 1", (i,)) == (i + 1,)
+        assert first_row(tls, "SELECT %s + 2", (i,)) == (i + 2,)
+        assert first_row(tls, "SELECT REPEAT('t', 200000)")[0] == "t" * 200_000
     assert _metric(proxy, "ringgate_backend_connects_total") == connects0
     if proxy.mode == "ring":
         cancels = _metric(proxy, "ringgate_read_buffer_ring_idle_recv_cancels_total") - cancels0

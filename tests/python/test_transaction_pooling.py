@@ -13,23 +13,10 @@ import pymysql
 import pytest
 
 from conftest import APP_PASSWORD, APP_USER, TEST_DB
-from helpers import direct, run_threads
+from helpers import direct, rows, run_threads, tx_proxy, value, wait_idle
 
 TABLE = f"{TEST_DB}.txpool"
 AUTO = f"{TEST_DB}.txpool_auto"
-
-
-def value(conn, sql, args=None):
-    with conn.cursor() as cur:
-        cur.execute(sql, args)
-        row = cur.fetchone()
-    return None if row is None else row[0]
-
-
-def rows(conn, sql, args=None):
-    with conn.cursor() as cur:
-        cur.execute(sql, args)
-        return cur.fetchall()
 
 
 # fixed for the relay's buffers (heap's are the rest of the suite's), and ring, whose driver
@@ -50,29 +37,6 @@ def schema():
                 f"CREATE TABLE {AUTO} (id BIGINT AUTO_INCREMENT PRIMARY KEY, owner INT) ENGINE=InnoDB"
             )
     yield
-
-
-def tx_proxy(make_proxy, backends, workers=1, extra=()):
-    return make_proxy(
-        pooling="transaction",
-        workers=workers,
-        extra_args=[
-            "--backend-max-connections", str(backends),
-            "--backend-pool-size", str(min(backends, 4)),
-            "--max-connections", "2000",
-            *extra,
-        ],
-    )
-
-
-def wait_idle(proxy, timeout=10):
-    deadline = time.monotonic() + timeout
-    while True:
-        m = proxy.metrics()
-        if m('ringgate_backend_connections{state="busy"}') == 0:
-            return m
-        assert time.monotonic() < deadline, "backend connections still busy"
-        time.sleep(0.05)
 
 
 def test_300_idle_clients_on_32_backends_all_answer(make_proxy):

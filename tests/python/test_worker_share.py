@@ -13,10 +13,10 @@ is the generous --backend-wait-timeout.
 
 import threading
 
-import pymysql
 import pytest
 
-PROXY_ID_BASE = 1 << 31
+from helpers import worker_of
+
 WAIT_TIMEOUT_S = 20
 
 
@@ -37,10 +37,6 @@ def share_proxy(make_proxy, backends, *extra):
             *extra,
         ],
     )
-
-
-def worker_of(conn):
-    return (conn.thread_id() - PROXY_ID_BASE) % 2
 
 
 def clients_on_workers(proxy, want):
