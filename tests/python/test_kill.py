@@ -7,63 +7,38 @@ owner). Every test runs in fixed and heap mode, with two workers (the killer and
 often on different workers), and ends with the leak checks of the `proxy` fixture.
 """
 
+import contextlib
 import json
 import os
 import signal
 import struct
 import subprocess
-import threading
 import time
 
 import pymysql
 import pytest
 from pymysql.constants import CLIENT, COMMAND
 
-from conftest import APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER, NODE_DIR, backend_env, mariadb_cli, node_with_mysql2
+from conftest import APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER, NODE_DIR, node_with_mysql2
+from helpers import PROXY_ID_BASE, direct, in_thread, sandbox_account, wait_backend_statement, write_users_file
 
-PROXY_ID_BASE = 1 << 31
-
-
-def _run_in_thread(fn):
-    """Runs fn() in a thread; returns a function that joins it and returns (result, exception)."""
-    box = {}
-
-    def target():
-        try:
-            box["result"] = fn()
-        except Exception as e:  # noqa: BLE001 - the test inspects it
-            box["error"] = e
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-
-    def join(timeout=30):
-        t.join(timeout)
-        assert not t.is_alive(), "the victim's statement did not return"
-        return box.get("result"), box.get("error")
-
-    return join
-
-
-def _wait_running(proxy, sql_prefix, timeout=10.0):
-    """Waits until the backend runs a statement starting with sql_prefix (seen from a direct
-    connection), so a KILL cannot race the statement's start."""
-    b = backend_env()
-    direct = pymysql.connect(host=b["host"], port=b["port"], user=b["user"], password=b["password"])
+def ctrl_c_in_cli(proxy, user, password, sql):
+    """Runs `sql` in the mariadb CLI as `user` and presses Ctrl-C once the backend runs it (the
+    CLI then sends KILL QUERY on a second connection): (seconds it took, stdout, stderr)."""
+    started = time.monotonic()
+    p = subprocess.Popen(
+        proxy.cli_command("-e", sql, user=user, password=password),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
     try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with direct.cursor() as cur:
-                cur.execute(
-                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s",
-                    (sql_prefix + "%",),
-                )
-                if cur.fetchone()[0] > 0:
-                    return
-            time.sleep(0.05)
-        raise AssertionError(f"{sql_prefix!r} never ran on the backend")
+        wait_backend_statement(f"{sql}%")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=15)
     finally:
-        direct.close()
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    return time.monotonic() - started, out, err
 
 
 def _process_kill(conn, thread_id):
@@ -121,8 +96,8 @@ def test_kill_query_interrupts_only_the_query(proxy, statement):
     victim = proxy.connect()
     killer = proxy.connect()
     try:
-        join = _run_in_thread(lambda: victim.cursor().execute("SELECT SLEEP(20)"))
-        _wait_running(proxy, "SELECT SLEEP(20)")
+        join = in_thread(lambda: victim.cursor().execute("SELECT SLEEP(20)"), "the victim's statement")
+        wait_backend_statement("SELECT SLEEP(20)%")
         started = time.monotonic()
         with killer.cursor() as cur:
             cur.execute(statement.format(id=victim.thread_id()))
@@ -153,8 +128,8 @@ def test_kill_connection_ends_the_victim(proxy, how):
     victim = proxy.connect()
     killer = proxy.connect()
     try:
-        join = _run_in_thread(lambda: victim.cursor().execute("SELECT SLEEP(20)"))
-        _wait_running(proxy, "SELECT SLEEP(20)")
+        join = in_thread(lambda: victim.cursor().execute("SELECT SLEEP(20)"), "the victim's statement")
+        wait_backend_statement("SELECT SLEEP(20)%")
         started = time.monotonic()
         vid = victim.thread_id()
         if how == "statement":
@@ -234,12 +209,11 @@ def test_processlist_shows_proxy_ids_and_only_the_users_sessions(proxy):
     app = proxy.connect()
     busy = proxy.connect()
     other = proxy.connect(user=HASHED_USER, password=HASHED_PASSWORD)
-    b = backend_env()
-    direct = pymysql.connect(host=b["host"], port=b["port"], user=b["user"], password=b["password"])
+    side = direct()
     try:
-        join = _run_in_thread(lambda: busy.cursor().execute("SELECT SLEEP(1.5) /* app secret */"))
-        _wait_running(proxy, "SELECT SLEEP(1.5)")
-        with direct.cursor() as cur:
+        join = in_thread(lambda: busy.cursor().execute("SELECT SLEEP(1.5) /* app secret */"), "the victim's statement")
+        wait_backend_statement("SELECT SLEEP(1.5)%")
+        with side.cursor() as cur:
             cur.execute("SHOW PROCESSLIST")
             want_columns = [d[0] for d in cur.description]
         with app.cursor() as cur:
@@ -256,7 +230,7 @@ def test_processlist_shows_proxy_ids_and_only_the_users_sessions(proxy):
         assert not any("secret" in str(r[7]) for r in rows), rows
         join()
     finally:
-        for c in (app, busy, other, direct):
+        for c in (app, busy, other, side):
             c.close()
     proxy.assert_settled(base, 3)
 
@@ -314,8 +288,8 @@ def test_another_users_session_is_1095_and_runs_on(proxy):
     victim = proxy.connect()
     killer = proxy.connect(user=HASHED_USER, password=HASHED_PASSWORD)
     try:
-        join = _run_in_thread(lambda: victim.cursor().execute("SELECT SLEEP(1.5)"))
-        _wait_running(proxy, "SELECT SLEEP(1.5)")
+        join = in_thread(lambda: victim.cursor().execute("SELECT SLEEP(1.5)"), "the victim's statement")
+        wait_backend_statement("SELECT SLEEP(1.5)%")
         vid = victim.thread_id()
         for attempt in (
             lambda: killer.cursor().execute(f"KILL QUERY {vid}"),
@@ -354,21 +328,8 @@ def test_mariadb_cli_ctrl_c_kills_the_running_query(proxy):
     """The mariadb CLI answers SIGINT during a query by connecting again and sending
     `KILL QUERY <the greeting's connection id>`; the query must end early with 1317."""
     base = proxy.connections_total()
-    cmd = [
-        mariadb_cli(), "--no-defaults", "--protocol=TCP", "-h127.0.0.1", f"-P{proxy.port}",
-        f"-u{APP_USER}", f"-p{APP_PASSWORD}", "-e", "SELECT SLEEP(20)",
-    ]
-    started = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_running(proxy, "SELECT SLEEP(20)")
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=15)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
-    assert time.monotonic() - started < 12, "Ctrl-C did not interrupt the query"
+    elapsed, out, err = ctrl_c_in_cli(proxy, APP_USER, APP_PASSWORD, "SELECT SLEEP(20)")
+    assert elapsed < 12, "Ctrl-C did not interrupt the query"
     assert "Query execution was interrupted" in err, (out, err)
     assert "1317" in err, (out, err)
     # Two connections: the query's and the CLI's KILL QUERY connection.
@@ -404,21 +365,13 @@ def test_node_mysql2_pool_disconnect(proxy, strict_order):
 def kill_accounts(tmp_path, mode):
     """Three sandbox accounts for passthrough identity: two plain users and one with CONNECTION
     ADMIN, and a users file naming them."""
-    b = backend_env()
-    root = pymysql.connect(host=b["host"], port=b["port"], user=b["user"], password=b["password"], autocommit=True)
     names = {k: (f"pykill_{k}_{mode}", f"pykill-{k}-secret") for k in ("a", "b", "admin")}
-    with root.cursor() as cur:
-        for user, pw in names.values():
-            cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
-            cur.execute(f"CREATE USER '{user}'@'%%' IDENTIFIED WITH mysql_native_password USING PASSWORD(%s)", (pw,))
-        cur.execute(f"GRANT CONNECTION ADMIN ON *.* TO '{names['admin'][0]}'@'%'")
-    users = tmp_path / "users.json"
-    users.write_text(json.dumps({u: [{"Password": pw}] for u, pw in names.values()}))
-    yield names, users
-    with root.cursor() as cur:
-        for user, _ in names.values():
-            cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
-    root.close()
+    grants = {"a": (), "b": (), "admin": ("CONNECTION ADMIN ON *.*",)}
+    with contextlib.ExitStack() as accounts:
+        for k, (user, pw) in names.items():
+            accounts.enter_context(sandbox_account(user, pw, grants=grants[k]))
+        users = write_users_file(tmp_path / "users.json", {u: [{"Password": pw}] for u, pw in names.values()})
+        yield names, users
 
 
 def test_passthrough_identity_the_server_decides_with_proxy_ids(make_proxy, kill_accounts):
@@ -453,8 +406,8 @@ def test_passthrough_identity_the_server_decides_with_proxy_ids(make_proxy, kill
             cur.execute("SELECT 1")
             assert cur.fetchone() == (1,)
         # CONNECTION ADMIN may: a's query is interrupted, its connection stays.
-        join = _run_in_thread(lambda: a.cursor().execute("SELECT SLEEP(20)"))
-        _wait_running(proxy, "SELECT SLEEP(20)")
+        join = in_thread(lambda: a.cursor().execute("SELECT SLEEP(20)"), "the victim's statement")
+        wait_backend_statement("SELECT SLEEP(20)%")
         admin.cursor().execute(f"KILL QUERY {aid}")
         _, error = join()
         assert error is not None and error.args[0] == 1317, repr(error)
@@ -465,21 +418,8 @@ def test_passthrough_identity_the_server_decides_with_proxy_ids(make_proxy, kill
         for c in (a, b, admin):
             c.close()
     # The mariadb CLI's Ctrl-C: its second connection logs in as the same user.
-    cmd = [
-        mariadb_cli(), "--no-defaults", "--protocol=TCP", "-h127.0.0.1", f"-P{proxy.port}",
-        f"-u{ua}", f"-p{pa}", "-e", "SELECT SLEEP(21)",
-    ]
-    started = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_running(proxy, "SELECT SLEEP(21)")
-        p.send_signal(signal.SIGINT)
-        _, err = p.communicate(timeout=15)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
-    assert time.monotonic() - started < 12 and "1317" in err, err
+    elapsed, _, err = ctrl_c_in_cli(proxy, ua, pa, "SELECT SLEEP(21)")
+    assert elapsed < 12 and "1317" in err, err
     proxy.assert_settled(base, 5)
 
 
@@ -494,7 +434,7 @@ def test_kill_connection_of_a_session_waiting_for_a_backend(make_proxy):
             # An idle client holds no connection there: a transaction keeps the only one.
             holder.begin()
         hid = holder.thread_id()
-        join = _run_in_thread(lambda: proxy.connect(connect_timeout=30))
+        join = in_thread(lambda: proxy.connect(connect_timeout=30), "the waiting client's login")
         # One worker hands out consecutive ids: the waiting client got the next one.
         waiting_id = hid + 1
         deadline = time.monotonic() + 10
