@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import mysql.connector
 import pymysql
 import pytest
 
@@ -345,6 +346,12 @@ class Proxy:
         kw.setdefault("read_timeout", 120)
         kw.setdefault("write_timeout", 120)
         return pymysql.connect(host="127.0.0.1", port=self.port, user=user, password=password, **kw)
+
+    def connector(self, user=APP_USER, password=APP_PASSWORD, **kw):
+        """A mysql-connector-python connection to the proxy (its pure-Python protocol unless
+        use_pure=False)."""
+        kw.setdefault("use_pure", True)
+        return mysql.connector.connect(host="127.0.0.1", port=self.port, user=user, password=password, **kw)
 
     def cli_command(self, *args, user=APP_USER, password=APP_PASSWORD):
         """The mariadb CLI's command line against the proxy as `user`, ending with args."""

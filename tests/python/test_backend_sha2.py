@@ -198,15 +198,12 @@ def _assert_backend_refused(err, account):
 def test_mariadb_cli_and_connector_python_through_the_chain(make_proxy, inner, account):
     """The other real clients, on the outer (as `app`, native), whose backend login to the inner is
     caching_sha2 with RSA full authentication."""
-    import mysql.connector
-
     inner_proxy, _ = inner
     outer = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password=PASSWORD,
                        extra_args=OUTER_ARGS)
     r = outer.cli("--batch", "--skip-column-names", "-e", "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)")
     assert r.stdout.strip() == account
-    conn = mysql.connector.connect(host="127.0.0.1", port=outer.port, user="app", password="app-secret",
-                                   use_pure=True, ssl_disabled=True)
+    conn = outer.connector(ssl_disabled=True)
     cur = conn.cursor()
     cur.execute("SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)")
     assert cur.fetchone() == (account,)

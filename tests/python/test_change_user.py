@@ -58,12 +58,6 @@ def accounts(tmp_path, mode):
     root.close()
 
 
-def _connect(proxy, user, password, **kw):
-    return mysql.connector.connect(
-        host="127.0.0.1", port=proxy.port, user=user, password=password, use_pure=True, **kw
-    )
-
-
 def _server_threads_match_ringgate(proxy, users, timeout=8.0):
     """The server holds exactly the backend connections ringgate accounts for (idle + busy):
     none leaked by a release, a relet or a failed lease."""
@@ -99,7 +93,7 @@ def test_change_user_switches_identity_schema_charset_and_resets_the_session(mak
     proxy = make_proxy(users_file=accounts["users"], passthrough=True, extra_args=_pooling_args(mode, pooling))
     base = proxy.connections_total()
     (ua, pa), (ub, pb) = accounts["a"], accounts["b"]
-    cn = _connect(proxy, ua, pa, database=TEST_DB)
+    cn = proxy.connector(ua, pa, database=TEST_DB)
     assert first_row(cn, "SELECT CURRENT_USER(), DATABASE()") == (f"{ua}@%", TEST_DB)
     cur = cn.cursor()
     cur.execute("SET @x = 42")
@@ -138,7 +132,7 @@ def test_wrong_password_gets_1045_and_keeps_the_old_user_and_schema(make_proxy, 
     proxy = make_proxy(users_file=accounts["users"], passthrough=True, extra_args=_pooling_args(mode, pooling))
     base = proxy.connections_total()
     (ua, pa), (ub, _) = accounts["a"], accounts["b"]
-    cn = _connect(proxy, ua, pa)
+    cn = proxy.connector(ua, pa)
     cur = cn.cursor()
     cur.execute(f"USE {TEST_DB}")  # the schema selected now, not the login's, is the old one
     cur.execute("SET @x = 42")
@@ -171,7 +165,7 @@ def test_unknown_schema_gets_the_servers_error_and_keeps_the_old_session(make_pr
     proxy = make_proxy(users_file=accounts["users"], passthrough=True)
     base = proxy.connections_total()
     (ua, pa), (ub, pb) = accounts["a"], accounts["b"]
-    cn = _connect(proxy, ua, pa, database=TEST_DB)
+    cn = proxy.connector(ua, pa, database=TEST_DB)
     with pytest.raises(mysql.connector.Error) as ei:
         cn.cmd_change_user(username=ub, password=pb, database="no_such_db_cu")
     # What the server answers this account (it has no global privileges: 1044, not 1049).
@@ -188,7 +182,7 @@ def test_change_user_with_shared_identity(make_proxy):
     one. The session is still reset and the packet's schema and charset applied."""
     proxy = make_proxy()
     base = proxy.connections_total()
-    cn = _connect(proxy, APP_USER, APP_PASSWORD, database=TEST_DB)
+    cn = proxy.connector(APP_USER, APP_PASSWORD, database=TEST_DB)
     cur = cn.cursor()
     cur.execute("SET @x = 1")
     cur.close()
@@ -210,7 +204,7 @@ def test_many_changes_leave_nothing_behind(make_proxy, accounts):
                        extra_args=("--backend-pool-size", "1"))
     base = proxy.connections_total()
     (ua, pa), (ub, pb) = accounts["a"], accounts["b"]
-    cns = [_connect(proxy, ua, pa) for _ in range(3)]
+    cns = [proxy.connector(ua, pa) for _ in range(3)]
     for i in range(6):
         for cn in cns:
             user, pw = (ub, pb) if i % 2 == 0 else (ua, pa)
@@ -231,11 +225,11 @@ def test_kill_ownership_follows_the_new_user(make_proxy, accounts, pooling, mode
     proxy = make_proxy(users_file=accounts["users"], passthrough=True, extra_args=_pooling_args(mode, pooling))
     base = proxy.connections_total()
     (ua, pa), (ub, pb) = accounts["a"], accounts["b"]
-    victim = _connect(proxy, ua, pa)
+    victim = proxy.connector(ua, pa)
     victim_id = victim.connection_id
     victim.cmd_change_user(username=ub, password=pb)
-    killer_a = _connect(proxy, ua, pa)
-    killer_b = _connect(proxy, ub, pb)
+    killer_a = proxy.connector(ua, pa)
+    killer_b = proxy.connector(ub, pb)
 
     box = {}
 

@@ -23,17 +23,7 @@ MIB = 1024 * 1024
 
 
 def connector(proxy, pure=True, compress=True, **kw):
-    return mysql.connector.connect(
-        host="127.0.0.1",
-        port=proxy.port,
-        user=APP_USER,
-        password=APP_PASSWORD,
-        database=TEST_DB,
-        compress=compress,
-        use_pure=pure,
-        connection_timeout=10,
-        **kw,
-    )
+    return proxy.connector(database=TEST_DB, compress=compress, use_pure=pure, connection_timeout=10, **kw)
 
 
 def compressed(proxy):

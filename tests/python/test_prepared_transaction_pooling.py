@@ -64,10 +64,7 @@ def schema():
 
 
 def connector(proxy, **kw):
-    return mysql.connector.connect(
-        host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD,
-        database=TEST_DB, autocommit=True, use_pure=True, connection_timeout=20, **kw
-    )
+    return proxy.connector(database=TEST_DB, autocommit=True, connection_timeout=20, **kw)
 
 
 def busy_text_clients(proxy, n):

@@ -99,8 +99,7 @@ def test_clients_over_tls(tls_proxy, pki):
     # mysql-connector-python, with TLS 1.2 forced and with its default (1.3).
     for versions, want in ((["TLSv1.2"], "TLSv1.2"), (None, "TLSv1.3")):
         kw = {"tls_versions": versions} if versions else {}
-        conn = mysql.connector.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD,
-                                       use_pure=True, ssl_ca=str(ca), ssl_verify_cert=True, **kw)
+        conn = proxy.connector(ssl_ca=str(ca), ssl_verify_cert=True, **kw)
         assert conn._socket.sock.version() == want
         assert first_row(conn, "SELECT 7") == (7,)
         conn.close()
@@ -134,19 +133,16 @@ def test_caching_sha2_full_auth_over_tls_then_fast_auth(make_proxy, pki, tmp_pat
     auth = lambda path: proxy.metrics()(f'ringgate_client_auth_total{{path="{path}"}}')  # noqa: E731
     # Without TLS a cache miss cannot send the cleartext: 1045.
     with pytest.raises(mysql.connector.errors.ProgrammingError) as e:
-        mysql.connector.connect(host="127.0.0.1", port=proxy.port, user="erin", password=FOOBAR_PASSWORD, use_pure=True,
-                                ssl_disabled=True, auth_plugin="caching_sha2_password")
+        proxy.connector("erin", FOOBAR_PASSWORD, ssl_disabled=True, auth_plugin="caching_sha2_password")
     assert e.value.errno == 1045
     # Over TLS: 0x01 0x04, then the cleartext password inside TLS.
-    conn = mysql.connector.connect(host="127.0.0.1", port=proxy.port, user="erin", password=FOOBAR_PASSWORD, use_pure=True,
-                                   ssl_ca=ca, auth_plugin="caching_sha2_password")
+    conn = proxy.connector("erin", FOOBAR_PASSWORD, ssl_ca=ca, auth_plugin="caching_sha2_password")
     assert first_row(conn, "SELECT 1") == (1,)
     conn.close()
     assert auth("caching_sha2_full") == 1
     # Cached now: fast auth, with or without TLS.
     for kw in ({"ssl_ca": ca}, {"ssl_disabled": True}):
-        conn = mysql.connector.connect(host="127.0.0.1", port=proxy.port, user="erin", password=FOOBAR_PASSWORD,
-                                       use_pure=True, auth_plugin="caching_sha2_password", **kw)
+        conn = proxy.connector("erin", FOOBAR_PASSWORD, auth_plugin="caching_sha2_password", **kw)
         assert first_row(conn, "SELECT 2") == (2,)
         conn.close()
     assert auth("caching_sha2_fast") == 2
@@ -410,8 +406,7 @@ def test_mysql_clear_password_only_over_tls(tls_proxy, pki):
     ca = pki / "ca1.pem"
     r = proxy.cli("--ssl", f"--ssl-ca={ca}", "--default-auth=mysql_clear_password", "-e", "SELECT 'clear-ok'")
     assert "clear-ok" in r.stdout
-    conn = mysql.connector.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD,
-                                   use_pure=True, ssl_ca=str(ca), auth_plugin="mysql_clear_password")
+    conn = proxy.connector(ssl_ca=str(ca), auth_plugin="mysql_clear_password")
     assert first_row(conn, "SELECT 11") == (11,)
     conn.close()
     # Over plain TCP the cleartext is refused with 1045, right password or not.

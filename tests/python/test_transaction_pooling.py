@@ -12,7 +12,7 @@ import time
 import pymysql
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, TEST_DB
+from conftest import TEST_DB
 from helpers import direct, rows, run_threads, tx_proxy, value, wait_idle
 
 TABLE = f"{TEST_DB}.txpool"
@@ -340,8 +340,6 @@ def test_warnings_stay_across_commands_that_run_no_statement(make_proxy):
     released connection would be reset or taken."""
     import warnings as pywarnings
 
-    import mysql.connector
-
     proxy = tx_proxy(make_proxy, 2, extra=["--backend-pool-size", "2"])
 
     def after(conn, command):
@@ -364,10 +362,7 @@ def test_warnings_stay_across_commands_that_run_no_statement(make_proxy):
             got = after(a, lambda c: (command(c), value(b, "SELECT 2")))
             assert got == want, f"SHOW WARNINGS after {name}: {got}"
 
-    cnx = mysql.connector.connect(
-        host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD,
-        use_pure=True, get_warnings=True, connection_timeout=10,
-    )
+    cnx = proxy.connector(get_warnings=True, connection_timeout=10)
     try:
         with pywarnings.catch_warnings():
             pywarnings.simplefilter("ignore")
