@@ -8,6 +8,7 @@ suite that uses them, instead of one copy of several.
 import contextlib
 import json
 import socket
+import subprocess
 import threading
 import time
 
@@ -110,6 +111,11 @@ def value(conn, sql, args=None):
     return None if row is None else row[0]
 
 
+def current_user(conn):
+    """The account the server runs `conn`'s session as, without its host."""
+    return first_row(conn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)")[0]
+
+
 def first_row(conn, sql, args=None):
     """The first row `sql` returns (None when none), from a PyMySQL or a mysql-connector
     connection alike."""
@@ -185,6 +191,21 @@ def sandbox_account(user, password, grants=(f"ALL ON {TEST_DB}.*",)):
         finally:
             with root.cursor() as cur:
                 cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+
+
+def client_auths(proxy, path):
+    """How many client logins took the authentication path `path` (ringgate_client_auth_total)."""
+    return proxy.metrics()(f'ringgate_client_auth_total{{path="{path}"}}')
+
+
+def rsa_key(directory, name="private_key.pem"):
+    """An RSA key pair made by openssl in `directory` (for --rsa-key): (private, public) paths."""
+    key = directory / name
+    subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
+    public = directory / (name + ".pub")
+    subprocess.run(["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(public)], check=True,
+                   capture_output=True)
+    return key, public
 
 
 def native_hash(password):

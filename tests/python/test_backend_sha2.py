@@ -14,42 +14,16 @@ takes full authentication only RSA-encrypted (`--rsa-key`); the outer asks for t
 inner tells which path each of the outer's logins took.
 """
 
-import json
-import subprocess
 
 import pymysql
 import pytest
 
-from helpers import FOOBAR_PASSWORD, FOOBAR_VERIFIER, sandbox_account
+from helpers import FOOBAR_PASSWORD, FOOBAR_VERIFIER, client_auths, current_user, rsa_key, sandbox_account, write_users_file
 
 PASSWORD = FOOBAR_PASSWORD
 # The outer's backend logins include full authentications (RSA and sha256-crypt on the inner,
 # a debug build): give them room on a loaded machine.
 OUTER_ARGS = ("--backend-connect-timeout", "30s")
-
-
-def _write_json(path, entries):
-    path.write_text(json.dumps(entries))
-    return path
-
-
-def _auth(proxy, path):
-    return proxy.metrics()(f'ringgate_client_auth_total{{path="{path}"}}')
-
-
-def _rsa_key(tmp_path, name="private_key.pem"):
-    key = tmp_path / name
-    subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
-    public = tmp_path / (name + ".pub")
-    subprocess.run(["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(public)], check=True,
-                   capture_output=True)
-    return key, public
-
-
-def _current_user(conn):
-    with conn.cursor() as cur:
-        cur.execute("SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)")
-        return cur.fetchone()[0]
 
 
 @pytest.fixture
@@ -63,13 +37,13 @@ def account(mode):
 @pytest.fixture
 def inner(make_proxy, tmp_path, account):
     """The inner ringgate: caching_sha2 only for `account`, with an RSA key, passthrough to MariaDB."""
-    key, public = _rsa_key(tmp_path)
-    users = _write_json(tmp_path / "inner.json", {account: [{"MysqlCachingSha2Password": FOOBAR_VERIFIER}]})
+    key, public = rsa_key(tmp_path)
+    users = write_users_file(tmp_path / "inner.json", {account: [{"MysqlCachingSha2Password": FOOBAR_VERIFIER}]})
     proxy = make_proxy(users_file=users, passthrough=True, workers=1, extra_args=("--rsa-key", str(key)))
     return proxy, public
 
 
-def test_outer_logs_in_to_a_caching_sha2_backend_by_rsa_full_auth_then_fast_auth(make_proxy, inner, account):
+def test_outer_logs_in_to_a_caching_sha2_backend_by_rsa_full_auth_then_fastclient_auths(make_proxy, inner, account):
     inner_proxy, _ = inner
     # No warm pool: the six clients' backend logins come one at a time (a full authentication
     # is an RSA decryption and 5000 SHA-256 rounds on the inner's one worker, slow in a debug
@@ -83,19 +57,19 @@ def test_outer_logs_in_to_a_caching_sha2_backend_by_rsa_full_auth_then_fast_auth
         # it one connection parked between the clients' queries could serve all six, one
         # full authentication and no fast one (a flake seen under load).
         conn.begin()
-        assert _current_user(conn) == account
+        assert current_user(conn) == account
     for conn in conns:
         conn.close()
     # The first of the outer's backend logins was a cache miss: full authentication, the
     # password RSA-encrypted with the key the inner sent. Later ones hit the inner's cache.
-    full, fast = _auth(inner_proxy, "caching_sha2_full"), _auth(inner_proxy, "caching_sha2_fast")
+    full, fast = client_auths(inner_proxy, "caching_sha2_full"), client_auths(inner_proxy, "caching_sha2_fast")
     assert full >= 1, inner_proxy.stderr_tail()
     assert fast >= 1, "the inner's cache served later logins"
     assert full + fast >= 6, f"six open transactions, six backend logins: {full} full, {fast} fast"
     # Every other connection to the inner was one of these logins (one more: the fixture's
     # readiness probe, which connects and hangs up).
     assert full + fast == inner_proxy.connections_total() - 1
-    assert _auth(inner_proxy, "native") == 0
+    assert client_auths(inner_proxy, "native") == 0
     for p in (outer, inner_proxy):
         assert PASSWORD not in p.stderr()
 
@@ -105,14 +79,14 @@ def test_outer_uses_the_configured_public_key_and_a_wrong_one_fails(make_proxy, 
     outer = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password=PASSWORD,
                        extra_args=OUTER_ARGS + ("--backend-rsa-public-key", str(public)))
     conn = outer.connect()
-    assert _current_user(conn) == account
+    assert current_user(conn) == account
     conn.close()
-    assert _auth(inner_proxy, "caching_sha2_full") >= 1
+    assert client_auths(inner_proxy, "caching_sha2_full") >= 1
 
     # Another key: the inner cannot decrypt, says so in its log, and answers 1045, which the
     # client of the outer gets with the inner's wording. Its cache is emptied first (SIGHUP
     # reload), so this is a full authentication again.
-    _, other = _rsa_key(tmp_path, "other.pem")
+    _, other = rsa_key(tmp_path, "other.pem")
     inner_proxy.proc.send_signal(1)
     outer2 = make_proxy(backend=("127.0.0.1", inner_proxy.port), backend_user=account, backend_password=PASSWORD,
                         extra_args=OUTER_ARGS + ("--backend-rsa-public-key", str(other), "--backend-pool-size", "0"))
@@ -142,21 +116,21 @@ def test_passthrough_identity_of_a_caching_sha2_user_through_two_proxies(make_pr
     outer logs in to the inner as that client: caching_sha2, RSA full auth. A later client over TCP
     is a fast auth on the outer; its backend login reuses the identity's credential."""
     inner_proxy, _ = inner
-    users = _write_json(tmp_path / "outer.json", {account: [{"MysqlCachingSha2Password": FOOBAR_VERIFIER}]})
+    users = write_users_file(tmp_path / "outer.json", {account: [{"MysqlCachingSha2Password": FOOBAR_VERIFIER}]})
     sock = tmp_path / "outer.sock"
     outer = make_proxy(backend=("127.0.0.1", inner_proxy.port), users_file=users, passthrough=True,
                        extra_args=OUTER_ARGS + ("--socket", str(sock)))
     conn = pymysql.connect(unix_socket=str(sock), user=account, password=PASSWORD, connect_timeout=10)
-    assert _current_user(conn) == account
+    assert current_user(conn) == account
     conn.close()
     for _ in range(3):
         conn = pymysql.connect(host="127.0.0.1", port=outer.port, user=account, password=PASSWORD,
                                connect_timeout=10)
-        assert _current_user(conn) == account
+        assert current_user(conn) == account
         conn.close()
-    assert _auth(outer, "caching_sha2_full") == 1
-    assert _auth(outer, "caching_sha2_fast") == 3
-    assert _auth(inner_proxy, "caching_sha2_full") >= 1
+    assert client_auths(outer, "caching_sha2_full") == 1
+    assert client_auths(outer, "caching_sha2_fast") == 3
+    assert client_auths(inner_proxy, "caching_sha2_full") >= 1
     for p in (outer, inner_proxy):
         assert PASSWORD not in p.stderr()
 
@@ -168,16 +142,16 @@ def test_front_rsa_key_with_pymysql_over_plain_tcp(inner, account):
     inner_proxy, public = inner
     conn = pymysql.connect(host="127.0.0.1", port=inner_proxy.port, user=account, password=PASSWORD,
                            connect_timeout=10)
-    assert _current_user(conn) == account
+    assert current_user(conn) == account
     conn.close()
-    assert _auth(inner_proxy, "caching_sha2_full") == 1
+    assert client_auths(inner_proxy, "caching_sha2_full") == 1
     inner_proxy.proc.send_signal(1)  # empties the cache: the next login is a full auth again
     inner_proxy.wait_log("users file reloaded")
     conn = pymysql.connect(host="127.0.0.1", port=inner_proxy.port, user=account, password=PASSWORD,
                            connect_timeout=10, server_public_key=public.read_bytes())
-    assert _current_user(conn) == account
+    assert current_user(conn) == account
     conn.close()
-    assert _auth(inner_proxy, "caching_sha2_full") == 2
+    assert client_auths(inner_proxy, "caching_sha2_full") == 2
     with pytest.raises(pymysql.err.OperationalError) as e:
         pymysql.connect(host="127.0.0.1", port=inner_proxy.port, user=account, password="wrong-one",
                         connect_timeout=10)
@@ -209,7 +183,7 @@ def test_mariadb_cli_and_connector_python_through_the_chain(make_proxy, inner, a
     assert cur.fetchone() == (account,)
     cur.close()
     conn.close()
-    assert _auth(inner_proxy, "caching_sha2_full") >= 1
+    assert client_auths(inner_proxy, "caching_sha2_full") >= 1
     for p in (outer, inner_proxy):
         assert PASSWORD not in p.stderr()
 
@@ -230,18 +204,18 @@ def test_passthrough_caching_sha2_full_auth_over_backend_tls(make_proxy, account
     ca, cert, key = (str(tmp_path / n) for n in ("ca.pem", "server.pem", "server.key"))
     front_tls = ("--tls-cert", cert, "--tls-key", key)
     users = {account: [{"MysqlCachingSha2Password": FOOBAR_VERIFIER}]}
-    inner = make_proxy(users_file=_write_json(tmp_path / "inner.json", users), passthrough=True, workers=1,
+    inner = make_proxy(users_file=write_users_file(tmp_path / "inner.json", users), passthrough=True, workers=1,
                        read_buffer_size=32768, extra_args=front_tls + ("--require-secure-transport",))
-    outer = make_proxy(backend=("127.0.0.1", inner.port), users_file=_write_json(tmp_path / "outer.json", users),
+    outer = make_proxy(backend=("127.0.0.1", inner.port), users_file=write_users_file(tmp_path / "outer.json", users),
                        passthrough=True, read_buffer_size=32768,
                        extra_args=OUTER_ARGS + front_tls + ("--backend-pool-size", "0", "--backend-tls",
                                                             "verify-identity", "--backend-tls-ca", ca))
     conn = pymysql.connect(host="127.0.0.1", port=outer.port, user=account, password=PASSWORD,
                            ssl={"ca": ca}, connect_timeout=10)
-    assert _current_user(conn) == account
+    assert current_user(conn) == account
     conn.close()
-    assert _auth(outer, "caching_sha2_full") == 1
-    assert _auth(inner, "caching_sha2_full") >= 1, inner.stderr_tail()
+    assert client_auths(outer, "caching_sha2_full") == 1
+    assert client_auths(inner, "caching_sha2_full") >= 1, inner.stderr_tail()
     assert outer.metrics()("ringgate_backend_tls_sessions_total") >= 1
     assert inner.metrics()("ringgate_client_tls_sessions_total") >= 1
     for p in (outer, inner):

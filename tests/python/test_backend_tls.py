@@ -173,10 +173,6 @@ def _value(conn, sql, args=None):
         return row[-1] if row else None
 
 
-def _backend_tls_metric(proxy, name):
-    return proxy.metrics()(name)
-
-
 @pytest.mark.parametrize("pooling", ["session", "transaction"])
 def test_proxy_backend_tls_is_encrypted_and_byte_exact(make_proxy, tls_backend, pooling):
     """--backend-tls verify-ca (session pooling) and required (transaction pooling) in every
@@ -209,8 +205,8 @@ def test_proxy_backend_tls_is_encrypted_and_byte_exact(make_proxy, tls_backend, 
     # The mariadb CLI through the same proxy.
     r = proxy.cli("--batch", "--skip-column-names", "-e", "SHOW STATUS LIKE 'Ssl_cipher'")
     assert r.stdout.split("\t")[1].strip(), r.stdout
-    assert _backend_tls_metric(proxy, "ringgate_backend_tls_sessions_total") >= 1
-    assert _backend_tls_metric(proxy, 'ringgate_backend_tls_errors_total{reason="handshake"}') == 0
+    assert proxy.metrics()("ringgate_backend_tls_sessions_total") >= 1
+    assert proxy.metrics()('ringgate_backend_tls_errors_total{reason="handshake"}') == 0
 
 
 def _settled_and_closed(proxy):
@@ -234,8 +230,8 @@ def test_verify_ca_with_another_ca_fails_cleanly(tls_backend):
         log = proxy.stderr()
         assert "TLS handshake with the server failed (--backend-tls verify-ca)" in log, log
         assert f"does not verify against --backend-tls-ca {tls / 'other-ca.pem'}" in log, log
-        assert _backend_tls_metric(proxy, 'ringgate_backend_tls_errors_total{reason="handshake"}') >= 1
-        assert _backend_tls_metric(proxy, "ringgate_backend_tls_sessions_total") == 0
+        assert proxy.metrics()('ringgate_backend_tls_errors_total{reason="handshake"}') >= 1
+        assert proxy.metrics()("ringgate_backend_tls_sessions_total") == 0
     finally:
         _settled_and_closed(proxy)
 
@@ -263,7 +259,7 @@ def test_required_against_a_plain_server_fails_cleanly_and_preferred_falls_back(
         log = proxy.stderr()
         assert "the server does not offer TLS (no CLIENT_SSL in its greeting" in log, log
         assert "turn TLS on in the server (ssl-cert/ssl-key) or run ringgate with --backend-tls preferred" in log
-        assert _backend_tls_metric(proxy, 'ringgate_backend_tls_errors_total{reason="unavailable"}') >= 1
+        assert proxy.metrics()('ringgate_backend_tls_errors_total{reason="unavailable"}') >= 1
     finally:
         _settled_and_closed(proxy)
     proxy = Proxy("fixed", backend=plain, read_buffer_size=TLS_BUFFER, extra_args=("--backend-tls", "preferred"))
@@ -272,7 +268,7 @@ def test_required_against_a_plain_server_fails_cleanly_and_preferred_falls_back(
         assert _value(conn, "SHOW STATUS LIKE 'Ssl_cipher'") == ""
         conn.close()
         assert "--backend-tls preferred logs in in plain" in proxy.stderr()
-        assert _backend_tls_metric(proxy, "ringgate_backend_tls_sessions_total") == 0
+        assert proxy.metrics()("ringgate_backend_tls_sessions_total") == 0
     finally:
         _settled_and_closed(proxy)
     # preferred against the TLS server: TLS.

@@ -8,26 +8,15 @@ over the unix socket only; over plain TCP a cache miss gets 1045, as from MySQL 
 RSA keys. `ringgate_client_auth_total{path}` tells which path each login took.
 """
 
-import json
 import signal
 
 import mysql.connector
 import pymysql
 import pytest
 
-from helpers import FOOBAR_PASSWORD, FOOBAR_VERIFIER, first_row, sandbox_account
+from helpers import FOOBAR_PASSWORD, FOOBAR_VERIFIER, client_auths, current_user, first_row, sandbox_account, write_users_file
 
 PASSWORD = FOOBAR_PASSWORD
-
-
-def _users(tmp_path, **entries):
-    path = tmp_path / "users.json"
-    path.write_text(json.dumps(entries))
-    return path
-
-
-def _auth(proxy, path):
-    return proxy.metrics()(f'ringgate_client_auth_total{{path="{path}"}}')
 
 
 def _pymysql(proxy, sock=None, **kw):
@@ -44,7 +33,9 @@ def _connector(proxy, sock=None, **kw):
 
 @pytest.fixture
 def sha2_proxy(make_proxy, tmp_path):
-    users = _users(tmp_path, erin=[{"MysqlCachingSha2Password": FOOBAR_VERIFIER}], fay=[{"Password": "pw2"}])
+    users = write_users_file(
+        tmp_path / "users.json", {"erin": [{"MysqlCachingSha2Password": FOOBAR_VERIFIER}], "fay": [{"Password": "pw2"}]}
+    )
     sock = tmp_path / "rg.sock"
     return make_proxy(users_file=users, extra_args=("--socket", str(sock))), sock
 
@@ -55,23 +46,23 @@ def test_pymysql_full_auth_on_the_socket_then_fast_auth_over_tcp(sha2_proxy):
     with pytest.raises(pymysql.err.OperationalError) as e:
         _pymysql(proxy, user="erin", password=PASSWORD)
     assert e.value.args == (1045, "Access denied for user 'erin'@'127.0.0.1' (using password: YES)")
-    assert _auth(proxy, "caching_sha2_full") == 0
+    assert client_auths(proxy, "caching_sha2_full") == 0
 
     # Over the unix socket PyMySQL sends the cleartext password: full authentication.
     conn = _pymysql(proxy, sock, user="erin", password=PASSWORD)
     assert first_row(conn, "SELECT 6 * 7") == (42,)
     conn.close()
-    assert _auth(proxy, "caching_sha2_full") == 1
-    assert _auth(proxy, "caching_sha2_fast") == 0
+    assert client_auths(proxy, "caching_sha2_full") == 1
+    assert client_auths(proxy, "caching_sha2_fast") == 0
 
     # Now cached: fast authentication, over TCP as well.
     for _ in range(2):
         conn = _pymysql(proxy, user="erin", password=PASSWORD)
         assert first_row(conn, "SELECT 1") == (1,)
         conn.close()
-    assert _auth(proxy, "caching_sha2_fast") == 2
-    assert _auth(proxy, "caching_sha2_full") == 1
-    assert _auth(proxy, "native") == 0
+    assert client_auths(proxy, "caching_sha2_fast") == 2
+    assert client_auths(proxy, "caching_sha2_full") == 1
+    assert client_auths(proxy, "native") == 0
 
     # A wrong password is a cache miss, then a failed full authentication.
     with pytest.raises(pymysql.err.OperationalError) as e:
@@ -86,23 +77,23 @@ def test_pymysql_full_auth_on_the_socket_then_fast_auth_over_tcp(sha2_proxy):
         assert secret not in stderr
 
 
-def test_connector_python_fast_and_full_auth(sha2_proxy):
+def test_connector_python_fast_and_fullclient_auths(sha2_proxy):
     proxy, sock = sha2_proxy
     # A Password entry: fast auth needs no cache, over TCP.
     conn = _connector(proxy, user="fay", password="pw2")
     assert first_row(conn, "SELECT 2") == (2,)
     conn.close()
-    assert _auth(proxy, "caching_sha2_fast") == 1
+    assert client_auths(proxy, "caching_sha2_fast") == 1
 
     # A verifier entry over the socket: 0x01 0x04, then the cleartext password.
     conn = _connector(proxy, sock, user="erin", password=PASSWORD)
     assert first_row(conn, "SELECT 3") == (3,)
     conn.close()
-    assert _auth(proxy, "caching_sha2_full") == 1
+    assert client_auths(proxy, "caching_sha2_full") == 1
     conn = _connector(proxy, user="erin", password=PASSWORD)
     assert first_row(conn, "SELECT 4") == (4,)
     conn.close()
-    assert _auth(proxy, "caching_sha2_fast") == 2
+    assert client_auths(proxy, "caching_sha2_fast") == 2
 
     for user, kw in (("erin", {}), ("fay", {}), ("nobody", {}), ("erin", {"sock": sock})):
         with pytest.raises(mysql.connector.errors.ProgrammingError) as e:
@@ -132,18 +123,18 @@ def backend_account(mode):
         yield user
 
 
-def test_passthrough_logs_in_to_the_backend_after_full_and_fast_auth(make_proxy, tmp_path, backend_account):
+def test_passthrough_logs_in_to_the_backend_after_full_and_fastclient_auths(make_proxy, tmp_path, backend_account):
     # Full auth gives ringgate the cleartext, hence SHA1(password) for the backend's
     # mysql_native_password; the cache keeps it for later fast auths, which prove only SHA256s.
     user = backend_account
-    users = _users(tmp_path, **{user: [{"MysqlCachingSha2Password": FOOBAR_VERIFIER}]})
+    users = write_users_file(tmp_path / "users.json", {user: [{"MysqlCachingSha2Password": FOOBAR_VERIFIER}]})
     sock = tmp_path / "rg.sock"
     proxy = make_proxy(users_file=users, passthrough=True, extra_args=("--socket", str(sock)))
     conn = _connector(proxy, sock, user=user, password=PASSWORD)
-    assert first_row(conn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (user,)
+    assert current_user(conn) == user
     conn.close()
     conn = _pymysql(proxy, user=user, password=PASSWORD)
-    assert first_row(conn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (user,)
+    assert current_user(conn) == user
     conn.close()
-    assert _auth(proxy, "caching_sha2_full") == 1
-    assert _auth(proxy, "caching_sha2_fast") == 1
+    assert client_auths(proxy, "caching_sha2_full") == 1
+    assert client_auths(proxy, "caching_sha2_fast") == 1

@@ -27,7 +27,7 @@ import mysql.connector
 import pytest
 
 from conftest import APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER, NODE_DIR, TEST_DB, backend_env, node_with_mysql2
-from helpers import direct, first_row
+from helpers import current_user, direct, first_row
 
 LATIN1_SWEDISH_CI = 8
 UTF8MB4_GENERAL_CI = 45
@@ -335,14 +335,14 @@ def test_change_user_to_a_caching_sha2_user(make_proxy, accounts, mode, tmp_path
     try:
         cn = mysql.connector.connect(unix_socket=str(sock), user=ua, password=pa, use_pure=True,
                                      auth_plugin="caching_sha2_password")
-        assert first_row(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (ua,)
+        assert current_user(cn) == ua
         cn.cmd_change_user(username=sha2_user, password="foobar", database=TEST_DB)
         assert first_row(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1), DATABASE()") == (sha2_user, TEST_DB)
         cn.cmd_change_user(username=ua, password=pa)
-        assert first_row(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (ua,)
+        assert current_user(cn) == ua
         # From the cache now: fast authentication.
         cn.cmd_change_user(username=sha2_user, password="foobar")
-        assert first_row(cn, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)") == (sha2_user,)
+        assert current_user(cn) == sha2_user
         with pytest.raises(mysql.connector.Error) as e:
             cn.cmd_change_user(username=sha2_user, password="not-foobar")
         assert e.value.errno == 1045, e.value

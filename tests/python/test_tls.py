@@ -22,7 +22,7 @@ import pymysql
 import pytest
 
 from conftest import APP_PASSWORD, APP_USER, NODE_DIR, USERS_FILE, node_with_mysql2, ringgate_bin
-from helpers import FOOBAR_PASSWORD, FOOBAR_VERIFIER, first_row
+from helpers import FOOBAR_PASSWORD, FOOBAR_VERIFIER, client_auths, first_row
 from mysql_wire import CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_SSL, read_packet, ssl_request, write_packet
 
 # TLS needs a read buffer that holds a whole record (ringgate refuses less).
@@ -68,10 +68,6 @@ def tls_proxy(make_proxy, pki):
     return make_proxy(extra_args=_tls_args(pki), read_buffer_size=TLS_BUFFER)
 
 
-def _metric(proxy, name):
-    return proxy.metrics()(name)
-
-
 def _pymysql_tls(proxy, ca, **kw):
     kw.setdefault("user", APP_USER)
     kw.setdefault("password", APP_PASSWORD)
@@ -106,8 +102,8 @@ def test_clients_over_tls(tls_proxy, pki):
     # A client that does not ask for TLS still gets in (no --require-secure-transport).
     # (PyMySQL 1.2 and the connector try TLS whenever it is offered, unless told not to.)
     assert first_row(proxy.connect(ssl_disabled=True), "SELECT 8") == (8,)
-    assert _metric(proxy, "ringgate_client_tls_sessions_total") == 5
-    assert _metric(proxy, "ringgate_client_tls_errors_total") == 0
+    assert proxy.metrics()("ringgate_client_tls_sessions_total") == 5
+    assert proxy.metrics()("ringgate_client_tls_errors_total") == 0
     proxy.assert_settled(base, 6)
 
 
@@ -120,7 +116,7 @@ def test_node_mysql2_tls(tls_proxy, pki):
     r = subprocess.run([node, str(NODE_DIR / "tls.js")], capture_output=True, text=True, timeout=180, env=env)
     assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}\n--- ringgate ---\n{proxy.stderr_tail()}"
     assert r.stdout.startswith("ok TLSv1.3 TLSv1.3"), r.stdout
-    assert _metric(proxy, "ringgate_client_tls_sessions_total") == 2
+    assert proxy.metrics()("ringgate_client_tls_sessions_total") == 2
     proxy.assert_settled(base, 2)
 
 
@@ -130,7 +126,6 @@ def test_caching_sha2_full_auth_over_tls_then_fast_auth(make_proxy, pki, tmp_pat
     proxy = make_proxy(users_file=users, extra_args=_tls_args(pki), read_buffer_size=TLS_BUFFER)
     base = proxy.connections_total()
     ca = str(pki / "ca1.pem")
-    auth = lambda path: proxy.metrics()(f'ringgate_client_auth_total{{path="{path}"}}')  # noqa: E731
     # Without TLS a cache miss cannot send the cleartext: 1045.
     with pytest.raises(mysql.connector.errors.ProgrammingError) as e:
         proxy.connector("erin", FOOBAR_PASSWORD, ssl_disabled=True, auth_plugin="caching_sha2_password")
@@ -139,18 +134,18 @@ def test_caching_sha2_full_auth_over_tls_then_fast_auth(make_proxy, pki, tmp_pat
     conn = proxy.connector("erin", FOOBAR_PASSWORD, ssl_ca=ca, auth_plugin="caching_sha2_password")
     assert first_row(conn, "SELECT 1") == (1,)
     conn.close()
-    assert auth("caching_sha2_full") == 1
+    assert client_auths(proxy, "caching_sha2_full") == 1
     # Cached now: fast auth, with or without TLS.
     for kw in ({"ssl_ca": ca}, {"ssl_disabled": True}):
         conn = proxy.connector("erin", FOOBAR_PASSWORD, auth_plugin="caching_sha2_password", **kw)
         assert first_row(conn, "SELECT 2") == (2,)
         conn.close()
-    assert auth("caching_sha2_fast") == 2
+    assert client_auths(proxy, "caching_sha2_fast") == 2
     # PyMySQL over TLS, wrong password: a cache miss, full auth over TLS, 1045.
     with pytest.raises(pymysql.err.OperationalError) as e:
         _pymysql_tls(proxy, ca, user="erin", password="foobaR")
     assert e.value.args == (1045, "Access denied for user 'erin'@'127.0.0.1' (using password: YES)")
-    assert auth("caching_sha2_full") == 1
+    assert client_auths(proxy, "caching_sha2_full") == 1
     stderr = proxy.stderr()
     for secret in (FOOBAR_PASSWORD, "foobaR", "2441243030352403"):
         assert secret not in stderr
@@ -174,7 +169,7 @@ def test_require_secure_transport(make_proxy, pki, tmp_path):
     conn = pymysql.connect(unix_socket=str(sock), user=APP_USER, password=APP_PASSWORD, ssl_disabled=True)
     assert first_row(conn, "SELECT 4") == (4,)
     conn.close()
-    assert _metric(proxy, 'ringgate_client_rejected_total{reason="insecure_transport"}') == 4
+    assert proxy.metrics()('ringgate_client_rejected_total{reason="insecure_transport"}') == 4
     assert "wrong" not in proxy.stderr()
     proxy.assert_settled(base, 6)
 
@@ -350,7 +345,7 @@ def test_ssl_request_then_garbage_is_closed_cleanly(tls_proxy):
         assert got == b"" or got[0] == 0x15, got[:20]
     proxy.wait_log("client TLS failed", 1)
     assert "panicked" not in proxy.stderr()
-    assert _metric(proxy, "ringgate_client_tls_errors_total") == 3
+    assert proxy.metrics()("ringgate_client_tls_errors_total") == 3
     assert first_row(_pymysql_tls(proxy, _ca_of(proxy)), "SELECT 1") == (1,)
     proxy.assert_settled(base, 4)
 
@@ -373,7 +368,7 @@ def test_a_stalled_tls_handshake_times_out(make_proxy, pki):
         s.close()
         assert took < 5, took
         assert got == b"", got[:20]
-    assert _metric(proxy, 'ringgate_client_rejected_total{reason="handshake"}') == 2
+    assert proxy.metrics()('ringgate_client_rejected_total{reason="handshake"}') == 2
     assert "--handshake-timeout" in proxy.stderr()
     proxy.assert_settled(base, 2)
 
@@ -395,7 +390,7 @@ def test_client_certificates(make_proxy, pki):
             c = pymysql.connect(host="127.0.0.1", port=proxy.port, user=APP_USER, password=APP_PASSWORD,
                                 ssl={"ca": str(pki / "ca1.pem"), **extra}, connect_timeout=10)
             first_row(c, "SELECT 1")
-    assert _metric(proxy, "ringgate_client_tls_errors_total") == 2
+    assert proxy.metrics()("ringgate_client_tls_errors_total") == 2
     assert APP_PASSWORD not in proxy.stderr()
     proxy.assert_settled(base, 4)
 
@@ -438,15 +433,15 @@ def test_a_tls_client_leases_the_connection_a_plain_client_parked(make_proxy, pk
     tls = _pymysql_tls(proxy, ca, read_timeout=10)
     assert first_row(plain, "SELECT 1") == (1,)
     assert first_row(tls, "SELECT 2") == (2,)
-    cancels0 = _metric(proxy, "ringgate_read_buffer_ring_idle_recv_cancels_total")
-    connects0 = _metric(proxy, "ringgate_backend_connects_total")
+    cancels0 = proxy.metrics()("ringgate_read_buffer_ring_idle_recv_cancels_total")
+    connects0 = proxy.metrics()("ringgate_backend_connects_total")
     for i in range(3):
         assert first_row(plain, "SELECT %s + 1", (i,)) == (i + 1,)
         assert first_row(tls, "SELECT %s + 2", (i,)) == (i + 2,)
         assert first_row(tls, "SELECT REPEAT('t', 200000)")[0] == "t" * 200_000
-    assert _metric(proxy, "ringgate_backend_connects_total") == connects0
+    assert proxy.metrics()("ringgate_backend_connects_total") == connects0
     if proxy.mode == "ring":
-        cancels = _metric(proxy, "ringgate_read_buffer_ring_idle_recv_cancels_total") - cancels0
+        cancels = proxy.metrics()("ringgate_read_buffer_ring_idle_recv_cancels_total") - cancels0
         assert cancels >= 3, f"{cancels} kept receives cancelled for the TLS client's leases"
     plain.close()
     tls.close()

@@ -10,14 +10,12 @@ switches to the account's plugin; an unknown name then answers as one of the fil
 (its decoy), the same way at every attempt.
 """
 
-import json
 import os
 import socket
-import subprocess
 
 from pymysql._auth import sha2_rsa_encrypt
 
-from helpers import FOOBAR_VERIFIER
+from helpers import FOOBAR_VERIFIER, rsa_key, write_users_file
 from mysql_wire import greeting_scramble, handshake_response, read_packet, write_packet
 
 NATIVE_HASH = "*6BB4837EB74329105EE4568DDA7DC67ED2CA2AD9"  # 123456
@@ -60,10 +58,8 @@ def _login(where, user, plugin):
 
 
 def _proxy(make_proxy, tmp_path, users):
-    path = tmp_path / "users.json"
-    path.write_text(json.dumps(users))
-    key = tmp_path / "key.pem"
-    subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
+    path = write_users_file(tmp_path / "users.json", users)
+    key, _ = rsa_key(tmp_path, "key.pem")
     sock = tmp_path / "rg.sock"
     plain = make_proxy(users_file=path, extra_args=("--socket", str(sock)))
     rsa = make_proxy(users_file=path, extra_args=("--rsa-key", str(key)))
