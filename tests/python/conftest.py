@@ -64,6 +64,20 @@ def ringgate_bin():
     return path
 
 
+def run_ringgate(*args, env=None, timeout=30):
+    """Runs the ringgate binary with `args` to its end (`check`, `--print-config`, a start that
+    must fail); returns CompletedProcess (text)."""
+    return subprocess.run([str(ringgate_bin()), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def launch(cmd, log_path, env):
+    """Starts `cmd` (the ringgate binary and its arguments) in the background, its stdout and
+    stderr in log_path: the one place a long-running ringgate is started (Proxy, and the
+    config-file-only start)."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+
+
 def mariadb_cli():
     path = shutil.which("mariadb")
     if not path:
@@ -271,8 +285,7 @@ class Proxy:
             else:
                 env["RINGGATE_BACKEND_PASSWORD"] = self.backend["password"]
             env.setdefault("RUST_LOG", "info")
-            with open(self.stderr_path, "wb") as err:
-                self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env)
+            self.proc = launch(args, self.stderr_path, env)
             last = self._wait_ready()
             if last is None:
                 return

@@ -18,7 +18,7 @@ import hashlib
 import pymysql
 import pytest
 
-from conftest import REPO_ROOT, TEST_DB, USERS_FILE, Proxy, backend_env, free_port, ringgate_bin
+from conftest import REPO_ROOT, TEST_DB, USERS_FILE, Proxy, backend_env, free_port, run_ringgate
 
 SANDBOX = REPO_ROOT / "scripts" / "mariadb-sandbox.sh"
 
@@ -43,14 +43,14 @@ def tls_backend():
 def check(port, *args, shared=True):
     """Runs `ringgate check` against 127.0.0.1:port; returns (exit code, the backend lines)."""
     env = dict(os.environ)
-    cmd = [str(ringgate_bin()), "check", "--backend", f"127.0.0.1:{port}", "--users-file", str(USERS_FILE),
+    cmd = ["check", "--backend", f"127.0.0.1:{port}", "--users-file", str(USERS_FILE),
            "--listen", f"127.0.0.1:{free_port()}", *args]
     if shared:
         cmd += ["--backend-identity", "shared", "--backend-user", backend_env()["user"]]
         env["RINGGATE_BACKEND_PASSWORD"] = backend_env()["password"]
     else:
         env.pop("RINGGATE_BACKEND_PASSWORD", None)
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    r = run_ringgate(*cmd, env=env, timeout=60)
     text = r.stdout + r.stderr
     assert backend_env()["password"] not in text
     lines = [line for line in text.splitlines() if re.match(r"(OK|WARN|FAIL)\s+backend\s", line)]
@@ -282,9 +282,8 @@ def test_required_against_a_plain_server_fails_cleanly_and_preferred_falls_back(
 
 
 def test_backend_tls_needs_a_read_buffer_that_holds_a_record():
-    r = subprocess.run([str(ringgate_bin()), "--listen", f"127.0.0.1:{free_port()}", "--users-file",
-                        str(USERS_FILE), "--backend", f"127.0.0.1:{backend_env()['port']}",
-                        "--backend-tls", "required", "--read-buffer-size", "16384"], capture_output=True,
-                       text=True, timeout=30)
+    r = run_ringgate("--listen", f"127.0.0.1:{free_port()}", "--users-file",
+                     str(USERS_FILE), "--backend", f"127.0.0.1:{backend_env()['port']}",
+                     "--backend-tls", "required", "--read-buffer-size", "16384")
     assert r.returncode != 0
     assert "cannot start: --backend-tls required needs --read-buffer-size 24576 or more" in r.stderr, r.stderr

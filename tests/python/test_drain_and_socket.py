@@ -9,7 +9,7 @@ import time
 import pymysql
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, Proxy, mariadb_cli, ringgate_bin
+from conftest import APP_PASSWORD, APP_USER, Proxy, mariadb_cli, run_ringgate
 from helpers import backend_statements, wait_until
 
 
@@ -136,11 +136,11 @@ def test_unix_socket_serves_the_cli_and_pymysql(make_proxy, tmp_path):
     assert e.value.args[0] == 1045
 
     # A second ringgate must refuse a socket that is in use.
-    second = subprocess.run(
-        [str(ringgate_bin()), "--listen", "127.0.0.1:0", "--socket", str(path),
-         "--users-file", str(proxy.args[proxy.args.index("--users-file") + 1]),
-         "--backend", f"{proxy.backend['host']}:{proxy.backend['port']}"],
-        capture_output=True, text=True, timeout=20,
+    second = run_ringgate(
+        "--listen", "127.0.0.1:0", "--socket", str(path),
+        "--users-file", str(proxy.args[proxy.args.index("--users-file") + 1]),
+        "--backend", f"{proxy.backend['host']}:{proxy.backend['port']}",
+        timeout=20,
     )
     assert second.returncode != 0
     assert "in use" in second.stderr, second.stderr

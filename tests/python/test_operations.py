@@ -5,13 +5,12 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import time
 
 import pymysql
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, backend_env, free_port, ringgate_bin
+from conftest import APP_PASSWORD, APP_USER, backend_env, free_port, launch, ringgate_bin, run_ringgate
 
 
 def _wait_listening(port, proc, log_path, timeout=10.0):
@@ -64,14 +63,9 @@ def configured_proxy(tmp_path):
         )
     )
     log_path = tmp_path / "ringgate.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [str(ringgate_bin()), "--config", str(cfg)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, "RINGGATE_BACKEND_PASSWORD": env["password"]},
-        )
+    proc = launch(
+        [str(ringgate_bin()), "--config", str(cfg)], log_path, {**os.environ, "RINGGATE_BACKEND_PASSWORD": env["password"]}
+    )
     try:
         _wait_listening(port, proc, log_path)
         yield {"port": port, "proc": proc, "users": users, "log": log_path, "config": cfg}
@@ -119,28 +113,23 @@ def test_check_with_the_same_config_fails_on_listen_unless_handing_over(configur
     # check fails on `listen` (everything else is fine), and only warns with
     # --reuse-port-handover.
     env = backend_env()
-    cmd = [str(ringgate_bin()), "check", "--config", str(configured_proxy["config"])]
+    cmd = ["check", "--config", str(configured_proxy["config"])]
     run_env = {**os.environ, "RINGGATE_BACKEND_PASSWORD": env["password"]}
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=run_env)
+    out = run_ringgate(*cmd, env=run_env, timeout=60)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "FAIL  listen    another process already listens on" in out.stdout, out.stdout
     assert "OK    backend" in out.stdout, out.stdout
     assert env["password"] not in out.stdout
 
-    out = subprocess.run(
-        cmd + ["--reuse-port-handover"], capture_output=True, text=True, timeout=60, env=run_env
-    )
+    out = run_ringgate(*cmd, "--reuse-port-handover", env=run_env, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "WARN  listen" in out.stdout, out.stdout
     assert "OK    backend" in out.stdout, out.stdout
 
 
 def test_print_config_masks_the_password(configured_proxy):
-    out = subprocess.run(
-        [str(ringgate_bin()), "--config", str(configured_proxy["config"]), "--print-config"],
-        capture_output=True,
-        text=True,
-        timeout=30,
+    out = run_ringgate(
+        "--config", str(configured_proxy["config"]), "--print-config",
         env={**os.environ, "RINGGATE_BACKEND_PASSWORD": "py-secret-xyz"},
     )
     assert out.returncode == 0, out.stderr

@@ -21,7 +21,7 @@ import mysql.connector
 import pymysql
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, NODE_DIR, USERS_FILE, node_with_mysql2, ringgate_bin
+from conftest import APP_PASSWORD, APP_USER, NODE_DIR, USERS_FILE, node_with_mysql2, run_ringgate
 from helpers import FOOBAR_PASSWORD, FOOBAR_VERIFIER, client_auths, first_row
 from mysql_wire import CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_SSL, read_packet, ssl_request, write_packet
 
@@ -175,9 +175,11 @@ def test_require_secure_transport(make_proxy, pki, tmp_path):
 
 
 def _start_fails(*args):
-    cmd = [str(ringgate_bin()), "--listen", "127.0.0.1:1", "--backend", "127.0.0.1:1", "--users-file",
-           str(USERS_FILE), "--backend-identity", "shared", "--backend-user", "x", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=30, env=dict(os.environ, RINGGATE_BACKEND_PASSWORD="x"))
+    return run_ringgate(
+        "--listen", "127.0.0.1:1", "--backend", "127.0.0.1:1", "--users-file", str(USERS_FILE),
+        "--backend-identity", "shared", "--backend-user", "x", *args,
+        env=dict(os.environ, RINGGATE_BACKEND_PASSWORD="x"),
+    )
 
 
 def test_a_bad_certificate_stops_the_start(pki, tmp_path):
