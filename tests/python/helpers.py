@@ -7,6 +7,7 @@ suite that uses them, instead of one copy of several.
 
 import contextlib
 import json
+import os
 import socket
 import subprocess
 import threading
@@ -14,7 +15,7 @@ import time
 
 import pymysql
 
-from conftest import TEST_DB, backend_env
+from conftest import NODE_DIR, TEST_DB, backend_env, node_with_mysql2
 
 # MySQL 8's caching_sha2 verifier ($A$005$ + salt + sha256-crypt digest) of FOOBAR_PASSWORD, in
 # hex: TiDB's test vector, made by MySQL, not by ringgate.
@@ -376,3 +377,21 @@ def rss_kib(pid):
     """The resident set size of process `pid` in KiB (/proc/PID/status VmRSS)."""
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def run_node(script, proxy=None, timeout=60, **env):
+    """Runs the node mysql2 scenario tests/node/`script` with `env` added to the environment,
+    and fails with its output (and ringgate's log tail, given `proxy`) unless it exits 0:
+    the CompletedProcess (text)."""
+    r = subprocess.run(
+        [node_with_mysql2(), str(NODE_DIR / script)],
+        cwd=NODE_DIR, env=dict(os.environ, **env), capture_output=True, text=True, timeout=timeout,
+    )
+    tail = f"\n--- ringgate ---\n{proxy.stderr_tail()}" if proxy is not None else ""
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}{tail}"
+    return r
+
+
+def json_lines(text):
+    """The JSON objects a node scenario printed, one a line, among its other output."""
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]

@@ -18,16 +18,14 @@ accounts for.
 """
 
 import json
-import os
-import subprocess
 import threading
 import time
 
 import mysql.connector
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER, NODE_DIR, TEST_DB, backend_env, node_with_mysql2
-from helpers import current_user, direct, first_row
+from conftest import APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER, TEST_DB, backend_env
+from helpers import current_user, direct, first_row, json_lines, run_node
 
 LATIN1_SWEDISH_CI = 8
 UTF8MB4_GENERAL_CI = 45
@@ -272,9 +270,9 @@ def test_kill_ownership_follows_the_new_user(make_proxy, accounts, pooling, mode
 
 
 
-def _run_node_change_user(node, port, accounts):
-    env = dict(
-        os.environ,
+def _run_node_change_user(port, accounts):
+    r = run_node(
+        "change_user.js",
         PORT=str(port),
         USER_A=accounts["a"][0],
         PASS_A=accounts["a"][1],
@@ -282,9 +280,7 @@ def _run_node_change_user(node, port, accounts):
         PASS_B=accounts["b"][1],
         DB=TEST_DB,
     )
-    r = subprocess.run([node, str(NODE_DIR / "change_user.js")], capture_output=True, text=True, timeout=60, env=env)
-    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
-    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    return json_lines(r.stdout)
 
 
 def test_node_mysql2_change_user_matches_mariadb(make_proxy, accounts):
@@ -292,11 +288,10 @@ def test_node_mysql2_change_user_matches_mariadb(make_proxy, accounts):
     direct: users, schemas, charsets, the 1045 with the server's text, a reset session. The one
     documented difference: after the failed change MariaDB sets the character set to the
     server's default, ringgate keeps the session's."""
-    node = node_with_mysql2()
-    direct_steps = _run_node_change_user(node, backend_env()["port"], accounts)
+    direct_steps = _run_node_change_user(backend_env()["port"], accounts)
     proxy = make_proxy(users_file=accounts["users"], passthrough=True)
     base = proxy.connections_total()
-    through = _run_node_change_user(node, proxy.port, accounts)
+    through = _run_node_change_user(proxy.port, accounts)
     assert [s["step"] for s in through] == ["start", "to_b_with_schema", "wrong_password", "to_a_by_sha1", "to_b_latin1"]
     wrong_direct = next(s for s in direct_steps if s["step"] == "wrong_password")
     wrong_through = next(s for s in through if s["step"] == "wrong_password")

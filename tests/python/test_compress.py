@@ -10,13 +10,13 @@ it is the plain client of the mixed tests.
 
 import hashlib
 import os
-import subprocess
 
 import mysql.connector
 import pymysql
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, NODE_DIR, TEST_DB, node_with_mysql2
+from conftest import APP_PASSWORD, APP_USER, TEST_DB
+from helpers import run_node
 
 CLIENT_COMPRESS = 1 << 5
 MIB = 1024 * 1024
@@ -183,12 +183,9 @@ def test_compressed_and_plain_clients_share_one_pooled_connection(make_proxy):
 
 
 def test_node_mysql2_compress(proxy):
-    node = node_with_mysql2()
     base = proxy.connections_total()
     before = compressed(proxy)
-    env = dict(os.environ, PROXY_PORT=str(proxy.port), APP_USER=APP_USER, APP_PASSWORD=APP_PASSWORD)
-    r = subprocess.run([node, str(NODE_DIR / "compress.js")], capture_output=True, text=True, timeout=120, env=env)
-    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}\n--- ringgate ---\n{proxy.stderr_tail()}"
+    r = run_node("compress.js", proxy, timeout=120, PROXY_PORT=str(proxy.port), APP_USER=APP_USER, APP_PASSWORD=APP_PASSWORD)
     assert "ok" in r.stdout
     assert compressed(proxy)["sessions"] - before["sessions"] == 1
     proxy.assert_settled(base, 1)

@@ -11,15 +11,12 @@ Real MariaDB (the sandbox) through ringgate with transaction pooling, passthroug
 one worker. Timeouts are 1-2 s so the file stays fast.
 """
 
-import os
-import subprocess
 import time
 
 import pymysql
 import pytest
 
-from conftest import NODE_DIR, node_with_mysql2
-from helpers import TEST_DB, capped_passthrough_proxy, direct
+from helpers import TEST_DB, capped_passthrough_proxy, direct, run_node
 
 CAP = 4
 
@@ -194,25 +191,12 @@ def test_one_user_cannot_take_every_backend_connection(make_proxy, two_users):
 def test_node_mysql2_reads_the_cut_as_err_4031(make_proxy, two_users):
     """mysql2 always reads its socket: the cut reaches it at once as a fatal error event with
     MySQL's ER_CLIENT_INTERACTION_TIMEOUT code and ringgate's text (tests/node/idle_cut.js)."""
-    node = node_with_mysql2()
     users, users_file = two_users
-    proxy = make_proxy(
-        pooling="transaction",
-        workers=1,
-        passthrough=True,
-        users_file=users_file,
-        extra_args=[
-            "--backend-max-connections", "1",
-            "--backend-pool-size", "0",
-            "--backend-wait-timeout", "5s",
-            "--idle-transaction-timeout", "1s",
-        ],
-    )
-    env = dict(
-        os.environ,
+    proxy = capped_passthrough_proxy(make_proxy, users_file, 1, "5s", "--idle-transaction-timeout", "1s")
+    run_node(
+        "idle_cut.js",
+        proxy,
         PROXY_PORT=str(proxy.port),
         A_USER=users["a"][0], A_PASSWORD=users["a"][1],
         B_USER=users["b"][0], B_PASSWORD=users["b"][1],
     )
-    r = subprocess.run([node, str(NODE_DIR / "idle_cut.js")], capture_output=True, text=True, timeout=60, env=env)
-    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}\n--- ringgate ---\n{proxy.stderr_tail()}"

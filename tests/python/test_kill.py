@@ -8,8 +8,6 @@ often on different workers), and ends with the leak checks of the `proxy` fixtur
 """
 
 import contextlib
-import json
-import os
 import signal
 import struct
 import subprocess
@@ -19,8 +17,8 @@ import pymysql
 import pytest
 from pymysql.constants import CLIENT, COMMAND
 
-from conftest import APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER, NODE_DIR, node_with_mysql2
-from helpers import PROXY_ID_BASE, direct, in_thread, sandbox_account, wait_backend_statement, write_users_file
+from conftest import APP_PASSWORD, APP_USER, HASHED_PASSWORD, HASHED_USER
+from helpers import PROXY_ID_BASE, direct, in_thread, json_lines, run_node, sandbox_account, wait_backend_statement, write_users_file
 
 def ctrl_c_in_cli(proxy, user, password, sql):
     """Runs `sql` in the mariadb CLI as `user` and presses Ctrl-C once the backend runs it (the
@@ -347,15 +345,12 @@ def test_node_mysql2_pool_disconnect(proxy, strict_order):
     victim's connection has ended, as MariaDB's does: a direct descriptor's shutdown is
     asynchronous, so the answer waits for word of it (failed before: answered first).
     scripts/ensure-deps.sh installs mysql2 into tests/node when node and npm are there."""
-    node = node_with_mysql2()
     base = proxy.connections_total()
-    env = dict(os.environ, PROXY_PORT=str(proxy.port), APP_USER=APP_USER, APP_PASSWORD=APP_PASSWORD,
-               STRICT_ORDER=strict_order)
-    r = subprocess.run(
-        [node, str(NODE_DIR / "pool_disconnect.js")], capture_output=True, text=True, timeout=60, env=env
+    r = run_node(
+        "pool_disconnect.js", proxy,
+        PROXY_PORT=str(proxy.port), APP_USER=APP_USER, APP_PASSWORD=APP_PASSWORD, STRICT_ORDER=strict_order,
     )
-    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}\n--- ringgate ---\n{proxy.stderr_tail()}"
-    (result,) = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    (result,) = json_lines(r.stdout)
     assert result["ok"] and result["killCount"] == 5, r.stdout
     # Six connections (the pool's five and the killer); the killed ones' backends are discarded.
     proxy.assert_settled(base, 6)

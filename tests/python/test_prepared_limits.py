@@ -5,14 +5,12 @@ step is exactly the one under test; node mysql2's resetOnRelease pool runs in
 tests/node/reset_prepared.js."""
 
 import json
-import os
 import struct
-import subprocess
 
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, NODE_DIR, TEST_DB, node_with_mysql2
-from helpers import client_statements_settle, one_backend_proxy, rss_kib
+from conftest import APP_PASSWORD, APP_USER, TEST_DB
+from helpers import client_statements_settle, one_backend_proxy, rss_kib, run_node
 from mysql_wire import T_LONGLONG, Raw, ServerError, packet
 
 ER_UNKNOWN_STMT_HANDLER = 1243
@@ -94,13 +92,11 @@ def test_another_sessions_reset_connection_does_not_break_a_statement(make_proxy
 def test_node_mysql2_reset_and_reset_on_release_with_prepared_statements(make_proxy):
     """node mysql2's connection.reset() and a pool with resetOnRelease: each reuse prepares its
     statement again after the reset (tests/node/reset_prepared.js)."""
-    node = node_with_mysql2()
     proxy = one_backend_proxy(make_proxy)
-    env = dict(os.environ, PORT=str(proxy.port), USER=APP_USER, PASS=APP_PASSWORD, DB=TEST_DB,
-               ROUNDS="20")
-    r = subprocess.run([node, "reset_prepared.js"], cwd=NODE_DIR, env=env, capture_output=True,
-                       text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
+    r = run_node(
+        "reset_prepared.js", proxy, timeout=120,
+        PORT=str(proxy.port), USER=APP_USER, PASS=APP_PASSWORD, DB=TEST_DB, ROUNDS="20",
+    )
     assert json.loads(r.stdout.strip().splitlines()[-1]) == {"executes": 60}
     assert client_statements_settle(proxy) == 0, "registries leaked"
 

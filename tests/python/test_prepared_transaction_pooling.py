@@ -12,15 +12,14 @@ import io
 import json
 import os
 import struct
-import subprocess
 import time
 
 import mysql.connector
 import pymysql
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, NODE_DIR, TEST_DB, node_with_mysql2
-from helpers import background, client_statements_settle, direct, run_threads, tx_proxy
+from conftest import APP_PASSWORD, APP_USER, TEST_DB
+from helpers import background, client_statements_settle, direct, run_node, run_threads, tx_proxy
 from mysql_wire import (
     SERVER_STATUS_CURSOR_EXISTS,
     SERVER_STATUS_LAST_ROW_SENT,
@@ -478,14 +477,12 @@ def test_prepared_stmt_count_bounded_after_many_distinct_prepares(make_proxy):
 
 
 def test_node_mysql2_execute_on_4_backends(make_proxy):
-    node = node_with_mysql2()
     proxy = tx_proxy(make_proxy, backends=4)
     with busy_text_clients(proxy, 10):
-        env = dict(os.environ, PORT=str(proxy.port), USER=APP_USER, PASS=APP_PASSWORD, DB=TEST_DB,
-                   TABLE=TABLE, CLIENTS="8", ROUNDS="50")
-        r = subprocess.run([node, "execute.js"], cwd=NODE_DIR, env=env, capture_output=True,
-                           text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
+        r = run_node(
+            "execute.js", proxy, timeout=120,
+            PORT=str(proxy.port), USER=APP_USER, PASS=APP_PASSWORD, DB=TEST_DB, TABLE=TABLE, CLIENTS="8", ROUNDS="50",
+        )
     assert json.loads(r.stdout.strip().splitlines()[-1]) == {"executes": 800}
     m = proxy.metrics()
     assert m.sum_of("ringgate_sessions_pinned_total") == 0

@@ -6,18 +6,15 @@ client sees a bare end; ringgate would forward an ERR that the server did send. 
 fixture starts is checked for leaks after the test.
 """
 
-import json
-import os
 import socket
 import struct
-import subprocess
 import time
 
 import pymysql
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, NODE_DIR, backend_env, node_with_mysql2
-from helpers import direct
+from conftest import APP_PASSWORD, APP_USER, backend_env
+from helpers import direct, json_lines, run_node
 
 
 def wait_for_end(sock, within):
@@ -104,11 +101,11 @@ def test_node_mysql2_server_close(make_proxy):
     """node mysql2's test-server-close logic (tests/node/server_close.js): the idle connection
     gets its fatal error event after wait_timeout and after KILL CONNECTION, instead of hanging.
     scripts/ensure-deps.sh installs mysql2 into tests/node when node and npm are present."""
-    node = node_with_mysql2()
     proxy = make_proxy(workers=1)
     b = backend_env()
-    env = dict(
-        os.environ,
+    r = run_node(
+        "server_close.js",
+        proxy,
         PROXY_PORT=str(proxy.port),
         APP_USER=APP_USER,
         APP_PASSWORD=APP_PASSWORD,
@@ -117,10 +114,6 @@ def test_node_mysql2_server_close(make_proxy):
         BACKEND_USER=b["user"],
         BACKEND_PASSWORD=b["password"],
     )
-    r = subprocess.run(
-        [node, str(NODE_DIR / "server_close.js")], capture_output=True, text=True, timeout=60, env=env
-    )
-    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}\n--- ringgate ---\n{proxy.stderr_tail()}"
-    results = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    results = json_lines(r.stdout)
     assert [x["scenario"] for x in results] == ["wait_timeout", "kill_connection"], r.stdout
     assert all(x["ok"] for x in results), r.stdout

@@ -16,14 +16,12 @@ client A's state, had it gone back to the pool, would be on the connection clien
 """
 
 import json
-import os
-import subprocess
 
 import pytest
 from pymysql.constants import CLIENT
 
-from conftest import APP_PASSWORD, APP_USER, NODE_DIR, TEST_DB, backend_env, node_with_mysql2
-from helpers import direct, one_backend_proxy, value
+from conftest import APP_PASSWORD, APP_USER, TEST_DB, backend_env
+from helpers import direct, one_backend_proxy, run_node, value
 
 SERVER_SESSION_STATE_CHANGED = 0x4000
 
@@ -143,15 +141,11 @@ def test_a_client_with_session_tracking_gets_only_its_own_trackers_blocks(make_p
 def test_node_mysql2_multi_statement_results_match_direct(make_proxy):
     """mysql2's own test-multiple-results compares serverStatus exactly: mysql2 negotiates
     CLIENT_SESSION_TRACK, and the flag the proxy's trackers raise must not reach it."""
-    node = node_with_mysql2()
     proxy = one_backend_proxy(make_proxy, pooling="transaction")
     b = backend_env()
 
     def run(port, user, password):
-        env = dict(os.environ, PORT=str(port), USER=user, PASS=password, DB=TEST_DB)
-        r = subprocess.run([node, "multi_results.js"], cwd=NODE_DIR, env=env, capture_output=True,
-                           text=True, timeout=120)
-        assert r.returncode == 0, r.stderr[-2000:]
+        r = run_node("multi_results.js", proxy, timeout=120, PORT=str(port), USER=user, PASS=password, DB=TEST_DB)
         return json.loads(r.stdout.strip().splitlines()[-1])
 
     want = run(b["port"], b["user"], b["password"])

@@ -21,8 +21,8 @@ import mysql.connector
 import pymysql
 import pytest
 
-from conftest import APP_PASSWORD, APP_USER, NODE_DIR, USERS_FILE, node_with_mysql2, run_ringgate
-from helpers import FOOBAR_PASSWORD, FOOBAR_VERIFIER, client_auths, first_row
+from conftest import APP_PASSWORD, APP_USER, USERS_FILE, run_ringgate
+from helpers import FOOBAR_PASSWORD, FOOBAR_VERIFIER, client_auths, first_row, run_node
 from mysql_wire import CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_SSL, read_packet, ssl_request, write_packet
 
 # TLS needs a read buffer that holds a whole record (ringgate refuses less).
@@ -109,12 +109,11 @@ def test_clients_over_tls(tls_proxy, pki):
 
 def test_node_mysql2_tls(tls_proxy, pki):
     proxy = tls_proxy
-    node = node_with_mysql2()
     base = proxy.connections_total()
-    env = dict(os.environ, PROXY_PORT=str(proxy.port), APP_USER=APP_USER, APP_PASSWORD=APP_PASSWORD,
-               TLS_CA=str(pki / "ca1.pem"))
-    r = subprocess.run([node, str(NODE_DIR / "tls.js")], capture_output=True, text=True, timeout=180, env=env)
-    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}\n--- ringgate ---\n{proxy.stderr_tail()}"
+    r = run_node(
+        "tls.js", proxy, timeout=180,
+        PROXY_PORT=str(proxy.port), APP_USER=APP_USER, APP_PASSWORD=APP_PASSWORD, TLS_CA=str(pki / "ca1.pem"),
+    )
     assert r.stdout.startswith("ok TLSv1.3 TLSv1.3"), r.stdout
     assert proxy.metrics()("ringgate_client_tls_sessions_total") == 2
     proxy.assert_settled(base, 2)
