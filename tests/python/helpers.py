@@ -29,20 +29,15 @@ FOOBAR_PASSWORD = "foobar"
 # residue modulo the number of workers.
 PROXY_ID_BASE = 1 << 31
 
-
-def worker_of(conn, workers=2):
-    """The index of the worker that serves `conn` (a client of ringgate)."""
-    return (conn.thread_id() - PROXY_ID_BASE) % workers
-
-
-# --------------------------------------------------------------------------------------------
-# A ringgate with few backend connections
-# --------------------------------------------------------------------------------------------
-
 BUSY_BACKENDS = 'ringgate_backend_connections{state="busy"}'
 IDLE_BACKENDS = 'ringgate_backend_connections{state="idle"}'
 CLIENTS = "ringgate_client_connections"
 ONE_BACKEND = ("--backend-max-connections", "1", "--backend-pool-size", "1")
+
+
+# --------------------------------------------------------------------------------------------
+# A ringgate of a given shape, and what it reports
+# --------------------------------------------------------------------------------------------
 
 
 def one_backend_proxy(make_proxy, extra=(), **kw):
@@ -83,9 +78,30 @@ def capped_passthrough_proxy(make_proxy, users_file, backends, wait_timeout, *fl
     )
 
 
+def worker_of(conn, workers=2):
+    """The index of the worker that serves `conn` (a client of ringgate)."""
+    return (conn.thread_id() - PROXY_ID_BASE) % workers
+
+
 def wait_idle(proxy, timeout=10):
     """The metrics once no backend connection is busy (every statement answered and released)."""
     return proxy.wait_metrics({BUSY_BACKENDS: 0}, timeout)
+
+
+def client_statements_settle(proxy, timeout=5.0):
+    """ringgate_client_prepared_statements once the sessions have handled what their clients
+    sent last (a client's final COM_STMT_CLOSE and COM_QUIT get no answer to wait for)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        n = proxy.metrics()["ringgate_client_prepared_statements"]
+        if n == 0 or time.monotonic() > deadline:
+            return n
+        time.sleep(0.05)
+
+
+def client_auths(proxy, path):
+    """How many client logins took the authentication path `path` (ringgate_client_auth_total)."""
+    return proxy.metrics()(f'ringgate_client_auth_total{{path="{path}"}}')
 
 
 # --------------------------------------------------------------------------------------------
@@ -99,9 +115,9 @@ def direct(user=None, password=None, **kw):
     side."""
     b = backend_env()
     kw = {"autocommit": True, "connect_timeout": 10, "read_timeout": 60, **kw}
-    return pymysql.connect(
-        host=b["host"], port=b["port"], user=user or b["user"], password=b["password"] if user is None else password, **kw
-    )
+    if user is None:
+        user, password = b["user"], b["password"]
+    return pymysql.connect(host=b["host"], port=b["port"], user=user, password=password, **kw)
 
 
 def value(conn, sql, args=None):
@@ -128,6 +144,7 @@ def first_row(conn, sql, args=None):
 
 
 def rows(conn, sql, args=None):
+    """Every row `sql` returns."""
     with conn.cursor() as cur:
         cur.execute(sql, args)
         return cur.fetchall()
@@ -175,6 +192,11 @@ def backend_statements(pattern):
         )
 
 
+# --------------------------------------------------------------------------------------------
+# Accounts, users files and keys
+# --------------------------------------------------------------------------------------------
+
+
 @contextlib.contextmanager
 def sandbox_account(user, password, grants=(f"ALL ON {TEST_DB}.*",)):
     """A MariaDB account `user`@'%' (mysql_native_password) with `grants` (privileges ON
@@ -194,9 +216,20 @@ def sandbox_account(user, password, grants=(f"ALL ON {TEST_DB}.*",)):
                 cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
 
 
-def client_auths(proxy, path):
-    """How many client logins took the authentication path `path` (ringgate_client_auth_total)."""
-    return proxy.metrics()(f'ringgate_client_auth_total{{path="{path}"}}')
+@contextlib.contextmanager
+def passthrough_users(path, accounts):
+    """For each (user, password) of `accounts`, a sandbox account (sandbox_account) and a users
+    file entry with that password, written at `path`: yields the path."""
+    with contextlib.ExitStack() as stack:
+        for user, password in accounts:
+            stack.enter_context(sandbox_account(user, password))
+        yield write_users_file(path, {user: [{"Password": password}] for user, password in accounts})
+
+
+def write_users_file(path, entries):
+    """A users file at `path`: {proxy user: [entry, ...]}."""
+    path.write_text(json.dumps(entries))
+    return path
 
 
 def rsa_key(directory, name="private_key.pem"):
@@ -207,28 +240,6 @@ def rsa_key(directory, name="private_key.pem"):
     subprocess.run(["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(public)], check=True,
                    capture_output=True)
     return key, public
-
-
-def native_hash(password):
-    """The users file's MysqlNativePassword of `password`, as the server computes it."""
-    with direct() as d:
-        return value(d, "SELECT PASSWORD(%s)", (password,))
-
-
-def write_users_file(path, entries):
-    """A users file at `path`: {proxy user: [entry, ...]}."""
-    path.write_text(json.dumps(entries))
-    return path
-
-
-@contextlib.contextmanager
-def passthrough_users(path, accounts):
-    """For each (user, password) of `accounts`, a sandbox account (sandbox_account) and a users
-    file entry with that password, written at `path`: yields the path."""
-    with contextlib.ExitStack() as stack:
-        for user, password in accounts:
-            stack.enter_context(sandbox_account(user, password))
-        yield write_users_file(path, {user: [{"Password": password}] for user, password in accounts})
 
 
 # --------------------------------------------------------------------------------------------
@@ -266,17 +277,6 @@ def in_thread(fn, what="the statement"):
         return box.get("result"), box.get("error")
 
     return join
-
-
-def client_statements_settle(proxy, timeout=5.0):
-    """ringgate_client_prepared_statements once the sessions have handled what their clients
-    sent last (a client's final COM_STMT_CLOSE and COM_QUIT get no answer to wait for)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        n = proxy.metrics()["ringgate_client_prepared_statements"]
-        if n == 0 or time.monotonic() > deadline:
-            return n
-        time.sleep(0.05)
 
 
 def run_threads(n, fn, timeout=300):
