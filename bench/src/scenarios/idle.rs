@@ -1,7 +1,7 @@
 //! `idle-10k` and `idle-max`: many logged-in clients that sit idle
 //! through one ringgate with `--pooling transaction`, while another client keeps being served.
 //!
-//! The method is tests/idle.rs's, in the release bench: raw protocol clients (rawclient.rs)
+//! The method is tests/idle.rs's, in the release bench: raw protocol clients (testkit's rawclient)
 //! log in and send nothing more; RSS per idle client = (RSS with them − RSS before them) / N,
 //! each RSS the largest of five samples 100 ms apart, so the registered region (fixed mode),
 //! mapped at start, is in the baseline and excluded; buffers and backend connections held come
