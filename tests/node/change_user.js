@@ -1,4 +1,4 @@
-// node mysql2's conn.changeUser (COM_CHANGE_USER, issue 11 item 3), the logic of mysql2's own
+// node mysql2's conn.changeUser (COM_CHANGE_USER), the logic of mysql2's own
 // test-change-user (which needs accounts @localhost, unreachable over TCP with the sandbox's
 // --skip-name-resolve) on two real accounts: change to another user, with a password and with
 // passwordSha1 (what the password is to mysql_native_password), with a schema and a charset; a

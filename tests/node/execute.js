@@ -1,5 +1,5 @@
 // node mysql2's conn.execute() (COM_STMT_PREPARE/EXECUTE, with mysql2's own statement cache)
-// through `ringgate --pooling transaction` (issue 12, item 5): CLIENTS connections each run
+// through `ringgate --pooling transaction`: CLIENTS connections each run
 // ROUNDS executes of a few statements with string, integer and NULL parameters while their
 // sessions move between the few backend connections; every answer is checked here.
 //

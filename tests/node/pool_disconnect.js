@@ -1,4 +1,4 @@
-// The logic of node mysql2's test-pool-disconnect, against ringgate (issue 11, item 2): a pool of
+// The logic of node mysql2's test-pool-disconnect, against ringgate: a pool of
 // five connections runs ten queries; then, one at a time, each pool connection is killed with
 // `kill <its threadId>; select sleep(0.05)` (a multi-statement, from another connection) and the
 // next kill starts only when the killed connection's fatal 'error' event has arrived. Through a

@@ -1,4 +1,4 @@
-// The logic of node mysql2's test-server-close, against ringgate (issue 11, item 7): an idle
+// The logic of node mysql2's test-server-close, against ringgate: an idle
 // mysql2 connection whose server closes it (wait_timeout, then KILL CONNECTION issued directly
 // on the server) must get its fatal 'error' event promptly, without sending anything. Through a
 // proxy that does not watch idle backends, no event ever comes and the process hangs.

@@ -1,5 +1,5 @@
 //! Unit tests of the metrics: sums over workers, the exposition text. The Prometheus text parser here is for these tests only (the
-//! integration tests have their own in `tests/common`).
+//! integration tests use the shared harness's, `crates/testkit/src/prometheus.rs`).
 
 use super::*;
 use std::collections::HashMap;

@@ -328,7 +328,7 @@ pub fn intercept(
 /// Debug builds: `RINGGATE_DEBUG_KILL_DELAY_MS=N` holds the killer's worker
 /// N ms between mapping a KILL to its target's thread and sending it, so a
 /// test can make the target give its connection back meanwhile (the race
-/// the fence closes; tests/python/test_transaction_pooling_kill.py,
+/// the fence closes; tests/python/test_kill_racing_a_release.py,
 /// tests/python/test_kill_scope.py). Release builds never read it.
 fn debug_kill_delay() {
     #[cfg(debug_assertions)]
