@@ -20,7 +20,8 @@ run:
 
 lint:
 	cargo fmt --all -- --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets -- -D warnings
+	scripts/check-doc-refs.sh
 
 fmt:
 	cargo fmt --all

@@ -56,12 +56,14 @@ eval "$("$SANDBOX" env "$SANDBOX_DIR" "$SANDBOX_PORT")"
 export RUST_LOG="${RUST_LOG:-info}"
 
 LINT_RC=0
-step "cargo fmt --check and clippy"
+step "cargo fmt --check, clippy, and the docs' references"
 T=$SECONDS
 # ensure-deps.sh installed rustfmt and clippy (or failed): never skip the lint. Without them
 # these commands fail, and the summary says FAILED.
 cargo fmt --all -- --check || LINT_RC=$?
 cargo clippy --workspace --all-targets -- -D warnings || LINT_RC=$?
+# Every file, test and link the docs and comments name exists (moves and renames leave none stale).
+scripts/check-doc-refs.sh || LINT_RC=$?
 LINT_TOOK=$(took "$T")
 
 # Each step's output is also kept in LOGS, so that the summary can say how many tests ran:

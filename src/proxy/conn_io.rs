@@ -112,7 +112,8 @@ impl ConnIo {
     }
 
     /// shutdown(2) both ways: an in-flight read or write on the socket
-    /// completes now (close(2) alone would not cancel it; io_uring-facts.md).
+    /// completes now (close(2) alone would not cancel it: an operation in
+    /// flight holds its own reference to the file).
     /// A direct descriptor asks the driver for an IORING_OP_SHUTDOWN
     /// (`Worker::shutdown_client`); a backend, always a plain fd, may
     /// ignore the result.

@@ -4,7 +4,7 @@
 //! One mapping instead of `count` allocations because the kernel charges
 //! locked memory per pinned page: page-aligned slots cost exactly
 //! `count × size` against RLIMIT_MEMLOCK, unaligned heap buffers up to twice
-//! that (io_uring-facts.md).
+//! that (a heap buffer pins every page it touches, shared pages included).
 
 use std::io;
 
