@@ -13,15 +13,15 @@ use std::time::SystemTime;
 use crate::config::Config;
 use wire::Users;
 
-mod backend;
+mod backend_reach;
 mod certs;
 mod kernel;
 mod limits;
-mod listen;
+mod listen_address;
 pub mod tls;
 
-use backend::check_backend;
-pub use backend::{backend_greeting, backend_login, BackendError, BackendSummary};
+use backend_reach::check_backend;
+pub use backend_reach::{backend_greeting, backend_login, BackendError, BackendSummary};
 use certs::{check_cert_expiry, check_key_match};
 use kernel::{
     check_io_uring, check_kernel, kernel_charges_rings, kernel_release, worker_ring_sizes,
@@ -29,7 +29,7 @@ use kernel::{
 pub use kernel::{parse_version, ring_locked_bytes, Kernel};
 use limits::{cap_eff, memlock_limit, nofile_limit, CAP_IPC_LOCK};
 pub use limits::{check_memlock, check_nofile, fds_needed, Limit};
-use listen::check_listen;
+use listen_address::check_listen;
 
 /// The outcome of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -419,7 +419,7 @@ fn raise_nofile_limit(cfg: &Config) {
 /// does not load, or a read buffer too small for a record, stops the start.
 fn backend_tls_config(
     config: &Config,
-) -> Result<Option<ringgate::tls::backend::BackendTlsConfig>, String> {
+) -> Result<Option<ringgate::tls::backend_client::BackendTlsConfig>, String> {
     if config.backend_tls == BackendTls::Disabled {
         return Ok(None);
     }
@@ -431,7 +431,7 @@ fn backend_tls_config(
             config.backend_tls, config.read_buffer_size
         ));
     }
-    let tls = ringgate::tls::backend::client_config(
+    let tls = ringgate::tls::backend_client::client_config(
         config.backend_tls,
         config.backend_tls_ca.as_deref(),
         config.backend.ip(),

@@ -14,7 +14,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConnection, StreamOwned};
 use x509_cert::der::Decode;
 
-use crate::tls::backend::{load_certs, BackendTlsConfig};
+use crate::tls::backend_client::{load_certs, BackendTlsConfig};
 
 /// The check's connection to the backend.
 pub enum Stream {

@@ -46,7 +46,7 @@ pub struct Shared {
     pub tls: Option<crate::tls::TlsState>,
     /// `--backend-tls` (None: disabled): the rustls client configuration
     /// every backend connection's TLS handshake uses.
-    pub backend_tls: Option<crate::tls::backend::BackendTlsConfig>,
+    pub backend_tls: Option<crate::tls::backend_client::BackendTlsConfig>,
 }
 
 impl Shared {

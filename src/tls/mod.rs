@@ -23,8 +23,8 @@
 //! so a CA removed on reload must not be bypassed), at the price of one
 //! full handshake per reconnecting client after a reload.
 
-pub mod backend;
-pub mod leg;
+pub mod backend_client;
+pub mod record_layer;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};

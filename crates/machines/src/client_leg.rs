@@ -1,7 +1,7 @@
 //! The client leg's transform: what lies between the client's socket and
 //! the plain MySQL packet stream the session, the relay and the tracker
 //! work on: the compressed protocol (CLIENT_COMPRESS, zlib). TLS is not
-//! one: it sits below this transform, in the binary (`tls::leg`), so a
+//! one: it sits below this transform, in the binary (`tls::record_layer`), so a
 //! compressed leg of a TLS session is handed plaintext.
 //!
 //! A session has one only once it is negotiated; without it the client's

@@ -1,4 +1,4 @@
-//! The driver's half of backend TLS (`--backend-tls`): `tls::leg`
+//! The driver's half of backend TLS (`--backend-tls`): `tls::record_layer`
 //! as a client, beneath a backend connection's own exchanges (the login
 //! after the SSLRequest, schema selection, resets, statements) and the
 //! relay's reads and writes on it. The machines above keep working on
@@ -29,7 +29,7 @@ use rustls::client::UnbufferedClientConnection;
 
 use super::tls_outbox::{TlsOutbox, Written};
 use super::*;
-use crate::tls::leg::{TlsLeg, TlsLegError};
+use crate::tls::record_layer::{TlsLeg, TlsLegError};
 use metrics::BackendTlsError;
 
 /// Which write a run of records stands for.
@@ -147,7 +147,7 @@ impl Worker {
             }
             Err(e) => {
                 let cause = match (&e, tls.handshaking) {
-                    (TlsLegError::Tls(err), true) => crate::tls::backend::handshake_failure(
+                    (TlsLegError::Tls(err), true) => crate::tls::backend_client::handshake_failure(
                         err,
                         self.shared.config.backend_tls,
                         self.shared.config.backend_tls_ca.as_deref(),

@@ -1,4 +1,4 @@
-//! The driver's half of front-end TLS (`tls::leg`): it sits between
+//! The driver's half of front-end TLS (`tls::record_layer`): it sits between
 //! the client's socket and everything above it (the session, the relay and
 //! a compression leg), which keep working on plain bytes.
 //!
@@ -25,7 +25,7 @@ use rustls::server::UnbufferedServerConnection;
 
 use super::tls_outbox::{TlsOutbox, Written};
 use super::*;
-use crate::tls::leg::TlsLeg;
+use crate::tls::record_layer::TlsLeg;
 
 /// Which write of the layers above a run of records stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

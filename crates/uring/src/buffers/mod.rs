@@ -136,7 +136,7 @@ pub struct ReadBuffer {
     filled: usize,
     /// Behind a TLS leg: bytes received after the valid ones that are not
     /// decoded yet (a partial record). Reads append after them; the valid
-    /// bytes are the decoded plaintext (the binary's `tls::leg`).
+    /// bytes are the decoded plaintext (the binary's `tls::record_layer`).
     wire: usize,
     in_flight: bool,
     owner: Owner,

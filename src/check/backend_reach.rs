@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::tls::Stream;
 use super::Item;
 use crate::config::{BackendIdentity, Config};
-use crate::tls::backend::{self, BackendTlsConfig};
+use crate::tls::backend_client::{self, BackendTlsConfig};
 use wire::auth::Credential;
 use wire::client_login::{ClientLogin, LoginError, LoginParams, LoginStep, TlsWish};
 use wire::client_sha2::FullAuthTransport;
@@ -72,7 +72,7 @@ impl BackendSummary {
 
 /// `--backend-tls`, as the proxy will read it.
 pub(super) fn backend_tls_config(cfg: &Config) -> Result<Option<BackendTlsConfig>, BackendError> {
-    backend::client_config(
+    backend_client::client_config(
         cfg.backend_tls,
         cfg.backend_tls_ca.as_deref(),
         cfg.backend.ip(),
