@@ -29,6 +29,10 @@
 //!   --warmup SECS   BENCH_WARMUP        --sysbench on|off BENCH_SYSBENCH
 //!   --out DIR       BENCH_OUT           (default bench/results/<timestamp>)
 //!   --ringgate-bin PATH  RINGGATE_BIN   (default target/release/ringgate)
+//!   --baseline-bin PATH  BENCH_BASELINE_BIN  (default none: an A/B of two builds; every
+//!                   ringgate target also runs as `<target>@base` with this binary and the
+//!                   same flags, right after it in the same rounds; its ports are its
+//!                   target's +40, so +41..+47, metrics +51..+57)
 //!   --mysql-port N  BENCH_MYSQL_PORT    (default 3408; sandbox in target/bench-mariadb)
 //!   --base-port N   BENCH_BASE_PORT     (default 16400: haproxy +0, fixed +1, heap +2, ring +3,
 //!                                       busy +4, hold +5, tx +6, plainfd +7, metrics +11..+17;

@@ -6,6 +6,21 @@ use std::path::PathBuf;
 
 use mysql_async::{Opts, OptsBuilder};
 
+/// The suffix of a baseline twin's name: `tx@base` is `tx` run by the baseline binary
+/// (`--baseline-bin`), with the same flags, in the same rounds.
+pub const BASELINE_SUFFIX: &str = "@base";
+
+/// The target a name stands for: `tx` for both `tx` and `tx@base`. Flags, buffer mode and
+/// ports follow from it, so a twin differs from its target in the binary only.
+pub fn own_name(name: &str) -> &str {
+    name.strip_suffix(BASELINE_SUFFIX).unwrap_or(name)
+}
+
+/// Is this target the baseline binary's twin of another?
+pub fn is_baseline(name: &str) -> bool {
+    name.ends_with(BASELINE_SUFFIX)
+}
+
 /// What sits behind a target's port, and where its counters are read.
 #[derive(Clone, Debug)]
 pub enum Kind {

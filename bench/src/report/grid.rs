@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-/// Writes `rows` under `cols` with `title` above and `note` (when not empty) below: text
+/// Writes `rows` under `cols` with `title` above and the lines of `note` below: text
 /// columns right-aligned but the first, or a markdown table.
 pub fn grid(
     o: &mut String,
@@ -26,8 +26,9 @@ pub fn grid(
         for r in rows {
             let _ = writeln!(o, "| {} |", r.join(" | "));
         }
-        if !note.is_empty() {
-            let _ = writeln!(o, "\n{note}");
+        // Each line of the note its own paragraph.
+        for l in note.lines() {
+            let _ = writeln!(o, "\n{l}");
         }
         let _ = writeln!(o);
         return;
@@ -62,8 +63,8 @@ pub fn grid(
     for r in rows {
         line(o, r);
     }
-    if !note.is_empty() {
-        let _ = writeln!(o, "  {note}");
+    for l in note.lines() {
+        let _ = writeln!(o, "  {l}");
     }
     let _ = writeln!(o);
 }

@@ -106,6 +106,29 @@ mod tests {
     }
 
     #[test]
+    fn a_baseline_twin_has_its_row_and_a_ratio_line() {
+        let mut s = summary();
+        s.targets = vec![
+            "fixed".into(),
+            "fixed@base".into(),
+            "heap".into(),
+            "direct".into(),
+        ];
+        s.records.push(rec("fixed@base", 500, 1000.0));
+        let t = table(&s, false);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[3].trim_start().starts_with("fixed@base"), "{t}");
+        // The mode line stays first; the twin's line follows, new over base.
+        assert!(lines[6].contains("fixed/heap:"), "{t}");
+        assert!(
+            lines[7].contains("fixed/fixed@base: p50 1.20 p99 1.20 p99.9 1.20 ops/s 0.95"),
+            "{t}"
+        );
+        let md = markdown(&s);
+        assert!(md.contains("\nfixed/fixed@base: p50 1.20"), "{md}");
+    }
+
+    #[test]
     fn markdown_table_is_well_formed() {
         let md = markdown(&summary());
         let rows: Vec<&str> = md

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use super::grid::grid;
 use super::pooling;
 use crate::model::records::{Record, RingFig, Summary, SysbenchRecord};
+use crate::model::target::{is_baseline, own_name};
 
 /// The columns of a cell's block. Latencies in µs unless marked; `/dir` ratios are target /
 /// direct.
@@ -97,14 +98,7 @@ pub fn table(s: &Summary, markdown: bool) -> String {
     for (label, recs) in cells(s) {
         let direct = recs.iter().find(|r| r.target == "direct").copied();
         let rows: Vec<Vec<String>> = recs.iter().map(|r| cell_row(r, direct)).collect();
-        grid(
-            &mut o,
-            &label,
-            &COLUMNS,
-            &rows,
-            &mode_ratios(&recs),
-            markdown,
-        );
+        grid(&mut o, &label, &COLUMNS, &rows, &notes(&recs), markdown);
     }
     if !s.sysbench.is_empty() {
         sysbench_table(&mut o, s, markdown);
@@ -157,6 +151,41 @@ fn cell_row(r: &Record, direct: Option<&Record>) -> Vec<String> {
             .and_then(|p| p.voluntary_ctx_switches_per_op)
             .map_or("-".into(), |v| format!("{v:.2}")),
     ]
+}
+
+/// The lines under a cell's block: the buffer modes against heap, then each target against
+/// its baseline twin.
+fn notes(recs: &[&Record]) -> String {
+    let modes = mode_ratios(recs);
+    std::iter::once(modes)
+        .filter(|m| !m.is_empty())
+        .chain(baseline_ratios(recs))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `tx/tx@base: ...` for each twin in the cell: the new binary's figures over the baseline's,
+/// so a regression reads as a latency or cost ratio above 1 (ops/s below 1).
+fn baseline_ratios(recs: &[&Record]) -> Vec<String> {
+    let cost = |r: &Record| r.proxy.as_ref().map_or(0.0, |p| p.cpu_us_per_op);
+    let rss = |r: &Record| r.proxy.as_ref().map_or(0.0, |p| p.peak_rss_kib as f64);
+    recs.iter()
+        .filter(|b| is_baseline(&b.target))
+        .filter_map(|b| {
+            let n = recs.iter().find(|r| r.target == own_name(&b.target))?;
+            Some(format!(
+                "{}/{}: p50 {} p99 {} p99.9 {} ops/s {} cpu/op {} RSS {}",
+                n.target,
+                b.target,
+                ratio(n.latency.p50_us as f64, b.latency.p50_us as f64),
+                ratio(n.latency.p99_us as f64, b.latency.p99_us as f64),
+                ratio(n.latency.p999_us as f64, b.latency.p999_us as f64),
+                ratio(n.rate, b.rate),
+                ratio(cost(n), cost(b)),
+                ratio(rss(n), rss(b)),
+            ))
+        })
+        .collect()
 }
 
 /// The buffer modes against each other under a cell's block: fixed/heap and ring/heap, when

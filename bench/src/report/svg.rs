@@ -2,6 +2,8 @@
 
 use std::fmt::Write as _;
 
+use crate::model::target::{is_baseline, own_name};
+
 /// Each target's colour in every plot.
 pub fn target_color(t: &str) -> &'static str {
     match t {
@@ -195,21 +197,27 @@ impl Frame {
     /// A line per target, and its legend entry right of the plot.
     fn lines_and_legend(&self, o: &mut String, p: &Panel) {
         for (j, (name, pts)) in p.lines.iter().enumerate() {
-            let color = target_color(name);
+            // A baseline twin in its target's colour, dashed.
+            let color = target_color(own_name(name));
+            let dash = if is_baseline(name) {
+                r#" stroke-dasharray="6 3""#
+            } else {
+                ""
+            };
             let path: Vec<String> = pts
                 .iter()
                 .map(|&(q, v)| format!("{:.1},{:.1}", self.px(q), self.py(v)))
                 .collect();
             let _ = writeln!(
                 o,
-                r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
+                r#"<polyline fill="none" stroke="{color}" stroke-width="2"{dash} points="{}"/>"#,
                 path.join(" ")
             );
             let ly = self.plot_top + 10.0 + j as f64 * 18.0;
             let lx = LEFT + PLOT_W + 15.0;
             let _ = writeln!(
                 o,
-                r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
+                r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="3"{dash}/><text x="{}" y="{}">{}</text>"#,
                 lx + 20.0,
                 lx + 26.0,
                 ly + 4.0,

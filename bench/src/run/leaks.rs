@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::checks;
-use crate::model::target::{Kind, Target};
+use crate::model::target::{own_name, Kind, Target};
 use crate::model::Res;
 use crate::procs;
 
@@ -62,7 +62,7 @@ pub async fn check(targets: &[Target], warnings: &mut Vec<String>) -> Res<AfterR
         let deadline = Instant::now() + Duration::from_secs(10);
         let (m, problems) = loop {
             let m = procs::parse_prometheus(&procs::http_get(*metrics, "/metrics")?);
-            let problems = checks::leak_problems(&m, t.name == "hold");
+            let problems = checks::leak_problems(&m, own_name(&t.name) == "hold");
             if problems.is_empty() || Instant::now() > deadline {
                 break (m, problems);
             }

@@ -25,7 +25,7 @@ use crate::setup::backend::{admin_conn, load_data, start_backend};
 use crate::setup::host::{machine, raise_nofile, repo_root, which};
 use crate::setup::Ctx;
 use outputs::Outputs;
-use plan::Plan;
+use plan::{Plan, RINGGATE_TARGETS};
 
 /// The whole run; `default_profile` is the command's.
 pub async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
@@ -113,17 +113,29 @@ fn check_dependencies(plan: &Plan, args: &Args) -> Res<()> {
             "sysbench is not installed (scripts/ensure-deps.sh --bench installs it)".into(),
         );
     }
-    let needs_ringgate =
-        prof.targets.iter().any(|t| {
-            ["fixed", "busy", "hold", "tx", "plainfd", "heap", "ring"].contains(&t.as_str())
-        }) || !plan.pooling.is_empty();
-    if needs_ringgate && !plan.bin.is_file() {
-        return Err(format!(
-            "{} not found: build it first (cargo build --release)",
-            plan.bin.display()
-        ));
+    let needs_ringgate = prof
+        .targets
+        .iter()
+        .any(|t| RINGGATE_TARGETS.contains(&t.as_str()))
+        || !plan.pooling.is_empty();
+    if needs_ringgate {
+        check_binary(&plan.bin)?;
+    }
+    if let Some(b) = &plan.baseline {
+        check_binary(b)?;
     }
     Ok(())
+}
+
+fn check_binary(bin: &Path) -> Res<()> {
+    if bin.is_file() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} not found: build it first (cargo build --release)",
+            bin.display()
+        ))
+    }
 }
 
 /// The proxies' users file: the bench's one user.

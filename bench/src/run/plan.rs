@@ -7,6 +7,7 @@ use crate::args::{secs, Args};
 use crate::model::profile::{profile, Profile};
 use crate::model::scenario::split_scenarios;
 use crate::model::scenario::{PoolingScenario, Scenario};
+use crate::model::target::BASELINE_SUFFIX;
 use crate::model::Res;
 
 /// Every target name BENCH_TARGETS accepts.
@@ -27,6 +28,8 @@ pub struct Plan {
     pub rate: Option<f64>,
     pub smoke: bool,
     pub bin: PathBuf,
+    /// The binary of the baseline twins (`tx@base`...), when an A/B of two builds was asked.
+    pub baseline: Option<PathBuf>,
     pub base_port: u16,
     pub busy_poll_us: u32,
     /// Flags for every ringgate target (an A/B of --read-buffer-size, say).
@@ -50,6 +53,12 @@ pub fn plan(args: &Args, default_profile: &str, root: PathBuf) -> Res<Plan> {
         .get("ringgate-bin", "RINGGATE_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target/release/ringgate"));
+    let baseline = args
+        .get("baseline-bin", "BENCH_BASELINE_BIN")
+        .map(PathBuf::from);
+    if baseline.is_some() {
+        prof.targets = with_baselines(&prof.targets);
+    }
     let base_port: u16 = args
         .num("base-port", "BENCH_BASE_PORT")?
         .unwrap_or(if smoke { 16440 } else { 16400 });
@@ -69,6 +78,7 @@ pub fn plan(args: &Args, default_profile: &str, root: PathBuf) -> Res<Plan> {
         rate,
         smoke,
         bin,
+        baseline,
         base_port,
         busy_poll_us,
         ringgate_args,
@@ -107,6 +117,22 @@ fn apply_overrides(prof: &mut Profile, args: &Args) -> Res<()> {
         prof.large = c.split(',').map(parse_large_cell).collect::<Res<_>>()?;
     }
     Ok(())
+}
+
+/// The ringgate targets among `targets`.
+pub const RINGGATE_TARGETS: [&str; 7] = ["fixed", "busy", "hold", "tx", "plainfd", "ring", "heap"];
+
+/// The target list with each ringgate target followed by its baseline twin (`tx`,
+/// `tx@base`): the twin runs in the same rounds, next to what it is compared with.
+fn with_baselines(targets: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(targets.len() * 2);
+    for t in targets {
+        out.push(t.clone());
+        if RINGGATE_TARGETS.contains(&t.as_str()) {
+            out.push(format!("{t}{BASELINE_SUFFIX}"));
+        }
+    }
+    out
 }
 
 fn parse_targets(list: &str) -> Res<Vec<String>> {
@@ -161,4 +187,70 @@ fn parse_scenarios(
         }
     }
     Ok((rounds, pooling))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn each_ringgate_target_is_followed_by_its_baseline_twin() {
+        let got = with_baselines(&names(&["tx", "fixed", "ring", "direct", "haproxy"]));
+        let want = names(&[
+            "tx",
+            "tx@base",
+            "fixed",
+            "fixed@base",
+            "ring",
+            "ring@base",
+            "direct",
+            "haproxy",
+        ]);
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn every_ringgate_target_has_a_twin_and_no_other_does() {
+        let all = names(&TARGETS);
+        let got = with_baselines(&all);
+        assert_eq!(got.len(), TARGETS.len() + RINGGATE_TARGETS.len());
+        for t in RINGGATE_TARGETS {
+            assert!(got.contains(&format!("{t}@base")), "{t}");
+        }
+        assert!(!got
+            .iter()
+            .any(|t| t == "direct@base" || t == "haproxy@base"));
+    }
+
+    fn plan_with(flags: &[(&str, &str)]) -> Plan {
+        let mut args = Args::parse(&[]).expect("no arguments");
+        for (k, v) in flags {
+            args.flags.insert(k.to_string(), v.to_string());
+        }
+        plan(&args, "quick", PathBuf::from("/nonexistent")).expect("plan")
+    }
+
+    #[test]
+    fn without_a_baseline_the_target_list_is_as_asked() {
+        // An empty flag hides BENCH_BASELINE_BIN from the environment.
+        let p = plan_with(&[("targets", "tx,fixed,direct"), ("baseline-bin", "")]);
+        assert_eq!(p.prof.targets, names(&["tx", "fixed", "direct"]));
+        assert!(p.baseline.is_none());
+    }
+
+    #[test]
+    fn a_baseline_binary_adds_the_twins() {
+        let p = plan_with(&[("targets", "tx,direct"), ("baseline-bin", "/old/ringgate")]);
+        assert_eq!(p.prof.targets, names(&["tx", "tx@base", "direct"]));
+        assert_eq!(p.baseline, Some(PathBuf::from("/old/ringgate")));
+    }
+
+    #[test]
+    fn a_twin_cannot_be_asked_for_by_name() {
+        assert!(parse_targets("tx@base").is_err());
+    }
 }

@@ -44,6 +44,16 @@ pub fn settings(plan: &Plan, backend: &Backend, svgs: &[String]) -> BTreeMap<Str
             plan.bin.display()
         ),
     );
+    if let Some(b) = &plan.baseline {
+        settings.insert(
+            "baseline".into(),
+            format!(
+                "{}: each `X@base` row is X run by this binary with the same flags, in the \
+                 same rounds; the `X/X@base` line under a block is new over baseline",
+                b.display()
+            ),
+        );
+    }
     settings.insert(
         "haproxy".into(),
         "mode tcp, nbthread 2, no health checks".into(),

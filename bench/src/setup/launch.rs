@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::host::which;
 use super::Ctx;
 use crate::model::profile::Profile;
-use crate::model::target::{Backend, Endpoint, Kind, Target};
+use crate::model::target::{own_name, Backend, Endpoint, Kind, Target};
 use crate::model::{addr, Res, BENCH_DB, BENCH_PASSWORD, BENCH_USER};
 use crate::procs;
 
@@ -16,9 +16,9 @@ use crate::procs;
 /// `fixed` with `--busy-poll-us`, `hold`, which is `fixed` with
 /// `--hold-idle-slots` (an idle client keeps its slot instead of polling), and `tx`, `fixed`
 /// with `--pooling transaction`; the transaction-pooling scenarios name theirs `MODE-what`
-/// (`ring-idle-max`).
+/// (`ring-idle-max`); a baseline twin (`tx@base`) has its target's.
 pub fn ringgate_mode(name: &str) -> &str {
-    match name {
+    match own_name(name) {
         "busy" | "hold" | "tx" | "tls" | "plainfd" => "fixed",
         n => n.split_once('-').map_or(n, |(m, _)| m),
     }

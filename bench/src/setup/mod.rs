@@ -15,6 +15,7 @@ use crate::model::target::Backend;
 use crate::rawclient::Login;
 
 /// What a scenario needs from the run to start a ringgate and to reach MariaDB.
+#[derive(Clone, Copy)]
 pub struct Ctx<'a> {
     pub bin: &'a Path,
     pub backend: &'a Backend,
