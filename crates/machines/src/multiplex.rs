@@ -290,129 +290,11 @@ impl TxState {
                 .as_deref()
                 .map(|t| effect_of(self.lexed.get(t, &opts)))
         });
-        // SHOW WARNINGS and friends read the diagnostics area without
-        // clearing it: the hold for the statement before goes on. So do
-        // the commands that run no statement (COM_PING, COM_STATISTICS,
-        // COM_INIT_DB, a prepare...): MariaDB leaves the warnings of the
-        // statement before readable after them, and mysql-connector's
-        // `cursor()` pings between a statement and its SHOW WARNINGS.
-        let runs_statement = matches!(
-            c.command,
-            COM_QUERY | COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE
-        ) && effect != Some(Some(Effect::Diagnostics));
-        if runs_statement || c.err || c.warnings > 0 {
-            // An error is a condition too (SHOW ERRORS): hold the
-            // connection for the next statement as for warnings.
-            self.warnings = if c.err { c.warnings.max(1) } else { c.warnings };
-        }
-        self.after_err = c.err;
-        if c.command == COM_QUERY {
-            if c.err {
-                self.row_count = -1;
-            } else if let Some(ok) = c.ok {
-                self.row_count = i64::try_from(ok.affected_rows).unwrap_or(i64::MAX);
-            } else if let Some(rows) = c.rows {
-                self.row_count = -1;
-                self.found_rows = rows;
-            }
-        }
-        self.diagnostics_dirty |= self.warnings > 0;
-        if let Some(ok) = c.ok {
-            if ok.last_insert_id != 0 {
-                // A generated id, or the argument of LAST_INSERT_ID(expr):
-                // both are what LAST_INSERT_ID() now returns. But an
-                // explicit AUTO_INCREMENT value is reported here too and
-                // leaves LAST_INSERT_ID() as it was: only the server knows
-                // which it was, so it is asked (`take_last_insert_id_ask`).
-                self.last_insert_id = ok.last_insert_id;
-                self.last_insert_id_unsure = true;
-            }
-        }
-        // LAST_INSERT_ID(expr) with an expression of 0 (or in a statement
-        // that answers with a result set) sets it without an OK to show it.
-        if c.command == COM_QUERY
-            && !c.err
-            && c.text.as_deref().is_some_and(mentions_last_insert_id)
-        {
-            self.last_insert_id_unsure = true;
-        }
-        let pin = match c.command {
-            COM_QUERY => match effect.flatten() {
-                None => Some(PinReason::Unclassified),
-                Some(Effect::Pin(reason)) => Some(reason),
-                Some(Effect::SetVariables) if !c.err => {
-                    let tracked = tracked_variables(c);
-                    self.follow_charset(c.text.as_deref(), &opts, &tracked);
-                    self.add_setting(c.text.as_deref(), &opts, &tracked)
-                }
-                Some(Effect::Use(schema)) if !c.err => {
-                    self.schema = Some(schema);
-                    None
-                }
-                // Unexplained state: a user variable, a temporary table, a
-                // prepared statement (the state_change tracker says so; a
-                // transaction-state block alone is no such state). Without
-                // the blocks, the flag alone pins. Only an OK answer counts:
-                // a result set's EOF cannot carry blocks, and MariaDB leaves
-                // the flag of the transaction state raised in it (a SELECT
-                // inside a transaction) until the next OK.
-                Some(Effect::Plain)
-                    if !c.err
-                        && c.ok.is_some()
-                        && c.status & SERVER_SESSION_STATE_CHANGED != 0
-                        && state_blocks(c).is_none_or(|info| info.has_state_change_block()) =>
-                {
-                    Some(PinReason::StateChange)
-                }
-                Some(_) => None,
-            },
-            COM_INIT_DB if !c.err => {
-                self.schema = c
-                    .text
-                    .as_deref()
-                    .and_then(|t| String::from_utf8(t.to_vec()).ok());
-                self.schema.is_none().then_some(PinReason::Unclassified)
-            }
-            COM_INIT_DB | COM_PING | COM_STATISTICS | COM_FIELD_LIST | COM_PROCESS_INFO
-            | COM_PROCESS_KILL | COM_REFRESH | COM_DEBUG | COM_CREATE_DB | COM_DROP_DB => None,
-            COM_RESET_CONNECTION if !c.err => {
-                // The server dropped the session's variables; the schema
-                // stays (MariaDB keeps it across the reset). LAST_INSERT_ID()
-                // is read back: the connection's known value changed.
-                self.settings = Settings::initial(self.session_track);
-                self.charset = client_charset::of_collation(self.collation.into());
-                self.last_insert_id = 0;
-                self.last_insert_id_unsure = true;
-                // The reset turned the connection's trackers off too, the
-                // proxy's net among them, while the session's settings say
-                // they are on: the pool resets it before it is leased
-                // again, and the next lease sets them.
-                self.diagnostics_dirty = true;
-                None
-            }
-            COM_SET_OPTION => Some(PinReason::SetOption),
-            // Statement ids are mapped to each connection's
-            // (`session/prepared_commands.rs`); long data and open cursors hold
-            // the connection there, not as a pin.
-            COM_STMT_PREPARE
-            | COM_STMT_EXECUTE
-            | COM_STMT_FETCH
-            | COM_STMT_SEND_LONG_DATA
-            | COM_STMT_CLOSE
-            | COM_STMT_RESET
-            | COM_STMT_BULK_EXECUTE => self
-                .pin_prepared_statements
-                .then_some(PinReason::PreparedStatement),
-            _ => Some(PinReason::Unclassified),
-        };
-        // Only a session holding table locks can end them.
-        if self.table_locks && c.command == COM_QUERY && !c.err {
-            if let Some(t) = c.text.as_deref() {
-                if ends_table_locks(self.lexed.get(t, &opts)) {
-                    self.table_locks = false;
-                }
-            }
-        }
+        self.note_diagnostics(c, &effect);
+        self.note_row_count(c);
+        self.note_last_insert_id(c);
+        let pin = self.pin_of_command(c, effect, &opts);
+        self.note_unlock_tables(c, &opts);
         self.lexed.trim();
         if c.command == COM_RESET_CONNECTION && !c.err {
             self.table_locks = false;
@@ -432,6 +314,173 @@ impl TxState {
                 Some(reason)
             }
             _ => None,
+        }
+    }
+
+    /// Whether the connection holds warnings (or an error) the client may
+    /// still read: `effect` is the COM_QUERY's, if it was one.
+    fn note_diagnostics(&mut self, c: &Completed, effect: &Option<Option<Effect>>) {
+        // SHOW WARNINGS and friends read the diagnostics area without
+        // clearing it: the hold for the statement before goes on. So do
+        // the commands that run no statement (COM_PING, COM_STATISTICS,
+        // COM_INIT_DB, a prepare...): MariaDB leaves the warnings of the
+        // statement before readable after them, and mysql-connector's
+        // `cursor()` pings between a statement and its SHOW WARNINGS.
+        let runs_statement = matches!(
+            c.command,
+            COM_QUERY | COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE
+        ) && *effect != Some(Some(Effect::Diagnostics));
+        if runs_statement || c.err || c.warnings > 0 {
+            // An error is a condition too (SHOW ERRORS): hold the
+            // connection for the next statement as for warnings.
+            self.warnings = if c.err { c.warnings.max(1) } else { c.warnings };
+        }
+        self.after_err = c.err;
+        self.diagnostics_dirty |= self.warnings > 0;
+    }
+
+    /// ROW_COUNT() and FOUND_ROWS() as the server now answers them.
+    fn note_row_count(&mut self, c: &Completed) {
+        if c.command == COM_QUERY {
+            if c.err {
+                self.row_count = -1;
+            } else if let Some(ok) = c.ok {
+                self.row_count = i64::try_from(ok.affected_rows).unwrap_or(i64::MAX);
+            } else if let Some(rows) = c.rows {
+                self.row_count = -1;
+                self.found_rows = rows;
+            }
+        }
+    }
+
+    /// What LAST_INSERT_ID() now returns, or that the server must be asked.
+    fn note_last_insert_id(&mut self, c: &Completed) {
+        if let Some(ok) = c.ok {
+            if ok.last_insert_id != 0 {
+                // A generated id, or the argument of LAST_INSERT_ID(expr):
+                // both are what LAST_INSERT_ID() now returns. But an
+                // explicit AUTO_INCREMENT value is reported here too and
+                // leaves LAST_INSERT_ID() as it was: only the server knows
+                // which it was, so it is asked (`take_last_insert_id_ask`).
+                self.last_insert_id = ok.last_insert_id;
+                self.last_insert_id_unsure = true;
+            }
+        }
+        // LAST_INSERT_ID(expr) with an expression of 0 (or in a statement
+        // that answers with a result set) sets it without an OK to show it.
+        if c.command == COM_QUERY
+            && !c.err
+            && c.text.as_deref().is_some_and(mentions_last_insert_id)
+        {
+            self.last_insert_id_unsure = true;
+        }
+    }
+
+    /// What the command does to the session: the reason it pins, if it
+    /// does; what it changes that the proxy can replay is taken in here.
+    fn pin_of_command(
+        &mut self,
+        c: &Completed,
+        effect: Option<Option<Effect>>,
+        opts: &LexOptions,
+    ) -> Option<PinReason> {
+        match c.command {
+            COM_QUERY => self.pin_of_query(c, effect.flatten(), opts),
+            COM_INIT_DB if !c.err => {
+                self.schema = c
+                    .text
+                    .as_deref()
+                    .and_then(|t| String::from_utf8(t.to_vec()).ok());
+                self.schema.is_none().then_some(PinReason::Unclassified)
+            }
+            COM_INIT_DB | COM_PING | COM_STATISTICS | COM_FIELD_LIST | COM_PROCESS_INFO
+            | COM_PROCESS_KILL | COM_REFRESH | COM_DEBUG | COM_CREATE_DB | COM_DROP_DB => None,
+            COM_RESET_CONNECTION if !c.err => {
+                self.forget_reset_session();
+                None
+            }
+            COM_SET_OPTION => Some(PinReason::SetOption),
+            // Statement ids are mapped to each connection's
+            // (`session/prepared_commands.rs`); long data and open cursors hold
+            // the connection there, not as a pin.
+            COM_STMT_PREPARE
+            | COM_STMT_EXECUTE
+            | COM_STMT_FETCH
+            | COM_STMT_SEND_LONG_DATA
+            | COM_STMT_CLOSE
+            | COM_STMT_RESET
+            | COM_STMT_BULK_EXECUTE => self
+                .pin_prepared_statements
+                .then_some(PinReason::PreparedStatement),
+            _ => Some(PinReason::Unclassified),
+        }
+    }
+
+    /// What a COM_QUERY of `effect` does to the session (see
+    /// [`Self::pin_of_command`]).
+    fn pin_of_query(
+        &mut self,
+        c: &Completed,
+        effect: Option<Effect>,
+        opts: &LexOptions,
+    ) -> Option<PinReason> {
+        match effect {
+            None => Some(PinReason::Unclassified),
+            Some(Effect::Pin(reason)) => Some(reason),
+            Some(Effect::SetVariables) if !c.err => {
+                let tracked = tracked_variables(c);
+                self.follow_charset(c.text.as_deref(), opts, &tracked);
+                self.add_setting(c.text.as_deref(), opts, &tracked)
+            }
+            Some(Effect::Use(schema)) if !c.err => {
+                self.schema = Some(schema);
+                None
+            }
+            // Unexplained state: a user variable, a temporary table, a
+            // prepared statement (the state_change tracker says so; a
+            // transaction-state block alone is no such state). Without
+            // the blocks, the flag alone pins. Only an OK answer counts:
+            // a result set's EOF cannot carry blocks, and MariaDB leaves
+            // the flag of the transaction state raised in it (a SELECT
+            // inside a transaction) until the next OK.
+            Some(Effect::Plain)
+                if !c.err
+                    && c.ok.is_some()
+                    && c.status & SERVER_SESSION_STATE_CHANGED != 0
+                    && state_blocks(c).is_none_or(|info| info.has_state_change_block()) =>
+            {
+                Some(PinReason::StateChange)
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// COM_RESET_CONNECTION succeeded: the session's state is the server's
+    /// initial state again.
+    fn forget_reset_session(&mut self) {
+        // The server dropped the session's variables; the schema
+        // stays (MariaDB keeps it across the reset). LAST_INSERT_ID()
+        // is read back: the connection's known value changed.
+        self.settings = Settings::initial(self.session_track);
+        self.charset = client_charset::of_collation(self.collation.into());
+        self.last_insert_id = 0;
+        self.last_insert_id_unsure = true;
+        // The reset turned the connection's trackers off too, the
+        // proxy's net among them, while the session's settings say
+        // they are on: the pool resets it before it is leased
+        // again, and the next lease sets them.
+        self.diagnostics_dirty = true;
+    }
+
+    /// Only a session holding table locks can end them (UNLOCK TABLES, or a
+    /// statement that ends them implicitly).
+    fn note_unlock_tables(&mut self, c: &Completed, opts: &LexOptions) {
+        if self.table_locks && c.command == COM_QUERY && !c.err {
+            if let Some(t) = c.text.as_deref() {
+                if ends_table_locks(self.lexed.get(t, opts)) {
+                    self.table_locks = false;
+                }
+            }
         }
     }
 

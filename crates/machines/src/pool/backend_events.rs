@@ -170,6 +170,7 @@ impl<Io: ConnHandle> Pool<Io> {
         });
     }
 
+    /// One arm per event, each a call: the work is in the helpers below.
     pub(super) fn on_event(
         &mut self,
         id: BackendId,
@@ -186,16 +187,7 @@ impl<Io: ConnHandle> Pool<Io> {
             } => {
                 let status = Some(status);
                 self.server_answered(server_version, capabilities, ext_capabilities, status, out);
-                let Some(p) = self.slots.get_mut(id.index, id.generation) else {
-                    return;
-                };
-                if !std::mem::replace(&mut p.watched, true) {
-                    out.push(PoolEvent::Watch(id));
-                }
-                match p.opened_for.take() {
-                    Some(req) => self.give(id, &req, now, out),
-                    None => self.make_idle(id, now, out),
-                }
+                self.on_ready(id, now, out);
             }
             BackendEvent::Probed {
                 server_version,
@@ -205,162 +197,221 @@ impl<Io: ConnHandle> Pool<Io> {
             BackendEvent::OpenFailed {
                 cause,
                 login_refused,
-            } => {
-                let Some(p) = self.slots.get_mut(id.index, id.generation) else {
-                    return;
-                };
-                let request = p.opened_for.take();
-                let key = p.conn.key();
-                match login_refused {
-                    // One user's account refused its credentials: only
-                    // that user's session hears of it, with the server's
-                    // own ERR; the backend itself is fine for everyone else.
-                    Some(err_payload) if !self.identities.is_shared() => {
-                        self.login_refused(key, request, err_payload, &cause, now, out)
-                    }
-                    _ => self.connect_failed(request, &cause, now, out),
-                }
-            }
-            BackendEvent::SchemaSelected => {
-                if let Some(session) = self
-                    .slots
-                    .get_mut(id.index, id.generation)
-                    .and_then(|p| p.leased_to)
-                {
-                    out.push(PoolEvent::Leased {
-                        session,
-                        backend: id,
-                    });
-                }
-            }
+            } => self.on_open_failed(id, cause, login_refused, now, out),
+            BackendEvent::SchemaSelected => self.on_schema_selected(id, out),
             BackendEvent::SchemaRefused { err_payload } => {
-                let metrics = Arc::clone(&self.metrics);
-                let Some(p) = self.slots.get_mut(id.index, id.generation) else {
-                    return;
-                };
-                p.set_busy(false, metrics.worker(self.worker));
-                if let Some(session) = p.leased_to.take() {
-                    out.push(PoolEvent::LeaseFailed {
-                        session,
-                        err_payload,
-                        reject: None,
-                    });
-                }
-                // The connection itself is fine (its schema is unchanged).
-                self.push_idle(id, now, out);
+                self.on_schema_refused(id, err_payload, now, out)
             }
-            BackendEvent::ResetDone => {
-                let Some(p) = self.slots.get_mut(id.index, id.generation) else {
-                    return;
-                };
-                match (std::mem::take(&mut p.relet), p.leased_to) {
-                    (true, Some(session)) => {
-                        // Leased again as it is: no schema to select, so
-                        // the only output is SchemaSelected, which the
-                        // Relet event replaces.
-                        let mut bo = Vec::new();
-                        p.conn.lease(None, None, now, &mut bo);
-                        debug_assert!(bo
-                            .iter()
-                            .all(|o| matches!(o, BackendOut::Event(BackendEvent::SchemaSelected))));
-                        out.push(PoolEvent::Relet {
-                            session,
-                            backend: id,
-                            schema: p.conn.schema().map(str::to_owned),
-                        });
-                    }
-                    _ => self.push_idle(id, now, out),
-                }
-            }
-            BackendEvent::LastInsertId(value) => {
-                let Some(asking) = self
-                    .slots
-                    .get_mut(id.index, id.generation)
-                    .and_then(|p| p.asking.take())
-                else {
-                    return;
-                };
-                out.push(PoolEvent::LastInsertId {
-                    session: asking.session,
-                    value: Some(value),
-                });
-                if asking.reset {
-                    self.release(id, true, now, out);
-                } else {
-                    self.release_kept(id, asking.kept, now, out);
-                }
-            }
-            BackendEvent::Statement(reply) => {
-                use crate::backend::server_prepared::StatementReply;
-                let m = self.m();
-                match &reply {
-                    StatementReply::Ready {
-                        prepared, evicted, ..
-                    } => {
-                        m.statement_reprepares_total
-                            .fetch_add(u64::from(*prepared), Relaxed);
-                        m.statement_evictions_total
-                            .fetch_add(*evicted as u64, Relaxed);
-                    }
-                    StatementReply::Refused { evicted, .. } => {
-                        m.statement_evictions_total
-                            .fetch_add(*evicted as u64, Relaxed);
-                    }
-                }
-                let Some(session) = self
-                    .slots
-                    .get_mut(id.index, id.generation)
-                    .and_then(|p| p.leased_to)
-                else {
-                    return;
-                };
-                out.push(PoolEvent::Statement { session, reply });
-            }
+            BackendEvent::ResetDone => self.on_reset_done(id, now, out),
+            BackendEvent::LastInsertId(value) => self.on_last_insert_id(id, value, now, out),
+            BackendEvent::Statement(reply) => self.on_statement_reply(id, reply, out),
             BackendEvent::Tls(TlsNote::Unavailable) => {
                 self.m().backend_tls_errors_total[BackendTlsError::Unavailable as usize]
                     .fetch_add(1, Relaxed);
             }
-            BackendEvent::Tls(TlsNote::PlainFallback) => {
-                if !self.plain_fallback_logged {
-                    self.plain_fallback_logged = true;
-                    tracing::info!(
-                        worker = self.worker,
-                        backend = %self.cfg.backend,
-                        "the server offers no TLS (no CLIENT_SSL in its greeting): \
-                         --backend-tls preferred logs in in plain; turn TLS on in the server, \
-                         or use --backend-tls required to refuse plain connections"
-                    );
-                }
+            BackendEvent::Tls(TlsNote::PlainFallback) => self.log_plain_fallback_once(),
+            BackendEvent::Failed { cause } => self.on_failed(id, &cause, out),
+        }
+    }
+
+    /// A connection is logged in: arm its close watch once, then hand it
+    /// to the request it was opened for, or make it idle.
+    fn on_ready(&mut self, id: BackendId, now: Instant, out: &mut Vec<PoolEvent>) {
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        if !std::mem::replace(&mut p.watched, true) {
+            out.push(PoolEvent::Watch(id));
+        }
+        match p.opened_for.take() {
+            Some(req) => self.give(id, &req, now, out),
+            None => self.make_idle(id, now, out),
+        }
+    }
+
+    fn on_open_failed(
+        &mut self,
+        id: BackendId,
+        cause: String,
+        login_refused: Option<Vec<u8>>,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        let request = p.opened_for.take();
+        let key = p.conn.key();
+        match login_refused {
+            // One user's account refused its credentials: only
+            // that user's session hears of it, with the server's
+            // own ERR; the backend itself is fine for everyone else.
+            Some(err_payload) if !self.identities.is_shared() => {
+                self.login_refused(key, request, err_payload, &cause, now, out)
             }
-            BackendEvent::Failed { cause } => {
-                tracing::debug!(worker = self.worker, "backend connection lost: {cause}");
-                let Some(p) = self.slots.get_mut(id.index, id.generation) else {
-                    return;
-                };
-                if let Some(asking) = p.asking.take() {
-                    out.push(PoolEvent::LastInsertId {
-                        session: asking.session,
-                        value: None,
-                    });
-                }
-                // Failed while selecting a lease's schema: that session
-                // waits for nothing now.
-                if let Some(session) = p.leased_to.take() {
-                    out.push(PoolEvent::LeaseFailed {
-                        session,
-                        err_payload: unavailable(self.cfg.backend, &cause),
-                        reject: Some(RejectReason::BackendUnavailable),
-                    });
-                    return self.close(id, out);
-                }
-                // The pool's own exchange on a connection no session holds
-                // (a reset or a LAST_INSERT_ID() read after a park, a reset
-                // for a waiter): the server closed it between the last
-                // session's commands, which hears of it as from the watch.
-                // (In session pooling that session has gone.)
-                self.discard_server_closed(id, None, out);
+            _ => self.connect_failed(request, &cause, now, out),
+        }
+    }
+
+    fn on_schema_selected(&mut self, id: BackendId, out: &mut Vec<PoolEvent>) {
+        if let Some(session) = self
+            .slots
+            .get_mut(id.index, id.generation)
+            .and_then(|p| p.leased_to)
+        {
+            out.push(PoolEvent::Leased {
+                session,
+                backend: id,
+            });
+        }
+    }
+
+    fn on_schema_refused(
+        &mut self,
+        id: BackendId,
+        err_payload: Vec<u8>,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        let metrics = Arc::clone(&self.metrics);
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        p.set_busy(false, metrics.worker(self.worker));
+        if let Some(session) = p.leased_to.take() {
+            out.push(PoolEvent::LeaseFailed {
+                session,
+                err_payload,
+                reject: None,
+            });
+        }
+        // The connection itself is fine (its schema is unchanged).
+        self.push_idle(id, now, out);
+    }
+
+    fn on_reset_done(&mut self, id: BackendId, now: Instant, out: &mut Vec<PoolEvent>) {
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        match (std::mem::take(&mut p.relet), p.leased_to) {
+            (true, Some(session)) => {
+                // Leased again as it is: no schema to select, so
+                // the only output is SchemaSelected, which the
+                // Relet event replaces.
+                let mut bo = Vec::new();
+                p.conn.lease(None, None, now, &mut bo);
+                debug_assert!(bo
+                    .iter()
+                    .all(|o| matches!(o, BackendOut::Event(BackendEvent::SchemaSelected))));
+                out.push(PoolEvent::Relet {
+                    session,
+                    backend: id,
+                    schema: p.conn.schema().map(str::to_owned),
+                });
+            }
+            _ => self.push_idle(id, now, out),
+        }
+    }
+
+    fn on_last_insert_id(
+        &mut self,
+        id: BackendId,
+        value: u64,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        let Some(asking) = self
+            .slots
+            .get_mut(id.index, id.generation)
+            .and_then(|p| p.asking.take())
+        else {
+            return;
+        };
+        out.push(PoolEvent::LastInsertId {
+            session: asking.session,
+            value: Some(value),
+        });
+        if asking.reset {
+            self.release(id, true, now, out);
+        } else {
+            self.release_kept(id, asking.kept, now, out);
+        }
+    }
+
+    /// Count the re-prepares and evictions of a statement reply, and pass
+    /// the reply to the session that holds the connection.
+    fn on_statement_reply(
+        &mut self,
+        id: BackendId,
+        reply: crate::backend::server_prepared::StatementReply,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        use crate::backend::server_prepared::StatementReply;
+        let m = self.m();
+        match &reply {
+            StatementReply::Ready {
+                prepared, evicted, ..
+            } => {
+                m.statement_reprepares_total
+                    .fetch_add(u64::from(*prepared), Relaxed);
+                m.statement_evictions_total
+                    .fetch_add(*evicted as u64, Relaxed);
+            }
+            StatementReply::Refused { evicted, .. } => {
+                m.statement_evictions_total
+                    .fetch_add(*evicted as u64, Relaxed);
             }
         }
+        let Some(session) = self
+            .slots
+            .get_mut(id.index, id.generation)
+            .and_then(|p| p.leased_to)
+        else {
+            return;
+        };
+        out.push(PoolEvent::Statement { session, reply });
+    }
+
+    fn log_plain_fallback_once(&mut self) {
+        if !self.plain_fallback_logged {
+            self.plain_fallback_logged = true;
+            tracing::info!(
+                worker = self.worker,
+                backend = %self.cfg.backend,
+                "the server offers no TLS (no CLIENT_SSL in its greeting): \
+                 --backend-tls preferred logs in in plain; turn TLS on in the server, \
+                 or use --backend-tls required to refuse plain connections"
+            );
+        }
+    }
+
+    fn on_failed(&mut self, id: BackendId, cause: &str, out: &mut Vec<PoolEvent>) {
+        tracing::debug!(worker = self.worker, "backend connection lost: {cause}");
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        if let Some(asking) = p.asking.take() {
+            out.push(PoolEvent::LastInsertId {
+                session: asking.session,
+                value: None,
+            });
+        }
+        // Failed while selecting a lease's schema: that session
+        // waits for nothing now.
+        if let Some(session) = p.leased_to.take() {
+            out.push(PoolEvent::LeaseFailed {
+                session,
+                err_payload: unavailable(self.cfg.backend, cause),
+                reject: Some(RejectReason::BackendUnavailable),
+            });
+            return self.close(id, out);
+        }
+        // The pool's own exchange on a connection no session holds
+        // (a reset or a LAST_INSERT_ID() read after a park, a reset
+        // for a waiter): the server closed it between the last
+        // session's commands, which hears of it as from the watch.
+        // (In session pooling that session has gone.)
+        self.discard_server_closed(id, None, out);
     }
 
     pub(super) fn make_idle(&mut self, id: BackendId, now: Instant, out: &mut Vec<PoolEvent>) {

@@ -238,53 +238,41 @@ impl Session {
         ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,
     ) {
-        if let RelayEnd::Parked { client_read } = reason {
-            return self.on_parked(client_read, clean, ctx, out);
-        }
-        if matches!(reason, RelayEnd::Statement) {
-            return self.statement_begin(clean, out);
-        }
-        if matches!(reason, RelayEnd::ChangeUser { .. }) {
-            // A change of user resets the connection and the session: from
-            // here on the session keeps its connection, as in session pooling.
-            if let Some(reason) = self
-                .tx
-                .as_mut()
-                .and_then(|t| t.pin(PinReason::SessionCommand))
-            {
-                out.push(SessionAction::Pinned(reason));
+        match reason {
+            RelayEnd::Parked { client_read } => {
+                return self.on_parked(client_read, clean, ctx, out);
             }
-        }
-        if let RelayEnd::ChangeUser {
-            header,
-            header_buffered,
-        } = reason
-        {
-            // Behind a compressed client leg the session buffer is the
-            // leg's plain one, which keeps the bytes behind the relay's last
-            // write as the slot does (worker/leg.rs).
-            return self.change_user_begin(header, header_buffered, clean, ctx, out);
+            RelayEnd::Statement => return self.statement_begin(clean, out),
+            RelayEnd::ChangeUser {
+                header,
+                header_buffered,
+            } => {
+                // A change of user resets the connection and the session: from
+                // here on the session keeps its connection, as in session pooling.
+                if let Some(reason) = self
+                    .tx
+                    .as_mut()
+                    .and_then(|t| t.pin(PinReason::SessionCommand))
+                {
+                    out.push(SessionAction::Pinned(reason));
+                }
+                // Behind a compressed client leg the session buffer is the
+                // leg's plain one, which keeps the bytes behind the relay's last
+                // write as the slot does (worker/leg.rs).
+                return self.change_user_begin(header, header_buffered, clean, ctx, out);
+            }
+            _ => {}
         }
         self.has_backend = false;
         out.push(SessionAction::Release { clean });
+        self.end_released(reason, ctx, out);
+    }
+
+    /// The backend is released: answer the client if the reason calls for
+    /// an ERR, else close the session.
+    fn end_released(&mut self, reason: RelayEnd, ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
         match reason {
-            RelayEnd::Quit | RelayEnd::ClientGone | RelayEnd::IdleTimeout | RelayEnd::Drained => {
-                if matches!(reason, RelayEnd::IdleTimeout) {
-                    out.push(SessionAction::Log(
-                        "session idle for --idle-timeout; closed".into(),
-                    ));
-                }
-                self.close(out)
-            }
-            RelayEnd::HeldIdle(held) => {
-                let limit = ctx.idle_cut.limit(held).unwrap_or_default();
-                out.push(SessionAction::IdleCut { held, limit });
-                // Unasked for, as MySQL sends it: sequence id 0. The client
-                // reads it at its next command, then finds the socket closed.
-                self.seq = 0;
-                let payload = idle_cut::cut_err(held, limit);
-                self.send_payload(&payload, State::SendErrThenClose, out)
-            }
+            RelayEnd::HeldIdle(held) => self.send_idle_cut_err(held, ctx, out),
             RelayEnd::Unsupported { command } => {
                 // An ERR answers the command packet: sequence id 1.
                 self.seq = 1;
@@ -306,42 +294,58 @@ impl Session {
                     out,
                 )
             }
-            // Handled above; never reached.
-            RelayEnd::ChangeUser { .. } | RelayEnd::Statement => self.close(out),
-            RelayEnd::ClientProtocol(cause) => {
-                out.push(SessionAction::Log(format!(
-                    "client protocol error: {cause}"
-                )));
-                self.close(out)
-            }
-            RelayEnd::BackendLost(cause) => {
-                out.push(SessionAction::Log(format!(
-                    "backend connection lost {cause}"
-                )));
-                self.close(out)
-            }
-            RelayEnd::ServerClosed(cause) => {
-                // The client sees its connection end as it would direct.
-                out.push(SessionAction::Log(format!(
-                    "the server closed the backend connection {cause}; client disconnected"
-                )));
-                self.close(out)
-            }
-            RelayEnd::ClientWriteTimeout => {
-                out.push(SessionAction::Log(
-                    "client stopped reading for --client-write-timeout; disconnected".into(),
-                ));
-                self.close(out)
-            }
-            RelayEnd::BackendReadTimeout => {
-                out.push(SessionAction::Log(
-                    "backend sent nothing for --backend-read-timeout mid-response; disconnected"
-                        .into(),
-                ));
-                self.close(out)
-            }
+            // Handled before the release; never reached.
             RelayEnd::Parked { .. } => {}
+            reason => {
+                if let Some(line) = closing_log(reason) {
+                    out.push(SessionAction::Log(line));
+                }
+                self.close(out)
+            }
         }
+    }
+
+    /// The relay was cut for holding its connection idle past its limit
+    /// ([`Session::cut_held_idle`]): an ERR says so, then the session closes.
+    fn send_idle_cut_err(&mut self, held: Held, ctx: &SessionCtx, out: &mut Vec<SessionAction>) {
+        let limit = ctx.idle_cut.limit(held).unwrap_or_default();
+        out.push(SessionAction::IdleCut { held, limit });
+        // Unasked for, as MySQL sends it: sequence id 0. The client
+        // reads it at its next command, then finds the socket closed.
+        self.seq = 0;
+        let payload = idle_cut::cut_err(held, limit);
+        self.send_payload(&payload, State::SendErrThenClose, out)
+    }
+}
+
+/// What the log says when a relay's end closes the session without an
+/// answer. A flat match of one line per reason: kept whole as a table.
+fn closing_log(reason: RelayEnd) -> Option<String> {
+    match reason {
+        RelayEnd::IdleTimeout => Some("session idle for --idle-timeout; closed".into()),
+        RelayEnd::ClientProtocol(cause) => Some(format!("client protocol error: {cause}")),
+        RelayEnd::BackendLost(cause) => Some(format!("backend connection lost {cause}")),
+        // The client sees its connection end as it would direct.
+        RelayEnd::ServerClosed(cause) => Some(format!(
+            "the server closed the backend connection {cause}; client disconnected"
+        )),
+        RelayEnd::ClientWriteTimeout => {
+            Some("client stopped reading for --client-write-timeout; disconnected".into())
+        }
+        RelayEnd::BackendReadTimeout => Some(
+            "backend sent nothing for --backend-read-timeout mid-response; disconnected".into(),
+        ),
+        // The client ended it, the session was drained, or the reason is
+        // answered (or handled before the release) elsewhere.
+        RelayEnd::Quit
+        | RelayEnd::ClientGone
+        | RelayEnd::Drained
+        | RelayEnd::ChangeUser { .. }
+        | RelayEnd::Statement
+        | RelayEnd::HeldIdle(_)
+        | RelayEnd::Unsupported { .. }
+        | RelayEnd::TooLarge { .. }
+        | RelayEnd::Parked { .. } => None,
     }
 }
 
