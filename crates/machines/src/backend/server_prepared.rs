@@ -118,39 +118,8 @@ impl BackendConn {
         capacity: usize,
         out: &mut Vec<BackendOut>,
     ) {
-        let deprecate_eof = self.key.caps & CLIENT_DEPRECATE_EOF != 0;
-        let State::Preparing { partial, .. } = &mut self.state else {
+        let Some(reply) = self.whole_prepare_reply(data, capacity, out) else {
             return;
-        };
-        // A reply that filled the read buffer goes on in `partial` (a
-        // SELECT of 1,000 columns prepares to about 40 KiB of column
-        // definitions; mysql-connector's suite has one).
-        let joined;
-        let all = if partial.is_empty() {
-            data
-        } else {
-            joined = [partial.as_slice(), data].concat();
-            joined.as_slice()
-        };
-        let reply = match read_prepare_reply(all, deprecate_eof) {
-            Ok(Some((reply, _))) => reply,
-            Ok(None) if data.len() < capacity => {
-                out.push(BackendOut::Op(BackendOp::Read));
-                return;
-            }
-            Ok(None) if all.len() < MAX_PREPARE_REPLY => {
-                partial.extend_from_slice(data);
-                out.push(BackendOut::Op(BackendOp::Clear));
-                out.push(BackendOut::Op(BackendOp::Read));
-                return;
-            }
-            Ok(None) => {
-                return self.fail(
-                    format!("a PREPARE_OK larger than {MAX_PREPARE_REPLY} bytes"),
-                    out,
-                )
-            }
-            Err(e) => return self.fail(e.into(), out),
         };
         let State::Preparing {
             key,
@@ -166,24 +135,7 @@ impl BackendConn {
             if err_code(payload) == Some(ER_MAX_PREPARED_STMT_COUNT_REACHED)
                 && !self.statements.is_empty()
             {
-                // The server's limit for all connections is reached (its
-                // max_prepared_stmt_count may be far below what
-                // --backend-max-prepared assumed, or other connections hold
-                // the rest): close every statement this connection keeps
-                // (sessions prepare theirs again where missing) and prepare
-                // once more; a second refusal reaches the client.
-                let evicted = self.statements.take_all();
-                self.pending_evicted += evicted.len();
-                let bytes = exchange_bytes(&evicted, &key.sql);
-                self.state = State::Preparing {
-                    writing: true,
-                    key,
-                    want_response,
-                    types,
-                    partial: Vec::new(),
-                };
-                out.push(BackendOut::Op(BackendOp::Send(bytes)));
-                return;
+                return self.prepare_again_after_closing_all(key, want_response, types, out);
             }
         }
         let evicted = std::mem::take(&mut self.pending_evicted);
@@ -208,6 +160,80 @@ impl BackendConn {
             },
         };
         out.push(BackendOut::Event(BackendEvent::Statement(reply)));
+    }
+
+    /// The prepare's whole reply, once it is read; until then `None`, with
+    /// the read that goes on asked for (or the connection failed).
+    fn whole_prepare_reply(
+        &mut self,
+        data: &[u8],
+        capacity: usize,
+        out: &mut Vec<BackendOut>,
+    ) -> Option<PrepareReply> {
+        let deprecate_eof = self.key.caps & CLIENT_DEPRECATE_EOF != 0;
+        let State::Preparing { partial, .. } = &mut self.state else {
+            return None;
+        };
+        // A reply that filled the read buffer goes on in `partial` (a
+        // SELECT of 1,000 columns prepares to about 40 KiB of column
+        // definitions; mysql-connector's suite has one).
+        let joined;
+        let all = if partial.is_empty() {
+            data
+        } else {
+            joined = [partial.as_slice(), data].concat();
+            joined.as_slice()
+        };
+        match read_prepare_reply(all, deprecate_eof) {
+            Ok(Some((reply, _))) => Some(reply),
+            Ok(None) if data.len() < capacity => {
+                out.push(BackendOut::Op(BackendOp::Read));
+                None
+            }
+            Ok(None) if all.len() < MAX_PREPARE_REPLY => {
+                partial.extend_from_slice(data);
+                out.push(BackendOut::Op(BackendOp::Clear));
+                out.push(BackendOut::Op(BackendOp::Read));
+                None
+            }
+            Ok(None) => {
+                self.fail(
+                    format!("a PREPARE_OK larger than {MAX_PREPARE_REPLY} bytes"),
+                    out,
+                );
+                None
+            }
+            Err(e) => {
+                self.fail(e.into(), out);
+                None
+            }
+        }
+    }
+
+    /// The server's limit for all connections is reached (its
+    /// max_prepared_stmt_count may be far below what
+    /// --backend-max-prepared assumed, or other connections hold
+    /// the rest): close every statement this connection keeps
+    /// (sessions prepare theirs again where missing) and prepare
+    /// once more; a second refusal reaches the client.
+    fn prepare_again_after_closing_all(
+        &mut self,
+        key: Arc<StmtKey>,
+        want_response: bool,
+        types: Option<Vec<u8>>,
+        out: &mut Vec<BackendOut>,
+    ) {
+        let evicted = self.statements.take_all();
+        self.pending_evicted += evicted.len();
+        let bytes = exchange_bytes(&evicted, &key.sql);
+        self.state = State::Preparing {
+            writing: true,
+            key,
+            want_response,
+            types,
+            partial: Vec::new(),
+        };
+        out.push(BackendOut::Op(BackendOp::Send(bytes)));
     }
 }
 

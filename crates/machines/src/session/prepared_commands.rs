@@ -272,23 +272,8 @@ impl Session {
                 },
                 None,
             ) => {
-                let params =
-                    prepare_ok_counts(response.get(4..).unwrap_or(&[])).map_or(0, |(_, _, p)| p);
                 let key = Arc::clone(key);
-                let Some(registry) = self.stmts.as_mut() else {
-                    return self.close(out);
-                };
-                let before = registry.kept();
-                let id = match registry.try_add(key, params, &ctx.statement_limits) {
-                    Ok(id) => id,
-                    Err(refusal) => return self.statement_refuse(cmd, refusal, out),
-                };
-                report_kept(before, registry, out);
-                out.push(SessionAction::Consume(cmd.packet_len));
-                out.push(SessionAction::SendClient(client_prepare_response(
-                    &response, id,
-                )));
-                self.statement_replying()
+                self.statement_answer_prepare(cmd, key, &response, ctx, out)
             }
             (StatementReply::Refused { err_payload, .. }, _) if data.len() >= cmd.packet_len => {
                 out.push(SessionAction::Consume(cmd.packet_len));
@@ -312,37 +297,78 @@ impl Session {
                     id, types_bound, ..
                 },
                 Some(client_id),
-            ) => {
-                let Some(registry) = self.stmts.as_mut() else {
-                    return self.close(out);
-                };
-                let Some(stmt) = registry.get_mut(client_id) else {
-                    return self.close(out);
-                };
-                match rewrite(data, stmt, id, types_bound) {
-                    Ok(rw) => {
-                        if data.len() - rw.replaces + rw.with.len() > ctx.read_buffer_size {
-                            out.push(SessionAction::Log(
-                                "a prepared-statement execute whose parameter types must be bound again does not fit --read-buffer-size; closed".into(),
-                            ));
-                            return self.close(out);
-                        }
-                        registry.on_relayed(cmd.command, client_id);
-                        out.push(SessionAction::ReplaceBuffered {
-                            len: rw.replaces,
-                            with: rw.with,
-                        });
-                        self.statement_resume(true, out)
-                    }
-                    Err(ParseError::Need(n)) => self.statement_need(n, ctx, out),
-                    Err(e) => {
-                        out.push(SessionAction::Log(format!("{e}; closed")));
-                        self.close(out)
-                    }
-                }
-            }
+            ) => self.statement_relay_as(cmd, client_id, (id, types_bound), data, ctx, out),
             (StatementReply::Refused { .. }, None) => self.statement_need(cmd.packet_len, ctx, out),
             (StatementReply::Ready { .. }, None) => self.close(out),
+        }
+    }
+
+    /// The client's COM_STMT_PREPARE is answered from the connection's
+    /// statement: the session's registry gives it a client id (or refuses
+    /// it over the session's limits).
+    fn statement_answer_prepare(
+        &mut self,
+        cmd: Command,
+        key: Arc<StmtKey>,
+        response: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        let params = prepare_ok_counts(response.get(4..).unwrap_or(&[])).map_or(0, |(_, _, p)| p);
+        let Some(registry) = self.stmts.as_mut() else {
+            return self.close(out);
+        };
+        let before = registry.kept();
+        let id = match registry.try_add(key, params, &ctx.statement_limits) {
+            Ok(id) => id,
+            Err(refusal) => return self.statement_refuse(cmd, refusal, out),
+        };
+        report_kept(before, registry, out);
+        out.push(SessionAction::Consume(cmd.packet_len));
+        out.push(SessionAction::SendClient(client_prepare_response(
+            response, id,
+        )));
+        self.statement_replying()
+    }
+
+    /// A command on statement `client_id` goes to the server as one on the
+    /// connection's statement `id`, its parameter types bound again if the
+    /// connection's statement does not have them.
+    fn statement_relay_as(
+        &mut self,
+        cmd: Command,
+        client_id: u32,
+        (id, types_bound): (u32, bool),
+        data: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        let Some(registry) = self.stmts.as_mut() else {
+            return self.close(out);
+        };
+        let Some(stmt) = registry.get_mut(client_id) else {
+            return self.close(out);
+        };
+        match rewrite(data, stmt, id, types_bound) {
+            Ok(rw) => {
+                if data.len() - rw.replaces + rw.with.len() > ctx.read_buffer_size {
+                    out.push(SessionAction::Log(
+                        "a prepared-statement execute whose parameter types must be bound again does not fit --read-buffer-size; closed".into(),
+                    ));
+                    return self.close(out);
+                }
+                registry.on_relayed(cmd.command, client_id);
+                out.push(SessionAction::ReplaceBuffered {
+                    len: rw.replaces,
+                    with: rw.with,
+                });
+                self.statement_resume(true, out)
+            }
+            Err(ParseError::Need(n)) => self.statement_need(n, ctx, out),
+            Err(e) => {
+                out.push(SessionAction::Log(format!("{e}; closed")));
+                self.close(out)
+            }
         }
     }
 
