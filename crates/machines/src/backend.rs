@@ -437,51 +437,63 @@ impl BackendConn {
             out.push(BackendOut::Op(BackendOp::Read));
             return;
         };
-        let payload = pkt.payload;
-        match &mut self.state {
-            State::Probing => match wire::handshake::parse_greeting(payload) {
-                Ok(g) => {
-                    self.state = State::Closed;
-                    out.push(BackendOut::Op(BackendOp::Close));
-                    out.push(BackendOut::Event(BackendEvent::Probed {
-                        server_version: g.server_version,
-                        capabilities: g.capabilities,
-                        ext_capabilities: g.ext_capabilities,
-                    }));
-                }
-                Err(e) => self.fail(format!("greeting: {e}"), out),
-            },
-            State::SelectingSchema {
-                schema,
-                then,
-                settings,
-                ..
-            } => {
-                let deprecate_eof = self.key.caps & CLIENT_DEPRECATE_EOF != 0;
-                match parse_reply(payload, deprecate_eof) {
-                    Ok(ServerReply::Ok { .. }) => {
-                        self.schema = Some(std::mem::take(schema));
-                        let (then, settings) = (std::mem::take(then), std::mem::take(settings));
-                        out.push(BackendOut::Op(BackendOp::Clear));
-                        self.run_setup(then, settings, now, out);
-                    }
-                    Ok(ServerReply::Err {
-                        code,
-                        sqlstate,
-                        message,
-                    }) => {
-                        // The schema is unchanged; the connection is fine.
-                        self.state = State::Idle;
-                        self.since = now;
-                        out.push(BackendOut::Op(BackendOp::Clear));
-                        out.push(BackendOut::Event(BackendEvent::SchemaRefused {
-                            err_payload: err_payload_with_state(code, &sqlstate, &message),
-                        }));
-                    }
-                    _ => self.fail("unexpected reply to COM_INIT_DB".into(), out),
-                }
-            }
+        match self.state {
+            State::Probing => self.on_probe_greeting(pkt.payload, out),
+            State::SelectingSchema { .. } => self.on_init_db_reply(pkt.payload, now, out),
             _ => self.fail("unexpected bytes from the server".into(), out),
+        }
+    }
+
+    /// The probe read the server's greeting: report it and close.
+    fn on_probe_greeting(&mut self, payload: &[u8], out: &mut Vec<BackendOut>) {
+        match wire::handshake::parse_greeting(payload) {
+            Ok(g) => {
+                self.state = State::Closed;
+                out.push(BackendOut::Op(BackendOp::Close));
+                out.push(BackendOut::Event(BackendEvent::Probed {
+                    server_version: g.server_version,
+                    capabilities: g.capabilities,
+                    ext_capabilities: g.ext_capabilities,
+                }));
+            }
+            Err(e) => self.fail(format!("greeting: {e}"), out),
+        }
+    }
+
+    /// The answer to a lease's COM_INIT_DB: on OK the lease's setup runs
+    /// next; an ERR refuses the lease and leaves the connection idle.
+    fn on_init_db_reply(&mut self, payload: &[u8], now: Instant, out: &mut Vec<BackendOut>) {
+        let deprecate_eof = self.key.caps & CLIENT_DEPRECATE_EOF != 0;
+        let State::SelectingSchema {
+            schema,
+            then,
+            settings,
+            ..
+        } = &mut self.state
+        else {
+            return;
+        };
+        match parse_reply(payload, deprecate_eof) {
+            Ok(ServerReply::Ok { .. }) => {
+                self.schema = Some(std::mem::take(schema));
+                let (then, settings) = (std::mem::take(then), std::mem::take(settings));
+                out.push(BackendOut::Op(BackendOp::Clear));
+                self.run_setup(then, settings, now, out);
+            }
+            Ok(ServerReply::Err {
+                code,
+                sqlstate,
+                message,
+            }) => {
+                // The schema is unchanged; the connection is fine.
+                self.state = State::Idle;
+                self.since = now;
+                out.push(BackendOut::Op(BackendOp::Clear));
+                out.push(BackendOut::Event(BackendEvent::SchemaRefused {
+                    err_payload: err_payload_with_state(code, &sqlstate, &message),
+                }));
+            }
+            _ => self.fail("unexpected reply to COM_INIT_DB".into(), out),
         }
     }
 

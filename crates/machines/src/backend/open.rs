@@ -4,6 +4,7 @@
 //! `wire::client_login::ClientLogin`.
 
 use super::*;
+use wire::handshake::Greeting;
 
 impl BackendConn {
     /// The TCP connect completed. Without credentials the connection is a
@@ -94,19 +95,7 @@ impl BackendConn {
             consumed += used;
             match login.on_packet(pkt.seq, pkt.payload) {
                 Ok(LoginStep::Wait) => continue,
-                Ok(LoginStep::StartTls(bytes)) => {
-                    let State::LoggingIn { login, .. } =
-                        std::mem::replace(&mut self.state, State::Closed)
-                    else {
-                        return;
-                    };
-                    self.state = State::TlsHandshake {
-                        login,
-                        writing: true,
-                    };
-                    self.since = now;
-                    out.push(BackendOut::Op(BackendOp::Send(bytes)));
-                }
+                Ok(LoginStep::StartTls(bytes)) => self.start_login_tls(bytes, now, out),
                 Ok(LoginStep::Send(bytes)) => {
                     if !*answered && self.key.tls == TlsWish::Preferred {
                         // The answer to the greeting, in plain.
@@ -119,42 +108,67 @@ impl BackendConn {
                 }
                 Ok(LoginStep::Done {
                     greeting, status, ..
-                }) => {
-                    self.state = State::Leased;
-                    self.thread_id = greeting.connection_id;
-                    self.mariadb = greeting.capabilities & CLIENT_MYSQL == 0;
-                    out.push(BackendOut::Op(BackendOp::Clear));
-                    out.push(BackendOut::Event(BackendEvent::Ready {
-                        server_version: greeting.server_version,
-                        capabilities: greeting.capabilities,
-                        ext_capabilities: greeting.ext_capabilities,
-                        status,
-                    }));
+                }) => self.logged_in(greeting, status, out),
+                Err(e) => {
+                    let answered = *answered;
+                    self.login_failed(e, answered, out)
                 }
-                Err(LoginError::Server {
-                    code,
-                    sqlstate,
-                    message,
-                }) => {
-                    // After the greeting it is the credentials it refused
-                    // (1045, 1044, 1698, an expired or locked account).
-                    let refused =
-                        (*answered).then(|| err_payload_with_state(code, &sqlstate, &message));
-                    let cause =
-                        format!("the server refused the login: {code} ({sqlstate}) {message}");
-                    self.fail_with(cause, refused, out)
-                }
-                Err(e @ LoginError::TlsUnavailable(_)) => {
-                    out.push(BackendOut::Event(BackendEvent::Tls(TlsNote::Unavailable)));
-                    let cause = format!(
-                        "{e}; turn TLS on in the server (ssl-cert/ssl-key) or run ringgate \
-                         with --backend-tls preferred or disabled"
-                    );
-                    self.fail(cause, out)
-                }
-                Err(e) => self.fail(format!("login: {e}"), out),
             }
             return;
+        }
+    }
+
+    /// The login asks for TLS: its SSLRequest goes out, then the handshake.
+    fn start_login_tls(&mut self, ssl_request: Vec<u8>, now: Instant, out: &mut Vec<BackendOut>) {
+        let State::LoggingIn { login, .. } = std::mem::replace(&mut self.state, State::Closed)
+        else {
+            return;
+        };
+        self.state = State::TlsHandshake {
+            login,
+            writing: true,
+        };
+        self.since = now;
+        out.push(BackendOut::Op(BackendOp::Send(ssl_request)));
+    }
+
+    fn logged_in(&mut self, greeting: Greeting, status: u16, out: &mut Vec<BackendOut>) {
+        self.state = State::Leased;
+        self.thread_id = greeting.connection_id;
+        self.mariadb = greeting.capabilities & CLIENT_MYSQL == 0;
+        out.push(BackendOut::Op(BackendOp::Clear));
+        out.push(BackendOut::Event(BackendEvent::Ready {
+            server_version: greeting.server_version,
+            capabilities: greeting.capabilities,
+            ext_capabilities: greeting.ext_capabilities,
+            status,
+        }));
+    }
+
+    /// The login failed; `answered`: the greeting was answered, so a
+    /// server's ERR refuses the credentials.
+    fn login_failed(&mut self, error: LoginError, answered: bool, out: &mut Vec<BackendOut>) {
+        match error {
+            LoginError::Server {
+                code,
+                sqlstate,
+                message,
+            } => {
+                // After the greeting it is the credentials it refused
+                // (1045, 1044, 1698, an expired or locked account).
+                let refused = answered.then(|| err_payload_with_state(code, &sqlstate, &message));
+                let cause = format!("the server refused the login: {code} ({sqlstate}) {message}");
+                self.fail_with(cause, refused, out)
+            }
+            e @ LoginError::TlsUnavailable(_) => {
+                out.push(BackendOut::Event(BackendEvent::Tls(TlsNote::Unavailable)));
+                let cause = format!(
+                    "{e}; turn TLS on in the server (ssl-cert/ssl-key) or run ringgate \
+                     with --backend-tls preferred or disabled"
+                );
+                self.fail(cause, out)
+            }
+            e => self.fail(format!("login: {e}"), out),
         }
     }
 

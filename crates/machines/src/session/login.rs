@@ -71,7 +71,18 @@ impl Session {
             }
             return self.verify(&payload, ctx, out);
         }
-        match handshake::parse_handshake_response(&payload) {
+        self.on_handshake_response(&payload, ctx, out)
+    }
+
+    /// The client's first login packet: an SSLRequest, or the handshake
+    /// response with its credentials.
+    fn on_handshake_response(
+        &mut self,
+        payload: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        match handshake::parse_handshake_response(payload) {
             Err(e) => {
                 // The client gets the generic text; the log gets the reason.
                 out.push(SessionAction::Log(format!(
@@ -111,7 +122,7 @@ impl Session {
                 )
             }
             Ok(ClientHello::Response(hello)) => {
-                let ext = handshake::response_ext_capabilities(&payload);
+                let ext = handshake::response_ext_capabilities(payload);
                 self.on_hello(hello, ext, ctx, out)
             }
         }
