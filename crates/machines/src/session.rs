@@ -612,32 +612,13 @@ impl Session {
                     self.on_login_bytes(buffered, ctx, out);
                 }
             }
-            State::SendAuthOk => {
-                out.push(SessionAction::Connected {
-                    elapsed: ctx.now.duration_since(self.accepted_at),
-                });
-                if self.transaction_pooling {
-                    return self.start_transaction_pooling(buffered, ctx, out);
-                }
-                self.start_relay(buffered, ctx, out);
-            }
+            State::SendAuthOk => self.login_ok_written(buffered, ctx, out),
             State::ChangeUser(flow) => self.change_user_written(flow, buffered, ctx, out),
             State::Statement(flow) => {
                 self.state = State::Statement(flow);
                 self.statement_written(res, out)
             }
-            State::ParkedReply { tracker } => {
-                self.state = State::Parked {
-                    tracker,
-                    reading: true,
-                    since: ctx.now,
-                };
-                if std::mem::take(&mut self.last_backend_closed) {
-                    return self.last_backend_gone(out);
-                }
-                out.push(SessionAction::ClearBuffer);
-                out.push(SessionAction::ReadClient);
-            }
+            State::ParkedReply { tracker } => self.parked_reply_written(tracker, ctx, out),
             other => {
                 self.state = other;
                 out.push(SessionAction::Log(
@@ -646,6 +627,43 @@ impl Session {
                 self.close(out)
             }
         }
+    }
+
+    /// The login's OK is written: the session is connected, and relays
+    /// (on a held connection, or parked between transactions).
+    fn login_ok_written(
+        &mut self,
+        buffered: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        out.push(SessionAction::Connected {
+            elapsed: ctx.now.duration_since(self.accepted_at),
+        });
+        if self.transaction_pooling {
+            return self.start_transaction_pooling(buffered, ctx, out);
+        }
+        self.start_relay(buffered, ctx, out);
+    }
+
+    /// A reply the parked session made itself is written: parked again,
+    /// reading the client's next command.
+    fn parked_reply_written(
+        &mut self,
+        tracker: Box<Tracker>,
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        self.state = State::Parked {
+            tracker,
+            reading: true,
+            since: ctx.now,
+        };
+        if std::mem::take(&mut self.last_backend_closed) {
+            return self.last_backend_gone(out);
+        }
+        out.push(SessionAction::ClearBuffer);
+        out.push(SessionAction::ReadClient);
     }
 
     /// A client read completed; `data` is everything the session buffer
@@ -657,48 +675,8 @@ impl Session {
         ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,
     ) {
-        if let State::Relay(relay) = &mut self.state {
-            let mut events = std::mem::take(&mut self.relay_scratch);
-            // A KILL of a proxy connection id, between commands: sent on as
-            // the same KILL of the backend thread that serves that session
-            // (or the server's refusal); SHOW PROCESSLIST: with those ids.
-            // See registry.rs.
-            let user = self.login.as_ref().map_or("", |l| l.user.as_str());
-            // Not while the relay gives the backend back (transaction
-            // pooling): the bytes then wait for the session's next lease,
-            // and the KILL is mapped when that lease is known.
-            let rewrite = (res.brought_bytes() && relay.idle_at_boundary() && !relay.finishing())
-                .then(|| {
-                    intercept(
-                        data,
-                        user,
-                        self.connection_id,
-                        ctx.registry,
-                        ctx.read_buffer_size,
-                    )
-                })
-                .flatten();
-            match rewrite {
-                Some(mut r) => {
-                    self.kill_victim = r.close_after_ok;
-                    self.kill_fence = r.fence.take();
-                    self.own_kill_command = r.stateless;
-                    let mut bytes = r.packet.clone();
-                    bytes.extend_from_slice(&data[r.replaces..]);
-                    out.push(SessionAction::ReplaceBuffered {
-                        len: r.replaces,
-                        with: r.packet,
-                    });
-                    relay.on_client_read(
-                        Completion::Done(bytes.len()),
-                        &bytes,
-                        ctx.now,
-                        &mut events,
-                    );
-                }
-                None => relay.on_client_read(res, data, ctx.now, &mut events),
-            }
-            return self.apply_relay(&mut events, ctx, out);
+        if matches!(self.state, State::Relay(_)) {
+            return self.relay_client_read(res, data, ctx, out);
         }
         if self.is_closed() {
             return;
@@ -723,6 +701,56 @@ impl Session {
             State::Statement(_) => self.statement_bytes(data, ctx, out),
             _ => self.close(out),
         }
+    }
+
+    /// A client read while relaying: a KILL or SHOW PROCESSLIST between
+    /// commands is rewritten first, then the relay reads the bytes.
+    fn relay_client_read(
+        &mut self,
+        res: Completion,
+        data: &[u8],
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
+        let State::Relay(relay) = &mut self.state else {
+            return;
+        };
+        let mut events = std::mem::take(&mut self.relay_scratch);
+        // A KILL of a proxy connection id, between commands: sent on as
+        // the same KILL of the backend thread that serves that session
+        // (or the server's refusal); SHOW PROCESSLIST: with those ids.
+        // See registry.rs.
+        let user = self.login.as_ref().map_or("", |l| l.user.as_str());
+        // Not while the relay gives the backend back (transaction
+        // pooling): the bytes then wait for the session's next lease,
+        // and the KILL is mapped when that lease is known.
+        let rewrite = (res.brought_bytes() && relay.idle_at_boundary() && !relay.finishing())
+            .then(|| {
+                intercept(
+                    data,
+                    user,
+                    self.connection_id,
+                    ctx.registry,
+                    ctx.read_buffer_size,
+                )
+            })
+            .flatten();
+        match rewrite {
+            Some(mut r) => {
+                self.kill_victim = r.close_after_ok;
+                self.kill_fence = r.fence.take();
+                self.own_kill_command = r.stateless;
+                let mut bytes = r.packet.clone();
+                bytes.extend_from_slice(&data[r.replaces..]);
+                out.push(SessionAction::ReplaceBuffered {
+                    len: r.replaces,
+                    with: r.packet,
+                });
+                relay.on_client_read(Completion::Done(bytes.len()), &bytes, ctx.now, &mut events);
+            }
+            None => relay.on_client_read(res, data, ctx.now, &mut events),
+        }
+        self.apply_relay(&mut events, ctx, out)
     }
 
     /// The session buffer's bytes, on [`SessionAction::ExamineBuffer`].

@@ -228,6 +228,17 @@ impl Session {
                 return self.refuse(err_payload(ER_UNKNOWN_COM_ERROR, UNKNOWN_COMMAND), out);
             }
         };
+        self.change_user_authenticate(request, ctx, out)
+    }
+
+    /// The request is whole: verify its token as sent, or ask the client
+    /// for one computed for another plugin (or for caching_sha2's fast path).
+    fn change_user_authenticate(
+        &mut self,
+        request: ChangeUser,
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) {
         let plugin_auth = self.client_caps & CLIENT_PLUGIN_AUTH != 0;
         let plugin = request
             .auth_plugin

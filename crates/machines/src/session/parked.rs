@@ -172,9 +172,6 @@ impl Session {
             self.command_waiting = true;
             return;
         }
-        let Some(tx) = self.tx.as_mut() else {
-            return self.close(out);
-        };
         let whole = split_packet(data)
             .filter(|(p, used)| *used == data.len() && p.seq == 0 && !p.has_continuation());
         let mut refuse = false;
@@ -184,28 +181,13 @@ impl Session {
                 // Nothing to tell a server the session holds nothing on.
                 return self.close(out);
             }
-            // The statement whose count these report ran on a connection
-            // the session has given back.
-            // The plain forms are answered from the session's records
-            // (not with extended or cached metadata, whose column
-            // definitions differ).
-            let sql = pkt.payload.strip_prefix(&[COM_QUERY]);
-            let plain_metadata = self.key.ext_caps
-                & (MARIADB_CLIENT_CACHE_METADATA | MARIADB_CLIENT_EXTENDED_METADATA)
-                == 0;
-            answer = sql
-                .filter(|_| plain_metadata)
-                .and_then(|sql| tx.answer_previous(sql))
-                .and_then(|(name, value)| {
-                    wire::result_set::one_bigint(
-                        &name,
-                        value,
-                        self.client_caps & CLIENT_DEPRECATE_EOF != 0,
-                        tx.status() & !SERVER_SESSION_STATE_CHANGED,
-                    )
-                });
-            refuse = answer.is_none() && sql.is_some_and(multiplex::reads_previous_statement);
+            if let Some(sql) = pkt.payload.strip_prefix(&[COM_QUERY]) {
+                (answer, refuse) = self.answer_from_records(sql);
+            }
         }
+        let Some(tx) = self.tx.as_mut() else {
+            return self.close(out);
+        };
         let setup = Box::new(tx.lease_setup(data));
         let schema = tx.schema().map(String::from);
         let State::Parked { tracker, .. } = std::mem::replace(&mut self.state, State::Closed)
@@ -237,6 +219,35 @@ impl Session {
             schema,
             setup,
         });
+    }
+
+    /// A statement that reads the count of the one before (ROW_COUNT(),
+    /// FOUND_ROWS()), which ran on a connection the session has given back:
+    /// the result set answered from the session's records, or `true` when
+    /// it must be refused as a form the records cannot answer.
+    fn answer_from_records(&self, sql: &[u8]) -> (Option<Vec<u8>>, bool) {
+        let Some(tx) = self.tx.as_deref() else {
+            return (None, false);
+        };
+        // The plain forms are answered from the session's records
+        // (not with extended or cached metadata, whose column
+        // definitions differ).
+        let plain_metadata = self.key.ext_caps
+            & (MARIADB_CLIENT_CACHE_METADATA | MARIADB_CLIENT_EXTENDED_METADATA)
+            == 0;
+        let answer = Some(sql)
+            .filter(|_| plain_metadata)
+            .and_then(|sql| tx.answer_previous(sql))
+            .and_then(|(name, value)| {
+                wire::result_set::one_bigint(
+                    &name,
+                    value,
+                    self.client_caps & CLIENT_DEPRECATE_EOF != 0,
+                    tx.status() & !SERVER_SESSION_STATE_CHANGED,
+                )
+            });
+        let refuse = answer.is_none() && multiplex::reads_previous_statement(sql);
+        (answer, refuse)
     }
 
     /// Transaction pooling: the connection for the client's command is
