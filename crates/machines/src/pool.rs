@@ -600,27 +600,8 @@ impl<Io: ConnHandle> Pool<Io> {
         now: Instant,
         out: &mut Vec<PoolEvent>,
     ) -> bool {
-        while let Some(pos) = self.pick_idle(req) {
-            let index = self.idle.remove(pos);
-            self.m().backend_idle.fetch_sub(1, Relaxed);
-            let id = self.id_of(index);
-            let alive = self
-                .slots
-                .get_index_mut(index)
-                .is_some_and(|p| p.io.idle_peer_alive());
-            if alive {
-                self.give(id, req, now, out);
-                return true;
-            }
-            tracing::debug!(
-                worker = self.worker,
-                "idle backend connection was closed by the server; discarded"
-            );
-            // Found dead before its close watch's completion was handled:
-            // its last session hears of it as from the watch, unless that
-            // session is the one leasing (its command, already here, runs
-            // on another connection).
-            self.discard_server_closed(id, Some(req.session), out);
+        if self.lease_idle(req, now, out) {
+            return true;
         }
         if self.reset_for(req, now, out) {
             return false;
@@ -662,6 +643,34 @@ impl<Io: ConnHandle> Pool<Io> {
                 false
             }
         }
+    }
+
+    /// Give `req` the idle connection [`Pool::pick_idle`] chooses, if it is
+    /// still alive; those the server closed are discarded on the way.
+    fn lease_idle(&mut self, req: &LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) -> bool {
+        while let Some(pos) = self.pick_idle(req) {
+            let index = self.idle.remove(pos);
+            self.m().backend_idle.fetch_sub(1, Relaxed);
+            let id = self.id_of(index);
+            let alive = self
+                .slots
+                .get_index_mut(index)
+                .is_some_and(|p| p.io.idle_peer_alive());
+            if alive {
+                self.give(id, req, now, out);
+                return true;
+            }
+            tracing::debug!(
+                worker = self.worker,
+                "idle backend connection was closed by the server; discarded"
+            );
+            // Found dead before its close watch's completion was handled:
+            // its last session hears of it as from the watch, unless that
+            // session is the one leasing (its command, already here, runs
+            // on another connection).
+            self.discard_server_closed(id, Some(req.session), out);
+        }
+        false
     }
 
     /// At the cap, with no connection of its key to have: close an idle

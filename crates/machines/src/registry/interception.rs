@@ -407,22 +407,13 @@ pub fn processlist_query(p: &ProcessList) -> Option<Vec<u8>> {
     } else {
         String::new()
     };
-    let (mut case, mut list) = (String::new(), String::new());
     let fixed = 1
         + head.len()
         + "CASE ID ELSE ID END".len()
         + tail.len()
         + " WHERE ID = CONNECTION_ID() OR ID IN ()".len()
         + peers.len();
-    for (proxy_id, thread) in p.sessions {
-        let when = format!(" WHEN {thread} THEN {proxy_id}");
-        let item = format!("{}{thread}", if list.is_empty() { "" } else { "," });
-        if fixed + case.len() + when.len() + list.len() + item.len() > p.max_len {
-            break;
-        }
-        case.push_str(&when);
-        list.push_str(&item);
-    }
+    let (case, list) = mapped_sessions(p, fixed);
     let id = if case.is_empty() {
         "ID".to_string()
     } else {
@@ -441,4 +432,20 @@ pub fn processlist_query(p: &ProcessList) -> Option<Vec<u8>> {
     let mut payload = vec![COM_QUERY];
     payload.extend_from_slice(format!("{head}{id}{tail}{filter}").as_bytes());
     (payload.len() <= p.max_len).then_some(payload)
+}
+
+/// The sessions' `WHEN thread THEN proxy_id` arms and the list of their
+/// threads, as many as fit in `p.max_len` beside the query's `fixed` bytes.
+fn mapped_sessions(p: &ProcessList, fixed: usize) -> (String, String) {
+    let (mut case, mut list) = (String::new(), String::new());
+    for (proxy_id, thread) in p.sessions {
+        let when = format!(" WHEN {thread} THEN {proxy_id}");
+        let item = format!("{}{thread}", if list.is_empty() { "" } else { "," });
+        if fixed + case.len() + when.len() + list.len() + item.len() > p.max_len {
+            break;
+        }
+        case.push_str(&when);
+        list.push_str(&item);
+    }
+    (case, list)
 }
