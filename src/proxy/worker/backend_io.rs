@@ -144,7 +144,7 @@ impl Worker {
                     // ended (ring mode).
                     return;
                 }
-                let Some(slot) = self.sessions.get_mut(session.index, session.generation) else {
+                let Some(slot) = self.sessions.slot(session) else {
                     return;
                 };
                 slot.backend = Some(backend);
@@ -166,7 +166,7 @@ impl Worker {
                 backend,
                 schema,
             } => {
-                let Some(slot) = self.sessions.get_mut(session.index, session.generation) else {
+                let Some(slot) = self.sessions.slot(session) else {
                     let mut events = Vec::new();
                     self.pool.release(backend, true, now, &mut events);
                     self.pool_q.extend(events);

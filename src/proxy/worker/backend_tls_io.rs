@@ -304,7 +304,7 @@ impl Worker {
         end: usize,
     ) {
         let (Some(slot), Some(b), Some(tls)) = (
-            self.sessions.get_mut(sid.index, sid.generation),
+            self.sessions.slot(sid),
             self.pool.get_mut(bid),
             self.backend_tls.get_mut(&tls_key(bid)),
         ) else {

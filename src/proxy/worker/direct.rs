@@ -207,7 +207,7 @@ impl Worker {
         let ShutdownHow::Submit { slot: n, how } = how else {
             return;
         };
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         slot.io.op_started();
@@ -216,7 +216,7 @@ impl Worker {
     }
 
     pub(super) fn on_client_shutdown(&mut self, sid: SessionId, res: i32) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         slot.io.op_done();
@@ -239,7 +239,7 @@ impl Worker {
             self.try_finish_session(sid);
         }
         if let Some(killer) = waiter {
-            if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+            if let Some(slot) = self.sessions.slot(sid) {
                 slot.kill_waiter = None;
             }
             self.tell_killer(killer);
@@ -306,7 +306,7 @@ impl Worker {
         // Its safety-net entry goes too: left behind, it would cut the wait
         // of this session's next KILL short.
         self.held_kill_answers.retain(|(held, _)| *held != sid);
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         if let KillAnswer::Held(end) = std::mem::take(&mut slot.kill_answer) {

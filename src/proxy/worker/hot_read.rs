@@ -137,7 +137,7 @@ impl Worker {
         if !self.idle_poll {
             return;
         }
-        if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+        if let Some(slot) = self.sessions.slot(sid) {
             let seq = slot.hot.submitted(leg);
             self.queue_hot(sid, leg, seq);
         }
@@ -169,7 +169,7 @@ impl Worker {
         if !self.idle_poll {
             return;
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         slot.hot.client_active = true;
@@ -201,10 +201,7 @@ impl Worker {
     /// buffer: true when it is hot, a plain read with a slot (the one it
     /// holds, or a free one when a command was just written).
     pub(super) fn down_read_is_hot(&mut self, sid: SessionId, bid: BackendId) -> bool {
-        let (Some(slot), Some(b)) = (
-            self.sessions.get_mut(sid.index, sid.generation),
-            self.pool.get_mut(bid),
-        ) else {
+        let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.pool.get_mut(bid)) else {
             return false;
         };
         if std::mem::take(&mut slot.hot.command_sent) && b.io.buf.is_none() {
@@ -234,7 +231,7 @@ impl Worker {
     /// Cancel the read `e` names if it is still pending, idle and empty.
     fn cool_read(&mut self, e: HotEntry) {
         let sid = e.sid;
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         if slot.closing {
@@ -270,7 +267,7 @@ impl Worker {
         if !idle {
             return;
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let (read, me) = match e.leg {
@@ -292,7 +289,7 @@ impl Worker {
     /// A cancel of the `leg` read failed: it is still pending and hot; try
     /// again [`HOT_IDLE`] from now.
     fn cool_failed(&mut self, sid: SessionId, leg: Leg) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let (cooling, seq) = match leg {
@@ -308,7 +305,7 @@ impl Worker {
     /// when the worker's own cancel ended it, and the client now waits on
     /// the poll without its slot.
     pub(super) fn client_read_cooled(&mut self, sid: SessionId, res: i32) -> bool {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return false;
         };
         slot.hot.client_pending = false;
@@ -332,7 +329,7 @@ impl Worker {
     /// cancel ended it, and it now waits on the backend's poll without a
     /// slot (still counted in the session's `relay_ops`).
     pub(super) fn down_read_cooled(&mut self, sid: SessionId, res: i32) -> bool {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return false;
         };
         slot.hot.down_pending = false;

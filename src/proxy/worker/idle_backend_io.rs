@@ -59,10 +59,7 @@ impl Worker {
         else {
             return false;
         };
-        let (Some(slot), Some(b)) = (
-            self.sessions.get_mut(sid.index, sid.generation),
-            self.pool.get_mut(bid),
-        ) else {
+        let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.pool.get_mut(bid)) else {
             return false;
         };
         // Bytes kept in the buffer (an ERR arriving in pieces, a partial
@@ -80,10 +77,7 @@ impl Worker {
             // (`hot_read.rs`).
             return false;
         }
-        let (Some(slot), Some(b)) = (
-            self.sessions.get_mut(sid.index, sid.generation),
-            self.pool.get_mut(bid),
-        ) else {
+        let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.pool.get_mut(bid)) else {
             return false;
         };
         // The read is the relay's from now on, waiting or in the kernel.
@@ -95,10 +89,7 @@ impl Worker {
 
     /// Wait on a new one-shot poll of the backend's socket.
     pub(super) fn wait_down_readable(&mut self, sid: SessionId, bid: BackendId) {
-        let (Some(slot), Some(b)) = (
-            self.sessions.get_mut(sid.index, sid.generation),
-            self.pool.get_mut(bid),
-        ) else {
+        let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.pool.get_mut(bid)) else {
             return;
         };
         slot.down_wait = IdleWait::Polling;
@@ -113,10 +104,7 @@ impl Worker {
     /// in transaction pooling the clients holding slots (their commands
     /// waiting for a connection) may be waiting for it to finish.
     pub(super) fn down_read_now(&mut self, sid: SessionId, bid: BackendId) {
-        let (Some(slot), Some(b)) = (
-            self.sessions.get_mut(sid.index, sid.generation),
-            self.pool.get_mut(bid),
-        ) else {
+        let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.pool.get_mut(bid)) else {
             return;
         };
         slot.down_wait = IdleWait::None;
@@ -132,7 +120,7 @@ impl Worker {
     /// `res`: -ECANCELED for a clean end's cancel, anything else for a
     /// closing session. False when none waits.
     pub(super) fn end_down_wait(&mut self, sid: SessionId, res: i32) -> bool {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return false;
         };
         if slot.down_wait == IdleWait::None {

@@ -78,7 +78,7 @@ impl Worker {
         if !self.idle_poll {
             return false;
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return false;
         };
         // Login phases keep their slot (a handshake is short and bounded
@@ -104,7 +104,7 @@ impl Worker {
             // A busy client keeps its slot and a plain read (`hot_read.rs`).
             return false;
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return false;
         };
         self.buffers.give_back_empty(&mut slot.io.buf);
@@ -114,7 +114,7 @@ impl Worker {
 
     /// Wait for readability without a slot, on a new one-shot poll.
     pub(super) fn wait_readable(&mut self, sid: SessionId) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         slot.idle_wait = IdleWait::Polling;
@@ -132,7 +132,7 @@ impl Worker {
     /// or the poll failed). A client waiting for it takes a slot, or a heap
     /// buffer when none is free, and reads.
     pub(super) fn on_client_poll(&mut self, sid: SessionId, res: i32) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         slot.io.op_done();
@@ -140,7 +140,7 @@ impl Worker {
         if waiting {
             self.metrics().clients_polling.fetch_sub(1, Relaxed);
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         if slot.closing {

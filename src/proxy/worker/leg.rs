@@ -59,7 +59,7 @@ impl Worker {
     /// The session negotiated a transform and its login OK is written.
     pub(super) fn start_client_leg(&mut self, sid: SessionId, kind: LegKind) {
         let limit = self.shared.config.read_buffer_size as usize;
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         if slot.leg.is_some() {
@@ -87,7 +87,7 @@ impl Worker {
     /// A client read completed on a session with a leg: decode what it
     /// read, then hand the session the plain bytes.
     pub(super) fn leg_client_read_done(&mut self, sid: SessionId, mut res: i32) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let (Some(leg), Some(buf)) = (slot.leg.as_mut(), slot.io.buf.as_mut()) else {
@@ -108,7 +108,7 @@ impl Worker {
     /// The relay asks for client bytes: serve them from input the leg holds
     /// back, if any (true), instead of reading the socket (false).
     pub(super) fn leg_client_read(&mut self, sid: SessionId, clear: bool) -> bool {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return false;
         };
         let Some(leg) = slot.leg.as_mut() else {
@@ -139,7 +139,7 @@ impl Worker {
     pub(super) fn deliver_plain_read(&mut self, sid: SessionId, res: Completion) {
         let mut out = std::mem::take(&mut self.action_scratch);
         let ctx = worker_session_ctx!(self);
-        if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+        if let Some(slot) = self.sessions.slot(sid) {
             if let Some(leg) = slot.leg.as_mut() {
                 note_stats(self.shared.metrics.worker(self.id), &mut leg.leg);
                 slot.session
@@ -154,7 +154,7 @@ impl Worker {
     /// Returns the framed length (0: everything was held back as part of a
     /// packet still arriving), or None without a leg.
     pub(super) fn leg_frame_down(&mut self, sid: SessionId, end: usize) -> Option<usize> {
-        let slot = self.sessions.get_mut(sid.index, sid.generation)?;
+        let slot = self.sessions.slot(sid)?;
         let leg = slot.leg.as_mut()?;
         let b = slot.backend.and_then(|b| self.pool.get_mut(b))?;
         let plain = b.io.buf.as_ref().map_or(&[][..], |b| &b.filled()[..end]);

@@ -77,7 +77,7 @@ impl Worker {
     pub(super) fn submit_down_read(&mut self, sid: SessionId, sqe: Sqe) {
         match self.held_write.take() {
             Some((held, write, len)) if held == sid => {
-                if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+                if let Some(slot) = self.sessions.slot(sid) {
                     slot.linked_write = Some(len);
                 }
                 self.ring.push_write_then_read(write, sqe);
@@ -102,7 +102,7 @@ impl Worker {
     /// had no CQE, it wrote everything (the read ran after it), and is
     /// completed now, before the read.
     pub(super) fn linked_write_proven(&mut self, sid: SessionId) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         if let Some(len) = slot.linked_write.take() {
@@ -114,7 +114,7 @@ impl Worker {
     /// linked behind it was dropped, never run. Its accounting is undone,
     /// and the relay, which still waits for it, gets it issued again.
     pub(super) fn linked_write_ended(&mut self, sid: SessionId) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         if slot.linked_write.take().is_none() {

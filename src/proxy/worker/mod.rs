@@ -35,6 +35,7 @@ mod link_write;
 mod ring_io;
 mod session_actions;
 mod session_io;
+mod table;
 mod tls_io;
 mod tls_outbox;
 mod users_reload;
@@ -71,6 +72,7 @@ use machines::session::{
 use machines::slab::Slab;
 use machines::{try_reserve, unreserve, LogLimiter};
 use metrics::{BufferMode, WorkerMetrics};
+use table::SessionTable;
 use uring::buffers::provided::{BufRing, RingSetupError};
 use uring::buffers::{BufferPool, Owner};
 use uring::ring::{ops, OpTag, Ring, RingError, SockRef, Sqe, Token};
@@ -669,7 +671,7 @@ impl Worker {
     ) {
         let mut out = std::mem::take(&mut self.action_scratch);
         let ctx = worker_session_ctx!(self);
-        if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+        if let Some(slot) = self.sessions.slot(sid) {
             f(&mut slot.session, &slot.io, &ctx, &mut out);
         }
         self.session_q.extend(out.drain(..).map(|a| (sid, a)));

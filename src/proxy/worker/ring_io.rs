@@ -123,7 +123,7 @@ impl Worker {
         if !self.buffers.is_ring() {
             return false;
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return true;
         };
         if slot.leg.is_some() || slot.tls.is_some() {
@@ -147,7 +147,7 @@ impl Worker {
             // So does backend TLS, on the backend's side.
             return false;
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return true;
         };
         let io = match side {
@@ -241,7 +241,7 @@ impl Worker {
         let Some(ring) = self.buffers.buf_ring() else {
             return;
         };
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let (io, token) = match side {
@@ -375,7 +375,7 @@ impl Worker {
         if !self.buffers.is_ring() {
             return;
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let SessionSlot {
@@ -537,10 +537,7 @@ impl Worker {
     /// A CQE of a client's multishot receive.
     pub(super) fn on_client_recv(&mut self, sid: SessionId, res: i32, flags: u32) {
         let wm = self.shared.metrics.worker(self.id);
-        let (Some(ring), Some(slot)) = (
-            self.buffers.buf_ring(),
-            self.sessions.get_mut(sid.index, sid.generation),
-        ) else {
+        let (Some(ring), Some(slot)) = (self.buffers.buf_ring(), self.sessions.slot(sid)) else {
             return;
         };
         let Some(recv) = slot.io.recv.as_mut() else {
@@ -758,7 +755,7 @@ impl Worker {
     /// After a CQE: deliver to a waiting relay, or re-arm a receive that
     /// ENOBUFS ended while the relay waits.
     fn ring_after_cqe(&mut self, sid: SessionId, side: Side) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let recv = match side {
@@ -789,7 +786,7 @@ impl Worker {
         user_data: u64,
     ) -> Option<Sqe> {
         let ring = self.buffers.buf_ring()?;
-        let slot = self.sessions.get_mut(sid.index, sid.generation)?;
+        let slot = self.sessions.slot(sid)?;
         let (recv, pos, end) = match io {
             RelayIo::UpWrite { pos, end } => (slot.io.recv.as_mut()?, pos, end),
             RelayIo::DownWrite { pos, end } => {
@@ -824,7 +821,7 @@ impl Worker {
         if !self.buffers.is_ring() {
             return;
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let io = match side {
@@ -880,7 +877,7 @@ impl Worker {
         if !self.buffers.is_ring() {
             return;
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let Some(chunk) = slot.io.recv.as_mut().and_then(|r| r.current.take()) else {
@@ -926,7 +923,7 @@ impl Worker {
             "ring mode: bytes to keep did not fit the connection's buffer; closing the session \
              rather than losing them"
         );
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let how = slot.io.shutdown();
@@ -951,10 +948,7 @@ impl Worker {
     /// it has a connection: in ring mode its bytes are the current chunk
     /// (false: none, they are in the connection's own buffer).
     pub(super) fn ring_redeliver(&mut self, sid: SessionId, res: Completion) -> bool {
-        let (Some(ring), Some(slot)) = (
-            self.buffers.buf_ring(),
-            self.sessions.get_mut(sid.index, sid.generation),
-        ) else {
+        let (Some(ring), Some(slot)) = (self.buffers.buf_ring(), self.sessions.slot(sid)) else {
             return false;
         };
         let Some(chunk) = slot.io.recv.as_ref().and_then(|r| r.current.as_ref()) else {
@@ -975,7 +969,7 @@ impl Worker {
     }
 
     fn recv_of(&mut self, sid: SessionId, side: Side) -> Option<&mut RingRecv> {
-        let slot = self.sessions.get_mut(sid.index, sid.generation)?;
+        let slot = self.sessions.slot(sid)?;
         match side {
             Side::Client => slot.io.recv.as_mut(),
             Side::Backend => {

@@ -11,7 +11,7 @@ impl Worker {
     // ---- session completions ----
 
     pub(super) fn on_client_read(&mut self, sid: SessionId, res: i32) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         slot.io.op_done();
@@ -24,7 +24,7 @@ impl Worker {
         if self.idle_poll && self.client_read_cooled(sid, res) {
             return;
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         if slot.closing {
@@ -47,7 +47,7 @@ impl Worker {
     }
 
     pub(super) fn on_client_write(&mut self, sid: SessionId, res: i32) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         slot.io.op_done();
@@ -68,7 +68,7 @@ impl Worker {
         }
         let mut out = std::mem::take(&mut self.action_scratch);
         let ctx = worker_session_ctx!(self);
-        if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+        if let Some(slot) = self.sessions.slot(sid) {
             let buffered = plain_buffered(&slot.leg, &slot.io);
             slot.session
                 .on_client_write(completion(res), buffered, &ctx, &mut out);
@@ -86,13 +86,13 @@ impl Worker {
     /// An up write completed; `sealed`: it went through backend TLS, which
     /// wrote a sealed copy (the source was never in flight).
     pub(super) fn up_write_done(&mut self, sid: SessionId, res: i32, sealed: bool) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         slot.relay_ops -= 1;
         // Ring mode: the write sent a ring chunk (never behind a leg).
         if !sealed && (slot.leg.is_some() || !self.ring_write_done(sid, Side::Client)) {
-            let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+            let Some(slot) = self.sessions.slot(sid) else {
                 return;
             };
             match slot.leg.as_mut() {
@@ -104,14 +104,14 @@ impl Worker {
                 }
             }
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let backend = slot.backend;
         if let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) {
             b.io.op_done();
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         if slot.closing {
@@ -174,7 +174,7 @@ impl Worker {
     /// on the backend's poll without a slot and ends before it was submitted
     /// (`idle_backend_io.rs`), which names no buffer and no fd.
     pub(super) fn down_read_done(&mut self, sid: SessionId, res: i32, real: bool) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         slot.relay_ops -= 1;
@@ -215,7 +215,7 @@ impl Worker {
         let mut out = std::mem::take(&mut self.action_scratch);
         let ctx = worker_session_ctx!(self);
         let data = b.io.buf.as_mut().map_or(&mut [][..], |b| b.filled_mut());
-        if let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) {
+        if let Some(slot) = self.sessions.slot(sid) {
             slot.session
                 .on_backend_read(completion(res), data, &ctx, &mut out);
         }
@@ -225,7 +225,7 @@ impl Worker {
     }
 
     pub(super) fn on_down_write(&mut self, sid: SessionId, res: i32) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         slot.relay_ops -= 1;
@@ -246,7 +246,7 @@ impl Worker {
                 }
             }
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         if slot.closing {
@@ -302,7 +302,7 @@ impl Worker {
             return;
         }
         let ring_armed = self.ring_backend_armed(sid).is_some();
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         if slot.relay_ops == 0 && !ring_armed {
@@ -318,7 +318,7 @@ impl Worker {
     // ---- client reads, relay submissions, finishing ----
 
     pub(super) fn client_read(&mut self, sid: SessionId, clear: bool) {
-        let Some(mut slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(mut slot) = self.sessions.slot(sid) else {
             return;
         };
         if slot.leg.is_some() {
@@ -326,7 +326,7 @@ impl Worker {
             if self.leg_client_read(sid, clear) {
                 return;
             }
-            let Some(again) = self.sessions.get_mut(sid.index, sid.generation) else {
+            let Some(again) = self.sessions.slot(sid) else {
                 return;
             };
             slot = again;
@@ -340,7 +340,7 @@ impl Worker {
             if self.tls_client_read(sid) {
                 return;
             }
-            let Some(again) = self.sessions.get_mut(sid.index, sid.generation) else {
+            let Some(again) = self.sessions.slot(sid) else {
                 return;
             };
             slot = again;
@@ -360,7 +360,7 @@ impl Worker {
     /// Read the client into its buffer (taken now if it has none: ring mode
     /// and fixed mode give an idle connection's buffer back).
     pub(super) fn submit_client_read(&mut self, sid: SessionId) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let fd = slot.io.fd();
@@ -379,7 +379,7 @@ impl Worker {
     /// the session idles (heap mode: for as long as it idles; transaction
     /// pooling: in the pool, until the connection's next result).
     fn shrink_between_commands(&mut self, sid: SessionId) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         if !slot.session.relay_between_commands() {
@@ -402,7 +402,7 @@ impl Worker {
                 return;
             }
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) else {
@@ -413,7 +413,7 @@ impl Worker {
         };
         let (client_fd, backend_fd) = (slot.io.fd(), b.io.fd());
         let link = self.up_write_links(sid, io);
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let tag = match io {
@@ -429,7 +429,7 @@ impl Worker {
                 return self.backend_tls_up_write(sid, bid, pos, end);
             }
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         if let (Some(_), RelayIo::DownWrite { pos, end }) = (slot.tls.as_ref(), io) {
@@ -448,7 +448,7 @@ impl Worker {
                 return self.relay_counted(sid, io, sqe);
             }
         }
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) else {
@@ -506,7 +506,7 @@ impl Worker {
 
     /// Count a relay operation on the socket it names and on its session.
     fn relay_count(&mut self, sid: SessionId, io: RelayIo) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         match io {
@@ -522,7 +522,7 @@ impl Worker {
 
     /// Free a closing session once nothing in the kernel names it.
     pub(super) fn try_finish_session(&mut self, sid: SessionId) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         if !slot.closing

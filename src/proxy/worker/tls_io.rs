@@ -56,7 +56,7 @@ impl Worker {
     /// The session's SSLRequest was read: start the TLS handshake.
     pub(super) fn start_tls(&mut self, sid: SessionId) {
         let config = self.shared.tls.as_ref().map(|t| t.current());
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let conn = match config.map(UnbufferedServerConnection::new) {
@@ -92,7 +92,7 @@ impl Worker {
     /// the SSLRequest (true), or refuse it when a record cannot fit (true),
     /// else let the socket be read (false).
     pub(super) fn tls_client_read(&mut self, sid: SessionId) -> bool {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return true;
         };
         let (Some(tls), Some(buf)) = (slot.tls.as_mut(), slot.io.buf.as_ref()) else {
@@ -121,7 +121,7 @@ impl Worker {
     /// Decode what the buffer holds; hand the session its plaintext, or
     /// read on while a handshake or a record is incomplete.
     fn tls_decode(&mut self, sid: SessionId) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let (Some(tls), Some(buf)) = (slot.tls.as_mut(), slot.io.buf.as_mut()) else {
@@ -194,7 +194,7 @@ impl Worker {
     /// `out`; `DownWrite`: the leg's framing or the backend buffer's
     /// `pos..end`) and queue them. The caller counted the write as started.
     pub(super) fn tls_send(&mut self, sid: SessionId, upper: Upper, range: (usize, usize)) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         if slot.closing {
@@ -226,7 +226,7 @@ impl Worker {
 
     /// Start the next TLS write if none is in flight and records wait.
     fn tls_kick(&mut self, sid: SessionId) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let Some(tls) = slot.tls.as_mut() else {
@@ -244,7 +244,7 @@ impl Worker {
 
     /// A TLS write completed.
     pub(super) fn on_tls_write(&mut self, sid: SessionId, res: i32) {
-        let Some(slot) = self.sessions.get_mut(sid.index, sid.generation) else {
+        let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         slot.io.op_done();
