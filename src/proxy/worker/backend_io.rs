@@ -102,82 +102,19 @@ impl Worker {
         }
     }
 
+    /// One line per event: a flat dispatch over named methods.
     pub(super) fn do_pool_event(&mut self, event: PoolEvent) {
-        let now = self.now;
         match event {
             PoolEvent::Open { key, request } => self.open_backend(key, request),
             PoolEvent::Io(bid, op) => self.backend_op(bid, op),
-            PoolEvent::Watch(bid) => {
-                let Some(b) = self.pool.get_mut(bid) else {
-                    return;
-                };
-                let token = Token::new(OpTag::BackendWatch, bid.index, bid.generation);
-                let sqe = ops::poll_closed(b.io.fd(), token);
-                b.io.op_started();
-                self.submit(sqe);
-            }
-            PoolEvent::ClosedIdle { session, thread } => {
-                // Only a session that holds no connection and has used no
-                // other since: the thread it knows as its own is gone, as a
-                // direct connection's would be.
-                let orphaned = self
-                    .sessions
-                    .get_mut(session.index, session.generation)
-                    .is_some_and(|s| s.backend.is_none() && s.conn.entry().last_thread() == thread);
-                if orphaned {
-                    self.with_session(session, |s, _, _, out| s.on_last_backend_closed(out));
-                }
-            }
-            PoolEvent::Leased { session, backend } => {
-                if self
-                    .sessions
-                    .get_mut(session.index, session.generation)
-                    .is_none()
-                {
-                    let mut events = Vec::new();
-                    self.pool.release(backend, true, now, &mut events);
-                    self.pool_q.extend(events);
-                    return;
-                }
-                if self.ring_lease_waits(session, backend) {
-                    // Handed over once the receive a park left armed has
-                    // ended (ring mode).
-                    return;
-                }
-                let Some(slot) = self.sessions.slot(session) else {
-                    return;
-                };
-                slot.backend = Some(backend);
-                // KILL <this session's id> now reaches this backend thread.
-                if let (Some(user), Some(b)) = (slot.session.user(), self.pool.get_mut(backend)) {
-                    slot.conn.entry().set_leased(user, b.conn.thread_id());
-                }
-                self.with_session(session, |s, io, ctx, out| {
-                    let buffered = io
-                        .buf
-                        .as_ref()
-                        .filter(|b| !b.in_flight())
-                        .map_or(&[][..], |b| b.filled());
-                    s.on_leased(buffered, ctx, out)
-                });
-            }
+            PoolEvent::Watch(bid) => self.watch_backend(bid),
+            PoolEvent::ClosedIdle { session, thread } => self.closed_idle(session, thread),
+            PoolEvent::Leased { session, backend } => self.leased(session, backend),
             PoolEvent::Relet {
                 session,
                 backend,
                 schema,
-            } => {
-                let Some(slot) = self.sessions.slot(session) else {
-                    let mut events = Vec::new();
-                    self.pool.release(backend, true, now, &mut events);
-                    self.pool_q.extend(events);
-                    return;
-                };
-                slot.backend = Some(backend);
-                if let (Some(user), Some(b)) = (slot.session.user(), self.pool.get_mut(backend)) {
-                    slot.conn.entry().set_leased(user, b.conn.thread_id());
-                }
-                self.with_session(session, |s, _, _, out| s.on_relet(schema, out));
-            }
+            } => self.relet(session, backend, schema),
             PoolEvent::Statement { session, reply } => {
                 self.with_session(session, |s, _, _, out| s.on_statement(reply, out));
             }
@@ -198,19 +135,95 @@ impl Worker {
                 capabilities,
                 ext_capabilities,
                 login_status,
-            } => {
-                if self.template.capabilities.is_none() {
-                    tracing::info!(worker = self.id, version = %server_version, "backend reachable");
-                }
-                self.template.capabilities = Some(capabilities);
-                self.template.ext_capabilities = ext_capabilities;
-                self.shared.registry.set_backend_version(&server_version);
-                if let Some(status) = login_status {
-                    self.shared.registry.set_backend_login_status(status);
-                }
-                self.template.server_version = server_version;
-            }
+            } => self.server_info(server_version, capabilities, ext_capabilities, login_status),
         }
+    }
+
+    fn watch_backend(&mut self, bid: BackendId) {
+        let Some(b) = self.pool.get_mut(bid) else {
+            return;
+        };
+        let token = Token::new(OpTag::BackendWatch, bid.index, bid.generation);
+        let sqe = ops::poll_closed(b.io.fd(), token);
+        b.io.op_started();
+        self.submit(sqe);
+    }
+
+    fn closed_idle(&mut self, session: SessionId, thread: u32) {
+        // Only a session that holds no connection and has used no other
+        // since: the thread it knows as its own is gone, as a direct
+        // connection's would be.
+        let orphaned = self
+            .sessions
+            .slot(session)
+            .is_some_and(|s| s.backend.is_none() && s.conn.entry().last_thread() == thread);
+        if orphaned {
+            self.with_session(session, |s, _, _, out| s.on_last_backend_closed(out));
+        }
+    }
+
+    fn leased(&mut self, session: SessionId, backend: BackendId) {
+        if self.sessions.slot(session).is_none() {
+            let mut events = Vec::new();
+            self.pool.release(backend, true, self.now, &mut events);
+            self.pool_q.extend(events);
+            return;
+        }
+        if self.ring_lease_waits(session, backend) {
+            // Handed over once the receive a park left armed has ended
+            // (ring mode).
+            return;
+        }
+        let Some(slot) = self.sessions.slot(session) else {
+            return;
+        };
+        slot.backend = Some(backend);
+        // KILL <this session's id> now reaches this backend thread.
+        if let (Some(user), Some(b)) = (slot.session.user(), self.pool.get_mut(backend)) {
+            slot.conn.entry().set_leased(user, b.conn.thread_id());
+        }
+        self.with_session(session, |s, io, ctx, out| {
+            let buffered = io
+                .buf
+                .as_ref()
+                .filter(|b| !b.in_flight())
+                .map_or(&[][..], |b| b.filled());
+            s.on_leased(buffered, ctx, out)
+        });
+    }
+
+    fn relet(&mut self, session: SessionId, backend: BackendId, schema: Option<String>) {
+        let Some(slot) = self.sessions.slot(session) else {
+            let mut events = Vec::new();
+            self.pool.release(backend, true, self.now, &mut events);
+            self.pool_q.extend(events);
+            return;
+        };
+        slot.backend = Some(backend);
+        if let (Some(user), Some(b)) = (slot.session.user(), self.pool.get_mut(backend)) {
+            slot.conn.entry().set_leased(user, b.conn.thread_id());
+        }
+        self.with_session(session, |s, _, _, out| s.on_relet(schema, out));
+    }
+
+    /// A backend's greeting: what the greeting clients get mirrors.
+    fn server_info(
+        &mut self,
+        server_version: String,
+        capabilities: u32,
+        ext_capabilities: u32,
+        login_status: Option<u16>,
+    ) {
+        if self.template.capabilities.is_none() {
+            tracing::info!(worker = self.id, version = %server_version, "backend reachable");
+        }
+        self.template.capabilities = Some(capabilities);
+        self.template.ext_capabilities = ext_capabilities;
+        self.shared.registry.set_backend_version(&server_version);
+        if let Some(status) = login_status {
+            self.shared.registry.set_backend_login_status(status);
+        }
+        self.template.server_version = server_version;
     }
 
     pub(super) fn open_backend(&mut self, key: PoolKey, request: Option<LeaseRequest>) {

@@ -168,6 +168,17 @@ struct BackendTemplate {
     server_version: String,
 }
 
+impl BackendTemplate {
+    /// What clients are greeted with until a backend has greeted us.
+    fn before_any_greeting() -> Self {
+        BackendTemplate {
+            capabilities: None,
+            ext_capabilities: 0,
+            server_version: "5.5.5-10.11.0-MariaDB-ringgate".into(),
+        }
+    }
+}
+
 const LISTENER_TCP: usize = 0;
 const LISTENER_UNIX: usize = 1;
 
@@ -175,6 +186,12 @@ const LISTENER_UNIX: usize = 1;
 struct Listener {
     sock: Socket,
     armed: bool,
+}
+
+impl Listener {
+    fn disarmed(sock: Socket) -> Self {
+        Listener { sock, armed: false }
+    }
 }
 
 /// A session and its I/O.
@@ -328,6 +345,102 @@ fn ring_buffers(
     Ok(bufs)
 }
 
+/// The worker's read buffers in the mode asked for, or in the mode it falls
+/// back to: (pool, why not fixed, why not ring).
+fn read_buffers(
+    ring: &mut Ring,
+    cfg: &crate::config::Config,
+    metrics: &Arc<metrics::Metrics>,
+    id: usize,
+) -> (BufferPool, Option<String>, Option<String>) {
+    let size = cfg.read_buffer_size as usize;
+    let mut mode = cfg.read_buffers;
+    let mut ring_pool = None;
+    let mut ring_fallback = None;
+    if mode == ReadBufferMode::Ring {
+        match ring_buffers(ring, cfg, Arc::clone(metrics), id) {
+            Ok(r) => ring_pool = Some(BufferPool::ring(r, size, Arc::clone(metrics), id)),
+            Err(e) => {
+                ring_fallback = Some(e.to_string());
+                mode = ReadBufferMode::Fixed;
+            }
+        }
+    }
+    let metrics = Arc::clone(metrics);
+    let (buffers, fallback) = match (ring_pool, mode) {
+        (Some(pool), _) => (pool, None),
+        (None, ReadBufferMode::Heap | ReadBufferMode::Ring) => {
+            (BufferPool::heap(size, metrics, id), None)
+        }
+        (None, ReadBufferMode::Fixed) => {
+            let count = cfg.read_buffer_count as usize;
+            match BufferPool::fixed(ring, size, count, Arc::clone(&metrics), id) {
+                Ok(pool) => (pool, None),
+                Err(e) => (BufferPool::heap(size, metrics, id), Some(e.to_string())),
+            }
+        }
+    };
+    let buffers = buffers.with_large_reads(cfg.large_read_size as usize);
+    (buffers, fallback, ring_fallback)
+}
+
+/// The ring's file table for clients accepted as direct descriptors, or
+/// why there is none although asked for.
+fn direct_table(
+    ring: &mut Ring,
+    listener: &Socket,
+    cfg: &crate::config::Config,
+    id: usize,
+) -> (Option<direct::Direct>, Option<String>) {
+    match cfg.direct_descriptors {
+        DirectDescriptors::Off => (None, None),
+        DirectDescriptors::Auto => {
+            match ring.setup_direct_files(direct::table_slots(cfg.max_connections)) {
+                Ok(()) => {
+                    // A direct descriptor has no fd to set options on:
+                    // accepted sockets inherit the listener's.
+                    let _ = listener.set_nodelay(true);
+                    if let Err(e) = crate::sockopt::apply_tcp_options(listener, cfg) {
+                        tracing::warn!(worker = id, "listener socket options: {e}");
+                    }
+                    (Some(direct::Direct::new(ring.direct_slots(), 2)), None)
+                }
+                Err(e) => (None, Some(e)),
+            }
+        }
+    }
+}
+
+/// The pool's configuration, from the proxy's.
+fn pool_config(shared: &Shared) -> PoolConfig {
+    let cfg = &shared.config;
+    PoolConfig {
+        backend: cfg.backend,
+        identity: match cfg.backend_identity {
+            BackendIdentity::Passthrough => IdentityMode::Passthrough,
+            BackendIdentity::Shared => IdentityMode::Shared(BackendLogin {
+                user: cfg.backend_user.clone(),
+                credential: auth::Credential::Plaintext(cfg.backend_password.as_bytes().to_vec()),
+            }),
+        },
+        pool_size: cfg.backend_pool_size,
+        max_connections: cfg.backend_max_connections,
+        max_per_user: cfg.backend_max_connections_per_user,
+        wait_timeout: cfg.backend_wait_timeout,
+        idle_timeout: cfg.backend_idle_timeout,
+        connect_timeout: cfg.backend_connect_timeout,
+        full_auth: FullAuthTransport {
+            secure: false,
+            server_key: shared.backend_rsa_public_key.clone(),
+        },
+        tls: match &shared.backend_tls {
+            None => TlsWish::Off,
+            Some(t) if t.required() => TlsWish::Required,
+            Some(_) => TlsWish::Preferred,
+        },
+    }
+}
+
 fn leak<T>(v: T) -> &'static T {
     Box::leak(Box::new(v))
 }
@@ -398,61 +511,9 @@ impl Worker {
         let cfg = &shared.config;
         let (sq, cq) = ring_sizes(cfg, shared.metrics.worker_count());
         let mut ring = Ring::new(sq, cq)?;
-        let metrics = Arc::clone(&shared.metrics);
-        let size = cfg.read_buffer_size as usize;
-        let mut mode = cfg.read_buffers;
-        let mut ring_pool = None;
-        let mut ring_fallback = None;
-        if mode == ReadBufferMode::Ring {
-            match ring_buffers(&mut ring, cfg, Arc::clone(&metrics), id) {
-                Ok(r) => ring_pool = Some(BufferPool::ring(r, size, Arc::clone(&metrics), id)),
-                Err(e) => {
-                    ring_fallback = Some(e.to_string());
-                    mode = ReadBufferMode::Fixed;
-                }
-            }
-        }
-        let (buffers, fallback) = match (ring_pool, mode) {
-            (Some(pool), _) => (pool, None),
-            (None, ReadBufferMode::Heap | ReadBufferMode::Ring) => {
-                (BufferPool::heap(size, metrics, id), None)
-            }
-            (None, ReadBufferMode::Fixed) => {
-                match BufferPool::fixed(
-                    &ring,
-                    size,
-                    cfg.read_buffer_count as usize,
-                    Arc::clone(&metrics),
-                    id,
-                ) {
-                    Ok(pool) => (pool, None),
-                    Err(e) => (BufferPool::heap(size, metrics, id), Some(e.to_string())),
-                }
-            }
-        };
-        let buffers = buffers.with_large_reads(cfg.large_read_size as usize);
+        let (buffers, fallback, ring_fallback) = read_buffers(&mut ring, cfg, &shared.metrics, id);
         let listener = listen::tcp(cfg.listen)?;
-        let mut direct_fallback = None;
-        let direct = match cfg.direct_descriptors {
-            DirectDescriptors::Off => None,
-            DirectDescriptors::Auto => {
-                match ring.setup_direct_files(direct::table_slots(cfg.max_connections)) {
-                    Ok(()) => {
-                        // A direct descriptor has no fd to set options on:
-                        // accepted sockets inherit the listener's.
-                        let _ = listener.set_nodelay(true);
-                        if let Err(e) = crate::sockopt::apply_tcp_options(&listener, cfg) {
-                            tracing::warn!(worker = id, "listener socket options: {e}");
-                        }
-                        Some(direct::Direct::new(ring.direct_slots(), 2))
-                    }
-                    Err(e) => {
-                        direct_fallback = Some(e);
-                        None
-                    }
-                }
-            }
-        };
+        let (direct, direct_fallback) = direct_table(&mut ring, &listener, cfg, id);
         let startup = WorkerStartup {
             features: ring.features(),
             mode: buffers.mode(),
@@ -464,33 +525,7 @@ impl Worker {
             direct_fallback,
         };
         let mut pool = Pool::new(
-            PoolConfig {
-                backend: cfg.backend,
-                identity: match cfg.backend_identity {
-                    BackendIdentity::Passthrough => IdentityMode::Passthrough,
-                    BackendIdentity::Shared => IdentityMode::Shared(BackendLogin {
-                        user: cfg.backend_user.clone(),
-                        credential: auth::Credential::Plaintext(
-                            cfg.backend_password.as_bytes().to_vec(),
-                        ),
-                    }),
-                },
-                pool_size: cfg.backend_pool_size,
-                max_connections: cfg.backend_max_connections,
-                max_per_user: cfg.backend_max_connections_per_user,
-                wait_timeout: cfg.backend_wait_timeout,
-                idle_timeout: cfg.backend_idle_timeout,
-                connect_timeout: cfg.backend_connect_timeout,
-                full_auth: FullAuthTransport {
-                    secure: false,
-                    server_key: shared.backend_rsa_public_key.clone(),
-                },
-                tls: match &shared.backend_tls {
-                    None => TlsWish::Off,
-                    Some(t) if t.required() => TlsWish::Required,
-                    Some(_) => TlsWish::Preferred,
-                },
-            },
+            pool_config(&shared),
             Arc::clone(&shared.backends),
             Arc::clone(&shared.metrics),
             id,
@@ -503,23 +538,13 @@ impl Worker {
             id,
             users: shared.users(),
             users_applied: shared.users(),
-            listeners: [
-                Some(Listener {
-                    sock: listener,
-                    armed: false,
-                }),
-                unix.map(|sock| Listener { sock, armed: false }),
-            ],
+            listeners: [Some(listener), unix].map(|l| l.map(Listener::disarmed)),
             accept_multishot: true,
             accept_resume_at: None,
             direct,
             sessions: Slab::new(),
             pool,
-            template: BackendTemplate {
-                capabilities: None,
-                ext_capabilities: 0,
-                server_version: "5.5.5-10.11.0-MariaDB-ringgate".into(),
-            },
+            template: BackendTemplate::before_any_greeting(),
             backend_addr: leak(SockAddr::from(cfg.backend)),
             connect_timeout: leak(timespec(cfg.backend_connect_timeout)),
             tick_ts: leak(timespec(TICK)),
