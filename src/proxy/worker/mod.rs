@@ -32,6 +32,7 @@ mod idle_backend_io;
 mod idle_io;
 mod leg;
 mod link_write;
+mod relay_execute;
 mod ring_io;
 mod session_actions;
 mod session_io;

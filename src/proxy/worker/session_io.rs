@@ -378,7 +378,7 @@ impl Worker {
     /// (`BufferPool::fit_to_result`), and that read would then hold it while
     /// the session idles (heap mode: for as long as it idles; transaction
     /// pooling: in the pool, until the connection's next result).
-    fn shrink_between_commands(&mut self, sid: SessionId) {
+    pub(super) fn shrink_between_commands(&mut self, sid: SessionId) {
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
@@ -388,136 +388,6 @@ impl Worker {
         if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
             self.buffers.shrink(&mut b.io.buf);
         }
-    }
-
-    /// Submit one relay operation for `sid`. Up writes send the session's
-    /// buffer to the backend's socket; down reads and writes use the
-    /// backend's buffer, on the backend's and the client's socket. The op
-    /// is counted on the socket it names and on the session its token names.
-    pub(super) fn relay_submit(&mut self, sid: SessionId, io: RelayIo) {
-        if matches!(io, RelayIo::DownRead) {
-            self.shrink_between_commands(sid);
-            // Fixed mode: a backend read between commands waits without a slot.
-            if self.idle_down_read(sid) {
-                return;
-            }
-        }
-        let Some(slot) = self.sessions.slot(sid) else {
-            return;
-        };
-        let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) else {
-            // The session keeps its backend until the relay has ended, so
-            // the relay never asks for this without one.
-            debug_assert!(false, "relay operation without a leased backend");
-            return;
-        };
-        let (client_fd, backend_fd) = (slot.io.fd(), b.io.fd());
-        let link = self.up_write_links(sid, io);
-        let Some(slot) = self.sessions.slot(sid) else {
-            return;
-        };
-        let tag = match io {
-            RelayIo::UpWrite { .. } => OpTag::UpWrite,
-            RelayIo::DownRead => OpTag::DownRead,
-            RelayIo::DownWrite { .. } => OpTag::DownWrite,
-        };
-        let user_data = Token::new(tag, sid.index, sid.generation).into();
-        let has_leg = slot.leg.is_some();
-        if let (Some(bid), RelayIo::UpWrite { pos, end }) = (slot.backend, io) {
-            if self.backend_tls_on(bid) {
-                // Backend TLS: the write sends a sealed copy of those bytes.
-                return self.backend_tls_up_write(sid, bid, pos, end);
-            }
-        }
-        let Some(slot) = self.sessions.slot(sid) else {
-            return;
-        };
-        if let (Some(_), RelayIo::DownWrite { pos, end }) = (slot.tls.as_ref(), io) {
-            // Behind TLS the write sends a sealed copy of those bytes.
-            slot.io.op_started();
-            slot.relay_ops += 1;
-            return self.tls_send(sid, tls_io::Upper::Down, (pos, end));
-        }
-        let target_fd = match io {
-            RelayIo::UpWrite { .. } | RelayIo::DownRead => backend_fd,
-            RelayIo::DownWrite { .. } => client_fd,
-        };
-        // Ring mode: the write sends the chunk the relay was handed.
-        if !has_leg && slot.tls.is_none() {
-            if let Some(sqe) = self.ring_send_sqe(sid, io, target_fd, user_data) {
-                return self.relay_counted(sid, io, sqe);
-            }
-        }
-        let Some(slot) = self.sessions.slot(sid) else {
-            return;
-        };
-        let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) else {
-            return;
-        };
-        let buf = match io {
-            RelayIo::UpWrite { .. } => slot.io.buf.as_mut(),
-            // Ring mode: a read while the ring is empty takes a buffer.
-            RelayIo::DownRead => Some(self.buffers.ensure(&mut b.io.buf, Owner::Backend)),
-            RelayIo::DownWrite { .. } => b.io.buf.as_mut(),
-        };
-        let Some(buf) = buf else {
-            debug_assert!(false, "relay operation on a released buffer");
-            return;
-        };
-        let leg_sqe = slot.leg.as_mut().and_then(|leg| match io {
-            // Behind a leg the relay's writes send the leg's buffers.
-            RelayIo::UpWrite { pos, end } => {
-                debug_assert_eq!(end, leg.up.len());
-                Some(leg.up.write_sqe(backend_fd, pos, user_data))
-            }
-            RelayIo::DownWrite { pos, end } => {
-                debug_assert_eq!(end, leg.down.len());
-                Some(leg.down.write_sqe(client_fd, pos, user_data))
-            }
-            RelayIo::DownRead => None,
-        });
-        let sqe = leg_sqe.unwrap_or_else(|| match io {
-            RelayIo::UpWrite { pos, end } if link => {
-                buf.write_nowait_sqe(backend_fd, pos, end, user_data)
-            }
-            RelayIo::UpWrite { pos, end } => buf.write_sqe(backend_fd, pos, end, user_data),
-            RelayIo::DownRead => buf.read_sqe(backend_fd, user_data),
-            RelayIo::DownWrite { pos, end } => buf.write_sqe(client_fd, pos, end, user_data),
-        });
-        if let (true, RelayIo::UpWrite { pos, end }) = (link, io) {
-            // Held for the read the relay asked for behind it.
-            self.relay_count(sid, io);
-            return self.hold_up_write(sid, sqe, end - pos);
-        }
-        self.relay_counted(sid, io, sqe);
-    }
-
-    /// Count a relay operation on the socket it names and on its session,
-    /// then submit it.
-    fn relay_counted(&mut self, sid: SessionId, io: RelayIo, sqe: Sqe) {
-        self.relay_count(sid, io);
-        if matches!(io, RelayIo::DownRead) {
-            self.submit_down_read(sid, sqe);
-            self.hot_down_submitted(sid);
-        } else {
-            self.submit(sqe);
-        }
-    }
-
-    /// Count a relay operation on the socket it names and on its session.
-    fn relay_count(&mut self, sid: SessionId, io: RelayIo) {
-        let Some(slot) = self.sessions.slot(sid) else {
-            return;
-        };
-        match io {
-            RelayIo::UpWrite { .. } | RelayIo::DownRead => {
-                if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
-                    b.io.op_started();
-                }
-            }
-            RelayIo::DownWrite { .. } => slot.io.op_started(),
-        }
-        slot.relay_ops += 1;
     }
 
     /// Free a closing session once nothing in the kernel names it.
