@@ -35,7 +35,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use io_uring::cqueue;
 
 use super::*;
-use uring::buffers::provided::{BufRing, RingRecv};
+use uring::buffers::provided::{BufRing, Chunk, RingRecv};
+use uring::buffers::ReadBuffer;
 
 /// What the driver does with a backend once its cancelled receive has
 /// ended (the session gave it back while the receive was armed).
@@ -114,6 +115,123 @@ fn copied(shared: &Shared, worker: usize, n: usize) {
         .worker(worker)
         .ring_copied_bytes_total
         .fetch_add(n as u64, Relaxed);
+}
+
+/// Where bytes copied out of ring buffers are counted ([`copied`]).
+#[derive(Clone, Copy)]
+struct Copied<'a>(&'a Shared, usize);
+
+impl Copied<'_> {
+    fn count(self, n: usize) {
+        copied(self.0, self.1, n)
+    }
+}
+
+/// A chunk that ends its ring buffer with more bytes behind it may end
+/// inside a packet header (a 5-byte COM_QUIT cut 3 + 2 would have its first
+/// bytes forwarded alone, and the connection could not be reused): join it
+/// with what follows in the connection's own buffer (a copy of up to a read
+/// buffer per ring buffer's worth of client traffic). The tail, then as
+/// much of the next chunk as fits: (joined, bytes lost).
+fn join_tail(
+    recv: &mut RingRecv,
+    buf: Option<&mut ReadBuffer>,
+    ring: &mut BufRing,
+    copy: Copied,
+) -> (bool, usize) {
+    let Some(buf) = buf.filter(|b| !b.in_flight()) else {
+        return (false, 0);
+    };
+    let mut joined = false;
+    for _ in 0..2 {
+        let Some(mut c) = recv.queue.pop_front() else {
+            break;
+        };
+        let n = c.len().min(buf.capacity() - buf.filled_len());
+        if !buf.append(&ring.bytes(&c)[..n]) {
+            // Cannot happen: `n` is the room left.
+            recv.queue.push_front(c);
+            return (joined, n);
+        }
+        copy.count(n);
+        joined = true;
+        if n == c.len() {
+            let _ = ring.put(c);
+        } else {
+            c.advance(n);
+            recv.queue.push_front(c);
+            break;
+        }
+    }
+    (joined, 0)
+}
+
+/// What a ring read hands the session next: the joined bytes in the
+/// connection's own buffer, the next chunk (behind bytes kept there, or on
+/// its own as the receive's current chunk), or the receive's end; none
+/// while nothing is there. (result, bytes, bytes lost)
+fn next_delivery<'a>(
+    recv: &'a mut RingRecv,
+    buf: Option<&'a mut ReadBuffer>,
+    ring: &'a mut BufRing,
+    joined: bool,
+    gather: bool,
+    copy: Copied,
+) -> Option<(i32, &'a mut [u8], usize)> {
+    if joined {
+        let buf = buf?;
+        return Some((buf.filled_len() as i32, buf.filled_mut(), 0));
+    }
+    let Some(mut chunk) = recv.queue.pop_front() else {
+        let end = recv.end?;
+        return Some((end, buf.map_or(&mut [][..], |b| b.filled_mut()), 0));
+    };
+    let kept = buf.as_ref().is_some_and(|b| b.filled_len() > 0);
+    if gather && !kept {
+        // Give the relay every queued chunk that follows this one in
+        // memory (a bundle's buffers, the next pieces of an incremental
+        // buffer), up to a large read's size, for one send instead of one
+        // per ring buffer.
+        while let Some(next) = recv.queue.pop_front() {
+            if let Err(next) = ring.join(&mut chunk, next) {
+                recv.queue.push_front(next);
+                break;
+            }
+        }
+    }
+    let res = chunk.len() as i32;
+    Some(match buf.filter(|b| b.filled_len() > 0) {
+        Some(buf) => {
+            let (data, lost) = append_behind_kept(recv, buf, ring, chunk, copy);
+            (res, data, lost)
+        }
+        None => (res, ring.bytes_mut(recv.current.insert(chunk)), 0),
+    })
+}
+
+/// Bytes kept from earlier reads come first; what does not fit stays
+/// queued for the next read. (the buffer's bytes, bytes lost)
+fn append_behind_kept<'a>(
+    recv: &mut RingRecv,
+    buf: &'a mut ReadBuffer,
+    ring: &mut BufRing,
+    mut chunk: Chunk,
+    copy: Copied,
+) -> (&'a mut [u8], usize) {
+    let n = chunk.len().min(buf.capacity() - buf.filled_len());
+    if !buf.append(&ring.bytes(&chunk)[..n]) {
+        // Cannot happen: `n` is the room left.
+        recv.queue.push_front(chunk);
+        return (&mut [][..], n);
+    }
+    copy.count(n);
+    if n == chunk.len() {
+        let _ = ring.put(chunk);
+    } else {
+        chunk.advance(n);
+        recv.queue.push_front(chunk);
+    }
+    (buf.filled_mut(), 0)
 }
 
 impl Worker {
@@ -408,100 +526,28 @@ impl Worker {
         let Some(ring) = self.buffers.buf_ring() else {
             return;
         };
-        // A chunk that ends its ring buffer with more bytes behind it may
-        // end inside a packet header (a 5-byte COM_QUIT cut 3 + 2 would
-        // have its first bytes forwarded alone, and the connection could
-        // not be reused): join it with what follows in the connection's own
-        // buffer (a copy of up to a read buffer per ring buffer's worth of
-        // client traffic).
+        let copy = Copied(&self.shared, self.id);
         let mut joined = false;
-        let mut lost = 0;
         if join {
             if recv.queue.len() < 2 && recv.armed {
                 // The continuation's CQE is on its way.
                 recv.waiting = true;
                 return;
             }
-            if let Some(buf) = io.buf.as_mut().filter(|b| !b.in_flight()) {
-                // The tail, then as much of the next chunk as fits.
-                for _ in 0..2 {
-                    let Some(mut c) = recv.queue.pop_front() else {
-                        break;
-                    };
-                    let n = c.len().min(buf.capacity() - buf.filled_len());
-                    if !buf.append(&ring.bytes(&c)[..n]) {
-                        // Cannot happen: `n` is the room left.
-                        recv.queue.push_front(c);
-                        lost = n;
-                        break;
-                    }
-                    copied(&self.shared, self.id, n);
-                    joined = true;
-                    if n == c.len() {
-                        let _ = ring.put(c);
-                    } else {
-                        c.advance(n);
-                        recv.queue.push_front(c);
-                        break;
-                    }
-                }
+            let lost;
+            (joined, lost) = join_tail(recv, io.buf.as_mut(), ring, copy);
+            if lost > 0 {
+                self.ring_lost(sid, side, "a client's joined command", lost);
+                return self.ring_deliver(sid, side);
             }
-        }
-        if lost > 0 {
-            self.ring_lost(sid, side, "a client's joined command", lost);
-            return self.ring_deliver(sid, side);
         }
         recv.waiting = false;
-        let buf = io.buf.as_mut();
-        let res;
-        let data: &mut [u8] = if joined {
-            let Some(buf) = buf else { return };
-            res = buf.filled_len() as i32;
-            buf.filled_mut()
-        } else if let Some(chunk) = recv.queue.pop_front() {
-            let mut chunk = chunk;
-            let kept = buf.as_ref().is_some_and(|b| b.filled_len() > 0);
-            if side == Side::Backend && !kept && !session.relay_between_commands() {
-                // A response is owed, so the relay forwards all it is
-                // handed: give it every queued chunk that follows this one
-                // in memory (a bundle's buffers, the next pieces of an
-                // incremental buffer), up to a large read's size, for one
-                // send instead of one per ring buffer.
-                while let Some(next) = recv.queue.pop_front() {
-                    if let Err(next) = ring.join(&mut chunk, next) {
-                        recv.queue.push_front(next);
-                        break;
-                    }
-                }
-            }
-            res = chunk.len() as i32;
-            match buf.filter(|b| b.filled_len() > 0) {
-                Some(buf) => {
-                    // Bytes kept from earlier reads come first; what does
-                    // not fit stays queued for the next read.
-                    let n = chunk.len().min(buf.capacity() - buf.filled_len());
-                    if !buf.append(&ring.bytes(&chunk)[..n]) {
-                        // Cannot happen: `n` is the room left.
-                        recv.queue.push_front(chunk);
-                        lost = n;
-                        &mut [][..]
-                    } else {
-                        copied(&self.shared, self.id, n);
-                        if n == chunk.len() {
-                            let _ = ring.put(chunk);
-                        } else {
-                            chunk.advance(n);
-                            recv.queue.push_front(chunk);
-                        }
-                        buf.filled_mut()
-                    }
-                }
-                None => ring.bytes_mut(recv.current.insert(chunk)),
-            }
-        } else if let Some(end) = recv.end {
-            res = end;
-            buf.map_or(&mut [][..], |b| b.filled_mut())
-        } else {
+        // A response is owed when the relay reads its backend other than
+        // between commands: it forwards all it is handed.
+        let gather = side == Side::Backend && !session.relay_between_commands();
+        let Some((res, data, lost)) =
+            next_delivery(recv, io.buf.as_mut(), ring, joined, gather, copy)
+        else {
             return;
         };
         if lost > 0 {
@@ -516,22 +562,25 @@ impl Worker {
             Side::Backend => session.on_backend_read(completion(res), data, &ctx, &mut out),
         }
         if side == Side::Backend && res == -libc::ECANCELED && session.in_statement_flow() {
-            // The relay stopped at a statement command, and this was the end
-            // of its own watch, cancelled at the stop: it has been seen. A
-            // session that keeps its connection (pinned, in a transaction)
-            // and goes on without the pool's exchange (COM_STMT_CLOSE) would
-            // otherwise read it again in its next relay as the server
-            // closing the connection.
-            if let Some(recv) = backend
-                .and_then(|b| self.pool.get_mut(b))
-                .and_then(|b| b.io.recv.as_mut())
-                .filter(|r| !r.armed && r.queue.is_empty())
-            {
-                recv.end = None;
-            }
+            self.ring_watch_end_seen(backend);
         }
         self.session_q.extend(out.drain(..).map(|a| (sid, a)));
         self.action_scratch = out;
+    }
+
+    /// The relay stopped at a statement command, and this was the end of
+    /// its own watch, cancelled at the stop: it has been seen. A session
+    /// that keeps its connection (pinned, in a transaction) and goes on
+    /// without the pool's exchange (COM_STMT_CLOSE) would otherwise read it
+    /// again in its next relay as the server closing the connection.
+    fn ring_watch_end_seen(&mut self, backend: Option<BackendId>) {
+        if let Some(recv) = backend
+            .and_then(|b| self.pool.get_mut(b))
+            .and_then(|b| b.io.recv.as_mut())
+            .filter(|r| !r.armed && r.queue.is_empty())
+        {
+            recv.end = None;
+        }
     }
 
     /// A CQE of a client's multishot receive.
@@ -1137,54 +1186,41 @@ impl Worker {
             .ring_pending
             .remove(&(bid.index, bid.generation))
             .unwrap_or(PendingRelease::Release);
+        self.ring_carry_out_pending(bid, kind, clean);
+    }
+
+    /// What the give-back asked for, now that the receive has ended. Not
+    /// clean, the server spoke or closed while the connection was idle:
+    /// what runs on the connection next fails on a shut socket, and the
+    /// pool's failure path tells the session. A flat match: one arm per
+    /// pending give-back.
+    fn ring_carry_out_pending(&mut self, bid: BackendId, kind: PendingRelease, clean: bool) {
+        let now = self.now;
         let mut events = Vec::new();
         match kind {
-            PendingRelease::Ops(ops) => {
-                if b.conn.is_closed() {
-                    return;
-                }
-                if !clean {
-                    // The server spoke or closed while the connection was
-                    // idle: the exchange fails on a shut socket, and the
-                    // pool's failure path takes it from there.
-                    b.io.shutdown();
-                }
-                for op in ops {
-                    self.backend_op(bid, op);
-                }
-                return;
-            }
+            PendingRelease::Ops(ops) => return self.ring_run_pending_ops(bid, ops, clean),
             PendingRelease::Lease(session) => {
-                if !clean {
-                    // As above: the session's relay finds the socket shut.
-                    b.io.shutdown();
-                }
+                // The session's relay finds the socket shut.
+                self.shut_backend_unless(bid, clean);
                 events.push(PoolEvent::Leased {
                     session,
                     backend: bid,
                 });
             }
-            PendingRelease::Release => self.pool.release(bid, clean, self.now, &mut events),
+            PendingRelease::Release => self.pool.release(bid, clean, now, &mut events),
             PendingRelease::Relet => {
-                if !clean {
-                    // The reset fails on a shut socket; the pool tells the session.
-                    b.io.shutdown();
-                }
-                self.pool.relet(bid, self.now, &mut events);
+                self.shut_backend_unless(bid, clean);
+                self.pool.relet(bid, now, &mut events);
             }
             PendingRelease::Statement(ask) => {
-                if !clean {
-                    // The exchange fails on a shut socket; the pool tells the session.
-                    b.io.shutdown();
-                }
-                self.pool.statement(
-                    bid,
-                    ask.key,
-                    ask.want_response,
-                    ask.types,
-                    self.now,
-                    &mut events,
-                );
+                self.shut_backend_unless(bid, clean);
+                let StatementAsk {
+                    key,
+                    want_response,
+                    types,
+                } = *ask;
+                self.pool
+                    .statement(bid, key, want_response, types, now, &mut events);
             }
             PendingRelease::Park {
                 kept,
@@ -1192,12 +1228,12 @@ impl Worker {
                 ask: Some(session),
             } if clean => self
                 .pool
-                .park_asking(bid, session, kept, reset, self.now, &mut events),
+                .park_asking(bid, session, kept, reset, now, &mut events),
             PendingRelease::Park { reset: true, .. } if clean => {
-                self.pool.release(bid, true, self.now, &mut events)
+                self.pool.release(bid, true, now, &mut events)
             }
             PendingRelease::Park { kept, .. } if clean => {
-                self.pool.release_kept(bid, kept, self.now, &mut events)
+                self.pool.release_kept(bid, kept, now, &mut events)
             }
             PendingRelease::Park { ask, .. } => {
                 if let Some(session) = ask {
@@ -1206,9 +1242,33 @@ impl Worker {
                         value: None,
                     });
                 }
-                self.pool.release(bid, false, self.now, &mut events)
+                self.pool.release(bid, false, now, &mut events)
             }
         }
         self.pool_q.extend(events);
+    }
+
+    /// The pool's own exchange on a connection whose receive a park left
+    /// armed, in order (`ring_pool_op`).
+    fn ring_run_pending_ops(&mut self, bid: BackendId, ops: Vec<BackendOp>, clean: bool) {
+        let Some(b) = self.pool.get_mut(bid) else {
+            return;
+        };
+        if b.conn.is_closed() {
+            return;
+        }
+        self.shut_backend_unless(bid, clean);
+        for op in ops {
+            self.backend_op(bid, op);
+        }
+    }
+
+    fn shut_backend_unless(&mut self, bid: BackendId, clean: bool) {
+        if clean {
+            return;
+        }
+        if let Some(b) = self.pool.get_mut(bid) {
+            b.io.shutdown();
+        }
     }
 }
