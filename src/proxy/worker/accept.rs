@@ -149,13 +149,7 @@ impl Worker {
         m.client_connections_total.fetch_add(1, Relaxed);
         m.client_connections.fetch_add(1, Relaxed);
         let counted = try_reserve(&self.shared.clients, self.shared.config.max_connections);
-        let scramble = match auth::new_scramble() {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!("no randomness for the scramble: {e}");
-                [b'x'; 20]
-            }
-        };
+        let scramble = fresh_scramble();
         if !counted && self.log_limiter.allow(self.now) {
             tracing::warn!(
                 worker = self.id,
@@ -167,21 +161,8 @@ impl Worker {
         // The read buffer is taken now, before the greeting is written, so a
         // connection storm meets the pool at accept time (never blocking).
         let buf = counted.then(|| self.buffers.acquire(Owner::Client));
-        // Registered at once: the greeting tells the client this id. A
-        // direct descriptor is reached through this ring, by the token of
-        // the session about to be inserted.
         let (index, generation) = self.sessions.next_key();
-        let client_sock = match &sock {
-            SockHandle::Plain(s) => ClientSock::Fd(s.as_raw_fd()),
-            SockHandle::Fixed(_) => ClientSock::Ring(RingWake {
-                ring_fd: self.ring.fd(),
-                user_data: Token::new(OpTag::KillWake, index, generation).into(),
-            }),
-        };
-        let conn = self
-            .shared
-            .registry
-            .register_next(&self.conn_ids, client_sock);
+        let conn = self.register_client(&sock, index, generation);
         let connection_id = conn.id();
         let mut out = Vec::new();
         let (capabilities, ext_capabilities) = self.advertised_caps();
@@ -201,29 +182,40 @@ impl Worker {
             &mut out,
         );
         session.set_registry_entry(conn.shared_entry());
-        let key = self.sessions.insert(SessionSlot {
-            io: ConnIo::with_handle(sock, buf),
-            session,
-            backend: None,
-            relay_ops: 0,
-            up_write: (0, 0),
-            linked_write: None,
-            down_write: (0, 0),
-            counted,
-            peer,
-            closing: false,
-            conn,
-            leg: None,
-            tls: None,
-            idle_wait: Default::default(),
-            hot: Default::default(),
-            down_wait: Default::default(),
-            down_cancelled: false,
-            kill_answer: Default::default(),
-            kill_waiter: None,
-        });
+        let io = ConnIo::with_handle(sock, buf);
+        let key = self
+            .sessions
+            .insert(SessionSlot::new(conn, io, session, counted, peer));
         debug_assert_eq!(key, (index, generation), "the key the registry was given");
         let sid = SessionId { index, generation };
         self.session_q.extend(out.into_iter().map(|a| (sid, a)));
+    }
+
+    /// Registered at once: the greeting tells the client this id. A direct
+    /// descriptor is reached through this ring, by the token of the session
+    /// about to be inserted at (`index`, `generation`).
+    fn register_client(&mut self, sock: &SockHandle, index: u32, generation: u32) -> Registration {
+        let client_sock = match sock {
+            SockHandle::Plain(s) => ClientSock::Fd(s.as_raw_fd()),
+            SockHandle::Fixed(_) => ClientSock::Ring(RingWake {
+                ring_fd: self.ring.fd(),
+                user_data: Token::new(OpTag::KillWake, index, generation).into(),
+            }),
+        };
+        self.shared
+            .registry
+            .register_next(&self.conn_ids, client_sock)
+    }
+}
+
+/// The greeting's scramble (a fixed one, logged, when the system gives no
+/// randomness).
+fn fresh_scramble() -> [u8; 20] {
+    match auth::new_scramble() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("no randomness for the scramble: {e}");
+            [b'x'; 20]
+        }
     }
 }

@@ -127,6 +127,89 @@ impl Copied<'_> {
     }
 }
 
+/// How a backend's receive that a give-back cancels has ended. Bytes that
+/// beat the cancel: the server is talking between commands, so the
+/// connection is not reusable. Ended by -ENOBUFS before the cancel reached
+/// it, with no byte in userspace: the kernel takes a buffer before it reads
+/// the socket, so that says only that the receive was issued on an empty
+/// ring, or that the socket woke it (bytes or an EOF waiting there). A peek
+/// tells which: with nothing waiting the connection is as clean as the
+/// cancel would have left it, and taking this end for a dirty one cost a
+/// backend connection.
+fn settle_give_back_end(io: &mut ConnIo, worker: usize, bid: BackendId) {
+    let Some(recv) = io.recv.as_mut() else {
+        return;
+    };
+    if recv.release_pending && !recv.queue.is_empty() {
+        recv.end = Some(-libc::EPROTO);
+    }
+    if !(recv.release_pending && !recv.armed && recv.end.is_none()) {
+        return;
+    }
+    let clean = io.idle_peer_alive();
+    tracing::debug!(
+        worker,
+        backend = bid.index,
+        clean,
+        "ring receive of a backend given back ended with -ENOBUFS before its cancel"
+    );
+    if let Some(recv) = io.recv.as_mut() {
+        recv.end = Some(if clean {
+            -libc::ECANCELED
+        } else {
+            -libc::EPROTO
+        });
+    }
+}
+
+/// A new relay read gives back the chunk the last one was handed. The
+/// backend's is kept for the next read, as the backend buffer keeps it in
+/// the other modes. It fits: the relay reads its backend again without
+/// forwarding only for a partial unsolicited ERR between commands (or one
+/// that beat a park's cancel), which the tracker bounds below 4 +
+/// MAX_UNSOLICITED_ERR = 4096 bytes, the smallest --read-buffer-size;
+/// longer data, even a chunk joined at delivery (a response owed, up to
+/// --large-read-size), is forwarded whole or ends the relay. A current
+/// chunk was handed over only to an empty buffer, and nothing fills that
+/// buffer before this read. The bytes lost if it did not fit.
+fn put_back_current(
+    recv: &mut RingRecv,
+    own: &mut Option<ReadBuffer>,
+    buffers: &mut BufferPool,
+    side: Side,
+    copy: Copied,
+) -> usize {
+    let Some(chunk) = recv.current.take() else {
+        return 0;
+    };
+    let mut lost = 0;
+    if side == Side::Backend {
+        let buf = buffers.ensure(own, Owner::Backend);
+        if let Some(ring) = buffers.buf_ring() {
+            if buf.append(ring.bytes(&chunk)) {
+                copy.count(chunk.len());
+            } else {
+                lost = chunk.len();
+            }
+        }
+    }
+    if let Some(ring) = buffers.buf_ring() {
+        if let Err(c) = ring.put(chunk) {
+            debug_assert!(false, "relay read while its chunk is being sent");
+            recv.current = Some(c);
+        }
+    }
+    lost
+}
+
+/// Whether the next chunk is a tail to join with what follows. Only the
+/// client's commands need the join: the tracker follows server bytes across
+/// any cut, so a backend's chunks (a large result: every 16 KiB chunk ends
+/// its buffer) go out as they are, without a copy.
+fn needs_join(recv: &RingRecv, side: Side) -> bool {
+    side == Side::Client && recv.queue.front().is_some_and(|c| c.is_tail())
+}
+
 /// A chunk that ends its ring buffer with more bytes behind it may end
 /// inside a packet header (a 5-byte COM_QUIT cut 3 + 2 would have its first
 /// bytes forwarded alone, and the connection could not be reused): join it
@@ -279,35 +362,8 @@ impl Worker {
         recv.owner = Some((sid.index, sid.generation));
         // A new read: any cancel of the previous one has been delivered.
         recv.cancelling = false;
-        let mut lost = 0;
-        if let Some(chunk) = recv.current.take() {
-            if side == Side::Backend {
-                // Kept for the next read, as the backend buffer keeps it
-                // in the other modes. It fits: the relay reads its backend
-                // again without forwarding only for a partial unsolicited
-                // ERR between commands (or one that beat a park's cancel),
-                // which the tracker bounds below 4 + MAX_UNSOLICITED_ERR =
-                // 4096 bytes, the smallest --read-buffer-size; longer data,
-                // even a chunk joined at delivery (a response owed, up to
-                // --large-read-size), is forwarded whole or ends the relay.
-                // A current chunk was handed over only to an empty buffer,
-                // and nothing fills that buffer before this read.
-                let buf = self.buffers.ensure(&mut io.buf, Owner::Backend);
-                if let Some(ring) = self.buffers.buf_ring() {
-                    if buf.append(ring.bytes(&chunk)) {
-                        copied(&self.shared, self.id, chunk.len());
-                    } else {
-                        lost = chunk.len();
-                    }
-                }
-            }
-            if let Some(ring) = self.buffers.buf_ring() {
-                if let Err(c) = ring.put(chunk) {
-                    debug_assert!(false, "relay read while its chunk is being sent");
-                    recv.current = Some(c);
-                }
-            }
-        }
+        let copy = Copied(&self.shared, self.id);
+        let lost = put_back_current(recv, &mut io.buf, &mut self.buffers, side, copy);
         if lost > 0 {
             self.ring_lost(sid, side, "a backend's kept bytes", lost);
             // The read ends with the error ring_lost left on the receive.
@@ -510,18 +566,11 @@ impl Worker {
             },
         };
         let Some(recv) = io.recv.as_mut() else { return };
-        let owner = match side {
-            Side::Client => Owner::Client,
-            Side::Backend => Owner::Backend,
-        };
-        // Only the client's commands need the join below: the tracker
-        // follows server bytes across any cut, so a backend's chunks (a
-        // large result: every 16 KiB chunk ends its buffer) go out as they
-        // are, without a copy.
-        let join = side == Side::Client && recv.queue.front().is_some_and(|c| c.is_tail());
+        let join = needs_join(recv, side);
         if join && (recv.queue.len() >= 2 || !recv.armed) {
-            // The join below needs the connection's own buffer.
-            self.buffers.ensure(&mut io.buf, owner);
+            // The join below needs the connection's own buffer (a
+            // client's: only a client's chunks are joined).
+            self.buffers.ensure(&mut io.buf, Owner::Client);
         }
         let Some(ring) = self.buffers.buf_ring() else {
             return;
@@ -633,36 +682,7 @@ impl Worker {
         let owner = recv
             .owner
             .map(|(index, generation)| SessionId { index, generation });
-        if recv.release_pending && !recv.queue.is_empty() {
-            // Bytes beat the cancel: the server is talking between
-            // commands, so the connection is not reusable.
-            recv.end = Some(-libc::EPROTO);
-        }
-        if recv.release_pending && !recv.armed && recv.end.is_none() {
-            // -ENOBUFS ended the receive before the give-back's cancel
-            // reached it, and no byte reached userspace. The kernel takes
-            // a buffer before it reads the socket, so that says only that
-            // the receive was issued on an empty ring, or that the socket
-            // woke it (bytes or an EOF waiting there). A peek tells which:
-            // with nothing waiting the connection is as clean as the
-            // cancel would have left it, and taking this end for a dirty
-            // one cost a backend connection.
-            let clean = b.io.idle_peer_alive();
-            tracing::debug!(
-                worker = self.id,
-                backend = bid.index,
-                clean,
-                "ring receive of a backend given back ended with -ENOBUFS before its cancel"
-            );
-            let Some(recv) = b.io.recv.as_mut() else {
-                return;
-            };
-            recv.end = Some(if clean {
-                -libc::ECANCELED
-            } else {
-                -libc::EPROTO
-            });
-        }
+        settle_give_back_end(&mut b.io, self.id, bid);
         let Some(recv) = b.io.recv.as_mut() else {
             return;
         };
@@ -672,7 +692,7 @@ impl Worker {
         }
         let session = owner.and_then(|sid| {
             self.sessions
-                .get_mut(sid.index, sid.generation)
+                .slot(sid)
                 .filter(|s| !s.closing && s.backend == Some(bid))
                 .map(|_| sid)
         });
