@@ -255,10 +255,7 @@ impl Worker {
             Decoded::Plain(n) => n as i32,
             Decoded::Closed => 0,
             Decoded::More | Decoded::HandshakeDone => {
-                let cancelled = self
-                    .sessions
-                    .get_mut(sid.index, sid.generation)
-                    .is_some_and(|s| s.down_cancelled);
+                let cancelled = self.sessions.slot(sid).is_some_and(|s| s.down_cancelled);
                 if cancelled {
                     // The relay cancelled the read it asked for; the
                     // cancel may have found it completed already.

@@ -356,7 +356,7 @@ impl Worker {
     pub(super) fn on_kill_wake(&mut self, sid: SessionId, killer: u32) {
         let Some(slot) = self
             .sessions
-            .get_mut(sid.index, sid.generation)
+            .slot(sid)
             .filter(|s| s.conn.entry().is_killed())
         else {
             return self.tell_killer(killer);

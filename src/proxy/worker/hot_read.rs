@@ -157,7 +157,7 @@ impl Worker {
     /// is hot, i.e. a plain read that keeps the slot it has.
     pub(super) fn client_read_is_hot(&mut self, sid: SessionId) -> bool {
         self.sessions
-            .get_mut(sid.index, sid.generation)
+            .slot(sid)
             .is_some_and(|s| s.hot.client_active && s.io.buf.is_some())
     }
 

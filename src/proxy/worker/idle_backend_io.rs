@@ -52,11 +52,7 @@ impl Worker {
         if !self.idle_poll {
             return false;
         }
-        let Some(bid) = self
-            .sessions
-            .get_mut(sid.index, sid.generation)
-            .and_then(|s| s.backend)
-        else {
+        let Some(bid) = self.sessions.slot(sid).and_then(|s| s.backend) else {
             return false;
         };
         let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.pool.get_mut(bid)) else {
@@ -143,7 +139,7 @@ impl Worker {
         let closed = b.conn.is_closed();
         let waiter = b.leased_to.filter(|sid| {
             self.sessions
-                .get_mut(sid.index, sid.generation)
+                .slot(*sid)
                 .is_some_and(|s| s.backend == Some(bid) && s.down_wait == IdleWait::Polling)
         });
         if closed {

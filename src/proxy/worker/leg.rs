@@ -169,10 +169,7 @@ impl Worker {
     /// The framing held everything back: the relay's write is done without
     /// an operation.
     pub(super) fn leg_down_write_skipped(&mut self, sid: SessionId) {
-        let backend = self
-            .sessions
-            .get_mut(sid.index, sid.generation)
-            .and_then(|s| s.backend);
+        let backend = self.sessions.slot(sid).and_then(|s| s.backend);
         if let Some(buf) = backend
             .and_then(|b| self.pool.get_mut(b))
             .and_then(|b| b.io.buf.as_mut())

@@ -50,11 +50,8 @@ impl Worker {
             Some((s, SessionAction::Relay(RelayOp::ReadBackend))) if *s == sid
         );
         next_is_read
-            && self
-                .sessions
-                .get_mut(sid.index, sid.generation)
-                .is_some_and(|s| {
-                    s.leg.is_none()
+            && self.sessions.slot(sid).is_some_and(|s| {
+                s.leg.is_none()
                     && s.tls.is_none()
                     && s.linked_write.is_none()
                     // Only a read owed an answer: the idle read behind a
@@ -62,7 +59,7 @@ impl Worker {
                     // of a command might complete at the next query or
                     // never, and the relay would wait for its write.
                     && s.session.relay_awaits_answer()
-                })
+            })
     }
 
     /// Hold the counted up write `sqe` of `len` bytes until the read behind

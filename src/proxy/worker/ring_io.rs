@@ -512,10 +512,7 @@ impl Worker {
         let Some(available) = self.buffers.buf_ring().map(|r| r.available()) else {
             return false;
         };
-        let closing = self
-            .sessions
-            .get_mut(sid.index, sid.generation)
-            .is_none_or(|s| s.closing);
+        let closing = self.sessions.slot(sid).is_none_or(|s| s.closing);
         let Some(recv) = self.recv_of(sid, side) else {
             return false;
         };
@@ -787,7 +784,7 @@ impl Worker {
         }
         let plain = self
             .sessions
-            .get_mut(session.index, session.generation)
+            .slot(session)
             .is_some_and(|s| s.leg.is_some() || s.tls.is_some() || s.session.has_client_leg());
         if !plain && !self.backend_tls_on(bid) {
             return false;

@@ -163,7 +163,7 @@ impl Worker {
                 if self.log_limiter.allow(self.now) {
                     let peer = self
                         .sessions
-                        .get_mut(sid.index, sid.generation)
+                        .slot(sid)
                         .map(|s| s.peer.clone())
                         .unwrap_or_default();
                     tracing::info!(worker = self.id, peer = %peer, "client TLS failed, closing: {e}");
@@ -176,10 +176,7 @@ impl Worker {
     /// Give the layers above a client read's result: the plaintext is the
     /// read buffer's valid bytes.
     fn tls_deliver(&mut self, sid: SessionId, res: i32) {
-        let has_leg = self
-            .sessions
-            .get_mut(sid.index, sid.generation)
-            .is_some_and(|s| s.leg.is_some());
+        let has_leg = self.sessions.slot(sid).is_some_and(|s| s.leg.is_some());
         if has_leg {
             // Compression inside TLS: its wire bytes are TLS's plaintext.
             return self.leg_client_read_done(sid, res);
