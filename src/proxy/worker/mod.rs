@@ -36,14 +36,15 @@ mod relay_execute;
 mod ring_io;
 mod session_actions;
 mod session_io;
+mod setup;
 mod table;
+mod tick;
 mod tls_io;
 mod tls_outbox;
 mod users_reload;
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -315,141 +316,6 @@ pub struct Worker {
     backend_tls: std::collections::HashMap<(u32, u32), Box<backend_tls_io::BackendTlsIo>>,
 }
 
-/// Register the worker's provided-buffer ring and check that multishot
-/// receive works on this kernel.
-fn ring_buffers(
-    ring: &mut Ring,
-    cfg: &crate::config::Config,
-    metrics: Arc<metrics::Metrics>,
-    id: usize,
-) -> Result<BufRing, RingSetupError> {
-    let count = u16::try_from(cfg.read_buffer_count).unwrap_or(u16::MAX);
-    let mut bufs = BufRing::register(ring, count, cfg.read_buffer_size, metrics, id)?;
-    bufs.enable_bundles(ring, cfg.large_read_size);
-    let mut probed = bufs.probe_recv_multishot(ring);
-    if probed.is_err() && bufs.bundles() {
-        bufs.disable_bundles(&format!(
-            "a capped bundled receive failed: {}",
-            probed
-                .as_ref()
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default()
-        ));
-        probed = bufs.probe_recv_multishot(ring);
-    }
-    if let Err(e) = probed {
-        // Nothing may take from the ring once its memory is unmapped.
-        let _ = ring.unregister_buf_ring(uring::buffers::provided::BGID);
-        return Err(e);
-    }
-    Ok(bufs)
-}
-
-/// The worker's read buffers in the mode asked for, or in the mode it falls
-/// back to: (pool, why not fixed, why not ring).
-fn read_buffers(
-    ring: &mut Ring,
-    cfg: &crate::config::Config,
-    metrics: &Arc<metrics::Metrics>,
-    id: usize,
-) -> (BufferPool, Option<String>, Option<String>) {
-    let size = cfg.read_buffer_size as usize;
-    let mut mode = cfg.read_buffers;
-    let mut ring_pool = None;
-    let mut ring_fallback = None;
-    if mode == ReadBufferMode::Ring {
-        match ring_buffers(ring, cfg, Arc::clone(metrics), id) {
-            Ok(r) => ring_pool = Some(BufferPool::ring(r, size, Arc::clone(metrics), id)),
-            Err(e) => {
-                ring_fallback = Some(e.to_string());
-                mode = ReadBufferMode::Fixed;
-            }
-        }
-    }
-    let metrics = Arc::clone(metrics);
-    let (buffers, fallback) = match (ring_pool, mode) {
-        (Some(pool), _) => (pool, None),
-        (None, ReadBufferMode::Heap | ReadBufferMode::Ring) => {
-            (BufferPool::heap(size, metrics, id), None)
-        }
-        (None, ReadBufferMode::Fixed) => {
-            let count = cfg.read_buffer_count as usize;
-            match BufferPool::fixed(ring, size, count, Arc::clone(&metrics), id) {
-                Ok(pool) => (pool, None),
-                Err(e) => (BufferPool::heap(size, metrics, id), Some(e.to_string())),
-            }
-        }
-    };
-    let buffers = buffers.with_large_reads(cfg.large_read_size as usize);
-    (buffers, fallback, ring_fallback)
-}
-
-/// The ring's file table for clients accepted as direct descriptors, or
-/// why there is none although asked for.
-fn direct_table(
-    ring: &mut Ring,
-    listener: &Socket,
-    cfg: &crate::config::Config,
-    id: usize,
-) -> (Option<direct::Direct>, Option<String>) {
-    match cfg.direct_descriptors {
-        DirectDescriptors::Off => (None, None),
-        DirectDescriptors::Auto => {
-            match ring.setup_direct_files(direct::table_slots(cfg.max_connections)) {
-                Ok(()) => {
-                    // A direct descriptor has no fd to set options on:
-                    // accepted sockets inherit the listener's.
-                    let _ = listener.set_nodelay(true);
-                    if let Err(e) = crate::sockopt::apply_tcp_options(listener, cfg) {
-                        tracing::warn!(worker = id, "listener socket options: {e}");
-                    }
-                    (Some(direct::Direct::new(ring.direct_slots(), 2)), None)
-                }
-                Err(e) => (None, Some(e)),
-            }
-        }
-    }
-}
-
-/// The pool's configuration, from the proxy's.
-fn pool_config(shared: &Shared) -> PoolConfig {
-    let cfg = &shared.config;
-    PoolConfig {
-        backend: cfg.backend,
-        identity: match cfg.backend_identity {
-            BackendIdentity::Passthrough => IdentityMode::Passthrough,
-            BackendIdentity::Shared => IdentityMode::Shared(BackendLogin {
-                user: cfg.backend_user.clone(),
-                credential: auth::Credential::Plaintext(cfg.backend_password.as_bytes().to_vec()),
-            }),
-        },
-        pool_size: cfg.backend_pool_size,
-        max_connections: cfg.backend_max_connections,
-        max_per_user: cfg.backend_max_connections_per_user,
-        wait_timeout: cfg.backend_wait_timeout,
-        idle_timeout: cfg.backend_idle_timeout,
-        connect_timeout: cfg.backend_connect_timeout,
-        full_auth: FullAuthTransport {
-            secure: false,
-            server_key: shared.backend_rsa_public_key.clone(),
-        },
-        tls: match &shared.backend_tls {
-            None => TlsWish::Off,
-            Some(t) if t.required() => TlsWish::Required,
-            Some(_) => TlsWish::Preferred,
-        },
-    }
-}
-
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
-
-fn timespec(d: Duration) -> Timespec {
-    Timespec::new().sec(d.as_secs()).nsec(d.subsec_nanos())
-}
-
 /// What a session handler sees of its worker (built from fields, so the
 /// session slab can be borrowed mutably beside it).
 fn session_ctx<'a>(
@@ -502,76 +368,6 @@ fn peer_strings(addr: Option<std::net::SocketAddr>) -> (String, String) {
 }
 
 impl Worker {
-    /// Build a worker on the current thread (SINGLE_ISSUER ties the ring
-    /// to the thread that creates it).
-    pub fn new(
-        id: usize,
-        shared: Arc<Shared>,
-        unix: Option<Socket>,
-    ) -> Result<(Worker, WorkerStartup), WorkerError> {
-        let cfg = &shared.config;
-        let (sq, cq) = ring_sizes(cfg, shared.metrics.worker_count());
-        let mut ring = Ring::new(sq, cq)?;
-        let (buffers, fallback, ring_fallback) = read_buffers(&mut ring, cfg, &shared.metrics, id);
-        let listener = listen::tcp(cfg.listen)?;
-        let (direct, direct_fallback) = direct_table(&mut ring, &listener, cfg, id);
-        let startup = WorkerStartup {
-            features: ring.features(),
-            mode: buffers.mode(),
-            fallback,
-            ring_fallback,
-            ring_fd_fallback: ring.ring_fd_fallback().map(str::to_owned),
-            ring_fd: ring.fd(),
-            direct_slots: ring.direct_slots(),
-            direct_fallback,
-        };
-        let mut pool = Pool::new(
-            pool_config(&shared),
-            Arc::clone(&shared.backends),
-            Arc::clone(&shared.metrics),
-            id,
-        );
-        pool.set_max_prepared(crate::proxy::backend_max_prepared(cfg));
-        let buffers_mode = buffers.mode();
-        let worker = Worker {
-            ring,
-            buffers,
-            id,
-            users: shared.users(),
-            users_applied: shared.users(),
-            listeners: [Some(listener), unix].map(|l| l.map(Listener::disarmed)),
-            accept_multishot: true,
-            accept_resume_at: None,
-            direct,
-            sessions: Slab::new(),
-            pool,
-            template: BackendTemplate::before_any_greeting(),
-            backend_addr: leak(SockAddr::from(cfg.backend)),
-            connect_timeout: leak(timespec(cfg.backend_connect_timeout)),
-            tick_ts: leak(timespec(TICK)),
-            conn_ids: ConnectionIds::new(id, shared.metrics.worker_count()),
-            draining: None,
-            log_limiter: LogLimiter::default(),
-            fd_exhaustion_logged_at: None,
-            fd_exhaustion_paused: 0,
-            session_q: VecDeque::new(),
-            held_kill_answers: Vec::new(),
-            pool_q: VecDeque::new(),
-            now: Instant::now(),
-            action_scratch: Vec::new(),
-            lease_scratch: Vec::new(),
-            held_write: None,
-            link_up_write: false,
-            ring_pending: std::collections::HashMap::new(),
-            ring_starved: std::collections::VecDeque::new(),
-            idle_poll: buffers_mode == BufferMode::Fixed && !shared.config.hold_idle_slots,
-            hot_queue: VecDeque::new(),
-            backend_tls: std::collections::HashMap::new(),
-            shared,
-        };
-        Ok((worker, startup))
-    }
-
     fn metrics(&self) -> &WorkerMetrics {
         self.shared.metrics.worker(self.id)
     }
@@ -702,117 +498,6 @@ impl Worker {
         }
         self.session_q.extend(out.drain(..).map(|a| (sid, a)));
         self.action_scratch = out;
-    }
-
-    // ---- time ----
-
-    fn on_tick(&mut self) {
-        let now = self.now;
-        self.users = self.shared.users();
-        self.apply_users_reload();
-        if self.draining.is_none() && self.shared.shutdown.load(Relaxed) {
-            self.begin_drain(now);
-        }
-        if self.accept_resume_at.is_some_and(|at| now >= at) {
-            self.accept_resume_at = None;
-            self.arm_accepts();
-        }
-        let cut = self
-            .draining
-            .is_some_and(|t| now.duration_since(t) >= self.shared.config.drain_timeout);
-        for index in self.sessions.indexes() {
-            let generation = self.sessions.generation(index);
-            let sid = SessionId { index, generation };
-            if cut {
-                self.with_session(sid, |s, _, ctx, out| s.cut(ctx, out));
-            } else {
-                self.with_session(sid, |s, _, ctx, out| s.on_tick(ctx, out));
-            }
-        }
-        if !cut {
-            self.cut_idle_holders();
-        }
-        self.release_stale_kill_answers(now);
-        let mut events = Vec::new();
-        self.pool.on_tick(now, &mut events);
-        self.pool_q.extend(events);
-        self.submit(ops::timeout(self.tick_ts, Token::new(OpTag::Tick, 0, 0)));
-    }
-
-    /// While clients wait for a backend connection (on any worker), cut
-    /// the sessions idle holding one past their bound, the longest idle
-    /// first, one per waiter (`idle_cut.rs`). Each worker cuts for all
-    /// the waiters it sees, so with several workers a wait may cost up to
-    /// one cut per worker; what is cut was idle past its bound anyway.
-    fn cut_idle_holders(&mut self) {
-        let limits = IdleCutLimits {
-            transaction: self.shared.config.idle_transaction_timeout,
-            pinned: self.shared.config.idle_pinned_timeout,
-        };
-        let waiting = self.shared.backends.waiting_for_room();
-        if !limits.any() || waiting == 0 {
-            return;
-        }
-        let mut holders = Vec::new();
-        let ctx = worker_session_ctx!(self);
-        for index in self.sessions.indexes() {
-            let generation = self.sessions.generation(index);
-            if let Some(slot) = self.sessions.get(index) {
-                if let Some((held, idle)) = slot.session.held_idle(&ctx) {
-                    let session = SessionId { index, generation };
-                    holders.push(IdleHolder {
-                        session,
-                        held,
-                        idle,
-                    });
-                }
-            }
-        }
-        idle_cut::pick(&mut holders, waiting);
-        for h in holders {
-            self.with_session(h.session, |s, _, ctx, out| {
-                s.cut_held_idle(h.held, ctx, out)
-            });
-        }
-    }
-
-    fn export_ring_stats(&self) {
-        let stats = self.ring.stats();
-        let m = self.metrics();
-        m.ring_ebusy_reaps.store(stats.ebusy_reaps, Relaxed);
-        m.ring_overflow_flushes
-            .store(stats.overflow_flushes, Relaxed);
-        m.ring_synthetic_failures
-            .store(stats.synthetic_failures, Relaxed);
-        m.ring_enters.store(stats.enters, Relaxed);
-        m.ring_enter_waits.store(stats.waits, Relaxed);
-        m.ring_sqes.store(stats.sqes, Relaxed);
-        m.ring_busy_poll_hits.store(stats.busy_poll_hits, Relaxed);
-        m.ring_busy_poll_sleeps
-            .store(stats.busy_poll_sleeps, Relaxed);
-    }
-
-    /// SIGTERM/SIGINT: stop accepting at once; idle sessions are closed,
-    /// sessions inside a command finish it first (checked at each tick and
-    /// command boundary), and everything left after the drain timeout is cut.
-    fn begin_drain(&mut self, now: Instant) {
-        tracing::info!(worker = self.id, sessions = self.sessions.len(), "draining");
-        self.draining = Some(now);
-        // shutdown(SHUT_RD) on a listening socket stops it listening (new
-        // connects are refused) and completes the armed accept with an
-        // error; the fd itself is closed when the worker ends, after that
-        // CQE, as the buffer lifetime rules require for every fd.
-        for l in self.listeners.iter().flatten() {
-            let _ = l.sock.shutdown(std::net::Shutdown::Read);
-        }
-        if self.id == 0 {
-            if let Some(path) = &self.shared.config.socket {
-                let _ = std::fs::remove_file(path);
-            }
-        }
-        let mut events = Vec::new();
-        self.pool.begin_drain(&mut events);
-        self.pool_q.extend(events);
     }
 }
 
