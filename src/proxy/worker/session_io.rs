@@ -1,6 +1,7 @@
 //! Session completions, the client reads and the relay's reads and writes
 //! (tokened by the session), and freeing a finished session. The session
-//! actions the driver carries out are in `session_actions.rs`.
+//! actions the driver carries out are in `session_actions/`; the relay's
+//! writes pick their transport in `relay_execute.rs`.
 
 use std::sync::atomic::Ordering::Relaxed;
 
