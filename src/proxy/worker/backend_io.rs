@@ -291,24 +291,9 @@ impl Worker {
         let Some(op) = self.ring_pool_op(bid, op) else {
             return;
         };
-        if self.backend_tls_on(bid) {
-            match op {
-                BackendOp::Send(bytes) => return self.backend_tls_send_own(bid, bytes),
-                BackendOp::Read if !self.backend_tls_room(bid) => {
-                    // A partial record fills the buffer beside the plaintext.
-                    let mut events = Vec::new();
-                    self.pool.on_read(
-                        bid,
-                        Completion::Failed(libc::EMSGSIZE),
-                        self.now,
-                        &mut events,
-                    );
-                    self.pool_q.extend(events);
-                    return;
-                }
-                _ => {}
-            }
-        }
+        let Some(op) = self.backend_tls_op(bid, op) else {
+            return;
+        };
         let connect_timeout = self.connect_timeout;
         let addr = self.backend_addr;
         let Some(b) = self.pool.get_mut(bid) else {
@@ -359,6 +344,30 @@ impl Worker {
                 b.io.shutdown();
                 self.try_finish_backend(Some(bid));
             }
+        }
+    }
+
+    /// Backend TLS: a send goes through the record layer, and a read with
+    /// no room beside a partial record fails as too large; every other
+    /// operation (None: carried out here) is the plain one.
+    fn backend_tls_op(&mut self, bid: BackendId, op: BackendOp) -> Option<BackendOp> {
+        if !self.backend_tls_on(bid) {
+            return Some(op);
+        }
+        match op {
+            BackendOp::Send(bytes) => {
+                self.backend_tls_send_own(bid, bytes);
+                None
+            }
+            BackendOp::Read if !self.backend_tls_room(bid) => {
+                // A partial record fills the buffer beside the plaintext.
+                let mut events = Vec::new();
+                let too_large = Completion::Failed(libc::EMSGSIZE);
+                self.pool.on_read(bid, too_large, self.now, &mut events);
+                self.pool_q.extend(events);
+                None
+            }
+            op => Some(op),
         }
     }
 }

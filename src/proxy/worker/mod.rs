@@ -27,6 +27,8 @@ mod backend_io;
 mod backend_tls_io;
 mod debug_park;
 mod direct;
+mod dispatch;
+mod execute;
 mod hot_read;
 mod idle_backend_io;
 mod idle_io;
@@ -370,134 +372,6 @@ fn peer_strings(addr: Option<std::net::SocketAddr>) -> (String, String) {
 impl Worker {
     fn metrics(&self) -> &WorkerMetrics {
         self.shared.metrics.worker(self.id)
-    }
-
-    /// Hand an SQE to the ring. The ring never drops one: an SQE it cannot
-    /// queue comes back as a failed completion, which the owner's normal
-    /// error path rolls back.
-    fn submit(&mut self, sqe: Sqe) {
-        self.flush_held_write();
-        self.ring.push(sqe);
-    }
-
-    /// Run until a drain completes.
-    pub fn run(mut self) -> Result<(), WorkerError> {
-        self.arm_accepts();
-        self.submit(ops::timeout(self.tick_ts, Token::new(OpTag::Tick, 0, 0)));
-        self.now = Instant::now();
-        let mut refill = Vec::new();
-        self.pool.refill(self.now, &mut refill);
-        self.pool_q.extend(refill);
-        self.drive();
-        let mut batch = Vec::with_capacity(1024);
-        let busy_poll = self.shared.config.busy_poll();
-        loop {
-            self.ring.submit_and_wait_polling(busy_poll)?;
-            batch.clear();
-            self.ring.reap(&mut batch);
-            self.now = Instant::now();
-            for cqe in batch.iter() {
-                self.dispatch(cqe.user_data, cqe.result, cqe.flags);
-                self.drive();
-            }
-            // A few relaxed stores: cheap enough per batch, and a scrape
-            // right after a failure sees it (a per-tick export raced tests).
-            self.export_ring_stats();
-            // What serving sets off can leave more to serve (a connection
-            // back, a session asking again at once, which queues while
-            // others wait): serve again rather than leave it to the next
-            // batch, which may be a tick away. Bounded: each round serves.
-            for _ in 0..SERVE_ROUNDS {
-                let mut events = Vec::new();
-                self.pool.serve_waiters(self.now, &mut events);
-                self.pool_q.extend(events);
-                self.drive();
-                if !self.pool.wants_serving() {
-                    break;
-                }
-            }
-            // Fixed mode: reads idle for a while give their slots back
-            // (checked here, so a busy worker needs no wake-up for it).
-            self.cool_idle_reads();
-            // Ring mode: now that every completion is accounted for.
-            self.ring_rearm_starved();
-            if self.draining.is_some() && self.sessions.is_empty() && self.pool.is_empty() {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    fn dispatch(&mut self, user_data: u64, res: i32, flags: u32) {
-        let Some(token) = Token::decode(user_data) else {
-            return;
-        };
-        let sid = SessionId {
-            index: token.index,
-            generation: token.generation,
-        };
-        let bid = BackendId {
-            index: token.index,
-            generation: token.generation,
-        };
-        match token.tag {
-            OpTag::Accept => self.on_accept(token.index as usize, res, flags),
-            OpTag::Tick => self.on_tick(),
-            OpTag::ClientRead => self.on_client_read(sid, res),
-            OpTag::ClientWrite => self.on_client_write(sid, res),
-            OpTag::UpWrite => self.on_up_write(sid, res),
-            OpTag::DownRead => self.on_down_read(sid, res),
-            OpTag::DownWrite => self.on_down_write(sid, res),
-            OpTag::DownCancel => self.on_down_cancel(sid, res),
-            OpTag::TlsWrite => self.on_tls_write(sid, res),
-            OpTag::ClientRecv => self.on_client_recv(sid, res, flags),
-            OpTag::BackendRecv => self.on_backend_recv(bid, res, flags),
-            OpTag::BackendRecvCancel => self.on_backend_recv_cancel(bid, res),
-            OpTag::ClientPoll => self.on_client_poll(sid, res),
-            OpTag::BackendPoll => self.on_backend_poll(bid, res),
-            OpTag::ClientReadCool => self.on_client_read_cool(sid, res),
-            OpTag::DownReadCool => self.on_down_read_cool(sid, res),
-            OpTag::BackendConnect => self.on_backend_connect(bid, res),
-            OpTag::BackendRead => self.on_backend_read(bid, res),
-            OpTag::BackendWrite => self.on_backend_write(bid, res),
-            OpTag::BackendTlsWrite => self.on_backend_tls_write(bid, res),
-            OpTag::BackendWatch => self.on_backend_watch(bid, res),
-            OpTag::DirectAccept => self.on_direct_accept(token.index as usize, res),
-            OpTag::DirectClose => self.on_direct_close(token.index, token.generation, res),
-            OpTag::ClientShutdown => self.on_client_shutdown(sid, res),
-            OpTag::KillWake => self.on_kill_wake(sid, res as u32),
-            OpTag::KillAnswer => self.release_kill_answer(sid),
-            OpTag::MsgRingSent => self.on_msg_ring_sent(token.index, token.generation, res),
-            OpTag::Ignore => {}
-        }
-    }
-
-    /// Carry out everything the machines asked for, in order.
-    fn drive(&mut self) {
-        loop {
-            if let Some((sid, action)) = self.session_q.pop_front() {
-                self.do_session_action(sid, action);
-            } else if let Some(event) = self.pool_q.pop_front() {
-                self.do_pool_event(event);
-            } else {
-                return self.flush_held_write();
-            }
-        }
-    }
-
-    /// Run one session handler and queue what it returns.
-    fn with_session(
-        &mut self,
-        sid: SessionId,
-        f: impl FnOnce(&mut Session, &ConnIo, &SessionCtx, &mut Vec<SessionAction>),
-    ) {
-        let mut out = std::mem::take(&mut self.action_scratch);
-        let ctx = worker_session_ctx!(self);
-        if let Some(slot) = self.sessions.slot(sid) {
-            f(&mut slot.session, &slot.io, &ctx, &mut out);
-        }
-        self.session_q.extend(out.drain(..).map(|a| (sid, a)));
-        self.action_scratch = out;
     }
 }
 

@@ -126,37 +126,49 @@ impl Worker {
             e if e == -libc::EAGAIN => 0,
             n => n,
         };
-        if res >= 0 {
-            self.shared
-                .metrics
-                .worker(self.id)
-                .bytes_client_to_backend_total
-                .fetch_add(res as u64, Relaxed);
-            slot.up_write.0 += res as usize;
-            let (pos, end) = slot.up_write;
-            if pos < end {
-                return self.relay_submit(sid, RelayIo::UpWrite { pos, end });
-            }
-            match slot.leg.as_mut() {
-                Some(leg) => leg.written(),
-                None => {
-                    if let Some(buf) = slot.io.buf.as_mut() {
-                        // Bytes behind the write (a COM_CHANGE_USER the
-                        // relay stopped at) stay for the session.
-                        if buf.filled().len() > end {
-                            buf.consume(end);
-                        } else {
-                            buf.clear();
-                        }
-                    }
-                }
-            }
-            self.ring_forwarded(sid, Side::Client, end);
+        if res >= 0 && self.up_write_advance(sid, res as usize) {
+            return;
         }
         self.with_session(sid, |s, _, ctx, out| {
             s.on_backend_write(completion(res), ctx, out)
         });
         self.try_finish_backend(backend);
+    }
+
+    /// `n` more bytes of the command went to the backend: true when the
+    /// rest is still to write (its write is submitted); else the written
+    /// bytes leave the client's buffer and the session hears of the write.
+    fn up_write_advance(&mut self, sid: SessionId, n: usize) -> bool {
+        self.shared
+            .metrics
+            .worker(self.id)
+            .bytes_client_to_backend_total
+            .fetch_add(n as u64, Relaxed);
+        let Some(slot) = self.sessions.slot(sid) else {
+            return false;
+        };
+        slot.up_write.0 += n;
+        let (pos, end) = slot.up_write;
+        if pos < end {
+            self.relay_submit(sid, RelayIo::UpWrite { pos, end });
+            return true;
+        }
+        match slot.leg.as_mut() {
+            Some(leg) => leg.written(),
+            None => {
+                if let Some(buf) = slot.io.buf.as_mut() {
+                    // Bytes behind the write (a COM_CHANGE_USER the
+                    // relay stopped at) stay for the session.
+                    if buf.filled().len() > end {
+                        buf.consume(end);
+                    } else {
+                        buf.clear();
+                    }
+                }
+            }
+        }
+        self.ring_forwarded(sid, Side::Client, end);
+        false
     }
 
     pub(super) fn on_down_read(&mut self, sid: SessionId, res: i32) {
