@@ -1,6 +1,6 @@
 """Ring mode (`--read-buffers ring`): bytes the relay must keep in a connection's own buffer
 (the rest of a ring chunk behind a command the relay stops at) are kept whole, even when they
-nearly fill that buffer. `ReadBuffer::append` copies nothing when bytes do not fit; ring_io.rs
+nearly fill that buffer. `ReadBuffer::append` copies nothing when bytes do not fit; ring_io/mod.rs
 then ends the session (debug builds, which these tests run, assert), never goes on without them.
 """
 

@@ -225,7 +225,7 @@ pub struct SessionCtx<'a> {
     /// SQEs and a completion per query; the pool's close watch is what
     /// watches a parked connection). Every mode: in ring mode that read is
     /// the backend's armed multishot receive, which the park hands to the
-    /// pool still armed (worker/ring_io.rs), where a server EOF that beat
+    /// pool still armed (worker/ring_io/give_back.rs), where a server EOF that beat
     /// the park discards the connection and reaches the session as
     /// `PoolEvent::ClosedIdle`. False only in tests of the old path.
     pub park_withdraws_idle_read: bool,

@@ -351,7 +351,7 @@ fn session_ctx<'a>(
             bytes: usize::try_from(cfg.max_prepared_bytes).unwrap_or(usize::MAX),
         },
         // Every mode: ring mode keeps the backend's receive armed across
-        // the park instead (`ring_io.rs`, `Worker::ring_give_back`).
+        // the park instead (`ring_io/give_back.rs`, `Worker::ring_give_back`).
         park_withdraws_idle_read: true,
     }
 }

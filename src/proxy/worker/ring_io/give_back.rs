@@ -1,0 +1,341 @@
+//! A session gives its backend back while the relay's receive may still be
+//! armed: the receive is cancelled (or, at a park that keeps the
+//! connection as it is, left armed for the pool), and what the give-back
+//! asked for ([`PendingRelease`]) is carried out at its last CQE.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::*;
+
+/// How a backend's receive that a give-back cancels has ended. Bytes that
+/// beat the cancel: the server is talking between commands, so the
+/// connection is not reusable. Ended by -ENOBUFS before the cancel reached
+/// it, with no byte in userspace: the kernel takes a buffer before it reads
+/// the socket, so that says only that the receive was issued on an empty
+/// ring, or that the socket woke it (bytes or an EOF waiting there). A peek
+/// tells which: with nothing waiting the connection is as clean as the
+/// cancel would have left it, and taking this end for a dirty one cost a
+/// backend connection.
+pub(super) fn settle_give_back_end(io: &mut ConnIo, worker: usize, bid: BackendId) {
+    let Some(recv) = io.recv.as_mut() else {
+        return;
+    };
+    if recv.release_pending && !recv.queue.is_empty() {
+        recv.end = Some(-libc::EPROTO);
+    }
+    if !(recv.release_pending && !recv.armed && recv.end.is_none()) {
+        return;
+    }
+    let clean = io.idle_peer_alive();
+    tracing::debug!(
+        worker,
+        backend = bid.index,
+        clean,
+        "ring receive of a backend given back ended with -ENOBUFS before its cancel"
+    );
+    if let Some(recv) = io.recv.as_mut() {
+        recv.end = Some(if clean {
+            -libc::ECANCELED
+        } else {
+            -libc::EPROTO
+        });
+    }
+}
+
+impl Worker {
+    /// The pool's own operation `op` on backend `bid`. In ring mode, while
+    /// a receive a park left armed names the connection (or is being
+    /// cancelled for an earlier operation), the receive would take the
+    /// server's answer: it is cancelled and `op` runs at its last CQE
+    /// (None). Otherwise `op` back, to run now.
+    pub(in crate::proxy::worker) fn ring_pool_op(
+        &mut self,
+        bid: BackendId,
+        op: BackendOp,
+    ) -> Option<BackendOp> {
+        if !self.buffers.is_ring() || matches!(op, BackendOp::Close | BackendOp::Connect) {
+            return Some(op);
+        }
+        let key = (bid.index, bid.generation);
+        if let Some(PendingRelease::Ops(ops)) = self.ring_pending.get_mut(&key) {
+            ops.push(op);
+            return None;
+        }
+        if matches!(op, BackendOp::Clear) || !self.ring_cancel_idle_recv(bid) {
+            return Some(op);
+        }
+        self.ring_pending.insert(key, PendingRelease::Ops(vec![op]));
+        None
+    }
+
+    /// A lease of backend `bid` to `session`. True: it waits, because a
+    /// receive a park left armed names the connection and the session reads
+    /// its backend into the connection's own buffer (a client leg or TLS
+    /// on either side), where that receive would take the answer; it is
+    /// cancelled and the lease is handed over at its last CQE.
+    pub(in crate::proxy::worker) fn ring_lease_waits(
+        &mut self,
+        session: SessionId,
+        bid: BackendId,
+    ) -> bool {
+        if !self.buffers.is_ring() {
+            return false;
+        }
+        let plain = self
+            .sessions
+            .slot(session)
+            .is_some_and(|s| s.leg.is_some() || s.tls.is_some() || s.session.has_client_leg());
+        if !plain && !self.backend_tls_on(bid) {
+            return false;
+        }
+        if !self.ring_cancel_idle_recv(bid) {
+            return false;
+        }
+        self.ring_pending
+            .insert((bid.index, bid.generation), PendingRelease::Lease(session));
+        true
+    }
+
+    /// Cancel the receive a park left armed on `bid`, if any (true); what
+    /// to do at its last CQE is the caller's `ring_pending` entry.
+    pub(super) fn ring_cancel_idle_recv(&mut self, bid: BackendId) -> bool {
+        let Some(recv) = self
+            .pool
+            .get_mut(bid)
+            .and_then(|b| b.io.recv.as_mut())
+            .filter(|r| r.armed && r.owner.is_none() && !r.release_pending)
+        else {
+            return false;
+        };
+        recv.release_pending = true;
+        let target = recv.user_data;
+        self.metrics()
+            .ring_idle_recv_cancels_total
+            .fetch_add(1, Relaxed);
+        let token = Token::new(OpTag::BackendRecvCancel, bid.index, bid.generation);
+        self.submit(ops::cancel_user_data(target, token));
+        true
+    }
+
+    /// The session gives its backend back (`kind`). In ring mode it is
+    /// reusable only if nothing is left of the relay's receive: no bytes
+    /// queued, and no receive armed. A clean end usually finds the receive
+    /// still armed (it stays armed while the answer is written): it is
+    /// cancelled, and `kind` is carried out at its last CQE (`None` here),
+    /// unless `kind` is a park that keeps the connection as it is, which
+    /// leaves it armed for the pool. Otherwise: whether the connection is
+    /// still clean.
+    pub(in crate::proxy::worker) fn ring_give_back(
+        &mut self,
+        bid: BackendId,
+        clean: bool,
+        kind: PendingRelease,
+    ) -> Option<bool> {
+        if self.buffers.is_ring() {
+            if let Some(b) = self.pool.get_mut(bid) {
+                // A TLS session's relay reads its backend into the
+                // connection's own buffer (not the ring): an idle backend
+                // gives it back, as the ring's readers hold none.
+                self.buffers.shed(&mut b.io.buf);
+            }
+        }
+        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) else {
+            return Some(clean);
+        };
+        let Some(recv) = b.io.recv.as_mut() else {
+            return Some(clean);
+        };
+        let leftover = !recv.queue.is_empty() || recv.end.is_some_and(|e| e != -libc::ECANCELED);
+        recv.owner = None;
+        recv.waiting = false;
+        recv.cancelling = false;
+        recv.rearm_queued = false;
+        recv.drain_into(ring);
+        let kept = matches!(
+            kind,
+            PendingRelease::Park {
+                reset: false,
+                ask: None,
+                ..
+            }
+        );
+        if recv.armed && clean && !leftover && kept && recv.end.is_none() && recv.current.is_none()
+        {
+            // Transaction pooling parks the session and the connection goes
+            // back to the idle list as it is: its receive stays armed, the
+            // pool's from here on, and the next lease's relay takes it over
+            // without arming another (the cancel here and the re-arm at the
+            // lease were two of ring mode's four SQEs per query). While the
+            // connection is idle the receive is its close watch: whatever it
+            // completes with (bytes, EOF, an error) means the server spoke
+            // or closed (`ring_idle_recv`). The pool's own exchanges on it
+            // cancel it first (`ring_pool_op`), as does a lease to a session
+            // that does not read through the ring (`ring_lease_waits`).
+            return Some(true);
+        }
+        if recv.armed && clean && !leftover {
+            recv.release_pending = true;
+            self.ring_pending.insert((bid.index, bid.generation), kind);
+            let token = Token::new(OpTag::BackendRecvCancel, bid.index, bid.generation);
+            let target = recv.user_data;
+            self.submit(ops::cancel_user_data(target, token));
+            return None;
+        }
+        let armed = recv.armed;
+        if recv.quiescent() && recv.current.is_none() {
+            b.io.recv = None;
+        }
+        Some(clean && !leftover && !armed)
+    }
+
+    /// COM_CHANGE_USER resets the session's backend in place (the pool's
+    /// own reads follow, so no receive of the relay may stay armed). True:
+    /// reset now. False: the armed receive is being cancelled, and the
+    /// reset happens at its last CQE.
+    pub(in crate::proxy::worker) fn ring_relet_backend(&mut self, bid: BackendId) -> bool {
+        self.ring_own_backend(bid, PendingRelease::Relet)
+    }
+
+    /// The pool's own exchange on a session's backend (`kind`: a relet or a
+    /// statement), like [`Self::ring_relet_backend`].
+    pub(in crate::proxy::worker) fn ring_own_backend(
+        &mut self,
+        bid: BackendId,
+        kind: PendingRelease,
+    ) -> bool {
+        match self.ring_give_back(bid, true, kind) {
+            None => false,
+            Some(clean) => {
+                if !clean {
+                    // The server spoke between commands: the reset fails on
+                    // a shut socket, and the pool's failure path answers
+                    // the session.
+                    if let Some(b) = self.pool.get_mut(bid) {
+                        b.io.shutdown();
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    /// The cancel of a released backend's receive completed. Anything but
+    /// success (or "already done") leaves the receive armed: shut the
+    /// backend down so it ends, and the release becomes a discard.
+    pub(in crate::proxy::worker) fn on_backend_recv_cancel(&mut self, bid: BackendId, res: i32) {
+        if res == 0 || res == -libc::ENOENT {
+            return;
+        }
+        if let Some(b) = self.pool.get_mut(bid) {
+            if b.io.recv.as_ref().is_some_and(|r| r.armed) {
+                b.io.shutdown();
+            }
+        }
+    }
+
+    /// The last CQE of a receive cancelled at a clean release: hand the
+    /// backend to the pool, reusable only if the cancel ended it (no bytes
+    /// and no EOF beat the cancel).
+    pub(super) fn ring_finish_release(&mut self, bid: BackendId) {
+        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) else {
+            return;
+        };
+        let Some(recv) = b.io.recv.as_mut() else {
+            return;
+        };
+        let clean = recv.queue.is_empty() && recv.end == Some(-libc::ECANCELED);
+        recv.release_pending = false;
+        recv.drain_into(ring);
+        if recv.current.is_none() {
+            b.io.recv = None;
+        }
+        let kind = self
+            .ring_pending
+            .remove(&(bid.index, bid.generation))
+            .unwrap_or(PendingRelease::Release);
+        self.ring_carry_out_pending(bid, kind, clean);
+    }
+
+    /// What the give-back asked for, now that the receive has ended. Not
+    /// clean, the server spoke or closed while the connection was idle:
+    /// what runs on the connection next fails on a shut socket, and the
+    /// pool's failure path tells the session. A flat match: one arm per
+    /// pending give-back.
+    fn ring_carry_out_pending(&mut self, bid: BackendId, kind: PendingRelease, clean: bool) {
+        let now = self.now;
+        let mut events = Vec::new();
+        match kind {
+            PendingRelease::Ops(ops) => return self.ring_run_pending_ops(bid, ops, clean),
+            PendingRelease::Lease(session) => {
+                // The session's relay finds the socket shut.
+                self.shut_backend_unless(bid, clean);
+                events.push(PoolEvent::Leased {
+                    session,
+                    backend: bid,
+                });
+            }
+            PendingRelease::Release => self.pool.release(bid, clean, now, &mut events),
+            PendingRelease::Relet => {
+                self.shut_backend_unless(bid, clean);
+                self.pool.relet(bid, now, &mut events);
+            }
+            PendingRelease::Statement(ask) => {
+                self.shut_backend_unless(bid, clean);
+                let StatementAsk {
+                    key,
+                    want_response,
+                    types,
+                } = *ask;
+                self.pool
+                    .statement(bid, key, want_response, types, now, &mut events);
+            }
+            PendingRelease::Park {
+                kept,
+                reset,
+                ask: Some(session),
+            } if clean => self
+                .pool
+                .park_asking(bid, session, kept, reset, now, &mut events),
+            PendingRelease::Park { reset: true, .. } if clean => {
+                self.pool.release(bid, true, now, &mut events)
+            }
+            PendingRelease::Park { kept, .. } if clean => {
+                self.pool.release_kept(bid, kept, now, &mut events)
+            }
+            PendingRelease::Park { ask, .. } => {
+                if let Some(session) = ask {
+                    events.push(PoolEvent::LastInsertId {
+                        session,
+                        value: None,
+                    });
+                }
+                self.pool.release(bid, false, now, &mut events)
+            }
+        }
+        self.pool_q.extend(events);
+    }
+
+    /// The pool's own exchange on a connection whose receive a park left
+    /// armed, in order (`ring_pool_op`).
+    fn ring_run_pending_ops(&mut self, bid: BackendId, ops: Vec<BackendOp>, clean: bool) {
+        let Some(b) = self.pool.get_mut(bid) else {
+            return;
+        };
+        if b.conn.is_closed() {
+            return;
+        }
+        self.shut_backend_unless(bid, clean);
+        for op in ops {
+            self.backend_op(bid, op);
+        }
+    }
+
+    fn shut_backend_unless(&mut self, bid: BackendId, clean: bool) {
+        if clean {
+            return;
+        }
+        if let Some(b) = self.pool.get_mut(bid) {
+            b.io.shutdown();
+        }
+    }
+}

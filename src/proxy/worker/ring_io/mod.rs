@@ -1,0 +1,169 @@
+//! `--read-buffers ring`: the relay's reads through the worker's
+//! provided-buffer ring (`uring::buffers::provided`), behind the same relay
+//! machine as the other modes.
+//!
+//! The relay asks for one read at a time per pipe and gets "what the buffer
+//! holds". Here a socket's multishot receive stays armed and its CQEs are
+//! queued in order on the socket's [`RingRecv`]; each relay read takes the
+//! next chunk (or waits for one), and the relay's write sends that chunk
+//! straight from the ring buffer, which goes back once the send completes.
+//! When the relay reads again without having forwarded the chunk, the client
+//! side consumed it (given back), and the backend side is keeping it (a
+//! server ERR arriving in pieces): those few bytes are copied into the
+//! connection's own buffer, as the other modes keep them there.
+//!
+//! The receive ends with -ENOBUFS when the ring is empty; the bytes stay in
+//! the socket. When the relay next reads with the queue empty, it is
+//! re-armed at the end of the batch of completions, one such receive per
+//! batch while the ring has buffers (`Worker::ring_rearm_starved`), or,
+//! while the ring is empty, that read is a plain read into the connection's
+//! own buffer (as in heap mode), so an empty ring never stalls a connection
+//! whose peer waits on it.
+//!
+//! A session with a client leg (compression) reads as in heap mode: its
+//! transform copies every byte anyway.
+//!
+//! Transaction pooling: a park that keeps its connection as it is leaves
+//! the backend's receive armed, the pool's while the connection is idle
+//! (any completion of it there is the server speaking or closing), and the
+//! next lease's relay takes it over: no cancel at the park, no re-arm at
+//! the lease (`ring_give_back`, `ring_idle_recv`). What else would read the
+//! connection cancels it first (`ring_pool_op`, `ring_lease_waits`).
+//!
+//! By role: `receive.rs` arms the multishot receive and queues its CQEs;
+//! `deliver.rs` hands a relay read its next chunk (or the end);
+//! `forward.rs` sends a chunk from its ring buffer and gives it back; and
+//! `give_back.rs` settles a backend's receive when its session gives the
+//! backend back ([`PendingRelease`]).
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::*;
+use uring::buffers::provided::RingRecv;
+
+mod deliver;
+mod forward;
+mod give_back;
+mod receive;
+
+/// What the driver does with a backend once its cancelled receive has
+/// ended (the session gave it back while the receive was armed).
+pub(super) enum PendingRelease {
+    /// `Pool::release` (the relay ended).
+    Release,
+    /// `Pool::relet` (COM_CHANGE_USER resets it in place).
+    Relet,
+    /// Transaction pooling parks the session: `Pool::release_kept` with
+    /// what the connection carries, or `Pool::release` with a reset.
+    Park {
+        kept: Option<(Option<String>, Settings)>,
+        reset: bool,
+        /// `Pool::park_asking` for this session first.
+        ask: Option<SessionId>,
+    },
+    /// `Pool::statement` (transaction pooling: a prepared statement is
+    /// looked up, or prepared, on the session's connection).
+    Statement(Box<StatementAsk>),
+    /// The pool's own exchange (a reset, a lease's setup statements) on a
+    /// connection whose receive a park left armed: these operations, in
+    /// order, once the receive has ended (`Worker::ring_pool_op`).
+    Ops(Vec<BackendOp>),
+    /// A lease of such a connection to a session that reads its backend
+    /// into the connection's own buffer (a client leg or client TLS): the
+    /// `PoolEvent::Leased` again once the receive has ended
+    /// (`Worker::ring_lease_waits`).
+    Lease(SessionId),
+}
+
+/// A [`PendingRelease::Statement`]'s arguments.
+#[derive(Clone, Debug)]
+pub(super) struct StatementAsk {
+    pub key: std::sync::Arc<machines::prepared::StmtKey>,
+    pub want_response: bool,
+    pub types: Option<Vec<u8>>,
+}
+
+/// Which socket of a session the relay reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Side {
+    Client,
+    Backend,
+}
+
+/// Count bytes copied out of ring buffers into a connection's own buffer:
+/// the relay path is meant to copy none, and the tests check that a large
+/// result costs none.
+fn copied(shared: &Shared, worker: usize, n: usize) {
+    shared
+        .metrics
+        .worker(worker)
+        .ring_copied_bytes_total
+        .fetch_add(n as u64, Relaxed);
+}
+
+/// Where bytes copied out of ring buffers are counted ([`copied`]).
+#[derive(Clone, Copy)]
+struct Copied<'a>(&'a Shared, usize);
+
+impl Copied<'_> {
+    fn count(self, n: usize) {
+        copied(self.0, self.1, n)
+    }
+}
+
+impl Worker {
+    /// Bytes of a ring chunk that had to be kept in the connection's own
+    /// buffer did not fit it (`ReadBuffer::append` copied nothing). Each
+    /// site says why that cannot happen; if it does anyway, the session may
+    /// not go on with bytes missing from the MySQL stream (rule: nothing
+    /// lost). Debug builds stop here; release builds log one error line
+    /// and end the session: the side's receive drops what it queued and
+    /// ends with -EIO, so no byte behind the gap is handed over, and both
+    /// sockets are shut: the backend's at once (nothing more reaches the
+    /// server; the connection is discarded), the client's too, or, for a
+    /// direct descriptor, by an IORING_OP_SHUTDOWN (the session's own
+    /// packets, whole ones, may still go out before it lands).
+    fn ring_lost(&mut self, sid: SessionId, side: Side, site: &'static str, bytes: usize) {
+        debug_assert!(
+            false,
+            "ring mode: {site} ({bytes} bytes) do not fit the buffer"
+        );
+        tracing::error!(
+            worker = self.id,
+            site,
+            bytes,
+            "ring mode: bytes to keep did not fit the connection's buffer; closing the session \
+             rather than losing them"
+        );
+        let Some(slot) = self.sessions.slot(sid) else {
+            return;
+        };
+        let how = slot.io.shutdown();
+        let backend = slot.backend;
+        self.shutdown_client(sid, how);
+        if let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) {
+            b.io.shutdown();
+        }
+        let Some(recv) = self.recv_of(sid, side) else {
+            return;
+        };
+        recv.end = Some(-libc::EIO);
+        let queued = std::mem::take(&mut recv.queue);
+        if let Some(ring) = self.buffers.buf_ring() {
+            for c in queued {
+                let _ = ring.put(c);
+            }
+        }
+    }
+
+    fn recv_of(&mut self, sid: SessionId, side: Side) -> Option<&mut RingRecv> {
+        let slot = self.sessions.slot(sid)?;
+        match side {
+            Side::Client => slot.io.recv.as_mut(),
+            Side::Backend => {
+                let b = slot.backend.and_then(|b| self.pool.get_mut(b))?;
+                b.io.recv.as_mut()
+            }
+        }
+    }
+}
