@@ -40,6 +40,7 @@ use crate::ids::{
     BackendId, IdentityId, LeaseRequest, PoolKey, SessionId, Settings, TlsWish, ANY_SETTINGS,
 };
 use crate::slab::Slab;
+pub use give_back::{clean_after_cancel, give_back, GiveBack, ReceiveEnd, ReceiveLeft};
 use metrics::{BackendTlsError, InternalQuery, Metrics, RejectReason, WorkerMetrics};
 pub use share::BackendShare;
 use waiters::Waiters;
@@ -953,6 +954,8 @@ impl<Io: ConnHandle> Pool<Io> {
 }
 
 mod backend_events;
+
+mod give_back;
 
 mod release;
 

@@ -6,6 +6,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::*;
+use machines::pool::{self, GiveBack, ReceiveEnd, ReceiveLeft};
 
 /// How a backend's receive that a give-back cancels has ended. Bytes that
 /// beat the cancel: the server is talking between commands, so the
@@ -124,7 +125,8 @@ impl Worker {
     /// cancelled, and `kind` is carried out at its last CQE (`None` here),
     /// unless `kind` is a park that keeps the connection as it is, which
     /// leaves it armed for the pool. Otherwise: whether the connection is
-    /// still clean.
+    /// still clean. The decision is the pool's (`pool::give_back`), from
+    /// what is left of the receive.
     pub(in crate::proxy::worker) fn ring_give_back(
         &mut self,
         bid: BackendId,
@@ -145,7 +147,7 @@ impl Worker {
         let Some(recv) = b.io.recv.as_mut() else {
             return Some(clean);
         };
-        let leftover = !recv.queue.is_empty() || recv.end.is_some_and(|e| e != -libc::ECANCELED);
+        let bytes_queued = !recv.queue.is_empty();
         recv.owner = None;
         recv.waiting = false;
         recv.cancelling = false;
@@ -159,33 +161,40 @@ impl Worker {
                 ..
             }
         );
-        if recv.armed && clean && !leftover && kept && recv.end.is_none() && recv.current.is_none()
-        {
-            // Transaction pooling parks the session and the connection goes
-            // back to the idle list as it is: its receive stays armed, the
-            // pool's from here on, and the next lease's relay takes it over
-            // without arming another (the cancel here and the re-arm at the
-            // lease were two of ring mode's four SQEs per query). While the
-            // connection is idle the receive is its close watch: whatever it
-            // completes with (bytes, EOF, an error) means the server spoke
-            // or closed (`ring_idle_recv`). The pool's own exchanges on it
-            // cancel it first (`ring_pool_op`), as does a lease to a session
-            // that does not read through the ring (`ring_lease_waits`).
-            return Some(true);
-        }
-        if recv.armed && clean && !leftover {
-            recv.release_pending = true;
-            self.ring_pending.insert((bid.index, bid.generation), kind);
-            let token = Token::new(OpTag::BackendRecvCancel, bid.index, bid.generation);
-            let target = recv.user_data;
-            self.submit(ops::cancel_user_data(target, token));
-            return None;
-        }
-        let armed = recv.armed;
+        let left = ReceiveLeft {
+            armed: recv.armed,
+            bytes_queued,
+            end: receive_end(recv.end),
+            chunk_in_flight: recv.current.is_some(),
+        };
+        let clean = match pool::give_back(clean, kept, left) {
+            GiveBack::KeepArmed => {
+                // Transaction pooling parks the session and the connection goes
+                // back to the idle list as it is: its receive stays armed, the
+                // pool's from here on, and the next lease's relay takes it over
+                // without arming another (the cancel here and the re-arm at the
+                // lease were two of ring mode's four SQEs per query). While the
+                // connection is idle the receive is its close watch: whatever it
+                // completes with (bytes, EOF, an error) means the server spoke
+                // or closed (`ring_idle_recv`). The pool's own exchanges on it
+                // cancel it first (`ring_pool_op`), as does a lease to a session
+                // that does not read through the ring (`ring_lease_waits`).
+                return Some(true);
+            }
+            GiveBack::CancelFirst => {
+                recv.release_pending = true;
+                self.ring_pending.insert((bid.index, bid.generation), kind);
+                let token = Token::new(OpTag::BackendRecvCancel, bid.index, bid.generation);
+                let target = recv.user_data;
+                self.submit(ops::cancel_user_data(target, token));
+                return None;
+            }
+            GiveBack::Now { clean } => clean,
+        };
         if recv.quiescent() && recv.current.is_none() {
             b.io.recv = None;
         }
-        Some(clean && !leftover && !armed)
+        Some(clean)
     }
 
     /// COM_CHANGE_USER resets the session's backend in place (the pool's
@@ -243,7 +252,7 @@ impl Worker {
         let Some(recv) = b.io.recv.as_mut() else {
             return;
         };
-        let clean = recv.queue.is_empty() && recv.end == Some(-libc::ECANCELED);
+        let clean = pool::clean_after_cancel(!recv.queue.is_empty(), receive_end(recv.end));
         recv.release_pending = false;
         recv.drain_into(ring);
         if recv.current.is_none() {
@@ -337,5 +346,15 @@ impl Worker {
         if let Some(b) = self.pool.get_mut(bid) {
             b.io.shutdown();
         }
+    }
+}
+
+/// The typed end the pool's give-back decision reads from a receive's
+/// recorded end (an errno).
+fn receive_end(end: Option<i32>) -> ReceiveEnd {
+    match end {
+        None => ReceiveEnd::Open,
+        Some(e) if e == -libc::ECANCELED => ReceiveEnd::Cancelled,
+        Some(_) => ReceiveEnd::Other,
     }
 }
