@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use uring::sys::{rlimit, set_rlimit, Resource, Rlimit};
+
 /// The repository: RINGGATE_REPO, else the parent of the bench's manifest directory.
 pub fn repo_root() -> PathBuf {
     if let Ok(r) = std::env::var("RINGGATE_REPO") {
@@ -18,15 +20,10 @@ pub fn repo_root() -> PathBuf {
 /// Raises this process's soft fd limit to its hard one (at most 2^20): every client of a
 /// storm is an fd.
 pub fn raise_nofile() {
-    // SAFETY: plain getrlimit/setrlimit on this process.
-    unsafe {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
-            r.rlim_cur = r.rlim_max.min(1 << 20);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+    if let Ok(mut r) = rlimit(Resource::Nofile) {
+        if r.soft < r.hard {
+            r.soft = r.hard.min(1 << 20);
+            let _ = set_rlimit(Resource::Nofile, r);
         }
     }
 }
@@ -34,33 +31,28 @@ pub fn raise_nofile() {
 /// The soft and hard RLIMIT_NOFILE after trying to raise both to `want` (the hard one only
 /// moves for a process with CAP_SYS_RESOURCE; then the soft one goes to the hard one).
 pub fn raise_nofile_to(want: u64) -> (u64, u64) {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into a valid struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+    let Ok(r) = rlimit(Resource::Nofile) else {
         return (0, 0);
+    };
+    let both = Rlimit {
+        soft: want,
+        hard: want,
+    };
+    // Failure (EPERM) leaves the limits as they were.
+    if r.hard < want && set_rlimit(Resource::Nofile, both).is_ok() {
+        return (want, want);
     }
-    if r.rlim_max < want {
-        let up = libc::rlimit {
-            rlim_cur: want,
-            rlim_max: want,
+    if r.soft < r.hard {
+        let raised = Rlimit {
+            soft: r.hard,
+            hard: r.hard,
         };
-        // SAFETY: setrlimit reads a valid, initialised struct; failure (EPERM) leaves the
-        // limits as they were.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &up) } == 0 {
-            return (want, want);
-        }
+        // Raising the soft limit up to the hard one needs no privilege.
+        let _ = set_rlimit(Resource::Nofile, raised);
+        let now = rlimit(Resource::Nofile).unwrap_or(raised);
+        return (now.soft, now.hard);
     }
-    if r.rlim_cur < r.rlim_max {
-        r.rlim_cur = r.rlim_max;
-        // SAFETY: as above; raising the soft limit up to the hard one needs no privilege.
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
-        // SAFETY: as the first getrlimit.
-        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
-    }
-    (r.rlim_cur, r.rlim_max)
+    (r.soft, r.hard)
 }
 
 /// Whether `cmd` is on the PATH or in an sbin directory.
