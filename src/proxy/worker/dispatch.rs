@@ -1,5 +1,6 @@
 //! Dispatch: the worker's loop, and each completion turned into a call of
-//! the handler its token names (which hands the machine a typed event).
+//! the handler its token names (which hands the machine a typed event
+//! through `execute.rs`).
 
 use super::*;
 
@@ -96,20 +97,5 @@ impl Worker {
             OpTag::MsgRingSent => self.on_msg_ring_sent(token.index, token.generation, res),
             OpTag::Ignore => {}
         }
-    }
-
-    /// Run one session handler and queue what it returns.
-    pub(super) fn with_session(
-        &mut self,
-        sid: SessionId,
-        f: impl FnOnce(&mut Session, &ConnIo, &SessionCtx, &mut Vec<SessionAction>),
-    ) {
-        let mut out = std::mem::take(&mut self.action_scratch);
-        let ctx = worker_session_ctx!(self);
-        if let Some(slot) = self.sessions.slot(sid) {
-            f(&mut slot.session, &slot.io, &ctx, &mut out);
-        }
-        self.session_q.extend(out.drain(..).map(|a| (sid, a)));
-        self.action_scratch = out;
     }
 }

@@ -1,5 +1,7 @@
-//! Execute: what the machines asked for, carried out in order, and every
-//! SQE handed to the ring in one place.
+//! Execute: a session machine fed one event, what the machines asked for
+//! carried out in order, and every SQE handed to the ring in one place.
+//! The handlers call down into this file; only `drive` calls back up, into
+//! the operations (`session_actions/`, `backend_io::do_pool_event`).
 
 use super::*;
 
@@ -23,5 +25,20 @@ impl Worker {
                 return self.flush_held_write();
             }
         }
+    }
+
+    /// Run one session handler and queue what it returns.
+    pub(super) fn with_session(
+        &mut self,
+        sid: SessionId,
+        f: impl FnOnce(&mut Session, &ConnIo, &SessionCtx, &mut Vec<SessionAction>),
+    ) {
+        let mut out = std::mem::take(&mut self.action_scratch);
+        let ctx = worker_session_ctx!(self);
+        if let Some(slot) = self.sessions.slot(sid) {
+            f(&mut slot.session, &slot.io, &ctx, &mut out);
+        }
+        self.session_q.extend(out.drain(..).map(|a| (sid, a)));
+        self.action_scratch = out;
     }
 }
