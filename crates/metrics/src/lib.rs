@@ -19,7 +19,8 @@
 //!
 //! This file holds the per-worker counters and their owner [`Metrics`];
 //! `labels.rs` the label enums, `snapshot.rs` the sums, `exposition.rs`
-//! the text format; the HTTP thread is `src/metrics_endpoint.rs`.
+//! the text format, `text.rs` the text read back as samples (for the tests
+//! and the harness); the HTTP thread is `src/metrics_endpoint.rs`.
 #![forbid(unsafe_code)]
 
 use std::fmt;
@@ -33,6 +34,7 @@ mod exposition;
 mod labels;
 mod pool_wait;
 mod snapshot;
+pub mod text;
 mod user_usage;
 
 pub use labels::{

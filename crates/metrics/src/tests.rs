@@ -1,8 +1,8 @@
-//! Unit tests of the metrics: sums over workers, the exposition text. The Prometheus text parser here is for these tests only (the
-//! integration tests use the shared harness's, `crates/testkit/src/prometheus.rs`).
+//! Unit tests of the metrics: sums over workers, the exposition text, read back through
+//! [`text::Samples`], the reader the integration tests use too.
 
 use super::*;
-use std::collections::HashMap;
+use text::{parse_value, Samples};
 
 const ALL_NAMES: [(&str, &str); 57] = [
     ("ringgate_workers", "gauge"),
@@ -66,56 +66,6 @@ const ALL_NAMES: [(&str, &str); 57] = [
     ("ringgate_connect_duration_seconds", "histogram"),
     ("ringgate_connect_duration_seconds_quantile", "gauge"),
 ];
-
-/// Parses Prometheus text exposition into `name{labels}` → value, with the
-/// key exactly as written on the line. Comments, blank lines and unparsable
-/// lines are skipped; a trailing timestamp is ignored.
-fn parse_prometheus_text(text: &str) -> HashMap<String, f64> {
-    let mut map = HashMap::new();
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Some(split) = key_end(line) else { continue };
-        let (key, rest) = line.split_at(split);
-        let Some(value) = rest.split_whitespace().next().and_then(parse_value) else {
-            continue;
-        };
-        map.insert(key.to_string(), value);
-    }
-    map
-}
-
-/// Byte index where the `name{labels}` part of a sample line ends. Label
-/// values are quoted and may contain spaces, braces and escaped quotes.
-fn key_end(line: &str) -> Option<usize> {
-    let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
-    if !line[name_end..].starts_with('{') {
-        return Some(name_end);
-    }
-    let mut in_quotes = false;
-    let mut escaped = false;
-    for (i, c) in line.char_indices().skip_while(|&(i, _)| i <= name_end) {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' if in_quotes => escaped = true,
-            '"' => in_quotes = !in_quotes,
-            '}' if !in_quotes => return Some(i + 1),
-            _ => {}
-        }
-    }
-    None
-}
-
-fn parse_value(s: &str) -> Option<f64> {
-    match s {
-        "+Inf" | "Inf" => Some(f64::INFINITY),
-        "-Inf" => Some(f64::NEG_INFINITY),
-        "NaN" => Some(f64::NAN),
-        _ => s.parse().ok(),
-    }
-}
 
 fn populated() -> Arc<Metrics> {
     let m = Metrics::new(2, BufferMode::Fixed);
@@ -198,8 +148,8 @@ fn render_has_help_and_type_for_every_name() {
 #[test]
 fn sums_across_two_workers() {
     let m = populated();
-    let p = parse_prometheus_text(&m.render());
-    let get = |k: &str| *p.get(k).unwrap_or_else(|| panic!("missing {k}"));
+    let p = Samples::parse(&m.render());
+    let get = |k: &str| p.get(k);
     assert_eq!(get("ringgate_workers"), 2.0);
     assert_eq!(get("ringgate_read_buffers_total{mode=\"fixed\"}"), 1100.0);
     assert_eq!(get("ringgate_read_buffers_free"), 990.0);
@@ -259,12 +209,14 @@ fn mode_switch_changes_label() {
     let m = Metrics::new(1, BufferMode::Fixed);
     m.set_mode(BufferMode::Heap);
     assert_eq!(m.mode(), BufferMode::Heap);
-    let p = parse_prometheus_text(&m.render());
+    let p = Samples::parse(&m.render());
     assert_eq!(
-        p.get("ringgate_read_buffers_total{mode=\"heap\"}"),
-        Some(&0.0)
+        p.try_get("ringgate_read_buffers_total{mode=\"heap\"}"),
+        Some(0.0)
     );
-    assert!(!p.contains_key("ringgate_read_buffers_total{mode=\"fixed\"}"));
+    assert!(p
+        .try_get("ringgate_read_buffers_total{mode=\"fixed\"}")
+        .is_none());
 }
 
 #[test]
@@ -277,8 +229,12 @@ fn histogram_buckets_are_cumulative_and_count_is_right() {
     m.worker(1).record_connect(us(2_500));
     m.worker(1).record_connect(Duration::from_secs(1));
     m.worker(1).record_connect(Duration::from_secs(90)); // beyond 10 s and the hdr range
-    let p = parse_prometheus_text(&m.render());
-    let b = |le: &str| p[&format!("ringgate_connect_duration_seconds_bucket{{le=\"{le}\"}}")];
+    let p = Samples::parse(&m.render());
+    let b = |le: &str| {
+        p.get(&format!(
+            "ringgate_connect_duration_seconds_bucket{{le=\"{le}\"}}"
+        ))
+    };
     assert_eq!(b("0.0001"), 1.0);
     assert_eq!(b("0.00025"), 2.0);
     assert_eq!(b("0.001"), 2.0);
@@ -287,8 +243,8 @@ fn histogram_buckets_are_cumulative_and_count_is_right() {
     assert_eq!(b("1"), 4.0);
     assert_eq!(b("10"), 4.0);
     assert_eq!(b("+Inf"), 5.0);
-    assert_eq!(p["ringgate_connect_duration_seconds_count"], 5.0);
-    let sum = p["ringgate_connect_duration_seconds_sum"];
+    assert_eq!(p.get("ringgate_connect_duration_seconds_count"), 5.0);
+    let sum = p.get("ringgate_connect_duration_seconds_sum");
     assert!((sum - 91.002701).abs() < 1e-9, "sum {sum}");
 
     let mut prev = 0.0;
@@ -318,16 +274,20 @@ fn pool_wait_histogram_sums_workers_and_is_cumulative() {
     m.worker(0).record_pool_wait(Duration::from_millis(3));
     m.worker(1).record_pool_wait(Duration::from_secs(5));
     m.worker(1).record_pool_wait(Duration::from_secs(90));
-    let p = parse_prometheus_text(&m.render());
-    let b = |le: &str| p[&format!("ringgate_pool_wait_duration_seconds_bucket{{le=\"{le}\"}}")];
+    let p = Samples::parse(&m.render());
+    let b = |le: &str| {
+        p.get(&format!(
+            "ringgate_pool_wait_duration_seconds_bucket{{le=\"{le}\"}}"
+        ))
+    };
     assert_eq!(b("0.0001"), 1.0);
     assert_eq!(b("0.001"), 1.0);
     assert_eq!(b("0.005"), 2.0);
     assert_eq!(b("5"), 3.0);
     assert_eq!(b("60"), 3.0);
     assert_eq!(b("+Inf"), 4.0);
-    assert_eq!(p["ringgate_pool_wait_duration_seconds_count"], 4.0);
-    let sum = p["ringgate_pool_wait_duration_seconds_sum"];
+    assert_eq!(p.get("ringgate_pool_wait_duration_seconds_count"), 4.0);
+    let sum = p.get("ringgate_pool_wait_duration_seconds_sum");
     assert!((sum - 95.0031).abs() < 1e-9, "sum {sum}");
     let s = m.snapshot().pool_wait;
     assert_eq!(s.buckets[POOL_WAIT_BUCKET_COUNT - 1], 4);
@@ -340,16 +300,22 @@ fn pool_wait_histogram_sums_workers_and_is_cumulative() {
 #[test]
 fn quantiles_come_from_merged_histogram() {
     let m = Metrics::new(2, BufferMode::Fixed);
-    let p = parse_prometheus_text(&m.render());
-    assert!(p["ringgate_connect_duration_seconds_quantile{quantile=\"0.5\"}"].is_nan());
+    let p = Samples::parse(&m.render());
+    assert!(p
+        .get("ringgate_connect_duration_seconds_quantile{quantile=\"0.5\"}")
+        .is_nan());
     assert_eq!(m.snapshot().connect_duration.p99, None);
 
     for i in 1..=1000u64 {
         m.worker((i % 2) as usize)
             .record_connect(Duration::from_micros(i));
     }
-    let p = parse_prometheus_text(&m.render());
-    let q = |q: &str| p[&format!("ringgate_connect_duration_seconds_quantile{{quantile=\"{q}\"}}")];
+    let p = Samples::parse(&m.render());
+    let q = |q: &str| {
+        p.get(&format!(
+            "ringgate_connect_duration_seconds_quantile{{quantile=\"{q}\"}}"
+        ))
+    };
     assert!((q("0.5") - 0.000500).abs() < 1e-6, "{}", q("0.5"));
     assert!((q("0.99") - 0.000990).abs() < 1e-6, "{}", q("0.99"));
     assert!((q("0.999") - 0.000999).abs() < 1e-6, "{}", q("0.999"));
@@ -358,33 +324,25 @@ fn quantiles_come_from_merged_histogram() {
 }
 
 #[test]
-fn parse_round_trip_and_edge_cases() {
+fn the_exposition_reads_back_line_for_line() {
     let m = populated();
     m.worker(0).record_connect(Duration::from_micros(300));
     let text = m.render();
-    let p = parse_prometheus_text(&text);
+    let p = Samples::parse(&text);
     let samples = text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .count();
-    assert_eq!(p.len(), samples);
+    assert_eq!(p.samples.len(), samples);
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let (k, v) = line.rsplit_once(' ').unwrap();
-        let parsed = p[k];
+        let parsed = p.get(k);
         let expected = parse_value(v).unwrap();
         assert!(
             parsed == expected || (parsed.is_nan() && expected.is_nan()),
             "{line}"
         );
     }
-
-    let odd = "# comment\n\nfoo{a=\"x y}\\\"z\"} 1.5 1700000000\nbar +Inf\nbaz NaN\nbroken{a=\"b\" 3\nnovalue\nqux -2\n";
-    let p = parse_prometheus_text(odd);
-    assert_eq!(p["foo{a=\"x y}\\\"z\"}"], 1.5);
-    assert_eq!(p["bar"], f64::INFINITY);
-    assert!(p["baz"].is_nan());
-    assert_eq!(p["qux"], -2.0);
-    assert_eq!(p.len(), 4);
 }
 
 #[test]
