@@ -10,7 +10,8 @@
 //!
 //! Prints the median and the 90th percentile of each step in the thread's
 //! CPU time (what the worker spends, whatever else the machine runs;
-//! docs/operations.md, "Login storms", has the figures).
+//! docs/journal/2026-12-06-full-auth-cost.md has the figures, docs/operations.md,
+//! "Login storms", what they mean for an operator).
 
 use std::time::Duration;
 
