@@ -243,7 +243,8 @@ pub struct Config {
     pub pooling: Pooling,
 
     /// With --backend-identity shared: the account every client runs as
-    /// (mysql_native_password). Refused with passthrough identity.
+    /// (mysql_native_password or caching_sha2_password). Refused with
+    /// passthrough identity.
     #[arg(long, default_value = "ringgate", value_name = "USER")]
     pub backend_user: String,
 
