@@ -178,11 +178,13 @@ impl ConnIo {
     }
 }
 
-impl machines::pool::ConnHandle for ConnIo {
-    /// A cheap check on checkout (as Pingora does): an idle connection must
-    /// have nothing to read. EOF or stray bytes mean the server closed it
-    /// (e.g. wait_timeout, or a restart).
-    fn idle_peer_alive(&self) -> bool {
+impl ConnIo {
+    /// The pool's check of an idle connection at its lease
+    /// (`PoolEvent::CheckIdle`; as Pingora checks on checkout): it must have
+    /// nothing to read. EOF or stray bytes mean the server closed it (e.g.
+    /// wait_timeout, or a restart). A peek that does not block: it consumes
+    /// nothing.
+    pub fn idle_peer_alive(&self) -> bool {
         // Only backend connections are checked, and they are plain fds.
         let SockHandle::Plain(sock) = &self.sock else {
             return true;
@@ -193,7 +195,9 @@ impl machines::pool::ConnHandle for ConnIo {
             Ok(_) => false,
         }
     }
+}
 
+impl machines::pool::ConnHandle for ConnIo {
     fn read_buffer(&self) -> Option<(&[u8], usize)> {
         self.buf.as_ref().map(|b| (b.filled(), b.capacity()))
     }
@@ -215,7 +219,6 @@ impl Drop for ConnIo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use machines::pool::ConnHandle;
     use metrics::{BufferMode, Metrics};
     use socket2::{Domain, Type};
     use uring::buffers::{BufferPool, Owner};

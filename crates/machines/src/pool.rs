@@ -10,7 +10,10 @@
 //!
 //! This file holds the pool's types and the leasing (idle pick, waiters,
 //! opening); the rest are child modules that share its private fields:
-//! `pool/release.rs` (connections coming back), `pool/backend_events.rs`
+//! `pool/idle_check.rs` (the check of an idle connection at its lease, an
+//! operation the driver carries out), `pool/release.rs` (connections coming
+//! back), `pool/give_back.rs` (ring mode's give-back decision),
+//! `pool/backend_events.rs`
 //! (completions on a connection's socket and its machine's events),
 //! `pool/upkeep.rs` (serving waiters, timeouts, refill, drain, giving
 //! connections to other workers), `pool/share.rs` (how the workers share
@@ -82,13 +85,9 @@ pub struct PoolConfig {
 /// What the driver keeps for each backend connection: its socket and read
 /// buffer. The pool stores it beside the connection's machine, so that the
 /// two are created and dropped together, and reaches into it only through
-/// this trait, for the two facts a pool decision needs; the pool itself
+/// this trait, for the one fact a pool decision needs; the pool itself
 /// does no I/O.
 pub trait ConnHandle {
-    /// At lease (as Pingora checks on checkout): an idle connection must
-    /// have nothing to read. EOF or stray bytes mean the server closed it
-    /// (wait_timeout, a restart) before its close watch was handled.
-    fn idle_peer_alive(&self) -> bool;
     /// The bytes the connection's last read left in its buffer, and the
     /// buffer's capacity; None while it holds no buffer.
     fn read_buffer(&self) -> Option<(&[u8], usize)>;
@@ -161,6 +160,12 @@ pub enum PoolEvent {
     },
     /// An operation on a connection's own socket.
     Io(BackendId, BackendOp),
+    /// Check, before it is leased, that an idle connection has nothing to
+    /// read (as Pingora checks on checkout): EOF or stray bytes mean the
+    /// server closed it (its wait_timeout, a restart) before its close
+    /// watch was handled. The driver peeks at the socket without blocking
+    /// and answers [`Pool::idle_checked`].
+    CheckIdle(BackendId),
     /// The session has its connection, with its schema selected.
     Leased {
         session: SessionId,
@@ -212,6 +217,16 @@ pub enum PoolEvent {
     },
 }
 
+/// How [`Pool::try_lease`] goes on with a request it took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Leasing {
+    /// A connection is being opened for it.
+    Opening,
+    /// An idle connection is being checked for it
+    /// ([`PoolEvent::CheckIdle`]).
+    Checking,
+}
+
 /// What [`Pool::reserve`] found.
 enum Reserve {
     Got,
@@ -231,6 +246,10 @@ pub struct Pool<Io> {
     /// Sessions waiting for a connection: a FIFO queue per key
     /// (`pool/waiters.rs`).
     waiters: Waiters,
+    /// Idle connections taken for a lease whose check
+    /// ([`PoolEvent::CheckIdle`]) the driver has not answered yet
+    /// (`pool/idle_check.rs`).
+    checks: Vec<idle_check::Check>,
     /// Something freed up: serve the waiters.
     dirty: bool,
     /// A waiter left a free unit to another worker (`Reserve::Theirs`):
@@ -323,6 +342,7 @@ impl<Io: ConnHandle> Pool<Io> {
             slots: Slab::new(),
             idle: Vec::new(),
             waiters: Waiters::default(),
+            checks: Vec::new(),
             dirty: false,
             deferred: false,
             share,
@@ -516,7 +536,7 @@ impl<Io: ConnHandle> Pool<Io> {
         }
         // Nobody waits: connections being evicted are nobody's.
         let mut covered = self.evicting;
-        if !self.try_lease(&req, &mut covered, now, out) {
+        if let Err(req) = self.try_lease(req, None, &mut covered, now, out) {
             self.enqueue(req, now);
         }
     }
@@ -575,6 +595,7 @@ impl<Io: ConnHandle> Pool<Io> {
     /// The session no longer wants a connection (it closed while waiting).
     pub fn cancel(&mut self, session: SessionId) {
         self.waiters.remove(session);
+        self.withdraw_check(session);
         self.user_limited.remove(&session);
         self.publish();
         for index in self.slots.indexes() {
@@ -587,25 +608,32 @@ impl<Io: ConnHandle> Pool<Io> {
     }
 
     /// Lease an idle connection of the key, or open one if the global limit
-    /// allows. False when the request must wait: for a connection of its
-    /// key being reset, for a unit of the cap that another worker's
-    /// sessions are owed, or, at the cap, for the unit of a connection
-    /// closed for it. `covered` counts the closes in flight that older
-    /// waiters have not claimed: one of them is this request's unit, if
-    /// any is left; otherwise the longest-idle connection is closed
-    /// for it ([`Pool::evict_for`]).
+    /// allows. `Err` gives the request back when it must wait: for a
+    /// connection of its key being reset, for a unit of the cap that
+    /// another worker's sessions are owed, or, at the cap, for the unit of
+    /// a connection closed for it. `covered` counts the closes in flight
+    /// that older waiters have not claimed: one of them is this request's
+    /// unit, if any is left; otherwise the longest-idle connection is
+    /// closed for it ([`Pool::evict_for`]). `waited`: the request's place
+    /// in the queue it was taken from, if any (its arrival number and
+    /// since when it waits), kept while an idle connection is checked for
+    /// it. The request is moved, not copied: a lease from the idle list
+    /// (one per statement in transaction pooling) costs no copy of its
+    /// boxed setup.
     fn try_lease(
         &mut self,
-        req: &LeaseRequest,
+        req: LeaseRequest,
+        waited: Option<(u64, Instant)>,
         covered: &mut usize,
         now: Instant,
         out: &mut Vec<PoolEvent>,
-    ) -> bool {
-        if self.lease_idle(req, now, out) {
-            return true;
-        }
-        if self.reset_for(req, now, out) {
-            return false;
+    ) -> Result<Leasing, LeaseRequest> {
+        let req = match self.lease_idle(req, waited, out) {
+            Ok(()) => return Ok(Leasing::Checking),
+            Err(req) => req,
+        };
+        if self.reset_for(&req, now, out) {
+            return Err(req);
         }
         // A connection of this key that is being reset will be free within
         // one round trip to the server; waiting for it is far cheaper than a
@@ -617,23 +645,23 @@ impl<Io: ConnHandle> Pool<Io> {
             .values()
             .any(|p| p.conn.is_resetting() && !p.relet && p.conn.key() == req.key);
         if resetting {
-            return false;
+            return Err(req);
         }
         match self.reserve(req.key.identity) {
             Reserve::UserFull => {
                 self.note_user_limited(req.session, req.key.identity);
                 self.evict_own_other_key(req.key, out);
-                false
+                Err(req)
             }
             Reserve::Got => {
-                self.open(req.key, Some(req.clone()), out);
-                true
+                self.open(req.key, Some(req), out);
+                Ok(Leasing::Opening)
             }
             // The free unit is another worker's: closing a connection here
             // would only give it one more, outside the sharing's rules.
             Reserve::Theirs => {
                 self.deferred = true;
-                false
+                Err(req)
             }
             Reserve::Full => {
                 if *covered > 0 {
@@ -641,37 +669,9 @@ impl<Io: ConnHandle> Pool<Io> {
                 } else {
                     self.evict_for(req.key, out);
                 }
-                false
+                Err(req)
             }
         }
-    }
-
-    /// Give `req` the idle connection [`Pool::pick_idle`] chooses, if it is
-    /// still alive; those the server closed are discarded on the way.
-    fn lease_idle(&mut self, req: &LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) -> bool {
-        while let Some(pos) = self.pick_idle(req) {
-            let index = self.idle.remove(pos);
-            self.m().backend_idle.fetch_sub(1, Relaxed);
-            let id = self.id_of(index);
-            let alive = self
-                .slots
-                .get_index_mut(index)
-                .is_some_and(|p| p.io.idle_peer_alive());
-            if alive {
-                self.give(id, req, now, out);
-                return true;
-            }
-            tracing::debug!(
-                worker = self.worker,
-                "idle backend connection was closed by the server; discarded"
-            );
-            // Found dead before its close watch's completion was handled:
-            // its last session hears of it as from the watch, unless that
-            // session is the one leasing (its command, already here, runs
-            // on another connection).
-            self.discard_server_closed(id, Some(req.session), out);
-        }
-        false
     }
 
     /// At the cap, with no connection of its key to have: close an idle
@@ -956,6 +956,8 @@ impl<Io: ConnHandle> Pool<Io> {
 mod backend_events;
 
 mod give_back;
+
+mod idle_check;
 
 mod release;
 

@@ -107,6 +107,7 @@ impl Worker {
         match event {
             PoolEvent::Open { key, request } => self.open_backend(key, request),
             PoolEvent::Io(bid, op) => self.backend_op(bid, op),
+            PoolEvent::CheckIdle(bid) => self.check_idle_backend(bid),
             PoolEvent::Watch(bid) => self.watch_backend(bid),
             PoolEvent::ClosedIdle { session, thread } => self.closed_idle(session, thread),
             PoolEvent::Leased { session, backend } => self.leased(session, backend),
@@ -137,6 +138,18 @@ impl Worker {
                 login_status,
             } => self.server_info(server_version, capabilities, ext_capabilities, login_status),
         }
+    }
+
+    /// The pool's check of an idle connection it is about to lease: a
+    /// peek that does not block, answered at once.
+    fn check_idle_backend(&mut self, bid: BackendId) {
+        let alive = self
+            .pool
+            .get_mut(bid)
+            .is_some_and(|b| b.io.idle_peer_alive());
+        let mut events = Vec::new();
+        self.pool.idle_checked(bid, alive, self.now, &mut events);
+        self.pool_q.extend(events);
     }
 
     fn watch_backend(&mut self, bid: BackendId) {

@@ -66,7 +66,6 @@ use machines::idle_cut::{self, IdleCutLimits, IdleHolder};
 use machines::ids::{
     BackendId, LeaseRequest, LeaseSetup, PoolKey, SessionId, Settings, TlsWish, ANY_SETTINGS,
 };
-use machines::pool::ConnHandle;
 use machines::pool::{Pool, PoolConfig, PoolEvent};
 use machines::registry::{ConnectionIds, Registration};
 use machines::relay::{RelayOp, RelayTimeouts};

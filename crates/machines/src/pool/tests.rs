@@ -23,10 +23,6 @@ struct FakeConn {
 const BUF_CAPACITY: usize = 4096;
 
 impl ConnHandle for FakeConn {
-    fn idle_peer_alive(&self) -> bool {
-        self.alive.get()
-    }
-
     fn read_buffer(&self) -> Option<(&[u8], usize)> {
         Some((&self.buf, BUF_CAPACITY))
     }
@@ -162,6 +158,10 @@ impl Harness {
                             p.io.buf.extend_from_slice(&reply);
                         }
                         self.pool.on_read(id, n, self.now, &mut next);
+                    }
+                    PoolEvent::CheckIdle(id) => {
+                        let alive = self.pool.get_mut(id).is_some_and(|p| p.io.alive.get());
+                        self.pool.idle_checked(id, alive, self.now, &mut next);
                     }
                     PoolEvent::Io(id, BackendOp::Close) => {
                         self.pool.remove(id);
@@ -1180,3 +1180,5 @@ fn timeouts_fail_each_live_waiter_once_in_arrival_order() {
     assert_eq!(w.count, 3);
     assert_eq!(w.sum, Duration::from_millis(3 * 5500));
 }
+
+mod idle_check;

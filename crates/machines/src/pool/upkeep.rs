@@ -46,16 +46,20 @@ impl<Io: ConnHandle> Pool<Io> {
         let mut covered = self.evicting;
         let mut fronts = self.waiters.fronts();
         while let Some(std::cmp::Reverse((_, waiters::KeyOrd(key)))) = fronts.pop() {
-            let Some(req) = self.waiters.front(key).cloned() else {
+            let Some((req, seq, since)) = self.waiters.front_entry(key) else {
                 continue;
             };
-            if !self.try_lease(&req, &mut covered, now, out) {
+            let session = req.session;
+            let Ok(leasing) = self.try_lease(req, Some((seq, since)), &mut covered, now, out)
+            else {
                 continue;
-            }
-            if let Some((req, since)) = self.waiters.pop_front(key) {
-                self.user_limited.remove(&req.session);
-                self.m()
-                    .record_pool_wait(now.saturating_duration_since(since));
+            };
+            // Off the queue either way; a connection being checked for it
+            // counts its wait once the check says alive, and puts it back
+            // where it was if it must wait after all (`pool/idle_check.rs`).
+            self.waiters.pop_front(key);
+            if leasing == Leasing::Opening {
+                self.served(session, Some((seq, since)), now);
             }
             // Its next waiter takes its turn by its own arrival.
             if let Some(seq) = self.waiters.front_seq(key) {

@@ -93,6 +93,53 @@ impl Waiters {
             .map(|q| &q.request)
     }
 
+    /// The oldest waiter of `key`, copied, with its arrival number and
+    /// since when it waits.
+    pub fn front_entry(&self, key: PoolKey) -> Option<(LeaseRequest, u64, Instant)> {
+        let q = self.by_key.get(&key)?.front()?;
+        Some((q.request.clone(), q.seq, q.since))
+    }
+
+    /// Put back a waiter that [`Waiters::pop_front`] took off (arrival
+    /// number `seq`, waiting since `since`, failed at `deadline`) where it
+    /// was: a lease taken for it fell through. Nothing if the session
+    /// queued again meanwhile (its newer entry stands). O(log waiters) to
+    /// find the place; the insert moves the entries in front of it, few,
+    /// since it was the front of its key.
+    pub fn requeue(&mut self, request: LeaseRequest, seq: u64, since: Instant, deadline: Instant) {
+        let session = request.session;
+        let key = request.key;
+        if self.live.contains_key(&session) {
+            return;
+        }
+        self.live.insert(session, (seq, key));
+        // Its arrival entry stays (dead) until it reaches the front, so it
+        // is usually still there.
+        let at = self.arrivals.partition_point(|a| a.seq < seq);
+        if self.arrivals.get(at).is_none_or(|a| a.seq != seq) {
+            self.arrivals.insert(
+                at,
+                Arrival {
+                    seq,
+                    session,
+                    since,
+                    deadline,
+                },
+            );
+        }
+        let queue = self.by_key.entry(key).or_default();
+        let at = queue.partition_point(|q| q.seq < seq);
+        queue.insert(
+            at,
+            Queued {
+                seq,
+                request,
+                since,
+            },
+        );
+        self.prune(key);
+    }
+
     /// Take the oldest waiter of `key` off the queue (it is served):
     /// since when it waited.
     pub fn pop_front(&mut self, key: PoolKey) -> Option<(LeaseRequest, Instant)> {
