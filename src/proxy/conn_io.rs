@@ -197,12 +197,6 @@ impl ConnIo {
     }
 }
 
-impl machines::pool::ConnHandle for ConnIo {
-    fn read_buffer(&self) -> Option<(&[u8], usize)> {
-        self.buf.as_ref().map(|b| (b.filled(), b.capacity()))
-    }
-}
-
 impl Drop for ConnIo {
     /// The socket closes here. Closing while an SQE names the fd would let
     /// the kernel act on whatever the number is reused for next (buffer

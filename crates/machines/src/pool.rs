@@ -81,23 +81,15 @@ pub struct PoolConfig {
     pub tls: TlsWish,
 }
 
-/// A backend connection and its I/O.
-/// What the driver keeps for each backend connection: its socket and read
-/// buffer. The pool stores it beside the connection's machine, so that the
-/// two are created and dropped together, and reaches into it only through
-/// this trait, for the one fact a pool decision needs; the pool itself
-/// does no I/O.
-pub trait ConnHandle {
-    /// The bytes the connection's last read left in its buffer, and the
-    /// buffer's capacity; None while it holds no buffer.
-    fn read_buffer(&self) -> Option<(&[u8], usize)>;
-}
-
-pub struct Pooled<Io> {
-    pub io: Io,
-    pub conn: BackendConn,
+/// A backend connection as the pool keeps it: its machine and what the
+/// pool knows of its use. The driver keeps the connection's I/O (socket,
+/// read buffer) in its own table, by the same [`BackendId`], created when
+/// it calls [`Pool::insert_opening`] and dropped when it calls
+/// [`Pool::remove`]: the pool holds no socket and no buffer.
+pub struct Pooled {
+    conn: BackendConn,
     /// The session it serves (also while its schema is being selected).
-    pub leased_to: Option<SessionId>,
+    leased_to: Option<SessionId>,
     /// The request it was opened for, if that session still waits.
     opened_for: Option<LeaseRequest>,
     /// Counted in the busy gauge.
@@ -138,7 +130,7 @@ struct Asking {
     reset: bool,
 }
 
-impl<Io> Pooled<Io> {
+impl Pooled {
     /// Enter or leave the busy gauge (leased, including while its schema
     /// is being selected), counting each connection once.
     fn set_busy(&mut self, busy: bool, metrics: &WorkerMetrics) {
@@ -238,9 +230,9 @@ enum Reserve {
     UserFull,
 }
 
-pub struct Pool<Io> {
+pub struct Pool {
     cfg: PoolConfig,
-    slots: Slab<Pooled<Io>>,
+    slots: Slab<Pooled>,
     /// Idle connection indexes, least recently used first.
     idle: Vec<u32>,
     /// Sessions waiting for a connection: a FIFO queue per key
@@ -291,7 +283,7 @@ pub struct Pool<Io> {
 }
 
 /// Can `p` serve `req` as it is or after one `SET` of the differences?
-fn settable<Io>(req: &LeaseRequest, p: &Pooled<Io>) -> bool {
+fn settable(req: &LeaseRequest, p: &Pooled) -> bool {
     let Some(setup) = req.setup.as_ref() else {
         return true;
     };
@@ -322,7 +314,7 @@ fn unavailable(backend: std::net::SocketAddr, cause: &str) -> Vec<u8> {
     )
 }
 
-impl<Io: ConnHandle> Pool<Io> {
+impl Pool {
     pub fn new(
         cfg: PoolConfig,
         share: Arc<BackendShare>,
@@ -444,8 +436,28 @@ impl<Io: ConnHandle> Pool<Io> {
         self.waiters.front(key).map(|r| r.session)
     }
 
-    pub fn get_mut(&mut self, id: BackendId) -> Option<&mut Pooled<Io>> {
-        self.slots.get_mut(id.index, id.generation)
+    /// Connection `id`'s machine, while the pool holds it.
+    pub fn conn(&self, id: BackendId) -> Option<&BackendConn> {
+        self.slot(id).map(|p| &p.conn)
+    }
+
+    /// The session connection `id` is leased to, if any.
+    pub fn leased_to(&self, id: BackendId) -> Option<SessionId> {
+        self.slot(id).and_then(|p| p.leased_to)
+    }
+
+    fn slot(&self, id: BackendId) -> Option<&Pooled> {
+        self.slots
+            .get(id.index)
+            .filter(|_| self.slots.generation(id.index) == id.generation)
+    }
+
+    /// Connection attributes for a connection not logged in yet (see
+    /// [`BackendConn::set_connect_attrs`]).
+    pub fn set_connect_attrs(&mut self, id: BackendId, attrs: Vec<(String, String)>) {
+        if let Some(p) = self.slots.get_mut(id.index, id.generation) {
+            p.conn.set_connect_attrs(attrs);
+        }
     }
 
     pub fn id_of(&self, index: u32) -> BackendId {
@@ -739,19 +751,19 @@ impl<Io: ConnHandle> Pool<Io> {
     fn pick_idle(&self, req: &LeaseRequest) -> Option<usize> {
         let wanted = req.setup.as_ref().map_or(0, |s| s.settings);
         let alt = req.setup.as_ref().map_or(0, |s| s.alt);
-        let usable = |p: &Pooled<Io>| {
+        let usable = |p: &Pooled| {
             p.conn.key() == req.key
                 && (req.schema.is_some() || p.conn.schema().is_none())
                 && settable(req, p)
         };
-        let find = |also: &dyn Fn(&Pooled<Io>) -> bool| {
+        let find = |also: &dyn Fn(&Pooled) -> bool| {
             self.idle
                 .iter()
                 .rposition(|&i| self.slots.get(i).is_some_and(|p| usable(p) && also(p)))
         };
-        let same_schema = |p: &Pooled<Io>| p.conn.schema() == req.schema.as_deref();
+        let same_schema = |p: &Pooled| p.conn.schema() == req.schema.as_deref();
         let same_settings =
-            |p: &Pooled<Io>| p.conn.settings() == wanted || (alt != 0 && p.conn.settings() == alt);
+            |p: &Pooled| p.conn.settings() == wanted || (alt != 0 && p.conn.settings() == alt);
         find(&|p| same_schema(p) && same_settings(p))
             .or_else(|| find(&same_settings))
             .or_else(|| find(&same_schema))
@@ -842,7 +854,6 @@ impl<Io: ConnHandle> Pool<Io> {
     /// The driver made the socket for an [`PoolEvent::Open`].
     pub fn insert_opening(
         &mut self,
-        io: Io,
         key: PoolKey,
         request: Option<LeaseRequest>,
         now: Instant,
@@ -854,7 +865,6 @@ impl<Io: ConnHandle> Pool<Io> {
         // Charged when its unit was reserved (`reserve`, `refill`).
         let user = self.usage(key.identity);
         let (index, generation) = self.slots.insert(Pooled {
-            io,
             conn,
             leased_to: None,
             opened_for: request,

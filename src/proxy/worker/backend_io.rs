@@ -8,10 +8,10 @@ impl Worker {
     // ---- backend connections ----
 
     pub(super) fn on_backend_connect(&mut self, bid: BackendId, res: i32) {
-        let Some(b) = self.pool.get_mut(bid) else {
+        let Some(b) = self.backends.get_mut(bid) else {
             return;
         };
-        b.io.op_done();
+        b.op_done();
         let mut events = Vec::new();
         self.pool
             .on_connect(bid, completion(res), self.now, &mut events);
@@ -20,32 +20,47 @@ impl Worker {
     }
 
     pub(super) fn on_backend_read(&mut self, bid: BackendId, res: i32) {
-        let Some(b) = self.pool.get_mut(bid) else {
+        let Some(b) = self.backends.get_mut(bid) else {
             return;
         };
-        b.io.op_done();
+        b.op_done();
         if self.backend_tls_on(bid) {
             return self.backend_tls_own_read(bid, res);
         }
-        let Some(b) = self.pool.get_mut(bid) else {
+        let Some(b) = self.backends.get_mut(bid) else {
             return;
         };
-        if let Some(buf) = b.io.buf.as_mut() {
+        if let Some(buf) = b.buf.as_mut() {
             buf.complete(res.max(0) as usize);
         }
+        self.pool_read(bid, completion(res));
+        self.try_finish_backend(Some(bid));
+    }
+
+    /// Hand the pool a read of the connection's own exchange with what its
+    /// buffer holds now (nothing to hand while it holds no buffer).
+    pub(super) fn pool_read(&mut self, bid: BackendId, res: Completion) {
+        let Some(buf) = self.backends.get(bid).and_then(|b| b.buf.as_ref()) else {
+            return;
+        };
+        let (filled, capacity) = (buf.filled(), buf.capacity());
         let mut events = Vec::new();
         self.pool
-            .on_read(bid, completion(res), self.now, &mut events);
+            .on_read(bid, res, filled, capacity, self.now, &mut events);
         self.pool_q.extend(events);
-        self.try_finish_backend(Some(bid));
+    }
+
+    /// Whether the pool closed connection `bid` (or forgot it).
+    pub(super) fn backend_closed(&self, bid: BackendId) -> bool {
+        self.pool.conn(bid).is_none_or(|c| c.is_closed())
     }
 
     /// A backend connection's close watch completed.
     pub(super) fn on_backend_watch(&mut self, bid: BackendId, res: i32) {
-        let Some(b) = self.pool.get_mut(bid) else {
+        let Some(b) = self.backends.get_mut(bid) else {
             return;
         };
-        b.io.op_done();
+        b.op_done();
         let mut events = Vec::new();
         self.pool.on_watch(bid, completion(res), &mut events);
         self.pool_q.extend(events);
@@ -53,23 +68,24 @@ impl Worker {
     }
 
     pub(super) fn on_backend_write(&mut self, bid: BackendId, res: i32) {
-        let Some(b) = self.pool.get_mut(bid) else {
+        let closed = self.backend_closed(bid);
+        let Some(b) = self.backends.get_mut(bid) else {
             return;
         };
-        b.io.op_done();
-        b.io.out.complete();
+        b.op_done();
+        b.out.complete();
         let res = if res == 0 { -libc::EPIPE } else { res };
-        if res > 0 && !b.conn.is_closed() {
-            b.io.out_pos += res as usize;
-            if b.io.out_pos < b.io.out.len() {
+        if res > 0 && !closed {
+            b.out_pos += res as usize;
+            if b.out_pos < b.out.len() {
                 let token = Token::new(OpTag::BackendWrite, bid.index, bid.generation);
-                let fd = b.io.fd();
-                let sqe = b.io.out.write_sqe(fd, b.io.out_pos, token.into());
-                b.io.op_started();
+                let fd = b.fd();
+                let sqe = b.out.write_sqe(fd, b.out_pos, token.into());
+                b.op_started();
                 return self.submit(sqe);
             }
         }
-        let written = if res > 0 { b.io.out.len() as i32 } else { res };
+        let written = if res > 0 { b.out.len() as i32 } else { res };
         let mut events = Vec::new();
         self.pool
             .on_write(bid, completion(written), self.now, &mut events);
@@ -80,24 +96,27 @@ impl Worker {
     /// Free a closed backend connection once nothing names it.
     pub(super) fn try_finish_backend(&mut self, bid: Option<BackendId>) {
         let Some(bid) = bid else { return };
-        let Some(b) = self.pool.get_mut(bid) else {
-            return;
-        };
-        if !b.conn.is_closed() {
+        if !self.backend_closed(bid) {
             return;
         }
-        if !b.io.quiescent() {
+        if !self.backends.get(bid).is_some_and(ConnIo::quiescent) {
             return;
         }
         self.backend_tls_forget(bid);
-        if let Some(mut p) = self.pool.remove(bid) {
-            if let (Some(recv), Some(ring)) = (p.io.recv.as_mut(), self.buffers.buf_ring()) {
-                recv.drain_into(ring);
-            }
-            if let Some(buf) = p.io.buf.take() {
-                if self.buffers.release(buf).is_err() {
-                    tracing::error!("backend buffer still in flight at close; leaked");
-                }
+        // Both halves go here, together: the pool's slot (and its unit of
+        // the cap) and the driver's I/O, whose drop closes the socket.
+        let removed = self.pool.remove(bid);
+        let Some(mut io) = self.backends.remove(bid) else {
+            return;
+        };
+        debug_assert!(removed, "backend I/O without its pool slot");
+        debug_assert_eq!(self.backends.len(), self.pool.len(), "backend halves apart");
+        if let (Some(recv), Some(ring)) = (io.recv.as_mut(), self.buffers.buf_ring()) {
+            recv.drain_into(ring);
+        }
+        if let Some(buf) = io.buf.take() {
+            if self.buffers.release(buf).is_err() {
+                tracing::error!("backend buffer still in flight at close; leaked");
             }
         }
     }
@@ -143,22 +162,19 @@ impl Worker {
     /// The pool's check of an idle connection it is about to lease: a
     /// peek that does not block, answered at once.
     fn check_idle_backend(&mut self, bid: BackendId) {
-        let alive = self
-            .pool
-            .get_mut(bid)
-            .is_some_and(|b| b.io.idle_peer_alive());
+        let alive = self.backends.get(bid).is_some_and(ConnIo::idle_peer_alive);
         let mut events = Vec::new();
         self.pool.idle_checked(bid, alive, self.now, &mut events);
         self.pool_q.extend(events);
     }
 
     fn watch_backend(&mut self, bid: BackendId) {
-        let Some(b) = self.pool.get_mut(bid) else {
+        let Some(b) = self.backends.get_mut(bid) else {
             return;
         };
         let token = Token::new(OpTag::BackendWatch, bid.index, bid.generation);
-        let sqe = ops::poll_closed(b.io.fd(), token);
-        b.io.op_started();
+        let sqe = ops::poll_closed(b.fd(), token);
+        b.op_started();
         self.submit(sqe);
     }
 
@@ -192,8 +208,8 @@ impl Worker {
         };
         slot.backend = Some(backend);
         // KILL <this session's id> now reaches this backend thread.
-        if let (Some(user), Some(b)) = (slot.session.user(), self.pool.get_mut(backend)) {
-            slot.conn.entry().set_leased(user, b.conn.thread_id());
+        if let (Some(user), Some(b)) = (slot.session.user(), self.pool.conn(backend)) {
+            slot.conn.entry().set_leased(user, b.thread_id());
         }
         self.with_session(session, |s, io, ctx, out| {
             let buffered = io
@@ -213,8 +229,8 @@ impl Worker {
             return;
         };
         slot.backend = Some(backend);
-        if let (Some(user), Some(b)) = (slot.session.user(), self.pool.get_mut(backend)) {
-            slot.conn.entry().set_leased(user, b.conn.thread_id());
+        if let (Some(user), Some(b)) = (slot.session.user(), self.pool.conn(backend)) {
+            slot.conn.entry().set_leased(user, b.thread_id());
         }
         self.with_session(session, |s, _, _, out| s.on_relet(schema, out));
     }
@@ -263,17 +279,13 @@ impl Worker {
         let attrs = self.backend_connect_attrs(key, request.as_ref());
         let buf = self.buffers.acquire(Owner::Backend);
         let mut events = Vec::new();
-        let bid = self.pool.insert_opening(
-            ConnIo::new(sock, Some(buf)),
-            key,
-            request,
-            self.now,
-            &mut events,
-        );
+        let bid = self
+            .pool
+            .insert_opening(key, request, self.now, &mut events);
+        self.backends.insert(bid, ConnIo::new(sock, Some(buf)));
+        debug_assert_eq!(self.backends.len(), self.pool.len(), "backend halves apart");
         // The connect was only queued: the login has not started yet.
-        if let Some(b) = self.pool.get_mut(bid) {
-            b.conn.set_connect_attrs(attrs);
-        }
+        self.pool.set_connect_attrs(bid, attrs);
         self.pool_q.extend(events);
     }
 
@@ -309,10 +321,10 @@ impl Worker {
         };
         let connect_timeout = self.connect_timeout;
         let addr = self.backend_addr;
-        let Some(b) = self.pool.get_mut(bid) else {
+        let Some(b) = self.backends.get_mut(bid) else {
             return;
         };
-        let fd = b.io.fd();
+        let fd = b.fd();
         match op {
             BackendOp::Connect => {
                 let connect = ops::connect(
@@ -321,40 +333,40 @@ impl Worker {
                     Token::new(OpTag::BackendConnect, bid.index, bid.generation),
                 );
                 let timeout = ops::link_timeout(connect_timeout, Token::new(OpTag::Ignore, 0, 0));
-                b.io.op_started();
+                b.op_started();
                 self.flush_held_write();
                 self.ring.push_linked(connect, timeout);
             }
             BackendOp::Read => {
-                let buf = self.buffers.ensure(&mut b.io.buf, Owner::Backend);
+                let buf = self.buffers.ensure(&mut b.buf, Owner::Backend);
                 let token = Token::new(OpTag::BackendRead, bid.index, bid.generation);
                 let sqe = buf.read_sqe(fd, token.into());
-                b.io.op_started();
+                b.op_started();
                 self.submit(sqe);
             }
             BackendOp::Clear => {
-                if let Some(buf) = b.io.buf.as_mut().filter(|b| !b.in_flight()) {
+                if let Some(buf) = b.buf.as_mut().filter(|b| !b.in_flight()) {
                     buf.clear();
                 }
                 // A large result's buffer goes back: an idle connection
                 // holds at most an ordinary one.
-                self.buffers.shrink(&mut b.io.buf);
+                self.buffers.shrink(&mut b.buf);
                 // Ring mode: an idle backend connection holds no buffer.
-                self.buffers.shed(&mut b.io.buf);
+                self.buffers.shed(&mut b.buf);
                 // Nor, once idle, in fixed mode: its next read takes a slot.
                 self.shed_idle_backend_slot(bid);
             }
             BackendOp::Send(bytes) => {
-                *b.io.out.bytes_mut() = bytes;
-                b.io.out_pos = 0;
+                *b.out.bytes_mut() = bytes;
+                b.out_pos = 0;
                 let token = Token::new(OpTag::BackendWrite, bid.index, bid.generation);
-                let sqe = b.io.out.write_sqe(fd, 0, token.into());
-                b.io.op_started();
+                let sqe = b.out.write_sqe(fd, 0, token.into());
+                b.op_started();
                 self.submit(sqe);
             }
             BackendOp::StartTls => self.backend_start_tls(bid),
             BackendOp::Close => {
-                b.io.shutdown();
+                b.shutdown();
                 self.try_finish_backend(Some(bid));
             }
         }
@@ -374,10 +386,7 @@ impl Worker {
             }
             BackendOp::Read if !self.backend_tls_room(bid) => {
                 // A partial record fills the buffer beside the plaintext.
-                let mut events = Vec::new();
-                let too_large = Completion::Failed(libc::EMSGSIZE);
-                self.pool.on_read(bid, too_large, self.now, &mut events);
-                self.pool_q.extend(events);
+                self.pool_read(bid, Completion::Failed(libc::EMSGSIZE));
                 None
             }
             op => Some(op),

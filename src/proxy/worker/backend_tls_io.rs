@@ -120,13 +120,13 @@ impl Worker {
     fn backend_tls_decode(&mut self, bid: BackendId) -> Decoded {
         let failed = || Decoded::Failed("connection state missing".into(), false);
         let (Some(b), Some(tls)) = (
-            self.pool.get_mut(bid),
+            self.backends.get_mut(bid),
             self.backend_tls.get_mut(&tls_key(bid)),
         ) else {
             return failed();
         };
         // Ring mode may have shed an empty buffer (before the ClientHello).
-        let buf = self.buffers.ensure(&mut b.io.buf, Owner::Backend);
+        let buf = self.buffers.ensure(&mut b.buf, Owner::Backend);
         if buf.in_flight() {
             return failed();
         }
@@ -164,16 +164,16 @@ impl Worker {
 
     /// Room for a read behind the plaintext and the partial record.
     pub(super) fn backend_tls_room(&mut self, bid: BackendId) -> bool {
-        self.pool
-            .get_mut(bid)
-            .and_then(|b| b.io.buf.as_ref())
+        self.backends
+            .get(bid)
+            .and_then(|b| b.buf.as_ref())
             .is_none_or(|b| b.has_room())
     }
 
     /// A read of the connection's own exchange completed on a TLS
     /// connection.
     pub(super) fn backend_tls_own_read(&mut self, bid: BackendId, res: i32) {
-        if let Some(buf) = self.pool.get_mut(bid).and_then(|b| b.io.buf.as_mut()) {
+        if let Some(buf) = self.backends.get_mut(bid).and_then(|b| b.buf.as_mut()) {
             buf.complete_wire(res.max(0) as usize);
         }
         let handshaking = self
@@ -229,10 +229,7 @@ impl Worker {
 
     /// Hand the pool a read's result (plaintext bytes, or an error).
     fn backend_own_read_result(&mut self, bid: BackendId, res: i32) {
-        let mut events = Vec::new();
-        self.pool
-            .on_read(bid, completion(res), self.now, &mut events);
-        self.pool_q.extend(events);
+        self.pool_read(bid, completion(res));
         self.try_finish_backend(Some(bid));
     }
 
@@ -245,7 +242,7 @@ impl Worker {
         bid: BackendId,
         res: &mut i32,
     ) -> bool {
-        if let Some(buf) = self.pool.get_mut(bid).and_then(|b| b.io.buf.as_mut()) {
+        if let Some(buf) = self.backends.get_mut(bid).and_then(|b| b.buf.as_mut()) {
             buf.complete_wire((*res).max(0) as usize);
         }
         if *res <= 0 {
@@ -302,12 +299,12 @@ impl Worker {
     ) {
         let (Some(slot), Some(b), Some(tls)) = (
             self.sessions.slot(sid),
-            self.pool.get_mut(bid),
+            self.backends.get_mut(bid),
             self.backend_tls.get_mut(&tls_key(bid)),
         ) else {
             return;
         };
-        b.io.op_started();
+        b.op_started();
         slot.relay_ops += 1;
         let ring = self.buffers.buf_ring();
         let chunk = slot.io.recv.as_ref().and_then(|r| r.current.as_ref());
@@ -334,14 +331,14 @@ impl Worker {
     /// Start the next TLS write if none is in flight and records wait.
     fn backend_tls_kick(&mut self, bid: BackendId) {
         let (Some(b), Some(tls)) = (
-            self.pool.get_mut(bid),
+            self.backends.get_mut(bid),
             self.backend_tls.get_mut(&tls_key(bid)),
         ) else {
             return;
         };
         let token = Token::new(OpTag::BackendTlsWrite, bid.index, bid.generation);
-        if let Some(sqe) = tls.outbox.start(b.io.fd(), token.into()) {
-            b.io.op_started();
+        if let Some(sqe) = tls.outbox.start(b.fd(), token.into()) {
+            b.op_started();
             self.submit(sqe);
         }
     }
@@ -349,16 +346,16 @@ impl Worker {
     /// A backend TLS write completed.
     pub(super) fn on_backend_tls_write(&mut self, bid: BackendId, res: i32) {
         let (Some(b), Some(tls)) = (
-            self.pool.get_mut(bid),
+            self.backends.get_mut(bid),
             self.backend_tls.get_mut(&tls_key(bid)),
         ) else {
             return;
         };
-        b.io.op_done();
+        b.op_done();
         let token = Token::new(OpTag::BackendTlsWrite, bid.index, bid.generation);
-        let done = match tls.outbox.on_written(res, false, b.io.fd(), token.into()) {
+        let done = match tls.outbox.on_written(res, false, b.fd(), token.into()) {
             Written::Again(sqe) => {
-                b.io.op_started();
+                b.op_started();
                 return self.submit(sqe);
             }
             Written::Done(done) => done,

@@ -182,14 +182,14 @@ impl Worker {
             slot.hot.command_sent = !slot.hot.down_pending;
             return;
         }
-        let Some(b) = self.pool.get_mut(bid) else {
+        let Some(b) = self.backends.get_mut(bid) else {
             return;
         };
-        if b.io.buf.is_none() {
+        if b.buf.is_none() {
             // Only a free slot: with none, the poll's wake-up reads into a
             // heap buffer at once (no heap buffer held while waiting).
             match self.buffers.try_acquire_slot(Owner::Backend) {
-                Some(buf) => b.io.buf = Some(buf),
+                Some(buf) => b.buf = Some(buf),
                 None => return,
             }
         }
@@ -201,13 +201,13 @@ impl Worker {
     /// buffer: true when it is hot, a plain read with a slot (the one it
     /// holds, or a free one when a command was just written).
     pub(super) fn down_read_is_hot(&mut self, sid: SessionId, bid: BackendId) -> bool {
-        let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.pool.get_mut(bid)) else {
+        let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.backends.get_mut(bid)) else {
             return false;
         };
-        if std::mem::take(&mut slot.hot.command_sent) && b.io.buf.is_none() {
-            b.io.buf = self.buffers.try_acquire_slot(Owner::Backend);
+        if std::mem::take(&mut slot.hot.command_sent) && b.buf.is_none() {
+            b.buf = self.buffers.try_acquire_slot(Owner::Backend);
         }
-        b.io.buf.is_some()
+        b.buf.is_some()
     }
 
     /// A relay read of the backend was submitted to the kernel.
@@ -259,8 +259,8 @@ impl Worker {
                     && slot.down_wait == IdleWait::None
                     && slot
                         .backend
-                        .and_then(|b| self.pool.get_mut(b))
-                        .and_then(|b| b.io.buf.as_ref())
+                        .and_then(|b| self.backends.get_mut(b))
+                        .and_then(|b| b.buf.as_ref())
                         .is_some_and(empty_in_flight)
             }
         };
@@ -341,16 +341,16 @@ impl Worker {
         }
         let Some((bid, b)) = slot
             .backend
-            .and_then(|bid| self.pool.get_mut(bid).map(|b| (bid, b)))
+            .and_then(|bid| self.backends.get_mut(bid).map(|b| (bid, b)))
         else {
             return false;
         };
-        b.io.op_done();
-        if let Some(buf) = b.io.buf.as_mut() {
+        b.op_done();
+        if let Some(buf) = b.buf.as_mut() {
             buf.complete(0);
         }
-        self.buffers.give_back_empty(&mut b.io.buf);
-        if b.io.buf.is_some() {
+        self.buffers.give_back_empty(&mut b.buf);
+        if b.buf.is_some() {
             // Not empty after all (never: only empty reads are cancelled).
             self.down_read_now(sid, bid);
         } else {

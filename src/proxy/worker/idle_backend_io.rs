@@ -55,13 +55,12 @@ impl Worker {
         let Some(bid) = self.sessions.slot(sid).and_then(|s| s.backend) else {
             return false;
         };
-        let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.pool.get_mut(bid)) else {
+        let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.backends.get_mut(bid)) else {
             return false;
         };
         // Bytes kept in the buffer (an ERR arriving in pieces, a partial
         // TLS record) are read behind, with the slot.
-        if b.io
-            .buf
+        if b.buf
             .as_ref()
             .is_some_and(|b| b.in_flight() || b.filled_len() > 0 || b.wire_len() > 0)
         {
@@ -73,24 +72,24 @@ impl Worker {
             // (`hot_read.rs`).
             return false;
         }
-        let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.pool.get_mut(bid)) else {
+        let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.backends.get_mut(bid)) else {
             return false;
         };
         // The read is the relay's from now on, waiting or in the kernel.
         slot.relay_ops += 1;
-        self.buffers.give_back_empty(&mut b.io.buf);
+        self.buffers.give_back_empty(&mut b.buf);
         self.wait_down_readable(sid, bid);
         true
     }
 
     /// Wait on a new one-shot poll of the backend's socket.
     pub(super) fn wait_down_readable(&mut self, sid: SessionId, bid: BackendId) {
-        let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.pool.get_mut(bid)) else {
+        let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.backends.get_mut(bid)) else {
             return;
         };
         slot.down_wait = IdleWait::Polling;
         let token = Token::new(OpTag::BackendPoll, bid.index, bid.generation);
-        let sqe = arm_poll(&mut b.io, token);
+        let sqe = arm_poll(b, token);
         self.submit(sqe);
     }
 
@@ -100,13 +99,13 @@ impl Worker {
     /// in transaction pooling the clients holding slots (their commands
     /// waiting for a connection) may be waiting for it to finish.
     pub(super) fn down_read_now(&mut self, sid: SessionId, bid: BackendId) {
-        let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.pool.get_mut(bid)) else {
+        let (Some(slot), Some(b)) = (self.sessions.slot(sid), self.backends.get_mut(bid)) else {
             return;
         };
         slot.down_wait = IdleWait::None;
         let token = Token::new(OpTag::DownRead, sid.index, sid.generation);
         // `ensure` takes a free slot, else a heap buffer.
-        let sqe = read_after_poll(&mut b.io, &mut self.buffers, Owner::Backend, token);
+        let sqe = read_after_poll(b, &mut self.buffers, Owner::Backend, token);
         self.submit(sqe);
         self.hot_down_submitted(sid);
     }
@@ -132,12 +131,12 @@ impl Worker {
     /// reads; with none waiting (a command turned the wait into a read
     /// meanwhile) it is dropped.
     pub(super) fn on_backend_poll(&mut self, bid: BackendId, res: i32) {
-        let Some(b) = self.pool.get_mut(bid) else {
+        let Some(b) = self.backends.get_mut(bid) else {
             return;
         };
-        b.io.op_done();
-        let closed = b.conn.is_closed();
-        let waiter = b.leased_to.filter(|sid| {
+        b.op_done();
+        let closed = self.backend_closed(bid);
+        let waiter = self.pool.leased_to(bid).filter(|sid| {
             self.sessions
                 .slot(*sid)
                 .is_some_and(|s| s.backend == Some(bid) && s.down_wait == IdleWait::Polling)
@@ -170,8 +169,11 @@ impl Worker {
         if !self.idle_poll {
             return;
         }
-        if let Some(b) = self.pool.get_mut(bid).filter(|b| b.conn.is_idle()) {
-            self.buffers.give_back_empty(&mut b.io.buf);
+        if !self.pool.conn(bid).is_some_and(|c| c.is_idle()) {
+            return;
+        }
+        if let Some(b) = self.backends.get_mut(bid) {
+            self.buffers.give_back_empty(&mut b.buf);
         }
     }
 }

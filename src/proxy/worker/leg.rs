@@ -156,8 +156,8 @@ impl Worker {
     pub(super) fn leg_frame_down(&mut self, sid: SessionId, end: usize) -> Option<usize> {
         let slot = self.sessions.slot(sid)?;
         let leg = slot.leg.as_mut()?;
-        let b = slot.backend.and_then(|b| self.pool.get_mut(b))?;
-        let plain = b.io.buf.as_ref().map_or(&[][..], |b| &b.filled()[..end]);
+        let b = slot.backend.and_then(|b| self.backends.get_mut(b))?;
+        let plain = b.buf.as_ref().map_or(&[][..], |b| &b.filled()[..end]);
         let wire = leg.down.bytes_mut();
         wire.clear();
         leg.leg.output(plain, wire);
@@ -171,8 +171,8 @@ impl Worker {
     pub(super) fn leg_down_write_skipped(&mut self, sid: SessionId) {
         let backend = self.sessions.slot(sid).and_then(|s| s.backend);
         if let Some(buf) = backend
-            .and_then(|b| self.pool.get_mut(b))
-            .and_then(|b| b.io.buf.as_mut())
+            .and_then(|b| self.backends.get_mut(b))
+            .and_then(|b| b.buf.as_mut())
         {
             buf.clear();
         }

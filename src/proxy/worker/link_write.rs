@@ -120,9 +120,9 @@ impl Worker {
         slot.relay_ops -= 1;
         slot.hot.read_dropped();
         let closing = slot.closing;
-        if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
-            b.io.op_done();
-            if let Some(buf) = b.io.buf.as_mut() {
+        if let Some(b) = slot.backend.and_then(|b| self.backends.get_mut(b)) {
+            b.op_done();
+            if let Some(buf) = b.buf.as_mut() {
                 buf.read_dropped();
             }
         }

@@ -24,6 +24,7 @@ macro_rules! worker_session_ctx {
 
 mod accept;
 mod backend_io;
+mod backend_table;
 mod backend_tls_io;
 mod debug_park;
 mod direct;
@@ -268,7 +269,10 @@ pub struct Worker {
     /// file table; `None` when they are plain fds.
     direct: Option<direct::Direct>,
     sessions: Slab<SessionSlot>,
-    pool: Pool<ConnIo>,
+    /// Each backend connection's I/O, by the id the pool gave it
+    /// (`backend_table.rs`); the pool keeps its machine.
+    backends: backend_table::BackendTable,
+    pool: Pool,
     template: BackendTemplate,
     backend_addr: &'static SockAddr,
     connect_timeout: &'static Timespec,
@@ -433,6 +437,7 @@ pub fn spawn_workers(shared: Arc<Shared>, count: usize) -> Result<Vec<StartedWor
 #[cfg(test)]
 mod size_tests {
     use super::*;
+    use backend_table::BackendEntry;
     use machines::multiplex::TxState;
     use machines::pool::Pooled;
     use machines::relay::Relay;
@@ -457,14 +462,20 @@ mod size_tests {
             ("Tracker (boxed while parked)", size_of::<Tracker>()),
             ("TxState (boxed, transaction pooling)", size_of::<TxState>()),
             (
-                "Pooled (slab entry of a backend)",
-                size_of::<Pooled<ConnIo>>(),
+                "Pooled (pool's slab entry of a backend)",
+                size_of::<Pooled>(),
+            ),
+            (
+                "BackendEntry (driver's table entry)",
+                size_of::<BackendEntry>(),
             ),
         ];
         for (what, n) in sizes {
             eprintln!("{what:<40} {n:>5} B");
         }
         assert!(size_of::<SessionSlot>() <= 1024, "{sizes:?}");
-        assert!(size_of::<Pooled<ConnIo>>() <= 1024, "{sizes:?}");
+        // A backend connection is both halves.
+        let backend = size_of::<Pooled>() + size_of::<Option<BackendEntry>>();
+        assert!(backend <= 1024, "{sizes:?}");
     }
 }

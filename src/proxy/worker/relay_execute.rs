@@ -64,13 +64,13 @@ impl Worker {
     /// (client, backend) sockets of a relaying session.
     fn relay_fds(&mut self, sid: SessionId) -> Option<(SockRef, SockRef)> {
         let slot = self.sessions.slot(sid)?;
-        let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) else {
+        let Some(b) = slot.backend.and_then(|b| self.backends.get_mut(b)) else {
             // The session keeps its backend until the relay has ended, so
             // the relay never asks for this without one.
             debug_assert!(false, "relay operation without a leased backend");
             return None;
         };
-        Some((slot.io.fd(), b.io.fd()))
+        Some((slot.io.fd(), b.fd()))
     }
 
     /// The transport `io` goes out on: TLS first (it seals what the layers
@@ -129,14 +129,14 @@ impl Worker {
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
-        let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) else {
+        let Some(b) = slot.backend.and_then(|b| self.backends.get_mut(b)) else {
             return;
         };
         let buf = match io {
             RelayIo::UpWrite { .. } => slot.io.buf.as_mut(),
             // Ring mode: a read while the ring is empty takes a buffer.
-            RelayIo::DownRead => Some(self.buffers.ensure(&mut b.io.buf, Owner::Backend)),
-            RelayIo::DownWrite { .. } => b.io.buf.as_mut(),
+            RelayIo::DownRead => Some(self.buffers.ensure(&mut b.buf, Owner::Backend)),
+            RelayIo::DownWrite { .. } => b.buf.as_mut(),
         };
         let Some(buf) = buf else {
             debug_assert!(false, "relay operation on a released buffer");
@@ -189,8 +189,8 @@ impl Worker {
         };
         match io {
             RelayIo::UpWrite { .. } | RelayIo::DownRead => {
-                if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
-                    b.io.op_started();
+                if let Some(b) = slot.backend.and_then(|b| self.backends.get_mut(b)) {
+                    b.op_started();
                 }
             }
             RelayIo::DownWrite { .. } => slot.io.op_started(),

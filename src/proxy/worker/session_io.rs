@@ -109,8 +109,8 @@ impl Worker {
             return;
         };
         let backend = slot.backend;
-        if let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) {
-            b.io.op_done();
+        if let Some(b) = backend.and_then(|b| self.backends.get_mut(b)) {
+            b.op_done();
         }
         let Some(slot) = self.sessions.slot(sid) else {
             return;
@@ -194,13 +194,13 @@ impl Worker {
         let closing = slot.closing;
         let backend = slot.backend;
         let tls = backend.is_some_and(|b| self.backend_tls_on(b));
-        let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) else {
+        let Some(b) = backend.and_then(|b| self.backends.get_mut(b)) else {
             return;
         };
         let mut res = res;
         if real {
-            b.io.op_done();
-            let Some(buf) = b.io.buf.as_mut() else {
+            b.op_done();
+            let Some(buf) = b.buf.as_mut() else {
                 return;
             };
             if closing {
@@ -222,12 +222,12 @@ impl Worker {
                 return;
             }
         }
-        let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) else {
+        let Some(b) = backend.and_then(|b| self.backends.get_mut(b)) else {
             return;
         };
         let mut out = std::mem::take(&mut self.action_scratch);
         let ctx = worker_session_ctx!(self);
-        let data = b.io.buf.as_mut().map_or(&mut [][..], |b| b.filled_mut());
+        let data = b.buf.as_mut().map_or(&mut [][..], |b| b.filled_mut());
         if let Some(slot) = self.sessions.slot(sid) {
             slot.session
                 .on_backend_read(completion(res), data, &ctx, &mut out);
@@ -251,8 +251,8 @@ impl Worker {
             None => {
                 if !self.ring_write_done(sid, Side::Backend) {
                     if let Some(buf) = backend
-                        .and_then(|b| self.pool.get_mut(b))
-                        .and_then(|b| b.io.buf.as_mut())
+                        .and_then(|b| self.backends.get_mut(b))
+                        .and_then(|b| b.buf.as_mut())
                     {
                         buf.complete_write();
                     }
@@ -285,14 +285,14 @@ impl Worker {
                 leg.down.bytes_mut().clear();
             }
             let plain = plain && !backend.is_some_and(|b| self.backend_tls_on(b));
-            if let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) {
-                let read = b.io.buf.as_ref().map_or(0, |buf| buf.filled_len());
-                if let Some(buf) = b.io.buf.as_mut() {
+            if let Some(b) = backend.and_then(|b| self.backends.get_mut(b)) {
+                let read = b.buf.as_ref().map_or(0, |buf| buf.filled_len());
+                if let Some(buf) = b.buf.as_mut() {
                     buf.clear();
                 }
                 // A large result reads in large pieces.
-                self.buffers.fit_to_result(&mut b.io.buf, read, plain);
-                self.buffers.shed(&mut b.io.buf);
+                self.buffers.fit_to_result(&mut b.buf, read, plain);
+                self.buffers.shed(&mut b.buf);
             }
             self.ring_forwarded(sid, Side::Backend, end);
         }
@@ -323,8 +323,8 @@ impl Worker {
         }
         // The EOF the shutdown brings is the proxy's own, not the server's.
         slot.session.on_backend_cancel_failed();
-        if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
-            b.io.shutdown();
+        if let Some(b) = slot.backend.and_then(|b| self.backends.get_mut(b)) {
+            b.shutdown();
         }
     }
 
@@ -398,8 +398,8 @@ impl Worker {
         if !slot.session.relay_between_commands() {
             return;
         }
-        if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
-            self.buffers.shrink(&mut b.io.buf);
+        if let Some(b) = slot.backend.and_then(|b| self.backends.get_mut(b)) {
+            self.buffers.shrink(&mut b.buf);
         }
     }
 

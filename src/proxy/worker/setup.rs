@@ -181,6 +181,7 @@ impl Worker {
             accept_resume_at: None,
             direct,
             sessions: Slab::new(),
+            backends: Default::default(),
             pool,
             template: BackendTemplate::before_any_greeting(),
             backend_addr: leak(SockAddr::from(cfg.backend)),

@@ -202,8 +202,8 @@ impl Worker {
         };
         let backend_buf = slot
             .backend
-            .and_then(|b| self.pool.get_mut(b))
-            .and_then(|b| b.io.buf.as_ref());
+            .and_then(|b| self.backends.get_mut(b))
+            .and_then(|b| b.buf.as_ref());
         let plain: &[u8] = match upper {
             Upper::Client => slot.io.out.as_slice(),
             Upper::Down => match slot.leg.as_ref() {

@@ -18,7 +18,7 @@
 use super::*;
 use metrics::UserUsage;
 
-impl<Io: ConnHandle> Pool<Io> {
+impl Pool {
     /// The counters of the account behind `identity`; None for the shared
     /// account (and the greeting probe), which are nobody's share.
     pub(super) fn usage(&mut self, identity: IdentityId) -> Option<Arc<UserUsage>> {

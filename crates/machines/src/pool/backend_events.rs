@@ -5,7 +5,7 @@
 
 use super::*;
 
-impl<Io: ConnHandle> Pool<Io> {
+impl Pool {
     pub fn on_connect(
         &mut self,
         id: BackendId,
@@ -32,18 +32,20 @@ impl<Io: ConnHandle> Pool<Io> {
         self.apply(id, bo, now, out);
     }
 
+    /// A read of the connection's own exchange ended: `filled` is what the
+    /// driver's read buffer holds now (the bytes before this read's
+    /// included), `capacity` that buffer's size.
     pub fn on_read(
         &mut self,
         id: BackendId,
         res: Completion,
+        filled: &[u8],
+        capacity: usize,
         now: Instant,
         out: &mut Vec<PoolEvent>,
     ) {
         let mut bo = Vec::new();
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
-            return;
-        };
-        let Some((filled, capacity)) = p.io.read_buffer() else {
             return;
         };
         p.conn.on_read(res, filled, capacity, now, &mut bo);

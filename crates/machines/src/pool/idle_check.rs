@@ -28,7 +28,7 @@ pub(super) struct Check {
     waited: Option<(u64, Instant)>,
 }
 
-impl<Io: ConnHandle> Pool<Io> {
+impl Pool {
     /// Take the idle connection [`Pool::pick_idle`] chooses for `req` and
     /// ask for its check; `Err` gives the request back when none is idle.
     pub(super) fn lease_idle(

@@ -6,7 +6,7 @@
 
 use super::*;
 
-impl<Io: ConnHandle> Pool<Io> {
+impl Pool {
     /// The session is done with its connection. A clean one is reset and
     /// reused; anything else is closed.
     pub fn release(&mut self, id: BackendId, clean: bool, now: Instant, out: &mut Vec<PoolEvent>) {
@@ -157,10 +157,13 @@ impl<Io: ConnHandle> Pool<Io> {
         self.sync_prepared(id);
     }
 
-    /// The driver freed a closed connection's slot (after its last CQE):
-    /// forget it and give its unit of the global limit back.
-    pub fn remove(&mut self, id: BackendId) -> Option<Pooled<Io>> {
-        let p = self.slots.remove_checked(id.index, id.generation)?;
+    /// The driver freed a closed connection's slot (after its last CQE),
+    /// and dropped its I/O with it: forget it and give its unit of the
+    /// global limit back. False if `id` was not the pool's.
+    pub fn remove(&mut self, id: BackendId) -> bool {
+        let Some(p) = self.slots.remove_checked(id.index, id.generation) else {
+            return false;
+        };
         self.share.unreserve();
         if let Some(u) = &p.user {
             crate::unreserve(&u.backends);
@@ -174,6 +177,6 @@ impl<Io: ConnHandle> Pool<Io> {
         self.publish();
         self.m().backend_discarded_total.fetch_add(1, Relaxed);
         self.dirty = true;
-        Some(p)
+        true
     }
 }

@@ -1,38 +1,32 @@
-//! The pool without a backend or a socket: each connection's handle says
-//! whether its "server" is still there (the liveness probe), and bytes
-//! from the server are put into its buffer directly.
+//! The pool without a backend or a socket: the harness plays the driver,
+//! keeping each connection's "server" (whether it is still there, for the
+//! check at lease) and read buffer by its id, as the driver keeps its
+//! backend I/O; bytes from the server are put into that buffer directly.
 
 use super::*;
 use crate::test_packets::errno;
 use crate::test_packets::{framed, greeting};
 use metrics::BufferMode;
-use std::cell::Cell;
-use std::rc::Rc;
+use std::collections::HashMap;
 use wire::auth::Credential;
 use wire::constants::*;
 use wire::reply::ok_payload;
 use wire::users::Authenticated;
 
-/// The driver's handle of one backend connection, played without a
-/// socket: its peer is alive while `alive` holds.
-struct FakeConn {
-    alive: Rc<Cell<bool>>,
+/// What the driver keeps of one backend connection, played without a
+/// socket: whether its server is still there, and its read buffer.
+struct PlayedIo {
+    alive: bool,
     buf: Vec<u8>,
 }
 
 const BUF_CAPACITY: usize = 4096;
 
-impl ConnHandle for FakeConn {
-    fn read_buffer(&self) -> Option<(&[u8], usize)> {
-        Some((&self.buf, BUF_CAPACITY))
-    }
-}
-
 struct Harness {
-    pool: Pool<FakeConn>,
+    pool: Pool,
     open: Arc<BackendShare>,
-    /// Whether each connection's server is still there.
-    peers: Vec<Rc<Cell<bool>>>,
+    /// Each connection's server and buffer, by its id.
+    conns: HashMap<BackendId, PlayedIo>,
     now: Instant,
     /// The "server" refuses logins that name this user, with this ERR.
     refuse: Option<(&'static str, Vec<u8>)>,
@@ -104,7 +98,7 @@ impl Harness {
         Harness {
             pool,
             open,
-            peers: Vec::new(),
+            conns: HashMap::new(),
             now: Instant::now(),
             refuse: None,
         }
@@ -119,17 +113,20 @@ impl Harness {
             for e in events {
                 match e {
                     PoolEvent::Open { key, request } => {
-                        let io = self.conn();
-                        self.pool
-                            .insert_opening(io, key, request, self.now, &mut next);
+                        let id = self.pool.insert_opening(key, request, self.now, &mut next);
+                        let conn = PlayedIo {
+                            alive: true,
+                            buf: Vec::new(),
+                        };
+                        self.conns.insert(id, conn);
                     }
                     PoolEvent::Io(id, BackendOp::Connect) => {
                         self.pool
                             .on_connect(id, Completion::Done(0), self.now, &mut next)
                     }
                     PoolEvent::Io(id, BackendOp::Clear) => {
-                        if let Some(p) = self.pool.get_mut(id) {
-                            p.io.buf.clear();
+                        if let Some(c) = self.conns.get_mut(&id) {
+                            c.buf.clear();
                         }
                     }
                     PoolEvent::Io(id, BackendOp::Send(bytes)) => {
@@ -154,17 +151,19 @@ impl Harness {
                     PoolEvent::Io(id, BackendOp::Read) => {
                         let reply = self.take_reply(id).unwrap_or_else(greeting);
                         let n = Completion::Done(reply.len());
-                        if let Some(p) = self.pool.get_mut(id) {
-                            p.io.buf.extend_from_slice(&reply);
+                        if let Some(c) = self.conns.get_mut(&id) {
+                            c.buf.extend_from_slice(&reply);
+                            let (buf, now) = (&c.buf, self.now);
+                            self.pool.on_read(id, n, buf, BUF_CAPACITY, now, &mut next);
                         }
-                        self.pool.on_read(id, n, self.now, &mut next);
                     }
                     PoolEvent::CheckIdle(id) => {
-                        let alive = self.pool.get_mut(id).is_some_and(|p| p.io.alive.get());
+                        let alive = self.conns.get(&id).is_some_and(|c| c.alive);
                         self.pool.idle_checked(id, alive, self.now, &mut next);
                     }
                     PoolEvent::Io(id, BackendOp::Close) => {
                         self.pool.remove(id);
+                        self.conns.remove(&id);
                     }
                     other => seen.push(other),
                 }
@@ -174,20 +173,10 @@ impl Harness {
         seen
     }
 
-    /// A new connection's handle, its server there.
-    fn conn(&mut self) -> FakeConn {
-        let alive = Rc::new(Cell::new(true));
-        self.peers.push(Rc::clone(&alive));
-        FakeConn {
-            alive,
-            buf: Vec::new(),
-        }
-    }
-
     /// Every server side of the connections so far goes away.
     fn servers_go_away(&mut self) {
-        for p in self.peers.drain(..) {
-            p.set(false);
+        for c in self.conns.values_mut() {
+            c.alive = false;
         }
     }
 
@@ -387,9 +376,8 @@ fn a_connect_failure_fails_the_request_and_delays_refills() {
     let PoolEvent::Open { key, request } = out.remove(0) else {
         panic!("expected an open")
     };
-    let io = h.conn();
     let mut ev = Vec::new();
-    let id = h.pool.insert_opening(io, key, request, h.now, &mut ev);
+    let id = h.pool.insert_opening(key, request, h.now, &mut ev);
     let mut ev = Vec::new();
     h.pool
         .on_connect(id, Completion::Failed(errno::ECONNREFUSED), h.now, &mut ev);
@@ -453,7 +441,7 @@ fn one_account_holds_at_most_its_share_and_waits_for_its_own() {
     // behind her waiter, whose key cannot be served now).
     assert_eq!(leased(&h.lease(req(4, b))), None);
     let (s, bb) = leased(&h.serve()).unwrap();
-    assert_eq!((s, h.pool.get_mut(bb).unwrap().conn.key()), (sid(4), b));
+    assert_eq!((s, h.pool.conn(bb).unwrap().key()), (sid(4), b));
     let alice = h.pool.metrics.users().user("alice");
     assert_eq!(alice.backends.load(Relaxed), 2);
     assert_eq!(alice.limit_waits.load(Relaxed), 1);
@@ -477,7 +465,7 @@ fn an_account_at_its_share_gives_up_an_idle_connection_of_another_key() {
     // for her, and the unit comes back to her.
     assert_eq!(leased(&h.lease(req(2, other))), None);
     let (s, b) = leased(&h.serve()).unwrap();
-    assert_eq!((s, h.pool.get_mut(b).unwrap().conn.key()), (sid(2), other));
+    assert_eq!((s, h.pool.conn(b).unwrap().key()), (sid(2), other));
     assert_eq!(h.pool.len(), 1);
 }
 
@@ -512,7 +500,7 @@ fn passthrough_keeps_pool_size_warm_in_all_not_per_user() {
     assert_eq!(h.pool.len(), 2, "alice's two ready ones count for bob too");
     // Bob's own session still gets a connection of his own.
     let (_, bb) = leased(&h.lease(req(1, b))).unwrap();
-    assert_eq!(h.pool.get_mut(bb).unwrap().conn.key(), b);
+    assert_eq!(h.pool.conn(bb).unwrap().key(), b);
 }
 
 #[test]
@@ -525,7 +513,7 @@ fn one_users_idle_connection_is_never_leased_to_another() {
     let (s, bb) = leased(&h.lease(req(2, b))).unwrap();
     assert_eq!(s, sid(2));
     assert_ne!(bb, ba, "bob got a connection of his own");
-    assert_eq!(h.pool.get_mut(bb).unwrap().conn.key().identity, b.identity);
+    assert_eq!(h.pool.conn(bb).unwrap().key().identity, b.identity);
     // Alice's comes back to alice.
     let (_, again) = leased(&h.lease(req(3, a))).unwrap();
     assert_eq!(again, ba);
@@ -577,7 +565,7 @@ fn at_the_limit_another_users_idle_connection_is_evicted() {
     assert_eq!(h.open.open(), 0, "alice's idle connection was closed");
     let (s, bb) = leased(&h.serve()).unwrap();
     assert_eq!(s, sid(2));
-    assert_eq!(h.pool.get_mut(bb).unwrap().conn.key().identity, b.identity);
+    assert_eq!(h.pool.conn(bb).unwrap().key().identity, b.identity);
 }
 
 #[test]
@@ -672,7 +660,7 @@ fn the_pool_stamps_its_backend_tls_on_every_key() {
     let unstamped = PoolKey::default_warm();
     assert_eq!(unstamped.tls, TlsWish::Off, "sessions do not know it");
     let (_, b) = leased(&h.lease(req(1, unstamped))).expect("leased");
-    let key = h.pool.get_mut(b).unwrap().conn.key();
+    let key = h.pool.conn(b).unwrap().key();
     assert_eq!(
         key.tls,
         TlsWish::Preferred,
@@ -702,7 +690,7 @@ fn the_server_closing_an_idle_connection_discards_it_and_names_its_last_session(
     );
     h.release(b, true);
     h.serve();
-    let thread = h.pool.get_mut(b).unwrap().conn.thread_id();
+    let thread = h.pool.conn(b).unwrap().thread_id();
     // The server closed it while idle: closed now, and session 1 hears.
     let mut out = Vec::new();
     h.pool
@@ -750,7 +738,7 @@ fn a_close_the_watch_sees_while_leased_is_acted_on_when_the_connection_comes_bac
     // first): given back as it is, it is discarded, and session 1 hears.
     let ev = h.give_back(b);
     assert_eq!(closed_idle(&ev), vec![sid(1)], "{ev:?}");
-    assert!(h.pool.get_mut(b).is_none(), "closed and freed");
+    assert!(h.pool.conn(b).is_none(), "closed and freed");
     assert_eq!(h.open.open(), 0);
     // The same through a reset (a release that resets).
     let (_, b2) = leased(&h.lease(req(2, key))).unwrap();
@@ -771,9 +759,10 @@ fn the_pools_own_exchange_failing_on_a_given_back_connection_tells_its_last_sess
     // CONNECTION landed right after the session's last command).
     let mut out = Vec::new();
     h.pool.release(b, true, h.now, &mut out);
-    assert!(h.pool.get_mut(b).unwrap().conn.is_resetting());
+    assert!(h.pool.conn(b).unwrap().is_resetting());
     let mut out = Vec::new();
-    h.pool.on_read(b, Completion::Done(0), h.now, &mut out);
+    let (eof, now) = (Completion::Done(0), h.now);
+    h.pool.on_read(b, eof, &[], BUF_CAPACITY, now, &mut out);
     assert_eq!(closed_idle(&out), vec![sid(1)], "{out:?}");
     h.drive(out);
     assert_eq!(h.open.open(), 0);
@@ -1039,7 +1028,7 @@ fn a_key_holding_none_gets_a_connection_from_a_busy_key() {
     assert_eq!(h.pool.len(), 1, "closed for A's waiter");
     let ev = h.serve();
     assert_eq!(leased(&ev), Some((sid(3), ev_backend(&ev))), "{ev:?}");
-    assert_eq!(h.pool.get_mut(ev_backend(&ev)).unwrap().conn.key(), a);
+    assert_eq!(h.pool.conn(ev_backend(&ev)).unwrap().key(), a);
     // A holds one, B one: B's next one back is B's.
     h.give_back(b2);
     assert_eq!(leased(&h.serve()), Some((sid(4), b2)));

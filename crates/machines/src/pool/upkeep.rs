@@ -12,7 +12,7 @@ use super::*;
 /// it, short next to `--backend-wait-timeout`.
 pub(super) const IDLE_BEFORE_GIVING: Duration = Duration::from_millis(500);
 
-impl<Io: ConnHandle> Pool<Io> {
+impl Pool {
     /// Serve queued requests while connections can be had: each key's in
     /// arrival order (FIFO per key), and the keys by the arrival of their
     /// oldest waiter, so that units of the cap go first-come-first-served

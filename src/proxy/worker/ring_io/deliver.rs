@@ -196,8 +196,8 @@ impl Worker {
                 side == Side::Client
                     || slot
                         .backend
-                        .and_then(|b| self.pool.get_mut(b))
-                        .and_then(|b| b.io.recv.as_ref())
+                        .and_then(|b| self.backends.get_mut(b))
+                        .and_then(|b| b.recv.as_ref())
                         .is_none_or(|r| !r.armed),
                 "a backend read beside an armed ring receive"
             );
@@ -213,8 +213,8 @@ impl Worker {
         };
         let io = match side {
             Side::Client => &mut slot.io,
-            Side::Backend => match slot.backend.and_then(|b| self.pool.get_mut(b)) {
-                Some(b) => &mut b.io,
+            Side::Backend => match slot.backend.and_then(|b| self.backends.get_mut(b)) {
+                Some(b) => b,
                 None => return true,
             },
         };
@@ -258,8 +258,8 @@ impl Worker {
         } = slot;
         let io = match side {
             Side::Client => client_io,
-            Side::Backend => match backend.and_then(|b| self.pool.get_mut(b)) {
-                Some(b) => &mut b.io,
+            Side::Backend => match backend.and_then(|b| self.backends.get_mut(b)) {
+                Some(b) => b,
                 None => return,
             },
         };
@@ -319,8 +319,8 @@ impl Worker {
     /// again in its next relay as the server closing the connection.
     fn ring_watch_end_seen(&mut self, backend: Option<BackendId>) {
         if let Some(recv) = backend
-            .and_then(|b| self.pool.get_mut(b))
-            .and_then(|b| b.io.recv.as_mut())
+            .and_then(|b| self.backends.get_mut(b))
+            .and_then(|b| b.recv.as_mut())
             .filter(|r| !r.armed && r.queue.is_empty())
         {
             recv.end = None;

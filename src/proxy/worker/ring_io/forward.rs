@@ -19,8 +19,8 @@ impl Worker {
         let (recv, pos, end) = match io {
             RelayIo::UpWrite { pos, end } => (slot.io.recv.as_mut()?, pos, end),
             RelayIo::DownWrite { pos, end } => {
-                let b = slot.backend.and_then(|b| self.pool.get_mut(b))?;
-                (b.io.recv.as_mut()?, pos, end)
+                let b = slot.backend.and_then(|b| self.backends.get_mut(b))?;
+                (b.recv.as_mut()?, pos, end)
             }
             RelayIo::DownRead => return None,
         };
@@ -60,8 +60,8 @@ impl Worker {
         };
         let io = match side {
             Side::Client => &mut slot.io,
-            Side::Backend => match slot.backend.and_then(|b| self.pool.get_mut(b)) {
-                Some(b) => &mut b.io,
+            Side::Backend => match slot.backend.and_then(|b| self.backends.get_mut(b)) {
+                Some(b) => b,
                 None => return,
             },
         };

@@ -101,9 +101,9 @@ impl Worker {
     /// to do at its last CQE is the caller's `ring_pending` entry.
     pub(super) fn ring_cancel_idle_recv(&mut self, bid: BackendId) -> bool {
         let Some(recv) = self
-            .pool
+            .backends
             .get_mut(bid)
-            .and_then(|b| b.io.recv.as_mut())
+            .and_then(|b| b.recv.as_mut())
             .filter(|r| r.armed && r.owner.is_none() && !r.release_pending)
         else {
             return false;
@@ -134,17 +134,17 @@ impl Worker {
         kind: PendingRelease,
     ) -> Option<bool> {
         if self.buffers.is_ring() {
-            if let Some(b) = self.pool.get_mut(bid) {
+            if let Some(b) = self.backends.get_mut(bid) {
                 // A TLS session's relay reads its backend into the
                 // connection's own buffer (not the ring): an idle backend
                 // gives it back, as the ring's readers hold none.
-                self.buffers.shed(&mut b.io.buf);
+                self.buffers.shed(&mut b.buf);
             }
         }
-        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) else {
+        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.backends.get_mut(bid)) else {
             return Some(clean);
         };
-        let Some(recv) = b.io.recv.as_mut() else {
+        let Some(recv) = b.recv.as_mut() else {
             return Some(clean);
         };
         let bytes_queued = !recv.queue.is_empty();
@@ -192,7 +192,7 @@ impl Worker {
             GiveBack::Now { clean } => clean,
         };
         if recv.quiescent() && recv.current.is_none() {
-            b.io.recv = None;
+            b.recv = None;
         }
         Some(clean)
     }
@@ -219,8 +219,8 @@ impl Worker {
                     // The server spoke between commands: the reset fails on
                     // a shut socket, and the pool's failure path answers
                     // the session.
-                    if let Some(b) = self.pool.get_mut(bid) {
-                        b.io.shutdown();
+                    if let Some(b) = self.backends.get_mut(bid) {
+                        b.shutdown();
                     }
                 }
                 true
@@ -235,9 +235,9 @@ impl Worker {
         if res == 0 || res == -libc::ENOENT {
             return;
         }
-        if let Some(b) = self.pool.get_mut(bid) {
-            if b.io.recv.as_ref().is_some_and(|r| r.armed) {
-                b.io.shutdown();
+        if let Some(b) = self.backends.get_mut(bid) {
+            if b.recv.as_ref().is_some_and(|r| r.armed) {
+                b.shutdown();
             }
         }
     }
@@ -246,17 +246,17 @@ impl Worker {
     /// backend to the pool, reusable only if the cancel ended it (no bytes
     /// and no EOF beat the cancel).
     pub(super) fn ring_finish_release(&mut self, bid: BackendId) {
-        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) else {
+        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.backends.get_mut(bid)) else {
             return;
         };
-        let Some(recv) = b.io.recv.as_mut() else {
+        let Some(recv) = b.recv.as_mut() else {
             return;
         };
         let clean = pool::clean_after_cancel(!recv.queue.is_empty(), receive_end(recv.end));
         recv.release_pending = false;
         recv.drain_into(ring);
         if recv.current.is_none() {
-            b.io.recv = None;
+            b.recv = None;
         }
         let kind = self
             .ring_pending
@@ -327,10 +327,7 @@ impl Worker {
     /// The pool's own exchange on a connection whose receive a park left
     /// armed, in order (`ring_pool_op`).
     fn ring_run_pending_ops(&mut self, bid: BackendId, ops: Vec<BackendOp>, clean: bool) {
-        let Some(b) = self.pool.get_mut(bid) else {
-            return;
-        };
-        if b.conn.is_closed() {
+        if self.backends.get(bid).is_none() || self.backend_closed(bid) {
             return;
         }
         self.shut_backend_unless(bid, clean);
@@ -343,8 +340,8 @@ impl Worker {
         if clean {
             return;
         }
-        if let Some(b) = self.pool.get_mut(bid) {
-            b.io.shutdown();
+        if let Some(b) = self.backends.get_mut(bid) {
+            b.shutdown();
         }
     }
 }

@@ -141,8 +141,8 @@ impl Worker {
         let how = slot.io.shutdown();
         let backend = slot.backend;
         self.shutdown_client(sid, how);
-        if let Some(b) = backend.and_then(|b| self.pool.get_mut(b)) {
-            b.io.shutdown();
+        if let Some(b) = backend.and_then(|b| self.backends.get_mut(b)) {
+            b.shutdown();
         }
         let Some(recv) = self.recv_of(sid, side) else {
             return;
@@ -161,8 +161,8 @@ impl Worker {
         match side {
             Side::Client => slot.io.recv.as_mut(),
             Side::Backend => {
-                let b = slot.backend.and_then(|b| self.pool.get_mut(b))?;
-                b.io.recv.as_mut()
+                let b = slot.backend.and_then(|b| self.backends.get_mut(b))?;
+                b.recv.as_mut()
             }
         }
     }

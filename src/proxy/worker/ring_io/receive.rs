@@ -78,12 +78,9 @@ impl Worker {
             ),
             Side::Backend => match slot
                 .backend
-                .and_then(|b| self.pool.get_mut(b).map(|c| (b, c)))
+                .and_then(|b| self.backends.get_mut(b).map(|c| (b, c)))
             {
-                Some((bid, b)) => (
-                    &mut b.io,
-                    Token::new(OpTag::BackendRecv, bid.index, bid.generation),
-                ),
+                Some((bid, b)) => (b, Token::new(OpTag::BackendRecv, bid.index, bid.generation)),
                 None => return,
             },
         };
@@ -230,10 +227,10 @@ impl Worker {
         flags: u32,
     ) {
         let wm = self.shared.metrics.worker(self.id);
-        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) else {
+        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.backends.get_mut(bid)) else {
             return;
         };
-        let Some(recv) = b.io.recv.as_mut() else {
+        let Some(recv) = b.recv.as_mut() else {
             return;
         };
         on_cqe(recv, ring, res, flags, wm);
@@ -254,13 +251,13 @@ impl Worker {
         let owner = recv
             .owner
             .map(|(index, generation)| SessionId { index, generation });
-        settle_give_back_end(&mut b.io, self.id, bid);
-        let Some(recv) = b.io.recv.as_mut() else {
+        settle_give_back_end(b, self.id, bid);
+        let Some(recv) = b.recv.as_mut() else {
             return;
         };
         let release = !recv.armed && recv.release_pending;
         if !recv.armed {
-            b.io.op_done();
+            b.op_done();
         }
         let session = owner.and_then(|sid| {
             self.sessions
@@ -284,13 +281,17 @@ impl Worker {
     /// leased (its session has not read yet), or a receive of a connection
     /// being closed.
     fn ring_idle_recv(&mut self, bid: BackendId) {
-        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.pool.get_mut(bid)) else {
+        let Some(conn) = self.pool.conn(bid) else {
             return;
         };
-        let Some(recv) = b.io.recv.as_mut() else {
+        let (leased, idle) = (conn.is_leased(), conn.is_idle());
+        let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.backends.get_mut(bid)) else {
             return;
         };
-        if b.conn.is_leased() {
+        let Some(recv) = b.recv.as_mut() else {
+            return;
+        };
+        if leased {
             // Leased, and its session's first read has not come yet: that
             // read takes what is queued (bytes, or the end), as any relay
             // read of an armed receive would.
@@ -298,7 +299,7 @@ impl Worker {
         }
         let spoke = recv.ready();
         recv.drain_into(ring);
-        if !b.conn.is_idle() {
+        if !idle {
             // Nobody reads this backend any more: it is being closed.
             return;
         }
@@ -312,9 +313,9 @@ impl Worker {
             // nothing waiting the connection
             // is kept, and its next lease arms a new receive.
             let done = recv.quiescent() && recv.current.is_none();
-            if b.io.idle_peer_alive() {
+            if b.idle_peer_alive() {
                 if done {
-                    b.io.recv = None;
+                    b.recv = None;
                 }
                 return;
             }
@@ -337,8 +338,8 @@ impl Worker {
             Side::Client => slot.io.recv.as_ref(),
             Side::Backend => slot
                 .backend
-                .and_then(|b| self.pool.get_mut(b))
-                .and_then(|b| b.io.recv.as_ref()),
+                .and_then(|b| self.backends.get_mut(b))
+                .and_then(|b| b.recv.as_ref()),
         };
         let Some(recv) = recv else { return };
         if !recv.waiting {

@@ -177,8 +177,8 @@ impl Worker {
         if slot.relay_ops > 0 {
             // Normally unreachable (the relay releases first); make the
             // relay's operations on the backend complete now.
-            if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
-                b.io.shutdown();
+            if let Some(b) = slot.backend.and_then(|b| self.backends.get_mut(b)) {
+                b.shutdown();
             }
         }
         self.try_finish_session(sid);

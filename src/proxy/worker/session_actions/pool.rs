@@ -148,8 +148,8 @@ impl Worker {
         // holds at most an ordinary one. (The relay's idle read did this
         // before it was submitted; a park right after an answer no longer
         // submits one.)
-        if let Some(conn) = self.pool.get_mut(b) {
-            self.buffers.shrink(&mut conn.io.buf);
+        if let Some(conn) = self.backends.get_mut(b) {
+            self.buffers.shrink(&mut conn.buf);
         }
         let park = PendingRelease::Park {
             kept: kept.clone(),

@@ -114,8 +114,8 @@ impl Worker {
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
-        if let Some(b) = slot.backend.and_then(|b| self.pool.get_mut(b)) {
-            b.io.shutdown();
+        if let Some(b) = slot.backend.and_then(|b| self.backends.get_mut(b)) {
+            b.shutdown();
         }
         // Fixed mode: a read waiting on the backend's poll ends as the
         // shut-down socket would end it (EOF), without counting on the
