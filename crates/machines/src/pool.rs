@@ -43,7 +43,9 @@ use crate::ids::{
     BackendId, IdentityId, LeaseRequest, PoolKey, SessionId, Settings, TlsWish, ANY_SETTINGS,
 };
 use crate::slab::Slab;
-pub use give_back::{clean_after_cancel, give_back, GiveBack, ReceiveEnd, ReceiveLeft};
+pub use give_back::{
+    clean_after_cancel, give_back, GiveBack, Park, PendingGiveBack, ReceiveEnd, ReceiveLeft,
+};
 use metrics::{BackendTlsError, InternalQuery, Metrics, RejectReason, WorkerMetrics};
 pub use share::BackendShare;
 use waiters::Waiters;
@@ -242,6 +244,9 @@ pub struct Pool {
     /// ([`PoolEvent::CheckIdle`]) the driver has not answered yet
     /// (`pool/idle_check.rs`).
     checks: Vec<idle_check::Check>,
+    /// What give-backs asked for while the receive they cancelled ends
+    /// (ring mode, `pool/give_back.rs`).
+    give_backs: std::collections::HashMap<BackendId, PendingGiveBack>,
     /// Something freed up: serve the waiters.
     dirty: bool,
     /// A waiter left a free unit to another worker (`Reserve::Theirs`):
@@ -335,6 +340,7 @@ impl Pool {
             idle: Vec::new(),
             waiters: Waiters::default(),
             checks: Vec::new(),
+            give_backs: Default::default(),
             dirty: false,
             deferred: false,
             share,

@@ -303,9 +303,10 @@ pub struct Worker {
     /// The next relay write to the backend is a command's first
     /// (`WriteBackend`), which may be linked.
     link_up_write: bool,
-    /// Ring mode: backends given back while their receive was armed, by
-    /// (index, generation), and what to do once it has ended.
-    ring_pending: std::collections::HashMap<(u32, u32), ring_io::PendingRelease>,
+    /// Ring mode: the pool's own operations on backends whose receive a
+    /// park left armed, by (index, generation), held until the cancelled
+    /// receive has ended (what a give-back asked for waits in the pool).
+    ring_pending_ops: std::collections::HashMap<(u32, u32), Vec<BackendOp>>,
     /// Ring mode: receives that -ENOBUFS ended and whose relay waits, in
     /// the order they starved; re-armed at the end of the batch.
     ring_starved: std::collections::VecDeque<(SessionId, ring_io::Side)>,

@@ -200,7 +200,7 @@ impl Worker {
             lease_scratch: Vec::new(),
             held_write: None,
             link_up_write: false,
-            ring_pending: std::collections::HashMap::new(),
+            ring_pending_ops: std::collections::HashMap::new(),
             ring_starved: std::collections::VecDeque::new(),
             idle_poll: buffers_mode == BufferMode::Fixed && !shared.config.hold_idle_slots,
             hot_queue: VecDeque::new(),

@@ -1,11 +1,20 @@
-//! Whether a backend connection that its session gives back is still
-//! clean, when the driver's relay read it through a receive that stays
-//! armed between reads (ring mode's multishot receive). The driver reports
-//! what is left of that receive as typed facts ([`ReceiveLeft`]); the
-//! decision is the pool's: a connection is reusable only if nothing is left
-//! of the relay's receive (no bytes queued, no end but its cancel's), and a
-//! receive still armed is cancelled first, or, at a park that keeps the
-//! connection as it is, left armed as the pool's close watch.
+//! A backend connection that its session gives back while the driver's
+//! relay still reads it through a receive that stays armed between reads
+//! (ring mode's multishot receive). The driver reports what is left of that
+//! receive as typed facts ([`ReceiveLeft`]); the decision is the pool's: a
+//! connection is reusable only if nothing is left of the relay's receive
+//! (no bytes queued, no end but its cancel's), and a receive still armed is
+//! cancelled first, or, at a park that keeps the connection as it is, left
+//! armed as the pool's close watch.
+//!
+//! While the cancelled receive ends, the pool holds what the give-back
+//! asked for ([`Pool::defer_give_back`]: a release, a relet, a park, a
+//! statement, a lease); at its last completion the driver says whether the
+//! connection is still clean ([`clean_after_cancel`]) and
+//! [`Pool::finish_give_back`] carries it out.
+
+use super::*;
+use crate::prepared::StmtKey;
 
 /// How the relay's receive on a backend has ended so far.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +75,159 @@ pub fn give_back(clean: bool, keeps_as_is: bool, left: ReceiveLeft) -> GiveBack 
 /// only if the cancel ended it (no bytes and no EOF beat the cancel).
 pub fn clean_after_cancel(bytes_queued: bool, end: ReceiveEnd) -> bool {
     !bytes_queued && end == ReceiveEnd::Cancelled
+}
+
+impl ReceiveEnd {
+    /// The end of a receive as its last completion said it (None: it has
+    /// not ended).
+    pub fn of(end: Option<Completion>) -> ReceiveEnd {
+        match end {
+            None => ReceiveEnd::Open,
+            Some(Completion::Cancelled) => ReceiveEnd::Cancelled,
+            Some(_) => ReceiveEnd::Other,
+        }
+    }
+}
+
+/// A park's give-back (transaction pooling): [`Pool::release_kept`] with
+/// what the connection carries, or [`Pool::release`] with a reset, after
+/// [`Pool::park_asking`] for `ask`'s LAST_INSERT_ID().
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Park {
+    /// The session's schema and settings fingerprint (None: unchanged).
+    pub kept: Option<(Option<String>, Settings)>,
+    pub reset: bool,
+    /// The session that wants LAST_INSERT_ID() read first.
+    pub ask: Option<SessionId>,
+}
+
+impl Park {
+    /// Goes back as it is: no reset, no question to ask on it first.
+    pub fn keeps_as_is(&self) -> bool {
+        !self.reset && self.ask.is_none()
+    }
+}
+
+/// What a give-back asked for, held while the receive it cancelled ends.
+#[derive(Clone, Debug)]
+pub enum PendingGiveBack {
+    /// [`Pool::release`]: the relay ended.
+    Release,
+    /// [`Pool::relet`]: COM_CHANGE_USER resets it in place.
+    Relet,
+    /// [`Pool::park`].
+    Park(Park),
+    /// [`Pool::statement`] (transaction pooling: a prepared statement is
+    /// looked up, or prepared, on the session's connection).
+    Statement {
+        key: Arc<StmtKey>,
+        want_response: bool,
+        types: Option<Vec<u8>>,
+    },
+    /// A lease of a connection whose receive a park left armed, to a
+    /// session that reads its backend into the connection's own buffer
+    /// (where that receive would take the answer): [`PoolEvent::Leased`]
+    /// again once the receive has ended.
+    Lease(SessionId),
+}
+
+impl PendingGiveBack {
+    /// A park that keeps the connection as it is ([`give_back`]'s
+    /// `keeps_as_is`).
+    pub fn keeps_as_is(&self) -> bool {
+        matches!(self, PendingGiveBack::Park(park) if park.keeps_as_is())
+    }
+}
+
+impl Pool {
+    /// Connection `id`'s give-back waits for the relay's receive, which the
+    /// driver cancelled: hold what it asked for until
+    /// [`Pool::finish_give_back`].
+    pub fn defer_give_back(&mut self, id: BackendId, asked: PendingGiveBack) {
+        self.give_backs.insert(id, asked);
+    }
+
+    /// The receive a give-back cancelled on connection `id` has ended, the
+    /// connection `clean` or not ([`clean_after_cancel`]): carry out what
+    /// the give-back asked for (a release when nothing was held), as
+    /// [`Pool::carry_out_give_back`] does.
+    pub fn finish_give_back(
+        &mut self,
+        id: BackendId,
+        clean: bool,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) -> bool {
+        let asked = self
+            .give_backs
+            .remove(&id)
+            .unwrap_or(PendingGiveBack::Release);
+        self.carry_out_give_back(id, clean, asked, now, out)
+    }
+
+    /// Carry out what a give-back of connection `id` asked for, the
+    /// connection `clean` or not. True: the driver shuts the socket first,
+    /// because the server spoke or closed while the connection was idle and
+    /// what runs on it next (the session's relay, a reset, a prepare) must
+    /// fail on a shut socket, so that the pool's failure path answers the
+    /// session; a release or a park closes it itself. A flat match: one arm
+    /// per give-back.
+    pub fn carry_out_give_back(
+        &mut self,
+        id: BackendId,
+        clean: bool,
+        asked: PendingGiveBack,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) -> bool {
+        let shut = !clean && !matches!(asked, PendingGiveBack::Release | PendingGiveBack::Park(_));
+        match asked {
+            PendingGiveBack::Release => self.release(id, clean, now, out),
+            PendingGiveBack::Relet => self.relet(id, now, out),
+            PendingGiveBack::Park(park) => self.park(id, clean, park, now, out),
+            PendingGiveBack::Statement {
+                key,
+                want_response,
+                types,
+            } => self.statement(id, key, want_response, types, now, out),
+            PendingGiveBack::Lease(session) => out.push(PoolEvent::Leased {
+                session,
+                backend: id,
+            }),
+        }
+        shut
+    }
+
+    /// Transaction pooling: the session parked and its connection is free
+    /// to go back. Clean: asked for LAST_INSERT_ID() first
+    /// ([`Pool::park_asking`]), reset ([`Pool::release`]), or idle as it is
+    /// ([`Pool::release_kept`]). Not clean: closed, and a session that
+    /// asked gets no value.
+    pub fn park(
+        &mut self,
+        id: BackendId,
+        clean: bool,
+        park: Park,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        let Park { kept, reset, ask } = park;
+        match ask {
+            Some(session) if clean => self.park_asking(id, session, kept, reset, now, out),
+            Some(session) => {
+                out.push(PoolEvent::LastInsertId {
+                    session,
+                    value: None,
+                });
+                self.release(id, false, now, out);
+            }
+            // Reset, then idle with no settings (a session with its own
+            // gets them replayed).
+            None if clean && reset => self.release(id, true, now, out),
+            None if clean => self.release_kept(id, kept, now, out),
+            None => self.release(id, false, now, out),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -174,6 +174,7 @@ impl Pool {
         if p.evicted {
             self.evicting -= 1;
         }
+        self.give_backs.remove(&id);
         self.publish();
         self.m().backend_discarded_total.fetch_add(1, Relaxed);
         self.dirty = true;

@@ -1171,3 +1171,5 @@ fn timeouts_fail_each_live_waiter_once_in_arrival_order() {
 }
 
 mod idle_check;
+
+mod give_back;

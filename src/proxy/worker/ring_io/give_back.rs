@@ -1,12 +1,15 @@
 //! A session gives its backend back while the relay's receive may still be
 //! armed: the receive is cancelled (or, at a park that keeps the
-//! connection as it is, left armed for the pool), and what the give-back
-//! asked for ([`PendingRelease`]) is carried out at its last CQE.
+//! connection as it is, left armed for the pool). What the give-back asked
+//! for waits in the pool (`Pool::defer_give_back`) and is carried out at
+//! the receive's last CQE (`Pool::finish_give_back`); the driver keeps only
+//! the pool's own operations that wait for that end, and shuts the socket
+//! when the pool says so.
 
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::*;
-use machines::pool::{self, GiveBack, ReceiveEnd, ReceiveLeft};
+use machines::pool::{self, GiveBack, PendingGiveBack, ReceiveEnd, ReceiveLeft};
 
 /// How a backend's receive that a give-back cancels has ended. Bytes that
 /// beat the cancel: the server is talking between commands, so the
@@ -58,14 +61,14 @@ impl Worker {
             return Some(op);
         }
         let key = (bid.index, bid.generation);
-        if let Some(PendingRelease::Ops(ops)) = self.ring_pending.get_mut(&key) {
+        if let Some(ops) = self.ring_pending_ops.get_mut(&key) {
             ops.push(op);
             return None;
         }
         if matches!(op, BackendOp::Clear) || !self.ring_cancel_idle_recv(bid) {
             return Some(op);
         }
-        self.ring_pending.insert(key, PendingRelease::Ops(vec![op]));
+        self.ring_pending_ops.insert(key, vec![op]);
         None
     }
 
@@ -92,13 +95,14 @@ impl Worker {
         if !self.ring_cancel_idle_recv(bid) {
             return false;
         }
-        self.ring_pending
-            .insert((bid.index, bid.generation), PendingRelease::Lease(session));
+        self.pool
+            .defer_give_back(bid, PendingGiveBack::Lease(session));
         true
     }
 
     /// Cancel the receive a park left armed on `bid`, if any (true); what
-    /// to do at its last CQE is the caller's `ring_pending` entry.
+    /// to do at its last CQE is the caller's (held by the pool, or in
+    /// `ring_pending_ops`).
     pub(super) fn ring_cancel_idle_recv(&mut self, bid: BackendId) -> bool {
         let Some(recv) = self
             .backends
@@ -118,20 +122,21 @@ impl Worker {
         true
     }
 
-    /// The session gives its backend back (`kind`). In ring mode it is
-    /// reusable only if nothing is left of the relay's receive: no bytes
-    /// queued, and no receive armed. A clean end usually finds the receive
-    /// still armed (it stays armed while the answer is written): it is
-    /// cancelled, and `kind` is carried out at its last CQE (`None` here),
-    /// unless `kind` is a park that keeps the connection as it is, which
-    /// leaves it armed for the pool. Otherwise: whether the connection is
-    /// still clean. The decision is the pool's (`pool::give_back`), from
-    /// what is left of the receive.
+    /// The session gives its backend back (`keeps_as_is`: a park that keeps
+    /// the connection as it is). In ring mode it is reusable only if
+    /// nothing is left of the relay's receive: no bytes queued, and no
+    /// receive armed. A clean end usually finds the receive still armed (it
+    /// stays armed while the answer is written): it is cancelled, and the
+    /// give-back is carried out at its last CQE (`None` here: the caller
+    /// has the pool hold it), unless it is a park that keeps the connection
+    /// as it is, which leaves the receive armed for the pool. Otherwise:
+    /// whether the connection is still clean. The decision is the pool's
+    /// (`pool::give_back`), from what is left of the receive.
     pub(in crate::proxy::worker) fn ring_give_back(
         &mut self,
         bid: BackendId,
         clean: bool,
-        kind: PendingRelease,
+        keeps_as_is: bool,
     ) -> Option<bool> {
         if self.buffers.is_ring() {
             if let Some(b) = self.backends.get_mut(bid) {
@@ -153,21 +158,13 @@ impl Worker {
         recv.cancelling = false;
         recv.rearm_queued = false;
         recv.drain_into(ring);
-        let kept = matches!(
-            kind,
-            PendingRelease::Park {
-                reset: false,
-                ask: None,
-                ..
-            }
-        );
         let left = ReceiveLeft {
             armed: recv.armed,
             bytes_queued,
-            end: receive_end(recv.end),
+            end: ReceiveEnd::of(recv.end.map(completion)),
             chunk_in_flight: recv.current.is_some(),
         };
-        let clean = match pool::give_back(clean, kept, left) {
+        let clean = match pool::give_back(clean, keeps_as_is, left) {
             GiveBack::KeepArmed => {
                 // Transaction pooling parks the session and the connection goes
                 // back to the idle list as it is: its receive stays armed, the
@@ -183,7 +180,8 @@ impl Worker {
             }
             GiveBack::CancelFirst => {
                 recv.release_pending = true;
-                self.ring_pending.insert((bid.index, bid.generation), kind);
+                // The give-back replaces whatever waited for that end.
+                self.ring_pending_ops.remove(&(bid.index, bid.generation));
                 let token = Token::new(OpTag::BackendRecvCancel, bid.index, bid.generation);
                 let target = recv.user_data;
                 self.submit(ops::cancel_user_data(target, token));
@@ -195,37 +193,6 @@ impl Worker {
             b.recv = None;
         }
         Some(clean)
-    }
-
-    /// COM_CHANGE_USER resets the session's backend in place (the pool's
-    /// own reads follow, so no receive of the relay may stay armed). True:
-    /// reset now. False: the armed receive is being cancelled, and the
-    /// reset happens at its last CQE.
-    pub(in crate::proxy::worker) fn ring_relet_backend(&mut self, bid: BackendId) -> bool {
-        self.ring_own_backend(bid, PendingRelease::Relet)
-    }
-
-    /// The pool's own exchange on a session's backend (`kind`: a relet or a
-    /// statement), like [`Self::ring_relet_backend`].
-    pub(in crate::proxy::worker) fn ring_own_backend(
-        &mut self,
-        bid: BackendId,
-        kind: PendingRelease,
-    ) -> bool {
-        match self.ring_give_back(bid, true, kind) {
-            None => false,
-            Some(clean) => {
-                if !clean {
-                    // The server spoke between commands: the reset fails on
-                    // a shut socket, and the pool's failure path answers
-                    // the session.
-                    if let Some(b) = self.backends.get_mut(bid) {
-                        b.shutdown();
-                    }
-                }
-                true
-            }
-        }
     }
 
     /// The cancel of a released backend's receive completed. Anything but
@@ -242,9 +209,10 @@ impl Worker {
         }
     }
 
-    /// The last CQE of a receive cancelled at a clean release: hand the
-    /// backend to the pool, reusable only if the cancel ended it (no bytes
-    /// and no EOF beat the cancel).
+    /// The last CQE of a receive cancelled at a clean release: the pool's
+    /// own operations that waited for it run now, or the pool carries out
+    /// what the give-back asked for; reusable only if the cancel ended the
+    /// receive (no bytes and no EOF beat the cancel).
     pub(super) fn ring_finish_release(&mut self, bid: BackendId) {
         let (Some(ring), Some(b)) = (self.buffers.buf_ring(), self.backends.get_mut(bid)) else {
             return;
@@ -252,74 +220,23 @@ impl Worker {
         let Some(recv) = b.recv.as_mut() else {
             return;
         };
-        let clean = pool::clean_after_cancel(!recv.queue.is_empty(), receive_end(recv.end));
+        let end = ReceiveEnd::of(recv.end.map(completion));
+        let clean = pool::clean_after_cancel(!recv.queue.is_empty(), end);
         recv.release_pending = false;
         recv.drain_into(ring);
         if recv.current.is_none() {
             b.recv = None;
         }
-        let kind = self
-            .ring_pending
-            .remove(&(bid.index, bid.generation))
-            .unwrap_or(PendingRelease::Release);
-        self.ring_carry_out_pending(bid, kind, clean);
-    }
-
-    /// What the give-back asked for, now that the receive has ended. Not
-    /// clean, the server spoke or closed while the connection was idle:
-    /// what runs on the connection next fails on a shut socket, and the
-    /// pool's failure path tells the session. A flat match: one arm per
-    /// pending give-back.
-    fn ring_carry_out_pending(&mut self, bid: BackendId, kind: PendingRelease, clean: bool) {
-        let now = self.now;
+        if let Some(ops) = self.ring_pending_ops.remove(&(bid.index, bid.generation)) {
+            return self.ring_run_pending_ops(bid, ops, clean);
+        }
         let mut events = Vec::new();
-        match kind {
-            PendingRelease::Ops(ops) => return self.ring_run_pending_ops(bid, ops, clean),
-            PendingRelease::Lease(session) => {
-                // The session's relay finds the socket shut.
-                self.shut_backend_unless(bid, clean);
-                events.push(PoolEvent::Leased {
-                    session,
-                    backend: bid,
-                });
-            }
-            PendingRelease::Release => self.pool.release(bid, clean, now, &mut events),
-            PendingRelease::Relet => {
-                self.shut_backend_unless(bid, clean);
-                self.pool.relet(bid, now, &mut events);
-            }
-            PendingRelease::Statement(ask) => {
-                self.shut_backend_unless(bid, clean);
-                let StatementAsk {
-                    key,
-                    want_response,
-                    types,
-                } = *ask;
-                self.pool
-                    .statement(bid, key, want_response, types, now, &mut events);
-            }
-            PendingRelease::Park {
-                kept,
-                reset,
-                ask: Some(session),
-            } if clean => self
-                .pool
-                .park_asking(bid, session, kept, reset, now, &mut events),
-            PendingRelease::Park { reset: true, .. } if clean => {
-                self.pool.release(bid, true, now, &mut events)
-            }
-            PendingRelease::Park { kept, .. } if clean => {
-                self.pool.release_kept(bid, kept, now, &mut events)
-            }
-            PendingRelease::Park { ask, .. } => {
-                if let Some(session) = ask {
-                    events.push(PoolEvent::LastInsertId {
-                        session,
-                        value: None,
-                    });
-                }
-                self.pool.release(bid, false, now, &mut events)
-            }
+        if self
+            .pool
+            .finish_give_back(bid, clean, self.now, &mut events)
+        {
+            // The server spoke or closed while the connection was idle.
+            self.shut_backend(bid);
         }
         self.pool_q.extend(events);
     }
@@ -330,28 +247,17 @@ impl Worker {
         if self.backends.get(bid).is_none() || self.backend_closed(bid) {
             return;
         }
-        self.shut_backend_unless(bid, clean);
+        if !clean {
+            self.shut_backend(bid);
+        }
         for op in ops {
             self.backend_op(bid, op);
         }
     }
 
-    fn shut_backend_unless(&mut self, bid: BackendId, clean: bool) {
-        if clean {
-            return;
-        }
+    fn shut_backend(&mut self, bid: BackendId) {
         if let Some(b) = self.backends.get_mut(bid) {
             b.shutdown();
         }
-    }
-}
-
-/// The typed end the pool's give-back decision reads from a receive's
-/// recorded end (an errno).
-fn receive_end(end: Option<i32>) -> ReceiveEnd {
-    match end {
-        None => ReceiveEnd::Open,
-        Some(e) if e == -libc::ECANCELED => ReceiveEnd::Cancelled,
-        Some(_) => ReceiveEnd::Other,
     }
 }

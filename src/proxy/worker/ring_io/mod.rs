@@ -34,7 +34,8 @@
 //! `deliver.rs` hands a relay read its next chunk (or the end);
 //! `forward.rs` sends a chunk from its ring buffer and gives it back; and
 //! `give_back.rs` settles a backend's receive when its session gives the
-//! backend back ([`PendingRelease`]).
+//! backend back (what the give-back asked for waits in the pool meanwhile:
+//! `machines::pool::PendingGiveBack`).
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -45,43 +46,6 @@ mod deliver;
 mod forward;
 mod give_back;
 mod receive;
-
-/// What the driver does with a backend once its cancelled receive has
-/// ended (the session gave it back while the receive was armed).
-pub(super) enum PendingRelease {
-    /// `Pool::release` (the relay ended).
-    Release,
-    /// `Pool::relet` (COM_CHANGE_USER resets it in place).
-    Relet,
-    /// Transaction pooling parks the session: `Pool::release_kept` with
-    /// what the connection carries, or `Pool::release` with a reset.
-    Park {
-        kept: Option<(Option<String>, Settings)>,
-        reset: bool,
-        /// `Pool::park_asking` for this session first.
-        ask: Option<SessionId>,
-    },
-    /// `Pool::statement` (transaction pooling: a prepared statement is
-    /// looked up, or prepared, on the session's connection).
-    Statement(Box<StatementAsk>),
-    /// The pool's own exchange (a reset, a lease's setup statements) on a
-    /// connection whose receive a park left armed: these operations, in
-    /// order, once the receive has ended (`Worker::ring_pool_op`).
-    Ops(Vec<BackendOp>),
-    /// A lease of such a connection to a session that reads its backend
-    /// into the connection's own buffer (a client leg or client TLS): the
-    /// `PoolEvent::Leased` again once the receive has ended
-    /// (`Worker::ring_lease_waits`).
-    Lease(SessionId),
-}
-
-/// A [`PendingRelease::Statement`]'s arguments.
-#[derive(Clone, Debug)]
-pub(super) struct StatementAsk {
-    pub key: std::sync::Arc<machines::prepared::StmtKey>,
-    pub want_response: bool,
-    pub types: Option<Vec<u8>>,
-}
 
 /// Which socket of a session the relay reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,8 +4,8 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::proxy::worker::ring_io::{PendingRelease, StatementAsk};
 use crate::proxy::worker::*;
+use machines::pool::{Park, PendingGiveBack};
 
 impl Worker {
     pub(super) fn lease(
@@ -65,13 +65,9 @@ impl Worker {
         // else).
         let _ = slot.conn.entry().clear_backend();
         if let Some(b) = slot.backend {
-            if !self.ring_relet_backend(b) {
-                // Reset when the cancelled receive has ended.
-                return;
-            }
-            let mut events = Vec::new();
-            self.pool.relet(b, self.now, &mut events);
-            self.pool_q.extend(events);
+            // Ring mode: reset once the relay's receive has ended (the
+            // pool's own reads follow).
+            self.give_back(b, true, PendingGiveBack::Relet);
         }
     }
 
@@ -97,13 +93,10 @@ impl Worker {
         };
         debug_assert_eq!(slot.relay_ops, 0, "released with relay ops in flight");
         let clean = clean && slot.relay_ops == 0;
-        let Some(clean) = self.ring_give_back(b, clean, PendingRelease::Release) else {
+        if !self.give_back(b, clean, PendingGiveBack::Release) {
             // Released when the cancelled receive has ended.
             return;
-        };
-        let mut events = Vec::new();
-        self.pool.release(b, clean, self.now, &mut events);
-        self.pool_q.extend(events);
+        }
         // Fixed mode: idle in the pool it holds no slot (one being reset
         // gives it back when the reset is done).
         self.shed_idle_backend_slot(b);
@@ -151,50 +144,41 @@ impl Worker {
         if let Some(conn) = self.backends.get_mut(b) {
             self.buffers.shrink(&mut conn.buf);
         }
-        let park = PendingRelease::Park {
-            kept: kept.clone(),
-            reset,
-            ask,
-        };
-        let Some(clean) = self.ring_give_back(b, clean, park) else {
+        let park = PendingGiveBack::Park(Park { kept, reset, ask });
+        if !self.give_back(b, clean, park) {
             // Parked when the cancelled receive has ended.
             return;
-        };
-        self.park_in_pool(b, clean, kept, reset, ask);
+        }
         // Fixed mode: idle in the pool (kept as it is) it holds no slot.
         self.shed_idle_backend_slot(b);
     }
 
-    /// The pool's side of a park whose connection is free to go back.
-    fn park_in_pool(
-        &mut self,
-        b: BackendId,
-        clean: bool,
-        kept: Option<(Option<String>, Settings)>,
-        reset: bool,
-        ask: Option<SessionId>,
-    ) {
-        let now = self.now;
+    /// The session gives backend `b` back (`asked`: released, parked,
+    /// reset in place, or used for the pool's own exchange), `clean` as it
+    /// says. Ring mode decides first what is left of the relay's receive
+    /// (`ring_give_back`): while a receive being cancelled ends, the pool
+    /// holds `asked` (false: not carried out yet). Otherwise the pool
+    /// carries it out now, and the socket is shut first when the pool says
+    /// so.
+    pub(super) fn give_back(&mut self, b: BackendId, clean: bool, asked: PendingGiveBack) -> bool {
+        let Some(clean) = self.ring_give_back(b, clean, asked.keeps_as_is()) else {
+            self.pool.defer_give_back(b, asked);
+            return false;
+        };
         let mut events = Vec::new();
-        match ask {
-            Some(session) if clean => {
-                self.pool
-                    .park_asking(b, session, kept, reset, now, &mut events)
+        if self
+            .pool
+            .carry_out_give_back(b, clean, asked, self.now, &mut events)
+        {
+            // The server spoke between commands: what runs next fails on
+            // a shut socket, and the pool's failure path answers the
+            // session.
+            if let Some(io) = self.backends.get_mut(b) {
+                io.shutdown();
             }
-            Some(session) => {
-                events.push(PoolEvent::LastInsertId {
-                    session,
-                    value: None,
-                });
-                self.pool.release(b, false, now, &mut events);
-            }
-            // Reset, then idle with no settings (a session with its own
-            // gets them replayed).
-            None if clean && reset => self.pool.release(b, true, now, &mut events),
-            None if clean => self.pool.release_kept(b, kept, now, &mut events),
-            None => self.pool.release(b, false, now, &mut events),
         }
         self.pool_q.extend(events);
+        true
     }
 
     pub(super) fn backend_statement(
@@ -214,27 +198,14 @@ impl Worker {
             );
             return self.with_session(sid, |s, _, _, out| s.on_lease_failed(&payload, None, out));
         };
-        let ask = StatementAsk {
+        // Ring mode: the relay's receive must end before the pool reads;
+        // then the exchange runs at its last CQE.
+        let asked = PendingGiveBack::Statement {
             key,
             want_response,
             types,
         };
-        // Ring mode: the relay's receive must end before the pool reads;
-        // then the exchange runs at its last CQE.
-        let pending = PendingRelease::Statement(Box::new(ask.clone()));
-        if !self.ring_own_backend(b, pending) {
-            return;
-        }
-        let mut events = Vec::new();
-        self.pool.statement(
-            b,
-            ask.key,
-            ask.want_response,
-            ask.types,
-            self.now,
-            &mut events,
-        );
-        self.pool_q.extend(events);
+        self.give_back(b, true, asked);
     }
 
     pub(super) fn backend_statements_closed(&mut self, sid: SessionId) {
