@@ -6,7 +6,9 @@
 //!   plain packet stream (the compressed protocol), when negotiated;
 //! - [`backend`]: one backend connection (connect, login, idle, leased,
 //!   resetting, closing);
-//! - [`pool`]: the backend connections, the idle list and the waiters;
+//! - [`pool`]: the backend connections' machines (no socket: the driver
+//!   keeps their I/O), the idle list, the waiters, the check of an idle
+//!   connection at its lease (an operation) and ring mode's give-back;
 //! - [`multiplex`] and [`tx_settings`]: transaction pooling's decisions;
 //! - [`prepared`]: prepared statements across pooled connections;
 //! - [`registry`]: proxy connection ids and KILL across workers.

@@ -56,7 +56,7 @@ impl Pool {
     /// The driver's answer to [`PoolEvent::CheckIdle`]: whether connection
     /// `id` had nothing to read. Alive, it is leased to the request (or,
     /// withdrawn meanwhile, idle again); dead, it is discarded and the
-    /// request goes on as [`Pool::try_lease`] would without it.
+    /// request goes on as `Pool::try_lease` would without it.
     pub fn idle_checked(
         &mut self,
         id: BackendId,
