@@ -163,9 +163,12 @@ impl Worker {
     /// peek that does not block, answered at once.
     fn check_idle_backend(&mut self, bid: BackendId) {
         let alive = self.backends.get(bid).is_some_and(ConnIo::idle_peer_alive);
-        let mut events = Vec::new();
+        // The lease's own events (transaction pooling leases once per
+        // statement): no allocation per lease.
+        let mut events = std::mem::take(&mut self.lease_scratch);
         self.pool.idle_checked(bid, alive, self.now, &mut events);
-        self.pool_q.extend(events);
+        self.pool_q.extend(events.drain(..));
+        self.lease_scratch = events;
     }
 
     fn watch_backend(&mut self, bid: BackendId) {
