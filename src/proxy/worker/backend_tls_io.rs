@@ -258,7 +258,7 @@ impl Worker {
                     // cancel may have found it completed already.
                     -libc::ECANCELED
                 } else if self.backend_tls_room(bid) {
-                    self.relay_submit(sid, RelayIo::DownRead);
+                    self.read_backend(sid);
                     return false;
                 } else {
                     -libc::EMSGSIZE

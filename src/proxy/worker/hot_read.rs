@@ -46,6 +46,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::idle_io::IdleWait;
+use super::read_path::{client_layers, Layers};
 use super::*;
 
 /// How long a read may stay pending on an empty buffer before the
@@ -246,8 +247,8 @@ impl Worker {
                     && slot.hot.client_seq == e.seq
                     && !slot.hot.client_cooling
                     && slot.idle_wait == IdleWait::None
-                    && slot.leg.is_none()
-                    && slot.tls.is_none()
+                    // A client behind a layer keeps its slot (`read_path.rs`).
+                    && client_layers(slot) == Layers::NONE
                     && slot.session.is_relaying()
                     && slot.io.buf.as_ref().is_some_and(empty_in_flight)
             }

@@ -44,14 +44,11 @@ use super::idle_io::{arm_poll, read_after_poll, IdleWait};
 use super::*;
 
 impl Worker {
-    /// The relay's backend read is about to be submitted: in fixed mode,
-    /// when the backend buffer holds nothing and the read is not hot, it
-    /// waits on the backend's poll without a slot (true). False: submit it
-    /// as in the other modes.
+    /// The relay's backend read is about to be submitted on a path that
+    /// polls when idle (`read_path.rs`: fixed mode): when the backend
+    /// buffer holds nothing and the read is not hot, it waits on the
+    /// backend's poll without a slot (true). False: submit it now.
     pub(super) fn idle_down_read(&mut self, sid: SessionId) -> bool {
-        if !self.idle_poll {
-            return false;
-        }
         let Some(bid) = self.sessions.slot(sid).and_then(|s| s.backend) else {
             return false;
         };

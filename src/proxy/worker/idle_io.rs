@@ -70,24 +70,19 @@ pub(super) fn read_after_poll(
 }
 
 impl Worker {
-    /// The client read `client_read` is about to submit: in fixed mode,
-    /// for an idle relaying session whose buffer holds nothing, give the
-    /// slot back and poll instead (true). False: read now, as in the other
-    /// modes (a busy client's hot read among them).
+    /// The client read about to be submitted on a path that polls when
+    /// idle (`read_path.rs`: fixed mode, no layer): for an idle relaying
+    /// session whose buffer holds nothing, give the slot back and poll
+    /// instead (true). False: read now (a busy client's hot read among
+    /// them).
     pub(super) fn idle_client_read(&mut self, sid: SessionId) -> bool {
-        if !self.idle_poll {
-            return false;
-        }
         let Some(slot) = self.sessions.slot(sid) else {
             return false;
         };
         // Login phases keep their slot (a handshake is short and bounded
-        // by --handshake-timeout); a client leg (compression) and TLS read
-        // through their own steps, which keep their slot; bytes kept in the
-        // buffer are read behind.
-        if slot.leg.is_some()
-            || slot.tls.is_some()
-            || !slot.session.is_relaying()
+        // by --handshake-timeout); bytes kept in the buffer are read
+        // behind.
+        if !slot.session.is_relaying()
             || slot
                 .io
                 .buf

@@ -33,27 +33,37 @@
 //!   and, unless the session is closing, it is issued again on its own,
 //!   since the relay still waits for it.
 
+use super::read_path::{Layers, ReadPath};
+use super::ring_io::Side;
 use super::*;
 
 impl Worker {
     /// The up write about to be built for `io` goes out linked to the
     /// backend read the relay asked for right behind it.
     pub(super) fn up_write_links(&mut self, sid: SessionId, io: RelayIo) -> bool {
-        if !self.link_up_write || self.buffers.is_ring() {
-            return false;
-        }
         let RelayIo::UpWrite { pos: 0, .. } = io else {
             return false;
         };
+        if !self.link_up_write {
+            return false;
+        }
         let next_is_read = matches!(
             self.session_q.front(),
             Some((s, SessionAction::Relay(RelayOp::ReadBackend))) if *s == sid
         );
+        // The command goes out of the client's plain own buffer (not a ring
+        // chunk, not a layer's copy), and then so does the answer's read:
+        // one read SQE to link to.
         next_is_read
+            && matches!(
+                self.read_path(sid, Side::Client, true),
+                Some(ReadPath::OwnBuffer {
+                    layers: Layers::NONE,
+                    ..
+                })
+            )
             && self.sessions.slot(sid).is_some_and(|s| {
-                s.leg.is_none()
-                    && s.tls.is_none()
-                    && s.linked_write.is_none()
+                s.linked_write.is_none()
                     // Only a read owed an answer: the idle read behind a
                     // command with no answer (COM_STMT_CLOSE) or behind part
                     // of a command might complete at the next query or
@@ -127,7 +137,7 @@ impl Worker {
             }
         }
         if !closing {
-            self.relay_submit(sid, RelayIo::DownRead);
+            self.read_backend(sid);
         }
     }
 }

@@ -35,6 +35,7 @@ mod idle_backend_io;
 mod idle_io;
 mod leg;
 mod link_write;
+mod read_path;
 mod relay_execute;
 mod ring_io;
 mod session_actions;
@@ -153,13 +154,13 @@ pub struct WorkerStartup {
     pub direct_fallback: Option<String>,
 }
 
-/// A relay operation with the byte range a write covers (a write that
-/// completes partly is resubmitted from where it stopped). Here, not in
-/// `session_io.rs`, because the ring-buffer and TLS legs submit them too.
+/// A relay write with the byte range it covers (a write that completes
+/// partly is resubmitted from where it stopped). Here, not in
+/// `relay_execute.rs`, because the ring-buffer and TLS legs name them too.
+/// The relay's reads go their own way (`read_path.rs`).
 #[derive(Clone, Copy)]
 enum RelayIo {
     UpWrite { pos: usize, end: usize },
-    DownRead,
     DownWrite { pos: usize, end: usize },
 }
 

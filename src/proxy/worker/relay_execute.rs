@@ -1,7 +1,8 @@
-//! A relay operation becomes an SQE. The transport a write goes out on is
+//! A relay write becomes an SQE. The transport a write goes out on is
 //! chosen once, in [`Worker::relay_transport`], from the connection's
 //! layers (TLS, a client leg) and the worker's read mode (ring, fixed,
-//! heap); each transport then builds its SQE in one place.
+//! heap); each transport then builds its SQE in one place. The reads'
+//! paths are chosen the same way, in `read_path.rs`.
 
 use super::*;
 
@@ -20,24 +21,16 @@ enum Transport {
 }
 
 impl Worker {
-    /// Submit one relay operation for `sid`. Up writes send the session's
-    /// buffer to the backend's socket; down reads and writes use the
-    /// backend's buffer, on the backend's and the client's socket. The op
-    /// is counted on the socket it names and on the session its token names.
+    /// Submit one relay write for `sid`. Up writes send the session's
+    /// buffer to the backend's socket; down writes the backend's buffer to
+    /// the client's socket. The op is counted on the socket it names and on
+    /// the session its token names.
     pub(super) fn relay_submit(&mut self, sid: SessionId, io: RelayIo) {
-        if matches!(io, RelayIo::DownRead) {
-            self.shrink_between_commands(sid);
-            // Fixed mode: a backend read between commands waits without a slot.
-            if self.idle_down_read(sid) {
-                return;
-            }
-        }
         let Some(fds) = self.relay_fds(sid) else {
             return;
         };
         let tag = match io {
             RelayIo::UpWrite { .. } => OpTag::UpWrite,
-            RelayIo::DownRead => OpTag::DownRead,
             RelayIo::DownWrite { .. } => OpTag::DownWrite,
         };
         let user_data = Token::new(tag, sid.index, sid.generation).into();
@@ -94,7 +87,7 @@ impl Worker {
             _ => {}
         }
         let target_fd = match io {
-            RelayIo::UpWrite { .. } | RelayIo::DownRead => backend_fd,
+            RelayIo::UpWrite { .. } => backend_fd,
             RelayIo::DownWrite { .. } => client_fd,
         };
         if !has_leg && !client_tls {
@@ -134,32 +127,28 @@ impl Worker {
         };
         let buf = match io {
             RelayIo::UpWrite { .. } => slot.io.buf.as_mut(),
-            // Ring mode: a read while the ring is empty takes a buffer.
-            RelayIo::DownRead => Some(self.buffers.ensure(&mut b.buf, Owner::Backend)),
             RelayIo::DownWrite { .. } => b.buf.as_mut(),
         };
         let Some(buf) = buf else {
             debug_assert!(false, "relay operation on a released buffer");
             return;
         };
-        let leg_sqe = slot.leg.as_mut().and_then(|leg| match io {
+        let leg_sqe = slot.leg.as_mut().map(|leg| match io {
             // Behind a leg the relay's writes send the leg's buffers.
             RelayIo::UpWrite { pos, end } => {
                 debug_assert_eq!(end, leg.up.len());
-                Some(leg.up.write_sqe(backend_fd, pos, user_data))
+                leg.up.write_sqe(backend_fd, pos, user_data)
             }
             RelayIo::DownWrite { pos, end } => {
                 debug_assert_eq!(end, leg.down.len());
-                Some(leg.down.write_sqe(client_fd, pos, user_data))
+                leg.down.write_sqe(client_fd, pos, user_data)
             }
-            RelayIo::DownRead => None,
         });
         let sqe = leg_sqe.unwrap_or_else(|| match io {
             RelayIo::UpWrite { pos, end } if linked => {
                 buf.write_nowait_sqe(backend_fd, pos, end, user_data)
             }
             RelayIo::UpWrite { pos, end } => buf.write_sqe(backend_fd, pos, end, user_data),
-            RelayIo::DownRead => buf.read_sqe(backend_fd, user_data),
             RelayIo::DownWrite { pos, end } => buf.write_sqe(client_fd, pos, end, user_data),
         });
         if let (true, RelayIo::UpWrite { pos, end }) = (linked, io) {
@@ -170,16 +159,11 @@ impl Worker {
         self.relay_counted(sid, io, sqe);
     }
 
-    /// Count a relay operation on the socket it names and on its session,
-    /// then submit it.
+    /// Count a relay write on the socket it names and on its session, then
+    /// submit it.
     fn relay_counted(&mut self, sid: SessionId, io: RelayIo, sqe: Sqe) {
         self.relay_count(sid, io);
-        if matches!(io, RelayIo::DownRead) {
-            self.submit_down_read(sid, sqe);
-            self.hot_down_submitted(sid);
-        } else {
-            self.submit(sqe);
-        }
+        self.submit(sqe);
     }
 
     /// Count a relay operation on the socket it names and on its session.
@@ -188,7 +172,7 @@ impl Worker {
             return;
         };
         match io {
-            RelayIo::UpWrite { .. } | RelayIo::DownRead => {
+            RelayIo::UpWrite { .. } => {
                 if let Some(b) = slot.backend.and_then(|b| self.backends.get_mut(b)) {
                     b.op_started();
                 }

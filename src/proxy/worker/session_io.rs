@@ -1,10 +1,12 @@
-//! Session completions, the client reads and the relay's reads and writes
+//! Session completions: the client reads and the relay's reads and writes
 //! (tokened by the session), and freeing a finished session. The session
 //! actions the driver carries out are in `session_actions/`; the relay's
-//! writes pick their transport in `relay_execute.rs`.
+//! writes pick their transport in `relay_execute.rs`, every read its path
+//! in `read_path.rs`.
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::read_path::{client_layers, Layers};
 use super::ring_io::Side;
 use super::*;
 
@@ -16,10 +18,12 @@ impl Worker {
             return;
         };
         slot.io.op_done();
+        let layers = client_layers(slot);
         if let Some(buf) = slot.io.buf.as_mut() {
-            match slot.tls {
-                Some(_) => buf.complete_wire(res.max(0) as usize),
-                None => buf.complete(res.max(0) as usize),
+            // TLS decodes the records in place (`tls_io.rs`).
+            match layers.tls {
+                true => buf.complete_wire(res.max(0) as usize),
+                false => buf.complete(res.max(0) as usize),
             }
         }
         if self.idle_poll && self.client_read_cooled(sid, res) {
@@ -35,16 +39,15 @@ impl Worker {
             // A login may be verified now: see a SIGHUP reload at once.
             self.users = self.shared.users();
         }
-        if slot.tls.is_some() {
-            return self.tls_read_done(sid, res);
+        // Up the layers the read came through (`read_path.rs`).
+        match layers {
+            Layers { tls: true, .. } => self.tls_read_done(sid, res),
+            Layers { leg: true, .. } => self.leg_client_read_done(sid, res),
+            Layers { .. } => self.with_session(sid, |s, io, ctx, out| {
+                let data = io.buf.as_ref().map_or(&[][..], |b| b.filled());
+                s.on_client_read(completion(res), data, ctx, out)
+            }),
         }
-        if slot.leg.is_some() {
-            return self.leg_client_read_done(sid, res);
-        }
-        self.with_session(sid, |s, io, ctx, out| {
-            let data = io.buf.as_ref().map_or(&[][..], |b| b.filled());
-            s.on_client_read(completion(res), data, ctx, out)
-        });
     }
 
     pub(super) fn on_client_write(&mut self, sid: SessionId, res: i32) {
@@ -328,80 +331,7 @@ impl Worker {
         }
     }
 
-    // ---- client reads, relay submissions, finishing ----
-
-    pub(super) fn client_read(&mut self, sid: SessionId, clear: bool) {
-        let Some(mut slot) = self.sessions.slot(sid) else {
-            return;
-        };
-        if slot.leg.is_some() {
-            // Input the leg holds back is read before the socket.
-            if self.leg_client_read(sid, clear) {
-                return;
-            }
-            let Some(again) = self.sessions.slot(sid) else {
-                return;
-            };
-            slot = again;
-        }
-        if slot.tls.is_some() {
-            if clear {
-                if let Some(buf) = slot.io.buf.as_mut() {
-                    buf.clear();
-                }
-            }
-            if self.tls_client_read(sid) {
-                return;
-            }
-            let Some(again) = self.sessions.slot(sid) else {
-                return;
-            };
-            slot = again;
-        }
-        if clear {
-            if let Some(buf) = slot.io.buf.as_mut() {
-                buf.clear();
-            }
-        }
-        // Fixed mode: an idle client waits for its bytes without a slot.
-        if self.idle_client_read(sid) {
-            return;
-        }
-        self.submit_client_read(sid);
-    }
-
-    /// Read the client into its buffer (taken now if it has none: ring mode
-    /// and fixed mode give an idle connection's buffer back).
-    pub(super) fn submit_client_read(&mut self, sid: SessionId) {
-        let Some(slot) = self.sessions.slot(sid) else {
-            return;
-        };
-        let fd = slot.io.fd();
-        let buf = self.buffers.ensure(&mut slot.io.buf, Owner::Client);
-        let token = Token::new(OpTag::ClientRead, sid.index, sid.generation);
-        let sqe = buf.read_sqe(fd, token.into());
-        slot.io.op_started();
-        self.submit(sqe);
-        self.hot_client_submitted(sid);
-    }
-
-    /// A large result's buffer goes back before the read that watches the
-    /// backend between commands: the result's last read may have brought
-    /// more than an ordinary buffer holds, which keeps the large buffer
-    /// (`BufferPool::fit_to_result`), and that read would then hold it while
-    /// the session idles (heap mode: for as long as it idles; transaction
-    /// pooling: in the pool, until the connection's next result).
-    pub(super) fn shrink_between_commands(&mut self, sid: SessionId) {
-        let Some(slot) = self.sessions.slot(sid) else {
-            return;
-        };
-        if !slot.session.relay_between_commands() {
-            return;
-        }
-        if let Some(b) = slot.backend.and_then(|b| self.backends.get_mut(b)) {
-            self.buffers.shrink(&mut b.buf);
-        }
-    }
+    // ---- finishing ----
 
     /// Free a closing session once nothing in the kernel names it.
     pub(super) fn try_finish_session(&mut self, sid: SessionId) {

@@ -157,7 +157,7 @@ impl Worker {
         match outcome {
             Ok(n) => self.tls_deliver(sid, n),
             // Nothing for the session yet: read on.
-            Err(None) => self.client_read(sid, false),
+            Err(None) => self.read_client(sid),
             Err(Some(e)) => {
                 self.metrics().client_tls_errors_total.fetch_add(1, Relaxed);
                 if self.log_limiter.allow(self.now) {

@@ -3,6 +3,7 @@
 //! connection's own buffer), or the receive's end, handed to the session.
 
 use super::*;
+use crate::proxy::worker::read_path::ReadPath;
 use uring::buffers::provided::{BufRing, Chunk, RingRecv};
 use uring::buffers::ReadBuffer;
 
@@ -178,44 +179,21 @@ fn hand_to_session(
 }
 
 impl Worker {
-    /// A relay read of `side` in ring mode. False when the worker is not in
-    /// ring mode (the caller reads as the other modes do).
-    pub(in crate::proxy::worker) fn ring_read(&mut self, sid: SessionId, side: Side) -> bool {
-        if !self.buffers.is_ring() {
-            return false;
-        }
+    /// A relay read of `side` through the ring (its [`ReadPath`] is
+    /// [`ReadPath::Ring`]).
+    pub(in crate::proxy::worker) fn ring_read(&mut self, sid: SessionId, side: Side) {
+        debug_assert!(
+            matches!(self.read_path(sid, side, true), Some(ReadPath::Ring) | None),
+            "a ring read of a side that reads into its own buffer"
+        );
         let Some(slot) = self.sessions.slot(sid) else {
-            return true;
-        };
-        if slot.leg.is_some() || slot.tls.is_some() {
-            // A client leg (compression, TLS) copies every byte through its
-            // transform anyway: its session reads as in heap mode. (Its
-            // lease waited for any receive a park left armed to end:
-            // `ring_lease_waits`.)
-            debug_assert!(
-                side == Side::Client
-                    || slot
-                        .backend
-                        .and_then(|b| self.backends.get_mut(b))
-                        .and_then(|b| b.recv.as_ref())
-                        .is_none_or(|r| !r.armed),
-                "a backend read beside an armed ring receive"
-            );
-            return false;
-        }
-        let backend = slot.backend;
-        if side == Side::Backend && backend.is_some_and(|b| self.backend_tls_on(b)) {
-            // So does backend TLS, on the backend's side.
-            return false;
-        }
-        let Some(slot) = self.sessions.slot(sid) else {
-            return true;
+            return;
         };
         let io = match side {
             Side::Client => &mut slot.io,
             Side::Backend => match slot.backend.and_then(|b| self.backends.get_mut(b)) {
                 Some(b) => b,
-                None => return true,
+                None => return,
             },
         };
         let recv = io.recv.get_or_insert_with(RingRecv::default);
@@ -227,8 +205,7 @@ impl Worker {
         if lost > 0 {
             self.ring_lost(sid, side, "a backend's kept bytes", lost);
             // The read ends with the error ring_lost left on the receive.
-            self.ring_deliver(sid, side);
-            return true;
+            return self.ring_deliver(sid, side);
         }
         if recv.ready() {
             self.ring_deliver(sid, side);
@@ -239,14 +216,24 @@ impl Worker {
             self.buffers.shed(&mut io.buf);
             self.ring_arm(sid, side);
         }
-        true
+    }
+
+    /// The relay's next read of the client through the ring: what it was
+    /// handed is consumed, so bytes kept in the client's own buffer go, and
+    /// so does that buffer (unless a read still names it).
+    pub(in crate::proxy::worker) fn ring_read_consumed(&mut self, sid: SessionId) {
+        let Some(slot) = self.sessions.slot(sid) else {
+            return;
+        };
+        if let Some(buf) = slot.io.buf.as_mut().filter(|b| !b.in_flight()) {
+            buf.clear();
+        }
+        self.buffers.shed(&mut slot.io.buf);
+        self.ring_read(sid, Side::Client);
     }
 
     /// Hand the next chunk (or the receive's end) to the session.
     pub(super) fn ring_deliver(&mut self, sid: SessionId, side: Side) {
-        if !self.buffers.is_ring() {
-            return;
-        }
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };

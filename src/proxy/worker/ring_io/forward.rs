@@ -22,7 +22,6 @@ impl Worker {
                 let b = slot.backend.and_then(|b| self.backends.get_mut(b))?;
                 (b.recv.as_mut()?, pos, end)
             }
-            RelayIo::DownRead => return None,
         };
         let chunk = recv.current.as_mut()?;
         Some(ring.send_sqe(chunk, fd, pos, end, user_data))
@@ -46,15 +45,13 @@ impl Worker {
     /// The relay wrote `..end` of its chunk: give it back to the ring. Bytes
     /// behind `end` (a COM_CHANGE_USER the relay stopped at) are kept in the
     /// connection's own buffer for the session, as the other modes keep them.
+    /// No chunk (a write from the connection's own buffer): nothing to do.
     pub(in crate::proxy::worker) fn ring_forwarded(
         &mut self,
         sid: SessionId,
         side: Side,
         end: usize,
     ) {
-        if !self.buffers.is_ring() {
-            return;
-        }
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
@@ -105,12 +102,9 @@ impl Worker {
         }
     }
 
-    /// Keep the client's current chunk in its own buffer (a KILL is about
-    /// to be rewritten there) and give the chunk back.
+    /// Keep the client's current chunk, if it has one, in its own buffer (a
+    /// KILL is about to be rewritten there) and give the chunk back.
     pub(in crate::proxy::worker) fn ring_stage_client(&mut self, sid: SessionId) {
-        if !self.buffers.is_ring() {
-            return;
-        }
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };

@@ -107,9 +107,11 @@ impl Worker {
             recv.starved = false;
         }
         self.metrics().heap_fallbacks_total.fetch_add(1, Relaxed);
+        // Heap mode's read: no layer (else the path is not the ring's), and
+        // no poll (fixed mode's alone).
         match side {
-            Side::Client => self.client_read(sid, false),
-            Side::Backend => self.relay_submit(sid, RelayIo::DownRead),
+            Side::Client => self.own_read_client(sid, false, false),
+            Side::Backend => self.own_read_backend(sid, false),
         }
     }
 

@@ -1,6 +1,7 @@
 //! What a session asks of its client's socket and of the bytes read from
 //! it: writes, reads, the session buffer's edits, shutdowns and the close.
 
+use crate::proxy::worker::read_path::{Layers, ReadPath};
 use crate::proxy::worker::ring_io::Side;
 use crate::proxy::worker::session_io::plain_buffered;
 use crate::proxy::worker::*;
@@ -30,18 +31,19 @@ impl Worker {
         self.submit(sqe);
     }
 
-    pub(super) fn read_client(&mut self, sid: SessionId) {
+    /// The session's own read of its client (a login's, a parked
+    /// session's; TLS reads on through it while a record is incomplete).
+    pub(in crate::proxy::worker) fn read_client(&mut self, sid: SessionId) {
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
-        // Once the relay has read the client through the ring, every later
-        // read does too (the multishot may still be armed); so does a
-        // session parked between transactions from its login on
-        // (transaction pooling), so that it waits holding no buffer.
-        let ring = slot.io.recv.is_some()
-            || (self.buffers.is_ring() && slot.session.is_relaying() && slot.leg.is_none());
-        if !ring || !self.ring_read(sid, Side::Client) {
-            self.client_read(sid, false)
+        let relaying = slot.session.is_relaying();
+        match self.read_path(sid, Side::Client, relaying) {
+            Some(ReadPath::Ring) => self.ring_read(sid, Side::Client),
+            Some(ReadPath::OwnBuffer { poll_when_idle, .. }) => {
+                self.own_read_client(sid, false, poll_when_idle)
+            }
+            None => {}
         }
     }
 
@@ -119,18 +121,22 @@ impl Worker {
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
-        if slot.leg.is_some() {
+        let relaying = slot.session.is_relaying();
+        match self.read_path(sid, Side::Client, relaying) {
             // Behind a leg the session buffer is the leg's plain one.
-            return self.deliver_plain_read(sid, res);
+            Some(ReadPath::OwnBuffer {
+                layers: Layers { leg: true, .. },
+                ..
+            }) => self.deliver_plain_read(sid, res),
+            // The bytes are still the client's current chunk (else the
+            // relay kept them in the client's own buffer).
+            Some(ReadPath::Ring) if self.ring_redeliver(sid, res) => {}
+            Some(_) => self.with_session(sid, |s, io, ctx, out| {
+                let data = io.buf.as_ref().map_or(&[][..], |b| b.filled());
+                s.on_client_read(res, data, ctx, out)
+            }),
+            None => {}
         }
-        // Ring mode: the bytes are still the client's current chunk.
-        if self.ring_redeliver(sid, res) {
-            return;
-        }
-        self.with_session(sid, |s, io, ctx, out| {
-            let data = io.buf.as_ref().map_or(&[][..], |b| b.filled());
-            s.on_client_read(res, data, ctx, out)
-        });
     }
 
     pub(super) fn abort_client(&mut self, sid: SessionId) {

@@ -2,6 +2,7 @@
 //! backend's socket at a time, the cancel of its backend read, and the
 //! abort of its backend connection.
 
+use crate::proxy::worker::read_path::ReadPath;
 use crate::proxy::worker::ring_io::Side;
 use crate::proxy::worker::*;
 
@@ -17,18 +18,14 @@ impl Worker {
         }
     }
 
+    /// The relay's read of the client: what it was handed is consumed.
     fn relay_read_client(&mut self, sid: SessionId) {
-        let Some(slot) = self.sessions.slot(sid) else {
-            return;
-        };
-        if slot.leg.is_none() && slot.tls.is_none() && self.buffers.is_ring() {
-            if let Some(buf) = slot.io.buf.as_mut().filter(|b| !b.in_flight()) {
-                buf.clear();
+        match self.read_path(sid, Side::Client, true) {
+            Some(ReadPath::Ring) => self.ring_read_consumed(sid),
+            Some(ReadPath::OwnBuffer { poll_when_idle, .. }) => {
+                self.own_read_client(sid, true, poll_when_idle)
             }
-            self.buffers.shed(&mut slot.io.buf);
-            self.ring_read(sid, Side::Client);
-        } else {
-            self.client_read(sid, true)
+            None => {}
         }
     }
 
@@ -55,8 +52,19 @@ impl Worker {
             return;
         };
         slot.down_cancelled = false;
-        if !self.ring_read(sid, Side::Backend) {
-            self.relay_submit(sid, RelayIo::DownRead)
+        self.read_backend(sid)
+    }
+
+    /// The relay's read of its backend (asked for, or read again: a TLS
+    /// record still incomplete, a linked read dropped with its write).
+    pub(in crate::proxy::worker) fn read_backend(&mut self, sid: SessionId) {
+        match self.read_path(sid, Side::Backend, true) {
+            Some(ReadPath::Ring) => self.ring_read(sid, Side::Backend),
+            Some(ReadPath::OwnBuffer { poll_when_idle, .. }) => {
+                self.debug_assert_no_armed_receive(sid);
+                self.own_read_backend(sid, poll_when_idle)
+            }
+            None => {}
         }
     }
 
