@@ -68,6 +68,51 @@ pub(super) fn client_layers(slot: &SessionSlot) -> Layers {
     }
 }
 
+/// What the choice of a read's path depends on.
+#[derive(Clone, Copy, Debug)]
+struct ReadFacts {
+    side: Side,
+    /// `--read-buffers ring` (and the ring was set up).
+    ring_mode: bool,
+    /// Fixed mode without `--hold-idle-slots`.
+    idle_poll: bool,
+    client: Layers,
+    backend_tls: bool,
+    /// The ring has received for the client (its receive may be armed).
+    client_ring_receives: bool,
+    /// The relay asks for the read, or the session relays or is parked.
+    relay_reads: bool,
+}
+
+/// The one decision of a read's path.
+fn choose(f: ReadFacts) -> ReadPath {
+    let (layers, ring_reader, poll_when_idle) = match f.side {
+        // Once the ring has received for the client, every later read
+        // takes its chunks (the multishot may still be armed).
+        Side::Client => (
+            f.client,
+            f.client_ring_receives || f.relay_reads,
+            f.idle_poll && f.client == Layers::NONE,
+        ),
+        Side::Backend => (
+            Layers {
+                tls: f.backend_tls,
+                leg: false,
+            },
+            true,
+            f.idle_poll,
+        ),
+    };
+    if f.ring_mode && f.client == Layers::NONE && !layers.tls && ring_reader {
+        ReadPath::Ring
+    } else {
+        ReadPath::OwnBuffer {
+            poll_when_idle,
+            layers,
+        }
+    }
+}
+
 impl Worker {
     /// How `sid` reads `side` now. `relay_reads`: the relay asks for the
     /// read, or the session relays or is parked (a login's reads are not
@@ -78,34 +123,20 @@ impl Worker {
         side: Side,
         relay_reads: bool,
     ) -> Option<ReadPath> {
-        let ring_mode = self.buffers.is_ring();
-        let idle_poll = self.idle_poll;
+        let (ring_mode, idle_poll) = (self.buffers.is_ring(), self.idle_poll);
         let slot = self.sessions.slot(sid)?;
-        let client = client_layers(slot);
-        let (layers, ring_reader, poll_when_idle) = match side {
-            // Once the ring has received for the client, every later read
-            // takes its chunks (the multishot may still be armed).
-            Side::Client => (
-                client,
-                slot.io.recv.is_some() || relay_reads,
-                idle_poll && client == Layers::NONE,
-            ),
-            Side::Backend => {
-                let backend = slot.backend;
-                let tls = backend.is_some_and(|b| self.backend_tls_on(b));
-                (Layers { tls, leg: false }, true, idle_poll)
-            }
-        };
-        Some(
-            if ring_mode && client == Layers::NONE && !layers.tls && ring_reader {
-                ReadPath::Ring
-            } else {
-                ReadPath::OwnBuffer {
-                    poll_when_idle,
-                    layers,
-                }
-            },
-        )
+        let (client, client_ring_receives) = (client_layers(slot), slot.io.recv.is_some());
+        let backend = slot.backend;
+        let backend_tls = side == Side::Backend && backend.is_some_and(|b| self.backend_tls_on(b));
+        Some(choose(ReadFacts {
+            side,
+            ring_mode,
+            idle_poll,
+            client,
+            backend_tls,
+            client_ring_receives,
+            relay_reads,
+        }))
     }
 
     /// The client's read into its own buffer, through its layers: the leg,
@@ -229,6 +260,100 @@ impl Worker {
         }
         if let Some(b) = slot.backend.and_then(|b| self.backends.get_mut(b)) {
             self.buffers.shrink(&mut b.buf);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A relaying session's read in `mode` ("ring", "fixed": polls when
+    /// idle, "heap"), with no layer.
+    fn facts(side: Side, mode: &str) -> ReadFacts {
+        ReadFacts {
+            side,
+            ring_mode: mode == "ring",
+            idle_poll: mode == "fixed",
+            client: Layers::NONE,
+            backend_tls: false,
+            client_ring_receives: false,
+            relay_reads: true,
+        }
+    }
+
+    const TLS: Layers = Layers {
+        tls: true,
+        leg: false,
+    };
+    const LEG: Layers = Layers {
+        tls: false,
+        leg: true,
+    };
+
+    fn own(poll_when_idle: bool, layers: Layers) -> ReadPath {
+        ReadPath::OwnBuffer {
+            poll_when_idle,
+            layers,
+        }
+    }
+
+    #[test]
+    fn ring_mode_reads_the_ring_where_no_layer_copies_the_bytes() {
+        for side in [Side::Client, Side::Backend] {
+            assert_eq!(choose(facts(side, "ring")), ReadPath::Ring);
+            for client in [TLS, LEG] {
+                let f = ReadFacts {
+                    client,
+                    ..facts(side, "ring")
+                };
+                let layers = if side == Side::Client {
+                    client
+                } else {
+                    Layers::NONE
+                };
+                assert_eq!(choose(f), own(false, layers), "{side:?} behind {client:?}");
+            }
+        }
+        let backend_tls = ReadFacts {
+            backend_tls: true,
+            ..facts(Side::Backend, "ring")
+        };
+        assert_eq!(choose(backend_tls), own(false, TLS));
+    }
+
+    #[test]
+    fn a_login_reads_its_own_buffer_until_the_ring_has_received_for_it() {
+        let login = ReadFacts {
+            relay_reads: false,
+            ..facts(Side::Client, "ring")
+        };
+        assert_eq!(choose(login), own(false, Layers::NONE));
+        let received = ReadFacts {
+            client_ring_receives: true,
+            ..login
+        };
+        assert_eq!(choose(received), ReadPath::Ring);
+    }
+
+    #[test]
+    fn fixed_mode_polls_when_idle_except_a_client_behind_a_layer() {
+        for side in [Side::Client, Side::Backend] {
+            assert_eq!(choose(facts(side, "fixed")), own(true, Layers::NONE));
+            assert_eq!(choose(facts(side, "heap")), own(false, Layers::NONE));
+        }
+        for client in [TLS, LEG] {
+            let client_side = ReadFacts {
+                client,
+                ..facts(Side::Client, "fixed")
+            };
+            assert_eq!(choose(client_side), own(false, client));
+            // The backend of such a session still waits on its poll.
+            let backend_side = ReadFacts {
+                client,
+                ..facts(Side::Backend, "fixed")
+            };
+            assert_eq!(choose(backend_side), own(true, Layers::NONE));
         }
     }
 }

@@ -23,6 +23,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use rustls::server::UnbufferedServerConnection;
 
+use super::read_path::client_layers;
 use super::tls_outbox::{TlsOutbox, Written};
 use super::*;
 use crate::tls::record_layer::TlsLeg;
@@ -176,7 +177,10 @@ impl Worker {
     /// Give the layers above a client read's result: the plaintext is the
     /// read buffer's valid bytes.
     fn tls_deliver(&mut self, sid: SessionId, res: i32) {
-        let has_leg = self.sessions.slot(sid).is_some_and(|s| s.leg.is_some());
+        let has_leg = self
+            .sessions
+            .slot(sid)
+            .is_some_and(|s| client_layers(s).leg);
         if has_leg {
             // Compression inside TLS: its wire bytes are TLS's plaintext.
             return self.leg_client_read_done(sid, res);
