@@ -162,14 +162,12 @@ impl Worker {
             .is_some_and(|s| s.hot.client_active && s.io.buf.is_some())
     }
 
-    /// A command is about to be written to the backend: the client is
-    /// active, and the relay's read of the backend, waiting on the poll,
-    /// becomes a READ_FIXED now, before the write (or, with none waiting,
-    /// the next backend read takes a slot).
+    /// A command is about to be written to the backend, whose reads poll
+    /// when idle (`read_path.rs`): the client is active, and the relay's
+    /// read of the backend, waiting on the poll, becomes a READ_FIXED now,
+    /// before the write (or, with none waiting, the next backend read takes
+    /// a slot).
     pub(super) fn hot_command_written(&mut self, sid: SessionId) {
-        if !self.idle_poll {
-            return;
-        }
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };

@@ -229,6 +229,20 @@ impl Worker {
         self.hot_down_submitted(sid);
     }
 
+    /// A command is about to be written to the backend: its answer is
+    /// imminent. A backend that polls when idle reads with a slot now
+    /// (`hot_read.rs`); the other paths' reads are in the kernel already or
+    /// taken when the relay asks.
+    pub(super) fn answer_imminent(&mut self, sid: SessionId) {
+        if let Some(ReadPath::OwnBuffer {
+            poll_when_idle: true,
+            ..
+        }) = self.read_path(sid, Side::Backend, true)
+        {
+            self.hot_command_written(sid);
+        }
+    }
+
     /// Debug builds: a backend read into the connection's own buffer never
     /// runs beside an armed ring receive of that socket, which would take
     /// the bytes (a lease to a session that reads so waited for a receive

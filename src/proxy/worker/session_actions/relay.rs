@@ -39,9 +39,7 @@ impl Worker {
             leg.hold_rest(end);
         }
         slot.up_write = (0, end);
-        // Fixed mode: the answer is imminent; a backend read that waits on
-        // the poll becomes a READ_FIXED, submitted first.
-        self.hot_command_written(sid);
+        self.answer_imminent(sid);
         self.link_up_write = true;
         self.relay_submit(sid, RelayIo::UpWrite { pos: 0, end });
         self.link_up_write = false;
