@@ -35,6 +35,7 @@ mod idle_backend_io;
 mod idle_io;
 mod leg;
 mod link_write;
+mod pool_events;
 mod read_path;
 mod relay_execute;
 mod ring_io;
