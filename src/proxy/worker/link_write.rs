@@ -96,15 +96,6 @@ impl Worker {
         }
     }
 
-    /// A held write whose read did not come (it waits on a poll, or
-    /// something else is submitted first) goes out alone, as it would have
-    /// without linking: its CQE completes it.
-    pub(super) fn flush_held_write(&mut self) {
-        if let Some((_, write, _)) = self.held_write.take() {
-            self.ring.push(write);
-        }
-    }
-
     /// A CQE of the relay's backend read: if the up write linked before it
     /// had no CQE, it wrote everything (the read ran after it), and is
     /// completed now, before the read.
