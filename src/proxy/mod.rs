@@ -80,3 +80,14 @@ pub(crate) fn completion(res: i32) -> machines::completion::Completion {
         n => Completion::Failed(-n),
     }
 }
+
+/// A write's completion as its machine reads it: a write that moved no
+/// byte (the kernel's 0, not an error) means the peer accepts nothing
+/// more, and fails the write.
+pub(crate) fn written(res: machines::completion::Completion) -> machines::completion::Completion {
+    use machines::completion::{Completion, Fault};
+    match res {
+        Completion::Done(0) => Completion::Fault(Fault::WroteNothing),
+        res => res,
+    }
+}

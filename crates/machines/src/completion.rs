@@ -13,8 +13,45 @@ pub enum Completion {
     /// It was cancelled before it completed: the driver cancelled it, or
     /// its linked timeout fired (the kernel's ECANCELED).
     Cancelled,
-    /// It failed with this errno (positive).
+    /// It failed with this errno (positive), as the kernel said.
     Failed(i32),
+    /// The kernel's part succeeded, but the proxy found the operation
+    /// failed: what it found, in its own words rather than an errno.
+    Fault(Fault),
+}
+
+/// What the proxy itself finds wrong with an operation the kernel
+/// completed. Every one is a failure, as a failed errno is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The TLS record layer failed: a record did not decode, or sealing one
+    /// did.
+    Tls,
+    /// The compression leg could not decode what the client sent.
+    Compression,
+    /// A message does not fit the read buffer, so it can never be read
+    /// whole.
+    TooLarge,
+    /// A write moved no byte: the peer accepts nothing more.
+    WroteNothing,
+    /// The write was cut short because the connection is closing.
+    Closing,
+    /// The bytes a write names are not in the buffer it writes from.
+    OutOfRange,
+}
+
+impl Fault {
+    /// The log's words for it.
+    pub fn text(self) -> &'static str {
+        match self {
+            Fault::Tls => "TLS error",
+            Fault::Compression => "compression error",
+            Fault::TooLarge => "message too large for the read buffer",
+            Fault::WroteNothing => "the peer accepted no bytes",
+            Fault::Closing => "the connection is closing",
+            Fault::OutOfRange => "the bytes to write are not in the buffer",
+        }
+    }
 }
 
 impl Completion {
@@ -36,7 +73,7 @@ impl Completion {
         self == Completion::Done(0)
     }
 
-    /// It did not succeed (failed or cancelled).
+    /// It did not succeed (failed, cancelled, or found faulty).
     pub fn is_error(self) -> bool {
         !matches!(self, Completion::Done(_))
     }
@@ -47,8 +84,9 @@ impl Completion {
     }
 }
 
-/// [`Completion::error`]'s text: the operating system's message for the
-/// errno, as `std::io::Error` words it.
+/// [`Completion::error`]'s text: the operating system's message for a
+/// kernel's errno, as `std::io::Error` words it, or the proxy's own words
+/// for a fault it found.
 pub struct ErrorText(Completion);
 
 impl fmt::Display for ErrorText {
@@ -57,6 +95,7 @@ impl fmt::Display for ErrorText {
             Completion::Done(_) => Ok(()),
             Completion::Cancelled => f.write_str("operation cancelled"),
             Completion::Failed(errno) => std::io::Error::from_raw_os_error(errno).fmt(f),
+            Completion::Fault(fault) => f.write_str(fault.text()),
         }
     }
 }
@@ -73,6 +112,20 @@ mod tests {
         assert_eq!(Completion::Done(7).bytes(), 7);
         assert!(Completion::Cancelled.is_error());
         assert_eq!(Completion::Failed(32).bytes(), 0);
+    }
+
+    #[test]
+    fn a_fault_is_a_failure_in_the_proxys_words() {
+        let tls = Completion::Fault(Fault::Tls);
+        assert!(tls.is_error());
+        assert!(!tls.is_eof());
+        assert!(!tls.brought_bytes());
+        assert_eq!(tls.bytes(), 0);
+        assert_eq!(tls.error().to_string(), "TLS error");
+        assert_eq!(
+            Completion::Fault(Fault::WroteNothing).error().to_string(),
+            "the peer accepted no bytes"
+        );
     }
 
     #[test]

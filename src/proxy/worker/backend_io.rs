@@ -8,19 +8,18 @@ use super::*;
 impl Worker {
     // ---- backend connections ----
 
-    pub(super) fn on_backend_connect(&mut self, bid: BackendId, res: i32) {
+    pub(super) fn on_backend_connect(&mut self, bid: BackendId, res: Completion) {
         let Some(b) = self.backends.get_mut(bid) else {
             return;
         };
         b.op_done();
         let mut events = Vec::new();
-        self.pool
-            .on_connect(bid, completion(res), self.now, &mut events);
+        self.pool.on_connect(bid, res, self.now, &mut events);
         self.pool_q.extend(events);
         self.try_finish_backend(Some(bid));
     }
 
-    pub(super) fn on_backend_read(&mut self, bid: BackendId, res: i32) {
+    pub(super) fn on_backend_read(&mut self, bid: BackendId, res: Completion) {
         let Some(b) = self.backends.get_mut(bid) else {
             return;
         };
@@ -32,9 +31,9 @@ impl Worker {
             return;
         };
         if let Some(buf) = b.buf.as_mut() {
-            buf.complete(res.max(0) as usize);
+            buf.complete(res.bytes());
         }
-        self.pool_read(bid, completion(res));
+        self.pool_read(bid, res);
         self.try_finish_backend(Some(bid));
     }
 
@@ -57,27 +56,27 @@ impl Worker {
     }
 
     /// A backend connection's close watch completed.
-    pub(super) fn on_backend_watch(&mut self, bid: BackendId, res: i32) {
+    pub(super) fn on_backend_watch(&mut self, bid: BackendId, res: Completion) {
         let Some(b) = self.backends.get_mut(bid) else {
             return;
         };
         b.op_done();
         let mut events = Vec::new();
-        self.pool.on_watch(bid, completion(res), &mut events);
+        self.pool.on_watch(bid, res, &mut events);
         self.pool_q.extend(events);
         self.try_finish_backend(Some(bid));
     }
 
-    pub(super) fn on_backend_write(&mut self, bid: BackendId, res: i32) {
+    pub(super) fn on_backend_write(&mut self, bid: BackendId, res: Completion) {
         let closed = self.backend_closed(bid);
         let Some(b) = self.backends.get_mut(bid) else {
             return;
         };
         b.op_done();
         b.out.complete();
-        let res = if res == 0 { -libc::EPIPE } else { res };
-        if res > 0 && !closed {
-            b.out_pos += res as usize;
+        let res = written(res);
+        if let (Completion::Done(n), false) = (res, closed) {
+            b.out_pos += n;
             if b.out_pos < b.out.len() {
                 let token = Token::new(OpTag::BackendWrite, bid.index, bid.generation);
                 let fd = b.fd();
@@ -86,10 +85,13 @@ impl Worker {
                 return self.submit(sqe);
             }
         }
-        let written = if res > 0 { b.out.len() as i32 } else { res };
+        // The pool hears of the whole packet, written or not.
+        let whole = match res {
+            Completion::Done(_) => Completion::Done(b.out.len()),
+            res => res,
+        };
         let mut events = Vec::new();
-        self.pool
-            .on_write(bid, completion(written), self.now, &mut events);
+        self.pool.on_write(bid, whole, self.now, &mut events);
         self.pool_q.extend(events);
         self.try_finish_backend(Some(bid));
     }
@@ -253,7 +255,7 @@ impl Worker {
             }
             BackendOp::Read if !self.backend_tls_room(bid) => {
                 // A partial record fills the buffer beside the plaintext.
-                self.pool_read(bid, Completion::Failed(libc::EMSGSIZE));
+                self.pool_read(bid, Completion::Fault(Fault::TooLarge));
                 None
             }
             op => Some(op),

@@ -172,20 +172,23 @@ impl Worker {
 
     /// A read of the connection's own exchange completed on a TLS
     /// connection.
-    pub(super) fn backend_tls_own_read(&mut self, bid: BackendId, res: i32) {
+    pub(super) fn backend_tls_own_read(&mut self, bid: BackendId, res: Completion) {
         if let Some(buf) = self.backends.get_mut(bid).and_then(|b| b.buf.as_mut()) {
-            buf.complete_wire(res.max(0) as usize);
+            buf.complete_wire(res.bytes());
         }
         let handshaking = self
             .backend_tls
             .get(&tls_key(bid))
             .is_some_and(|t| t.handshaking);
-        if res <= 0 {
+        if !res.brought_bytes() {
             if handshaking {
-                let why = if res == 0 {
-                    "the server closed the connection".to_string()
-                } else {
-                    std::io::Error::from_raw_os_error(-res).to_string()
+                let why = match res {
+                    Completion::Done(_) => "the server closed the connection".to_string(),
+                    // The kernel's cancel, in the system's words as before.
+                    Completion::Cancelled => {
+                        std::io::Error::from_raw_os_error(libc::ECANCELED).to_string()
+                    }
+                    res => res.error().to_string(),
                 };
                 return self.backend_tls_established(
                     bid,
@@ -203,15 +206,15 @@ impl Worker {
     /// Decode and hand the connection what came of it.
     fn backend_own_decoded(&mut self, bid: BackendId) {
         match self.backend_tls_decode(bid) {
-            Decoded::Plain(n) => self.backend_own_read_result(bid, n as i32),
-            Decoded::Closed => self.backend_own_read_result(bid, 0),
+            Decoded::Plain(n) => self.backend_own_read_result(bid, Completion::Done(n)),
+            Decoded::Closed => self.backend_own_read_result(bid, Completion::Done(0)),
             Decoded::HandshakeDone => self.backend_tls_established(bid, Ok(())),
             Decoded::More if self.backend_tls_room(bid) => self.backend_op(bid, BackendOp::Read),
-            Decoded::More => self.backend_own_read_result(bid, -libc::EMSGSIZE),
+            Decoded::More => self.backend_own_read_result(bid, Completion::Fault(Fault::TooLarge)),
             Decoded::Failed(cause, true) => self.backend_tls_established(bid, Err(cause)),
             Decoded::Failed(cause, false) => {
                 self.backend_tls_record_failed(&cause);
-                self.backend_own_read_result(bid, -libc::EPROTO)
+                self.backend_own_read_result(bid, Completion::Fault(Fault::Tls))
             }
         }
     }
@@ -228,8 +231,8 @@ impl Worker {
     }
 
     /// Hand the pool a read's result (plaintext bytes, or an error).
-    fn backend_own_read_result(&mut self, bid: BackendId, res: i32) {
-        self.pool_read(bid, completion(res));
+    fn backend_own_read_result(&mut self, bid: BackendId, res: Completion) {
+        self.pool_read(bid, res);
         self.try_finish_backend(Some(bid));
     }
 
@@ -240,33 +243,33 @@ impl Worker {
         &mut self,
         sid: SessionId,
         bid: BackendId,
-        res: &mut i32,
+        res: &mut Completion,
     ) -> bool {
         if let Some(buf) = self.backends.get_mut(bid).and_then(|b| b.buf.as_mut()) {
-            buf.complete_wire((*res).max(0) as usize);
+            buf.complete_wire(res.bytes());
         }
-        if *res <= 0 {
+        if !res.brought_bytes() {
             return true;
         }
         *res = match self.backend_tls_decode(bid) {
-            Decoded::Plain(n) => n as i32,
-            Decoded::Closed => 0,
+            Decoded::Plain(n) => Completion::Done(n),
+            Decoded::Closed => Completion::Done(0),
             Decoded::More | Decoded::HandshakeDone => {
                 let cancelled = self.sessions.slot(sid).is_some_and(|s| s.down_cancelled);
                 if cancelled {
                     // The relay cancelled the read it asked for; the
                     // cancel may have found it completed already.
-                    -libc::ECANCELED
+                    Completion::Cancelled
                 } else if self.backend_tls_room(bid) {
                     self.read_backend(sid);
                     return false;
                 } else {
-                    -libc::EMSGSIZE
+                    Completion::Fault(Fault::TooLarge)
                 }
             }
             Decoded::Failed(cause, _) => {
                 self.backend_tls_record_failed(&cause);
-                -libc::EPROTO
+                Completion::Fault(Fault::Tls)
             }
         };
         true
@@ -320,7 +323,7 @@ impl Worker {
         };
         let sealed = match plain.get(pos..end) {
             Some(p) => seal(tls, BackendUpper::Up(sid), p),
-            None => Err(-libc::EINVAL),
+            None => Err(Completion::Fault(Fault::OutOfRange)),
         };
         match sealed {
             Ok(()) => self.backend_tls_kick(bid),
@@ -344,7 +347,7 @@ impl Worker {
     }
 
     /// A backend TLS write completed.
-    pub(super) fn on_backend_tls_write(&mut self, bid: BackendId, res: i32) {
+    pub(super) fn on_backend_tls_write(&mut self, bid: BackendId, res: Completion) {
         let (Some(b), Some(tls)) = (
             self.backends.get_mut(bid),
             self.backend_tls.get_mut(&tls_key(bid)),
@@ -368,12 +371,11 @@ impl Worker {
     }
 
     /// Complete a write of the layers above with `res`.
-    fn backend_upper_done(&mut self, bid: BackendId, upper: BackendUpper, res: i32) {
+    fn backend_upper_done(&mut self, bid: BackendId, upper: BackendUpper, res: Completion) {
         match upper {
             BackendUpper::Own => {
                 let mut events = Vec::new();
-                self.pool
-                    .on_write(bid, completion(res), self.now, &mut events);
+                self.pool.on_write(bid, res, self.now, &mut events);
                 self.pool_q.extend(events);
                 self.try_finish_backend(Some(bid));
             }
@@ -390,7 +392,7 @@ impl Worker {
 }
 
 /// Seal `plain` into the outbox and remember which write it stands for.
-fn seal(tls: &mut BackendTlsIo, upper: BackendUpper, plain: &[u8]) -> Result<(), i32> {
+fn seal(tls: &mut BackendTlsIo, upper: BackendUpper, plain: &[u8]) -> Result<(), Completion> {
     let leg = &mut tls.leg;
     tls.outbox
         .seal(upper, plain.len(), |next| leg.encrypt(plain, next))

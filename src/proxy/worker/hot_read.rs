@@ -303,13 +303,13 @@ impl Worker {
     /// A client read completed (its buffer's completion recorded): true
     /// when the worker's own cancel ended it, and the client now waits on
     /// the poll without its slot.
-    pub(super) fn client_read_cooled(&mut self, sid: SessionId, res: i32) -> bool {
+    pub(super) fn client_read_cooled(&mut self, sid: SessionId, res: Completion) -> bool {
         let Some(slot) = self.sessions.slot(sid) else {
             return false;
         };
         slot.hot.client_pending = false;
         let cooling = std::mem::take(&mut slot.hot.client_cooling);
-        if !cooling || res != -libc::ECANCELED || slot.closing {
+        if !cooling || res != Completion::Cancelled || slot.closing {
             return false;
         }
         slot.hot.client_active = false;
@@ -327,7 +327,7 @@ impl Worker {
     /// A relay read of the backend completed: true when the worker's own
     /// cancel ended it, and it now waits on the backend's poll without a
     /// slot (still counted in the session's `relay_ops`).
-    pub(super) fn down_read_cooled(&mut self, sid: SessionId, res: i32) -> bool {
+    pub(super) fn down_read_cooled(&mut self, sid: SessionId, res: Completion) -> bool {
         let Some(slot) = self.sessions.slot(sid) else {
             return false;
         };
@@ -335,7 +335,7 @@ impl Worker {
         let cooling = std::mem::take(&mut slot.hot.down_cooling);
         // A relay that cancelled the read itself (a clean end) gets its
         // -ECANCELED, whichever cancel won.
-        if !cooling || res != -libc::ECANCELED || slot.closing || slot.down_cancelled {
+        if !cooling || res != Completion::Cancelled || slot.closing || slot.down_cancelled {
             return false;
         }
         let Some((bid, b)) = slot

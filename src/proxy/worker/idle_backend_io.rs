@@ -109,9 +109,9 @@ impl Worker {
 
     /// End the relay's read of the backend that waits on the poll without a
     /// slot as if the kernel had completed it with
-    /// `res`: -ECANCELED for a clean end's cancel, anything else for a
+    /// `res`: cancelled for a clean end's cancel, anything else for a
     /// closing session. False when none waits.
-    pub(super) fn end_down_wait(&mut self, sid: SessionId, res: i32) -> bool {
+    pub(super) fn end_down_wait(&mut self, sid: SessionId, res: Completion) -> bool {
         let Some(slot) = self.sessions.slot(sid) else {
             return false;
         };
@@ -127,7 +127,7 @@ impl Worker {
     /// the poll failed). The relay read waiting on it takes a slot and
     /// reads; with none waiting (a command turned the wait into a read
     /// meanwhile) it is dropped.
-    pub(super) fn on_backend_poll(&mut self, bid: BackendId, res: i32) {
+    pub(super) fn on_backend_poll(&mut self, bid: BackendId, res: Completion) {
         let Some(b) = self.backends.get_mut(bid) else {
             return;
         };
@@ -141,14 +141,14 @@ impl Worker {
         if closed {
             // Its shutdown (`BackendOp::Close`) ended the poll.
             if let Some(sid) = waiter {
-                self.end_down_wait(sid, 0);
+                self.end_down_wait(sid, Completion::Done(0));
             }
             return self.try_finish_backend(Some(bid));
         }
         let Some(sid) = waiter else {
             return;
         };
-        if res < 0 && res != -libc::ECANCELED {
+        if let Completion::Failed(_) = res {
             // The poll itself failed: the relay sees it as a failed read.
             self.end_down_wait(sid, res);
             return;

@@ -126,7 +126,7 @@ impl Worker {
     /// A CQE of the client's poll: readable (or its socket was shut down,
     /// or the poll failed). A client waiting for it takes a slot, or a heap
     /// buffer when none is free, and reads.
-    pub(super) fn on_client_poll(&mut self, sid: SessionId, res: i32) {
+    pub(super) fn on_client_poll(&mut self, sid: SessionId, res: Completion) {
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
@@ -146,11 +146,9 @@ impl Worker {
             // and only its wake-up ends the wait.
             return;
         }
-        if res < 0 && res != -libc::ECANCELED {
+        if let Completion::Failed(_) = res {
             // The poll itself failed: the session sees it as a failed read.
-            return self.with_session(sid, |s, _, ctx, out| {
-                s.on_client_read(completion(res), &[], ctx, out)
-            });
+            return self.with_session(sid, |s, _, ctx, out| s.on_client_read(res, &[], ctx, out));
         }
         if self.buffers.free_count() == 0 {
             self.metrics().slot_waits_total.fetch_add(1, Relaxed);

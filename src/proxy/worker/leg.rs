@@ -86,23 +86,23 @@ impl Worker {
 
     /// A client read completed on a session with a leg: decode what it
     /// read, then hand the session the plain bytes.
-    pub(super) fn leg_client_read_done(&mut self, sid: SessionId, mut res: i32) {
+    pub(super) fn leg_client_read_done(&mut self, sid: SessionId, mut res: Completion) {
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
         let (Some(leg), Some(buf)) = (slot.leg.as_mut(), slot.io.buf.as_mut()) else {
             return;
         };
-        if res > 0 {
+        if res.brought_bytes() {
             if let Err(e) = leg.leg.input(buf.filled(), leg.up.bytes_mut()) {
                 if self.log_limiter.allow(self.now) {
                     tracing::info!(worker = self.id, peer = %slot.peer, "client sent a broken compressed packet: {e}");
                 }
-                res = -libc::EPROTO;
+                res = Completion::Fault(Fault::Compression);
             }
             buf.clear();
         }
-        self.deliver_plain_read(sid, completion(res));
+        self.deliver_plain_read(sid, res);
     }
 
     /// The relay asks for client bytes: serve them from input the leg holds
@@ -122,15 +122,15 @@ impl Worker {
         }
         let res = match leg.leg.resume(leg.up.bytes_mut()) {
             // Any positive count: the session reads the plain buffer.
-            Ok(()) => 1,
+            Ok(()) => Completion::Done(1),
             Err(e) => {
                 if self.log_limiter.allow(self.now) {
                     tracing::info!(worker = self.id, peer = %slot.peer, "client sent a broken compressed packet: {e}");
                 }
-                -libc::EPROTO
+                Completion::Fault(Fault::Compression)
             }
         };
-        self.deliver_plain_read(sid, completion(res));
+        self.deliver_plain_read(sid, res);
         true
     }
 

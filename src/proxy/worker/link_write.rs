@@ -104,7 +104,7 @@ impl Worker {
             return;
         };
         if let Some(len) = slot.linked_write.take() {
-            self.up_write_done(sid, len as i32, false);
+            self.up_write_done(sid, Completion::Done(len), false);
         }
     }
 

@@ -61,10 +61,10 @@ use thiserror::Error;
 
 use super::conn_io::ConnIo;
 use super::listen::{self, ListenError};
-use super::{completion, Shared};
+use super::{completion, written, Shared};
 use crate::config::{BackendIdentity, DirectDescriptors, Pooling, ReadBufferMode};
 use machines::backend::BackendOp;
-use machines::completion::Completion;
+use machines::completion::{Completion, Fault};
 use machines::connect_attrs;
 use machines::identity::{BackendLogin, IdentityMode};
 use machines::idle_cut::{self, IdleCutLimits, IdleHolder};

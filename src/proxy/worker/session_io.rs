@@ -13,7 +13,7 @@ use super::*;
 impl Worker {
     // ---- session completions ----
 
-    pub(super) fn on_client_read(&mut self, sid: SessionId, res: i32) {
+    pub(super) fn on_client_read(&mut self, sid: SessionId, res: Completion) {
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
@@ -22,8 +22,8 @@ impl Worker {
         if let Some(buf) = slot.io.buf.as_mut() {
             // TLS decodes the records in place (`tls_io.rs`).
             match layers.tls {
-                true => buf.complete_wire(res.max(0) as usize),
-                false => buf.complete(res.max(0) as usize),
+                true => buf.complete_wire(res.bytes()),
+                false => buf.complete(res.bytes()),
             }
         }
         if self.idle_poll && self.client_read_cooled(sid, res) {
@@ -45,12 +45,12 @@ impl Worker {
             Layers { leg: true, .. } => self.leg_client_read_done(sid, res),
             Layers { .. } => self.with_session(sid, |s, io, ctx, out| {
                 let data = io.buf.as_ref().map_or(&[][..], |b| b.filled());
-                s.on_client_read(completion(res), data, ctx, out)
+                s.on_client_read(res, data, ctx, out)
             }),
         }
     }
 
-    pub(super) fn on_client_write(&mut self, sid: SessionId, res: i32) {
+    pub(super) fn on_client_write(&mut self, sid: SessionId, res: Completion) {
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
@@ -59,9 +59,9 @@ impl Worker {
         if slot.closing {
             return self.try_finish_session(sid);
         }
-        let res = if res == 0 { -libc::EPIPE } else { res };
-        if res > 0 {
-            slot.io.out_pos += res as usize;
+        let res = written(res);
+        if let Completion::Done(n) = res {
+            slot.io.out_pos += n;
             if slot.io.out_pos < slot.io.out.len() {
                 let token = Token::new(OpTag::ClientWrite, sid.index, sid.generation);
                 let fd = slot.io.fd();
@@ -74,14 +74,13 @@ impl Worker {
         let ctx = worker_session_ctx!(self);
         if let Some(slot) = self.sessions.slot(sid) {
             let buffered = plain_buffered(&slot.leg, &slot.io);
-            slot.session
-                .on_client_write(completion(res), buffered, &ctx, &mut out);
+            slot.session.on_client_write(res, buffered, &ctx, &mut out);
         }
         self.session_q.extend(out.drain(..).map(|a| (sid, a)));
         self.action_scratch = out;
     }
 
-    pub(super) fn on_up_write(&mut self, sid: SessionId, res: i32) {
+    pub(super) fn on_up_write(&mut self, sid: SessionId, res: Completion) {
         // A linked write's CQE: the read behind it never ran.
         self.linked_write_ended(sid);
         self.up_write_done(sid, res, false)
@@ -89,7 +88,7 @@ impl Worker {
 
     /// An up write completed; `sealed`: it went through backend TLS, which
     /// wrote a sealed copy (the source was never in flight).
-    pub(super) fn up_write_done(&mut self, sid: SessionId, res: i32, sealed: bool) {
+    pub(super) fn up_write_done(&mut self, sid: SessionId, res: Completion, sealed: bool) {
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
@@ -123,18 +122,17 @@ impl Worker {
             return self.try_finish_backend(backend);
         }
         let res = match res {
-            0 => -libc::EPIPE,
             // A linked write (RWF_NOWAIT, `link_write.rs`) found no room:
             // nothing written; the rest goes out waiting for room.
-            e if e == -libc::EAGAIN => 0,
-            n => n,
+            Completion::Failed(libc::EAGAIN) => Completion::Done(0),
+            res => written(res),
         };
-        if res >= 0 && self.up_write_advance(sid, res as usize) {
-            return;
+        if let Completion::Done(n) = res {
+            if self.up_write_advance(sid, n) {
+                return;
+            }
         }
-        self.with_session(sid, |s, _, ctx, out| {
-            s.on_backend_write(completion(res), ctx, out)
-        });
+        self.with_session(sid, |s, _, ctx, out| s.on_backend_write(res, ctx, out));
         self.try_finish_backend(backend);
     }
 
@@ -174,7 +172,7 @@ impl Worker {
         false
     }
 
-    pub(super) fn on_down_read(&mut self, sid: SessionId, res: i32) {
+    pub(super) fn on_down_read(&mut self, sid: SessionId, res: Completion) {
         // Linked behind the command's write, the read ran after all of it.
         self.linked_write_proven(sid);
         // Fixed mode: a hot read the worker cancelled because it went idle
@@ -189,7 +187,7 @@ impl Worker {
     /// kernel's completion of a read it was given; false: a read that waited
     /// on the backend's poll without a slot and ends before it was submitted
     /// (`idle_backend_io.rs`), which names no buffer and no fd.
-    pub(super) fn down_read_done(&mut self, sid: SessionId, res: i32, real: bool) {
+    pub(super) fn down_read_done(&mut self, sid: SessionId, res: Completion, real: bool) {
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
@@ -208,11 +206,11 @@ impl Worker {
             };
             if closing {
                 match tls {
-                    true => buf.complete_wire(res.max(0) as usize),
-                    false => buf.complete(res.max(0) as usize),
+                    true => buf.complete_wire(res.bytes()),
+                    false => buf.complete(res.bytes()),
                 }
             } else if !tls {
-                buf.complete(res.max(0) as usize);
+                buf.complete(res.bytes());
             }
         }
         if closing {
@@ -232,15 +230,14 @@ impl Worker {
         let ctx = worker_session_ctx!(self);
         let data = b.buf.as_mut().map_or(&mut [][..], |b| b.filled_mut());
         if let Some(slot) = self.sessions.slot(sid) {
-            slot.session
-                .on_backend_read(completion(res), data, &ctx, &mut out);
+            slot.session.on_backend_read(res, data, &ctx, &mut out);
         }
         self.session_q.extend(out.drain(..).map(|a| (sid, a)));
         self.action_scratch = out;
         self.try_finish_backend(backend);
     }
 
-    pub(super) fn on_down_write(&mut self, sid: SessionId, res: i32) {
+    pub(super) fn on_down_write(&mut self, sid: SessionId, res: Completion) {
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
@@ -269,14 +266,14 @@ impl Worker {
             self.try_finish_session(sid);
             return self.try_finish_backend(backend);
         }
-        let res = if res == 0 { -libc::EPIPE } else { res };
-        if res > 0 {
+        let res = written(res);
+        if let Completion::Done(n) = res {
             self.shared
                 .metrics
                 .worker(self.id)
                 .bytes_backend_to_client_total
-                .fetch_add(res as u64, Relaxed);
-            slot.down_write.0 += res as usize;
+                .fetch_add(n as u64, Relaxed);
+            slot.down_write.0 += n;
             let (pos, end) = slot.down_write;
             if pos < end {
                 return self.relay_submit(sid, RelayIo::DownWrite { pos, end });
@@ -299,9 +296,7 @@ impl Worker {
             }
             self.ring_forwarded(sid, Side::Backend, end);
         }
-        self.with_session(sid, |s, _, ctx, out| {
-            s.on_relay_client_write(completion(res), ctx, out)
-        });
+        self.with_session(sid, |s, _, ctx, out| s.on_relay_client_write(res, ctx, out));
         self.try_finish_backend(backend);
     }
 

@@ -105,15 +105,15 @@ impl Worker {
         }
         if !buf.has_room() {
             // Plaintext not consumed plus a partial record fill the buffer.
-            self.tls_deliver(sid, -libc::EMSGSIZE);
+            self.tls_deliver(sid, Completion::Fault(Fault::TooLarge));
             return true;
         }
         false
     }
 
     /// A client read completed behind TLS (its bytes are wire bytes).
-    pub(super) fn tls_read_done(&mut self, sid: SessionId, res: i32) {
-        if res <= 0 {
+    pub(super) fn tls_read_done(&mut self, sid: SessionId, res: Completion) {
+        if !res.brought_bytes() {
             return self.tls_deliver(sid, res);
         }
         self.tls_decode(sid);
@@ -139,9 +139,9 @@ impl Worker {
             Ok(r) => {
                 buf.set_parts(r.plain_end, r.wire_end);
                 if r.plain_end > plain {
-                    Ok((r.plain_end - plain) as i32)
+                    Ok(Completion::Done(r.plain_end - plain))
                 } else if r.peer_closed {
-                    Ok(0)
+                    Ok(Completion::Done(0))
                 } else {
                     Err(None)
                 }
@@ -156,7 +156,7 @@ impl Worker {
         }
         self.tls_kick(sid);
         match outcome {
-            Ok(n) => self.tls_deliver(sid, n),
+            Ok(res) => self.tls_deliver(sid, res),
             // Nothing for the session yet: read on.
             Err(None) => self.read_client(sid),
             Err(Some(e)) => {
@@ -169,14 +169,14 @@ impl Worker {
                         .unwrap_or_default();
                     tracing::info!(worker = self.id, peer = %peer, "client TLS failed, closing: {e}");
                 }
-                self.tls_deliver(sid, -libc::EPROTO)
+                self.tls_deliver(sid, Completion::Fault(Fault::Tls))
             }
         }
     }
 
     /// Give the layers above a client read's result: the plaintext is the
     /// read buffer's valid bytes.
-    fn tls_deliver(&mut self, sid: SessionId, res: i32) {
+    fn tls_deliver(&mut self, sid: SessionId, res: Completion) {
         let has_leg = self
             .sessions
             .slot(sid)
@@ -187,7 +187,7 @@ impl Worker {
         }
         self.with_session(sid, |s, io, ctx, out| {
             let data = io.buf.as_ref().map_or(&[][..], |b| b.filled());
-            s.on_client_read(completion(res), data, ctx, out)
+            s.on_client_read(res, data, ctx, out)
         });
     }
 
@@ -199,7 +199,7 @@ impl Worker {
             return;
         };
         if slot.closing {
-            return self.upper_done(sid, upper, -libc::EPIPE);
+            return self.upper_done(sid, upper, Completion::Fault(Fault::Closing));
         }
         let Some(tls) = slot.tls.as_mut() else {
             return;
@@ -244,7 +244,7 @@ impl Worker {
     }
 
     /// A TLS write completed.
-    pub(super) fn on_tls_write(&mut self, sid: SessionId, res: i32) {
+    pub(super) fn on_tls_write(&mut self, sid: SessionId, res: Completion) {
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };
@@ -272,7 +272,7 @@ impl Worker {
     }
 
     /// Complete a write of the layers above with `res`.
-    fn upper_done(&mut self, sid: SessionId, upper: Upper, res: i32) {
+    fn upper_done(&mut self, sid: SessionId, upper: Upper, res: Completion) {
         match upper {
             Upper::Client => self.on_client_write(sid, res),
             Upper::Down => self.on_down_write(sid, res),

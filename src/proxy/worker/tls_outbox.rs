@@ -16,6 +16,7 @@
 use std::collections::VecDeque;
 use uring::ring::SockRef;
 
+use machines::completion::{Completion, Fault};
 use uring::buffers::WriteBuf;
 use uring::ring::Sqe;
 
@@ -44,7 +45,7 @@ pub(super) struct TlsOutbox<U> {
     written: u64,
     waiting: VecDeque<Waiting<U>>,
     /// The socket failed a write: every later write fails with this.
-    failed: Option<i32>,
+    failed: Option<Completion>,
 }
 
 /// What a completed socket write leads to.
@@ -53,7 +54,7 @@ pub(super) enum Written<U> {
     Again(Sqe),
     /// The writes of the layers above that are now complete, in order,
     /// with their results (plain length, or the error).
-    Done(Vec<(U, i32)>),
+    Done(Vec<(U, Completion)>),
 }
 
 impl<U: Copy> TlsOutbox<U> {
@@ -81,11 +82,11 @@ impl<U: Copy> TlsOutbox<U> {
         upper: U,
         plain_len: usize,
         encrypt: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
-    ) -> Result<(), i32> {
+    ) -> Result<(), Completion> {
         if let Some(e) = self.failed {
             return Err(e);
         }
-        encrypt(&mut self.next).map_err(|_| -libc::EPROTO)?;
+        encrypt(&mut self.next).map_err(|_| Completion::Fault(Fault::Tls))?;
         // Every byte queued so far, handshake records included.
         let unwritten = self.out.len() - self.out_pos.min(self.out.len()) + self.next.len();
         self.waiting.push_back(Waiting {
@@ -115,28 +116,33 @@ impl<U: Copy> TlsOutbox<U> {
     /// closing, so a short write is not continued and what waits fails.
     pub(super) fn on_written(
         &mut self,
-        res: i32,
+        res: Completion,
         stop: bool,
         fd: SockRef,
         user_data: u64,
     ) -> Written<U> {
         self.out.complete();
-        if res > 0 {
-            self.out_pos += res as usize;
-            self.written += res as u64;
+        if let Completion::Done(n @ 1..) = res {
+            self.out_pos += n;
+            self.written += n as u64;
             if self.out_pos < self.out.len() && !stop {
                 return Written::Again(self.out.write_sqe(fd, self.out_pos, user_data));
             }
         }
-        if res <= 0 || stop {
-            self.failed
-                .get_or_insert(if res < 0 { res } else { -libc::EPIPE });
+        let failure = match res {
+            Completion::Done(0) => Some(Completion::Fault(Fault::WroteNothing)),
+            Completion::Done(_) if stop => Some(Completion::Fault(Fault::Closing)),
+            Completion::Done(_) => None,
+            res => Some(res),
+        };
+        if let Some(failure) = failure {
+            self.failed.get_or_insert(failure);
         }
         let mut done = Vec::new();
         while let Some(w) = self.waiting.front() {
             let result = match self.failed {
                 Some(e) => e,
-                None if w.end <= self.written => w.plain as i32,
+                None if w.end <= self.written => Completion::Done(w.plain),
                 None => break,
             };
             done.push((w.upper, result));
@@ -157,14 +163,21 @@ impl<U: Copy> TlsOutbox<U> {
 mod tests {
     use super::*;
 
-    fn seal(o: &mut TlsOutbox<u8>, upper: u8, plain: usize, sealed: &[u8]) -> Result<(), i32> {
+    const RESET: Completion = Completion::Failed(libc::ECONNRESET);
+
+    fn seal(
+        o: &mut TlsOutbox<u8>,
+        upper: u8,
+        plain: usize,
+        sealed: &[u8],
+    ) -> Result<(), Completion> {
         o.seal(upper, plain, |next: &mut Vec<u8>| {
             next.extend_from_slice(sealed);
             Ok::<(), ()>(())
         })
     }
 
-    fn done(w: Written<u8>) -> Vec<(u8, i32)> {
+    fn done(w: Written<u8>) -> Vec<(u8, Completion)> {
         match w {
             Written::Done(d) => d,
             Written::Again(_) => panic!("expected Done"),
@@ -183,17 +196,17 @@ mod tests {
         seal(&mut o, 2, 5, &[0; 20]).unwrap();
         assert!(o.start(SockRef::Fd(-1), 7).is_none());
         assert!(matches!(
-            o.on_written(4, false, SockRef::Fd(-1), 7),
+            o.on_written(Completion::Done(4), false, SockRef::Fd(-1), 7),
             Written::Again(_)
         ));
         assert_eq!(
-            done(o.on_written(6, false, SockRef::Fd(-1), 7)),
-            vec![(1, 3)]
+            done(o.on_written(Completion::Done(6), false, SockRef::Fd(-1), 7)),
+            vec![(1, Completion::Done(3))]
         );
         assert!(o.start(SockRef::Fd(-1), 7).is_some());
         assert_eq!(
-            done(o.on_written(20, false, SockRef::Fd(-1), 7)),
-            vec![(2, 5)]
+            done(o.on_written(Completion::Done(20), false, SockRef::Fd(-1), 7)),
+            vec![(2, Completion::Done(5))]
         );
         assert!(
             o.start(SockRef::Fd(-1), 7).is_none(),
@@ -208,9 +221,9 @@ mod tests {
         seal(&mut o, 1, 3, &[0; 10]).unwrap();
         o.start(SockRef::Fd(-1), 7).unwrap();
         seal(&mut o, 2, 5, &[0; 10]).unwrap();
-        let d = done(o.on_written(-libc::ECONNRESET, false, SockRef::Fd(-1), 7));
-        assert_eq!(d, vec![(1, -libc::ECONNRESET), (2, -libc::ECONNRESET)]);
-        assert_eq!(seal(&mut o, 3, 1, &[0; 4]), Err(-libc::ECONNRESET));
+        let d = done(o.on_written(RESET, false, SockRef::Fd(-1), 7));
+        assert_eq!(d, vec![(1, RESET), (2, RESET)]);
+        assert_eq!(seal(&mut o, 3, 1, &[0; 4]), Err(RESET));
         assert!(o.start(SockRef::Fd(-1), 7).is_none());
     }
 
@@ -221,17 +234,30 @@ mod tests {
         seal(&mut o, 1, 3, &[0; 10]).unwrap();
         o.start(SockRef::Fd(-1), 7).unwrap();
         assert_eq!(
-            done(o.on_written(4, true, SockRef::Fd(-1), 7)),
-            vec![(1, -libc::EPIPE)]
+            done(o.on_written(Completion::Done(4), true, SockRef::Fd(-1), 7)),
+            vec![(1, Completion::Fault(Fault::Closing))]
         );
     }
 
-    /// Sealing that fails completes the write with EPROTO, queueing nothing.
+    /// A write of no byte fails what waits: the peer accepts nothing.
     #[test]
-    fn a_sealing_error_is_eproto() {
+    fn a_write_of_nothing_fails_what_waits() {
+        let mut o = TlsOutbox::new();
+        seal(&mut o, 1, 3, &[0; 10]).unwrap();
+        o.start(SockRef::Fd(-1), 7).unwrap();
+        assert_eq!(
+            done(o.on_written(Completion::Done(0), false, SockRef::Fd(-1), 7)),
+            vec![(1, Completion::Fault(Fault::WroteNothing))]
+        );
+    }
+
+    /// Sealing that fails completes the write with a TLS fault, queueing
+    /// nothing.
+    #[test]
+    fn a_sealing_error_is_a_tls_fault() {
         let mut o: TlsOutbox<u8> = TlsOutbox::new();
         let r = o.seal(1, 3, |_: &mut Vec<u8>| Err(()));
-        assert_eq!(r, Err(-libc::EPROTO));
+        assert_eq!(r, Err(Completion::Fault(Fault::Tls)));
         assert!(o.start(SockRef::Fd(-1), 7).is_none());
     }
 }

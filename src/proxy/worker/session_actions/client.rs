@@ -176,7 +176,7 @@ impl Worker {
         self.shutdown_client(sid, how);
         // A backend read waiting on its poll ends now (no wake-up is sure
         // to come for it).
-        self.end_down_wait(sid, 0);
+        self.end_down_wait(sid, Completion::Done(0));
         let Some(slot) = self.sessions.slot(sid) else {
             return;
         };

@@ -104,7 +104,7 @@ impl Worker {
         self.debug_park_delay();
         // Fixed mode: a read waiting on the backend's poll is not in the
         // kernel; it ends now, as a cancelled read would.
-        if self.end_down_wait(sid, -libc::ECANCELED) {
+        if self.end_down_wait(sid, Completion::Cancelled) {
             return;
         }
         // The cancel names the read's user_data, not a socket or a buffer:
@@ -126,6 +126,6 @@ impl Worker {
         // Fixed mode: a read waiting on the backend's poll ends as the
         // shut-down socket would end it (EOF), without counting on the
         // wake-up.
-        self.end_down_wait(sid, 0);
+        self.end_down_wait(sid, Completion::Done(0));
     }
 }
