@@ -13,6 +13,7 @@ use std::os::fd::AsRawFd;
 
 use socket2::Socket;
 
+use machines::completion::{Completion, Fault};
 use uring::buffers::provided::RingRecv;
 use uring::buffers::{ReadBuffer, WriteBuf};
 use uring::ring::SockRef;
@@ -39,6 +40,45 @@ pub enum ShutdownHow {
     Submit { slot: u32, how: i32 },
 }
 
+/// How a ring receive ended, as its reader will hear it. Every connection
+/// holds one inline, so it takes 8 bytes, where a `Completion` takes 16: a
+/// receive's end never carries bytes, so its `Done` can only be EOF.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecvEnd {
+    Eof,
+    Cancelled,
+    /// The kernel's errno (positive).
+    Failed(i32),
+    /// What the driver found itself.
+    Fault(Fault),
+}
+
+impl RecvEnd {
+    /// The end a receive's last completion says (one that brought bytes
+    /// is no end: see `ring_io/receive.rs`).
+    pub fn of(res: Completion) -> RecvEnd {
+        match res {
+            Completion::Done(n) => {
+                debug_assert_eq!(n, 0, "a receive that brought bytes is no end");
+                RecvEnd::Eof
+            }
+            Completion::Cancelled => RecvEnd::Cancelled,
+            Completion::Failed(errno) => RecvEnd::Failed(errno),
+            Completion::Fault(fault) => RecvEnd::Fault(fault),
+        }
+    }
+
+    /// The end as the reader's read completes with it.
+    pub fn completion(self) -> Completion {
+        match self {
+            RecvEnd::Eof => Completion::Done(0),
+            RecvEnd::Cancelled => Completion::Cancelled,
+            RecvEnd::Failed(errno) => Completion::Failed(errno),
+            RecvEnd::Fault(fault) => Completion::Fault(fault),
+        }
+    }
+}
+
 pub struct ConnIo {
     sock: SockHandle,
     /// The read buffer; `None` once returned to the pool at close.
@@ -49,7 +89,7 @@ pub struct ConnIo {
     pub out_pos: usize,
     /// Ring mode: what the multishot receive delivered; `None` until the
     /// relay first reads this socket (login phases use `buf`).
-    pub recv: Option<RingRecv>,
+    pub recv: Option<RingRecv<RecvEnd>>,
     /// Operations in the kernel that name this socket's fd.
     fd_ops: u32,
     shut: bool,
@@ -250,5 +290,20 @@ mod tests {
         let io = ConnIo::new(c, None);
         drop(d);
         assert!(!io.idle_peer_alive(), "EOF");
+    }
+
+    /// A receive's end reaches its reader as the completion it was made
+    /// of, and costs a connection no more than the errno it replaced.
+    #[test]
+    fn a_receive_end_is_the_completion_it_was_made_of() {
+        for c in [
+            Completion::Done(0),
+            Completion::Cancelled,
+            Completion::Failed(104),
+            Completion::Fault(Fault::Unsolicited),
+        ] {
+            assert_eq!(RecvEnd::of(c).completion(), c);
+        }
+        assert_eq!(std::mem::size_of::<Option<RecvEnd>>(), 8);
     }
 }

@@ -38,6 +38,12 @@ pub enum Fault {
     Closing,
     /// The bytes a write names are not in the buffer it writes from.
     OutOfRange,
+    /// Bytes the ring received could not be kept for the reader (a
+    /// receive without its buffer, or no room behind kept bytes).
+    BytesLost,
+    /// A connection given back received bytes, or its peer's end, before
+    /// the cancel of its receive: the server spoke unasked.
+    Unsolicited,
 }
 
 impl Fault {
@@ -50,6 +56,8 @@ impl Fault {
             Fault::WroteNothing => "the peer accepted no bytes",
             Fault::Closing => "the connection is closing",
             Fault::OutOfRange => "the bytes to write are not in the buffer",
+            Fault::BytesLost => "received bytes were lost",
+            Fault::Unsolicited => "the server spoke unasked",
         }
     }
 }

@@ -59,7 +59,7 @@ use io_uring::types::Timespec;
 use socket2::{SockAddr, Socket};
 use thiserror::Error;
 
-use super::conn_io::ConnIo;
+use super::conn_io::{ConnIo, RecvEnd};
 use super::listen::{self, ListenError};
 use super::{completion, written, Shared};
 use crate::config::{BackendIdentity, DirectDescriptors, Pooling, ReadBufferMode};
@@ -460,7 +460,7 @@ mod size_tests {
             ),
             ("  Session", size_of::<Session>()),
             ("  ConnIo", size_of::<ConnIo>()),
-            ("    RingRecv", size_of::<RingRecv>()),
+            ("    RingRecv", size_of::<RingRecv<RecvEnd>>()),
             ("    ReadBuffer", size_of::<ReadBuffer>()),
             ("    WriteBuf", size_of::<WriteBuf>()),
             ("Relay (boxed, while relaying)", size_of::<Relay>()),

@@ -624,18 +624,19 @@ impl BufRing {
 /// What a connection's socket received through the ring and the relay has
 /// not consumed yet, in order (the tracker must see bytes in order, and a
 /// multishot may deliver several CQEs before a forward completes; the ring
-/// itself bounds the queue).
-#[derive(Default)]
-pub struct RingRecv {
+/// itself bounds the queue). `End` is how the driver words the receive's
+/// end (the ring only asks whether there is one).
+pub struct RingRecv<End> {
     /// The multishot receive is armed (an operation names the fd).
     pub armed: bool,
     /// `user_data` of the armed receive, for a cancel.
     pub user_data: u64,
     /// Received, not yet handed to the machine.
     pub queue: VecDeque<Chunk>,
-    /// How the receive ended (0 = EOF, -errno), handed over once the queue
-    /// is empty. ENOBUFS is not an end: the receive is re-armed (`starved`).
-    pub end: Option<i32>,
+    /// How the receive ended (EOF, an error, a cancel), handed over once
+    /// the queue is empty. ENOBUFS is not an end: the receive is re-armed
+    /// (`starved`).
+    pub end: Option<End>,
     /// The last receive ended with -ENOBUFS: the kernel found the ring
     /// empty when it went to take a buffer. Its re-arm waits for the end
     /// of the worker's batch of completions, one starved receive per batch
@@ -670,7 +671,27 @@ pub struct RingRecv {
     pub cancelling: bool,
 }
 
-impl RingRecv {
+// By hand: a derive would ask `End: Default`, and an end starts as none.
+impl<End> Default for RingRecv<End> {
+    fn default() -> Self {
+        RingRecv {
+            armed: false,
+            user_data: 0,
+            queue: VecDeque::new(),
+            end: None,
+            starved: false,
+            rearm_queued: false,
+            took: false,
+            current: None,
+            waiting: false,
+            owner: None,
+            release_pending: false,
+            cancelling: false,
+        }
+    }
+}
+
+impl<End> RingRecv<End> {
     /// Nothing the kernel holds names this socket's ring state.
     pub fn quiescent(&self) -> bool {
         !self.armed && !self.current.as_ref().is_some_and(Chunk::in_flight)

@@ -18,7 +18,7 @@ use uring::buffers::ReadBuffer;
 /// chunk was handed over only to an empty buffer, and nothing fills that
 /// buffer before this read. The bytes lost if it did not fit.
 fn put_back_current(
-    recv: &mut RingRecv,
+    recv: &mut RingRecv<RecvEnd>,
     own: &mut Option<ReadBuffer>,
     buffers: &mut BufferPool,
     side: Side,
@@ -51,7 +51,7 @@ fn put_back_current(
 /// client's commands need the join: the tracker follows server bytes across
 /// any cut, so a backend's chunks (a large result: every 16 KiB chunk ends
 /// its buffer) go out as they are, without a copy.
-fn needs_join(recv: &RingRecv, side: Side) -> bool {
+fn needs_join(recv: &RingRecv<RecvEnd>, side: Side) -> bool {
     side == Side::Client && recv.queue.front().is_some_and(|c| c.is_tail())
 }
 
@@ -62,7 +62,7 @@ fn needs_join(recv: &RingRecv, side: Side) -> bool {
 /// buffer per ring buffer's worth of client traffic). The tail, then as
 /// much of the next chunk as fits: (joined, bytes lost).
 fn join_tail(
-    recv: &mut RingRecv,
+    recv: &mut RingRecv<RecvEnd>,
     buf: Option<&mut ReadBuffer>,
     ring: &mut BufRing,
     copy: Copied,
@@ -99,19 +99,19 @@ fn join_tail(
 /// its own as the receive's current chunk), or the receive's end; none
 /// while nothing is there. (result, bytes, bytes lost)
 fn next_delivery<'a>(
-    recv: &'a mut RingRecv,
+    recv: &'a mut RingRecv<RecvEnd>,
     buf: Option<&'a mut ReadBuffer>,
     ring: &'a mut BufRing,
     joined: bool,
     gather: bool,
     copy: Copied,
-) -> Option<(i32, &'a mut [u8], usize)> {
+) -> Option<(Completion, &'a mut [u8], usize)> {
     if joined {
         let buf = buf?;
-        return Some((buf.filled_len() as i32, buf.filled_mut(), 0));
+        return Some((Completion::Done(buf.filled_len()), buf.filled_mut(), 0));
     }
     let Some(mut chunk) = recv.queue.pop_front() else {
-        let end = recv.end?;
+        let end = recv.end?.completion();
         return Some((end, buf.map_or(&mut [][..], |b| b.filled_mut()), 0));
     };
     let kept = buf.as_ref().is_some_and(|b| b.filled_len() > 0);
@@ -127,7 +127,7 @@ fn next_delivery<'a>(
             }
         }
     }
-    let res = chunk.len() as i32;
+    let res = Completion::Done(chunk.len());
     Some(match buf.filter(|b| b.filled_len() > 0) {
         Some(buf) => {
             let (data, lost) = append_behind_kept(recv, buf, ring, chunk, copy);
@@ -140,7 +140,7 @@ fn next_delivery<'a>(
 /// Bytes kept from earlier reads come first; what does not fit stays
 /// queued for the next read. (the buffer's bytes, bytes lost)
 fn append_behind_kept<'a>(
-    recv: &mut RingRecv,
+    recv: &mut RingRecv<RecvEnd>,
     buf: &'a mut ReadBuffer,
     ring: &mut BufRing,
     mut chunk: Chunk,
@@ -167,14 +167,14 @@ fn append_behind_kept<'a>(
 fn hand_to_session(
     session: &mut Session,
     side: Side,
-    res: i32,
+    res: Completion,
     data: &mut [u8],
     ctx: &SessionCtx,
     out: &mut Vec<SessionAction>,
 ) {
     match side {
-        Side::Client => session.on_client_read(completion(res), data, ctx, out),
-        Side::Backend => session.on_backend_read(completion(res), data, ctx, out),
+        Side::Client => session.on_client_read(res, data, ctx, out),
+        Side::Backend => session.on_backend_read(res, data, ctx, out),
     }
 }
 
@@ -292,7 +292,7 @@ impl Worker {
         let ctx = worker_session_ctx!(self);
         let backend = *backend;
         hand_to_session(session, side, res, data, &ctx, &mut out);
-        if side == Side::Backend && res == -libc::ECANCELED && session.in_statement_flow() {
+        if side == Side::Backend && res == Completion::Cancelled && session.in_statement_flow() {
             self.ring_watch_end_seen(backend);
         }
         self.session_q.extend(out.drain(..).map(|a| (sid, a)));

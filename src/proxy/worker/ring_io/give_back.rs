@@ -25,7 +25,7 @@ pub(super) fn settle_give_back_end(io: &mut ConnIo, worker: usize, bid: BackendI
         return;
     };
     if recv.release_pending && !recv.queue.is_empty() {
-        recv.end = Some(-libc::EPROTO);
+        recv.end = Some(RecvEnd::Fault(Fault::Unsolicited));
     }
     if !(recv.release_pending && !recv.armed && recv.end.is_none()) {
         return;
@@ -38,10 +38,9 @@ pub(super) fn settle_give_back_end(io: &mut ConnIo, worker: usize, bid: BackendI
         "ring receive of a backend given back ended with -ENOBUFS before its cancel"
     );
     if let Some(recv) = io.recv.as_mut() {
-        recv.end = Some(if clean {
-            -libc::ECANCELED
-        } else {
-            -libc::EPROTO
+        recv.end = Some(match clean {
+            true => RecvEnd::Cancelled,
+            false => RecvEnd::Fault(Fault::Unsolicited),
         });
     }
 }
@@ -161,7 +160,7 @@ impl Worker {
         let left = ReceiveLeft {
             armed: recv.armed,
             bytes_queued,
-            end: ReceiveEnd::of(recv.end.map(completion)),
+            end: ReceiveEnd::of(recv.end.map(RecvEnd::completion)),
             chunk_in_flight: recv.current.is_some(),
         };
         let clean = match pool::give_back(clean, keeps_as_is, left) {
@@ -220,7 +219,7 @@ impl Worker {
         let Some(recv) = b.recv.as_mut() else {
             return;
         };
-        let end = ReceiveEnd::of(recv.end.map(completion));
+        let end = ReceiveEnd::of(recv.end.map(RecvEnd::completion));
         let clean = pool::clean_after_cancel(!recv.queue.is_empty(), end);
         recv.release_pending = false;
         recv.drain_into(ring);

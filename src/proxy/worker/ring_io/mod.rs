@@ -82,11 +82,12 @@ impl Worker {
     /// not go on with bytes missing from the MySQL stream (rule: nothing
     /// lost). Debug builds stop here; release builds log one error line
     /// and end the session: the side's receive drops what it queued and
-    /// ends with -EIO, so no byte behind the gap is handed over, and both
-    /// sockets are shut: the backend's at once (nothing more reaches the
-    /// server; the connection is discarded), the client's too, or, for a
-    /// direct descriptor, by an IORING_OP_SHUTDOWN (the session's own
-    /// packets, whole ones, may still go out before it lands).
+    /// ends with a fault (`Fault::BytesLost`), so no byte behind the gap is
+    /// handed over, and both sockets are shut: the backend's at once
+    /// (nothing more reaches the server; the connection is discarded), the
+    /// client's too, or, for a direct descriptor, by an IORING_OP_SHUTDOWN
+    /// (the session's own packets, whole ones, may still go out before it
+    /// lands).
     fn ring_lost(&mut self, sid: SessionId, side: Side, site: &'static str, bytes: usize) {
         debug_assert!(
             false,
@@ -111,7 +112,7 @@ impl Worker {
         let Some(recv) = self.recv_of(sid, side) else {
             return;
         };
-        recv.end = Some(-libc::EIO);
+        recv.end = Some(RecvEnd::Fault(Fault::BytesLost));
         let queued = std::mem::take(&mut recv.queue);
         if let Some(ring) = self.buffers.buf_ring() {
             for c in queued {
@@ -120,7 +121,7 @@ impl Worker {
         }
     }
 
-    fn recv_of(&mut self, sid: SessionId, side: Side) -> Option<&mut RingRecv> {
+    fn recv_of(&mut self, sid: SessionId, side: Side) -> Option<&mut RingRecv<RecvEnd>> {
         let slot = self.sessions.slot(sid)?;
         match side {
             Side::Client => slot.io.recv.as_mut(),

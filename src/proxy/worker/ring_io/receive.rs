@@ -12,7 +12,13 @@ use uring::buffers::provided::{BufRing, RingRecv};
 
 /// Queue what a receive CQE brought; ENOBUFS is counted and is no end (the
 /// receive is starved: its re-arm waits for a buffer).
-fn on_cqe(recv: &mut RingRecv, ring: &mut BufRing, res: i32, flags: u32, wm: &WorkerMetrics) {
+fn on_cqe(
+    recv: &mut RingRecv<RecvEnd>,
+    ring: &mut BufRing,
+    res: i32,
+    flags: u32,
+    wm: &WorkerMetrics,
+) {
     if !cqueue::more(flags) {
         recv.armed = false;
     }
@@ -20,7 +26,7 @@ fn on_cqe(recv: &mut RingRecv, ring: &mut BufRing, res: i32, flags: u32, wm: &Wo
         recv.took = true;
         if !ring.take(res, flags, &mut recv.queue) {
             // A receive without a buffer: nothing we can deliver.
-            recv.end = Some(-libc::EIO);
+            recv.end = Some(RecvEnd::Fault(Fault::BytesLost));
         }
     } else if res == -libc::ENOBUFS {
         wm.ring_enobufs_total.fetch_add(1, Relaxed);
@@ -30,7 +36,7 @@ fn on_cqe(recv: &mut RingRecv, ring: &mut BufRing, res: i32, flags: u32, wm: &Wo
         }
         recv.starved = true;
     } else if recv.end.is_none() {
-        recv.end = Some(res);
+        recv.end = Some(RecvEnd::of(completion(res)));
     }
 }
 
@@ -247,7 +253,7 @@ impl Worker {
                     res,
                     "ring receive ended before the relay's cancel reached it; taken as cancelled"
                 );
-                recv.end = Some(-libc::ECANCELED);
+                recv.end = Some(RecvEnd::Cancelled);
             }
         }
         let owner = recv
@@ -375,7 +381,7 @@ impl Worker {
             // The read waits for its re-arm at the end of the batch: no
             // operation names it, so nothing would end it. It ends as the
             // cancel's end; the re-arm pass delivers it.
-            recv.end = Some(-libc::ECANCELED);
+            recv.end = Some(RecvEnd::Cancelled);
         }
         None
     }
