@@ -89,6 +89,14 @@ test-transaction:
 test-session:
 	RINGGATE_TEST_POOLING=session scripts/test.sh
 
+# The cluster tests (tests/python/test_cluster_*.py) against a private three-node replication set
+# (scripts/mariadb-cluster.sh: a primary and two GTID replicas on RINGGATE_CLUSTER_PORT, default
+# 3451-3453), started and stopped by scripts/test-cluster.sh. About a minute; not part of make
+# test yet. See docs/design/replication-harness.md.
+.PHONY: test-cluster
+test-cluster:
+	scripts/test-cluster.sh
+
 .PHONY: fuzz chaos mem
 
 # Fuzz each cargo-fuzz target for FUZZ_SECONDS (default 60) from the committed seeds

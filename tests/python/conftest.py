@@ -593,3 +593,18 @@ def two_users(tmp_path):
     users = {"a": ("twouser_a", "twouser-a-secret"), "b": ("twouser_b", "twouser-b-secret")}
     with passthrough_users(tmp_path / "users.json", users.values()) as path:
         yield users, path
+
+
+# --------------------------------------------------------------------------------------------
+# The three-node replication set (tests/python/cluster.py)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """A running primary and two GTID replicas (scripts/mariadb-cluster.sh), node 1 the
+    primary at the start. A test that kills, promotes, switches over or lags restores that
+    with cluster.heal() when it ends."""
+    from cluster import session_cluster  # cluster imports this module
+
+    yield from session_cluster()
