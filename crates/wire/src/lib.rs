@@ -14,6 +14,7 @@ pub mod client_login;
 pub mod client_sha2;
 pub mod compress;
 pub mod constants;
+pub mod gtid;
 pub mod handshake;
 pub mod kill;
 pub mod lexer;
@@ -25,6 +26,7 @@ pub mod result_set;
 pub mod session_vars;
 pub mod sha2_rsa;
 pub mod state_strip;
+pub mod text_result;
 pub mod tracker;
 pub mod users;
 
