@@ -33,6 +33,7 @@ pub mod connect_attrs;
 pub mod identity;
 pub mod idle_cut;
 pub mod ids;
+pub mod monitor;
 pub mod multiplex;
 pub mod pool;
 pub mod prepared;
