@@ -8,6 +8,12 @@ use std::time::Duration;
 use clap::{ArgAction, Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 
+mod backends;
+
+pub use backends::{
+    first_writer, parse_backend, BackendList, BackendRole, BackendSpec, BackendTable,
+};
+
 /// Which memory the per-connection read buffers come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -140,6 +146,22 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 5s, 2m)"))
 }
 
+/// A monitor interval: checks more often than ten a second load the
+/// servers for no faster decision (a server is down after three).
+pub(crate) fn parse_monitor_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(100) {
+        return Err("must be 100ms or more".into());
+    }
+    Ok(d)
+}
+
+/// `--backend`'s default, the one server of the simple case.
+const DEFAULT_BACKEND: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    3306,
+));
+
 /// Keepalive times are whole seconds in the kernel (1..=32767).
 pub(crate) fn parse_keepalive_secs(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
@@ -217,8 +239,26 @@ pub struct Config {
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
 
-    /// The MySQL/MariaDB server to proxy to.
-    #[arg(long, default_value = "127.0.0.1:3306", value_name = "ADDR")]
+    /// The MySQL/MariaDB server to proxy to. Repeat it for a replicated
+    /// cluster, each as ADDR or ADDR,role=R,weight=N,max-lag=DURATION: role
+    /// `auto` (the default) follows the server's read_only, or `primary` /
+    /// `replica`; weight (default 1) is its share of reads, 0 for none; a
+    /// replica further behind than max-lag takes no reads (default: no
+    /// bound). Several servers need --monitor-user. Until reads and writes
+    /// are routed, every session goes to the role=primary server, else the
+    /// first.
+    #[arg(
+        long = "backend",
+        id = "backend",
+        default_value = "127.0.0.1:3306",
+        value_parser = parse_backend,
+        value_name = "ADDR[,OPTIONS]"
+    )]
+    pub backends: Vec<BackendSpec>,
+
+    /// The server every session goes to: the first writer of `backends`,
+    /// set by [`Config::resolve_backends`].
+    #[arg(skip = DEFAULT_BACKEND)]
     pub backend: SocketAddr,
 
     /// Who clients are on the backend. `passthrough` (the default): each
@@ -279,6 +319,30 @@ pub struct Config {
     /// for --backend-tls verify-ca and verify-identity.
     #[arg(long, value_name = "FILE")]
     pub backend_tls_ca: Option<PathBuf>,
+
+    /// The account the cluster monitor logs in as to check each --backend
+    /// (up or down, primary or replica, replication lag) every
+    /// --monitor-interval; unset: no monitor, which only one --backend
+    /// allows. Least privilege: GRANT SLAVE MONITOR, BINLOG MONITOR.
+    #[arg(long, default_value = "", value_name = "USER")]
+    pub monitor_user: String,
+
+    /// Password for --monitor-user. Prefer the RINGGATE_MONITOR_PASSWORD
+    /// environment variable, which keeps it out of `ps`.
+    #[arg(
+        long,
+        env = "RINGGATE_MONITOR_PASSWORD",
+        hide_env_values = true,
+        default_value = "",
+        value_name = "PASSWORD"
+    )]
+    pub monitor_password: String,
+
+    /// How often the monitor checks each server (at least 100ms). A server
+    /// is down after 3 failed checks in a row and up again after 3 good
+    /// ones; while it is down its checks back off up to 8 intervals.
+    #[arg(long, default_value = "1s", value_parser = parse_monitor_interval, value_name = "DURATION")]
+    pub monitor_interval: Duration,
 
     /// Users allowed to connect, in Vitess's static auth JSON format:
     /// {"user": [{"Password": "..."}]} or {"user": [{"MysqlNativePassword": "*HEX"}]}.
@@ -630,15 +694,13 @@ value_enum_serde!(
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let password = if self.backend_password.is_empty() {
-            ""
-        } else {
-            "********"
-        };
+        let mask = |p: &str| if p.is_empty() { "" } else { "********" };
+        let password = mask(&self.backend_password);
         f.debug_struct("Config")
             .field("listen", &self.listen)
             .field("reuse_port_handover", &self.reuse_port_handover)
             .field("workers", &self.workers)
+            .field("backends", &self.backends)
             .field("backend", &self.backend)
             .field("backend_identity", &self.backend_identity)
             .field("pooling", &self.pooling)
@@ -647,6 +709,9 @@ impl std::fmt::Debug for Config {
             .field("backend_rsa_public_key", &self.backend_rsa_public_key)
             .field("backend_tls", &self.backend_tls)
             .field("backend_tls_ca", &self.backend_tls_ca)
+            .field("monitor_user", &self.monitor_user)
+            .field("monitor_password", &mask(&self.monitor_password))
+            .field("monitor_interval", &self.monitor_interval)
             .field("users_file", &self.users_file)
             .field("rsa_key", &self.rsa_key)
             .field("read_buffers", &self.read_buffers)
@@ -772,6 +837,16 @@ impl Config {
                     * u64::from(self.read_buffer_size)
             }
         }
+    }
+
+    /// Sets [`Self::backend`] from the list, then checks the list against
+    /// itself and the monitor settings.
+    pub fn resolve_backends(&mut self) -> Result<(), String> {
+        self.backend = first_writer(&self.backends).ok_or("no --backend given")?;
+        if !self.monitor_password.is_empty() && self.monitor_user.is_empty() {
+            return Err("--monitor-password without --monitor-user".into());
+        }
+        backends::validate(&self.backends, &self.monitor_user)
     }
 
     /// The busy-poll budget, `None` when off.

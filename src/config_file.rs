@@ -9,7 +9,11 @@
 //! not given there takes the file's value, if the file has one.
 //!
 //! Precedence, highest first: command-line flag, environment variable (only
-//! `RINGGATE_BACKEND_PASSWORD`), config file, built-in default.
+//! `RINGGATE_BACKEND_PASSWORD` and `RINGGATE_MONITOR_PASSWORD`), config
+//! file, built-in default.
+//!
+//! `backend` is the one key that takes a list: an address, or
+//! `[[backend]]` tables (`src/config/backends.rs`).
 //!
 //! Each problem in the file is reported as `FILE:LINE: ...` naming the key:
 //! a first pass reads the file as spanned TOML to find unknown keys (with a
@@ -29,8 +33,8 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::config::{
-    self, BackendIdentity, BackendTls, Config, DirectDescriptors, LogFormat, OnUserRemoved,
-    Pooling, ReadBufferMode, TxPreparedStatements,
+    self, BackendIdentity, BackendList, BackendSpec, BackendTls, Config, DirectDescriptors,
+    LogFormat, OnUserRemoved, Pooling, ReadBufferMode, TxPreparedStatements,
 };
 
 mod file;
@@ -41,7 +45,7 @@ use file::load_file;
 pub const MASK: &str = "********";
 
 /// Keys whose values are never printed.
-const SECRET_KEYS: &[&str] = &["backend-password"];
+const SECRET_KEYS: &[&str] = &["backend-password", "monitor-password"];
 
 /// Stands in for `--users-file` while clap parses, when the file may give
 /// it; `parse` refuses to go on when neither did.
@@ -127,9 +131,10 @@ impl std::fmt::Display for CliError {
 /// order, and its two conversions: onto a [`Config`] (only the settings the
 /// command line and environment left alone) and back from one (for
 /// `--print-config`). A field is `plain` when the `Config` field holds the
-/// value itself and `optional` when it holds an `Option`.
+/// value itself and `optional` when it holds an `Option`. `as "key"` gives
+/// a key (and clap id) other than the field's name.
 macro_rules! file_config {
-    ($($kind:ident $field:ident: $ty:ty,)*) => {
+    ($($kind:ident $field:ident $(as $key:literal)?: $ty:ty,)*) => {
         /// The config file, as serde reads it: every key optional, unknown
         /// keys refused, values validated by their flag's rules.
         #[derive(Debug, Default, Deserialize, Serialize)]
@@ -137,20 +142,21 @@ macro_rules! file_config {
         pub struct FileConfig {
             $(
                 #[serde(default, skip_serializing_if = "Option::is_none")]
+                $(#[serde(rename = $key)])?
                 pub $field: Option<$ty>,
             )*
         }
 
         impl FileConfig {
             /// clap ids (the `Config` field names), in flag order.
-            const IDS: &'static [&'static str] = &[$(stringify!($field)),*];
+            const IDS: &'static [&'static str] = &[$(file_config!(@id $field $($key)?)),*];
 
             /// The clap ids of the settings the file gives.
             fn present(&self) -> Vec<&'static str> {
                 let mut ids = Vec::new();
                 $(
                     if self.$field.is_some() {
-                        ids.push(stringify!($field));
+                        ids.push(file_config!(@id $field $($key)?));
                     }
                 )*
                 ids
@@ -161,7 +167,7 @@ macro_rules! file_config {
             fn apply(self, config: &mut Config, explicit: impl Fn(&str) -> bool) {
                 $(
                     if let Some(v) = self.$field {
-                        if !explicit(stringify!($field)) {
+                        if !explicit(file_config!(@id $field $($key)?)) {
                             file_config!(@set $kind config.$field, v);
                         }
                     }
@@ -176,6 +182,8 @@ macro_rules! file_config {
             }
         }
     };
+    (@id $field:ident) => { stringify!($field) };
+    (@id $field:ident $key:literal) => { $key };
     (@set plain $dst:expr, $v:expr) => { $dst = $v.into() };
     (@set optional $dst:expr, $v:expr) => { $dst = Some($v.into()) };
     (@get plain $src:expr) => { Some($src.clone().into()) };
@@ -186,7 +194,7 @@ file_config! {
     plain listen: SocketAddr,
     plain reuse_port_handover: bool,
     optional workers: usize,
-    plain backend: SocketAddr,
+    plain backends as "backend": Backends,
     plain backend_identity: BackendIdentity,
     plain pooling: Pooling,
     plain backend_user: String,
@@ -194,6 +202,9 @@ file_config! {
     optional backend_rsa_public_key: PathBuf,
     plain backend_tls: BackendTls,
     optional backend_tls_ca: PathBuf,
+    plain monitor_user: String,
+    plain monitor_password: String,
+    plain monitor_interval: MonitorInterval,
     plain users_file: PathBuf,
     optional rsa_key: PathBuf,
     plain read_buffers: ReadBufferMode,
@@ -316,6 +327,39 @@ validated!(
 );
 
 validated!(
+    /// How often the monitor checks each server: 100ms or more.
+    MonitorInterval(Duration) from String = "String",
+    parse config::parse_monitor_interval, show show_duration
+);
+
+/// The `backend` key's servers, checked by the flag's own rules.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(try_from = "BackendList", into = "BackendList")]
+pub struct Backends(Vec<BackendSpec>);
+
+impl TryFrom<BackendList> for Backends {
+    type Error = String;
+    fn try_from(list: BackendList) -> Result<Self, String> {
+        Vec::<BackendSpec>::try_from(list).map(Backends)
+    }
+}
+impl From<Backends> for BackendList {
+    fn from(b: Backends) -> BackendList {
+        BackendList::from(b.0.as_slice())
+    }
+}
+impl From<Backends> for Vec<BackendSpec> {
+    fn from(b: Backends) -> Vec<BackendSpec> {
+        b.0
+    }
+}
+impl From<Vec<BackendSpec>> for Backends {
+    fn from(v: Vec<BackendSpec>) -> Backends {
+        Backends(v)
+    }
+}
+
+validated!(
     /// Busy-poll budget in microseconds: 0..=10000.
     BusyPollUs(u32) from u64 = "u64",
     parse config::parse_busy_poll_us, show show_u32
@@ -436,6 +480,7 @@ where
     }
     let mut config = Config::from_arg_matches(m).map_err(CliError::Clap)?;
     file.apply(&mut config, explicit);
+    let backends_ok = config.resolve_backends();
     let read_buffer_resized = config.size_read_buffers_for_tls(
         explicit("read_buffer_size") || in_file.contains(&"read_buffer_size"),
     );
@@ -463,6 +508,7 @@ where
     // so in a comment): it is how one finds out where a value came from.
     if action != Action::PrintConfig {
         inv.check_identity().map_err(CliError::Conflict)?;
+        backends_ok.map_err(CliError::Conflict)?;
     }
     Ok(inv)
 }
@@ -537,7 +583,8 @@ impl Invocation {
             out,
             "# each value's origin: flag > env > file > default; secrets are masked\n"
         );
-        if let Err(conflict) = self.check_identity() {
+        let mut config = self.config.clone();
+        if let Err(conflict) = self.check_identity().and(config.resolve_backends()) {
             let _ = writeln!(out, "# error: ringgate would refuse to start: {conflict}\n");
         }
         // serde writes the values, so they read back as they were given.
@@ -566,5 +613,7 @@ impl Invocation {
         out
     }
 }
+#[cfg(test)]
+mod backends_tests;
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,9 @@ use wire::packet::write_packet;
 fn cfg(extra: &[&str]) -> Config {
     let mut args = vec!["ringgate", "--users-file", "u.json", "--workers", "2"];
     args.extend_from_slice(extra);
-    Config::try_parse_from(args).unwrap()
+    let mut c = Config::try_parse_from(args).unwrap();
+    c.resolve_backends().unwrap();
+    c
 }
 
 #[test]

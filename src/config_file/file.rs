@@ -84,6 +84,8 @@ pub(super) enum Kind {
     Integer,
     /// Everything else is a string: addresses, paths, durations, modes.
     Text,
+    /// A repeatable flag (`backend`): a string, or an array (of tables).
+    List,
 }
 
 pub(super) fn kind_of(arg: &Arg) -> Kind {
@@ -91,6 +93,9 @@ pub(super) fn kind_of(arg: &Arg) -> Kind {
     let t = arg.get_value_parser().type_id();
     if matches!(arg.get_action(), ArgAction::SetTrue) || t == TypeId::of::<bool>() {
         return Kind::Bool;
+    }
+    if matches!(arg.get_action(), ArgAction::Append) {
+        return Kind::List;
     }
     let integers = [
         TypeId::of::<u8>(),
@@ -124,6 +129,7 @@ pub(super) fn expected(arg: &Arg, kind: Kind) -> &'static str {
     match kind {
         Kind::Bool => "true or false",
         Kind::Integer => "an integer",
+        Kind::List => "a string such as \"127.0.0.1:3306\", or [[backend]] tables",
         Kind::Text => match arg
             .get_value_names()
             .and_then(|n| n.first())
@@ -142,7 +148,9 @@ pub(super) fn expected(arg: &Arg, kind: Kind) -> &'static str {
 pub(super) fn check_type(arg: &Arg, key: &str, value: &toml::Value) -> Result<(), String> {
     let kind = kind_of(arg);
     match (kind, value) {
-        (Kind::Bool, toml::Value::Boolean(_)) | (Kind::Text, toml::Value::String(_)) => Ok(()),
+        (Kind::Bool, toml::Value::Boolean(_))
+        | (Kind::Text | Kind::List, toml::Value::String(_))
+        | (Kind::List, toml::Value::Array(_)) => Ok(()),
         (Kind::Integer, toml::Value::Integer(i)) if *i < 0 => Err(format!(
             "invalid value {i} for key \"{key}\": must not be negative"
         )),
