@@ -20,8 +20,9 @@ mod limits;
 mod listen_address;
 pub mod tls;
 
+pub use crate::blocking_login::BackendError;
 use backend_reach::check_backend;
-pub use backend_reach::{backend_greeting, backend_login, BackendError, BackendSummary};
+pub use backend_reach::{backend_greeting, backend_login, BackendSummary};
 use certs::{check_cert_expiry, check_key_match};
 use kernel::{
     check_io_uring, check_kernel, kernel_charges_rings, kernel_release, worker_ring_sizes,

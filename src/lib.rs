@@ -6,6 +6,7 @@
 //! docs/architecture.md draws the layers.
 #![forbid(unsafe_code)]
 
+pub mod blocking_login;
 pub mod check;
 pub mod config;
 pub mod config_file;

@@ -2,42 +2,20 @@
 //! the same client login code the proxy's backend connections use; with passthrough identity
 //! only the greeting is read, since each client logs in as itself.
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::tls::Stream;
 use super::Item;
+use crate::blocking_login::{
+    self, greeting_offers_tls, read_packet, start_tls, tls_wish, BackendError, LoginTarget, Stream,
+};
 use crate::config::{BackendIdentity, Config};
 use crate::tls::backend_client::{self, BackendTlsConfig};
 use wire::auth::Credential;
-use wire::client_login::{ClientLogin, LoginError, LoginParams, LoginStep, TlsWish};
-use wire::client_sha2::FullAuthTransport;
-use wire::constants::{COM_QUIT, NATIVE_LOGIN_CAPS, UTF8MB4_GENERAL_CI};
-use wire::packet::{split_packet, write_packet};
-use wire::reply::com_payload;
+use wire::client_login::{ClientLogin, LoginError, LoginParams, LoginStep};
+use wire::constants::{NATIVE_LOGIN_CAPS, UTF8MB4_GENERAL_CI};
 use wire::sha2_rsa::RsaPublic;
-
-/// Why `ringgate check` could not log into the backend.
-#[derive(Debug, thiserror::Error)]
-pub enum BackendError {
-    /// TCP connect, read or write failed (refused, timed out, reset).
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    /// The server sent an ERR instead of its greeting (too many connections,
-    /// host blocked): it refused before any login.
-    #[error("server refused the connection: {0}")]
-    Refused(LoginError),
-    /// The login itself failed: the credentials were refused, the server
-    /// wants another plugin, or it answered something unexpected.
-    #[error("{0}")]
-    Login(LoginError),
-    /// `--backend-tls`: the configuration (CA file) or the handshake
-    /// failed (a certificate that does not verify, no common protocol).
-    #[error("{0}")]
-    Tls(String),
-}
 
 /// What a successful check connection learned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,150 +58,39 @@ pub(super) fn backend_tls_config(cfg: &Config) -> Result<Option<BackendTlsConfig
     .map_err(|e| BackendError::Tls(e.to_string()))
 }
 
-pub(super) fn tls_wish(tls: &Option<BackendTlsConfig>) -> TlsWish {
-    match tls {
-        None => TlsWish::Off,
-        Some(t) if t.required() => TlsWish::Required,
-        Some(_) => TlsWish::Preferred,
-    }
-}
-
-/// Writes the SSLRequest and runs the TLS handshake.
-pub(super) fn start_tls(
-    s: Stream,
-    ssl_request: &[u8],
-    tls: &Option<BackendTlsConfig>,
-    cfg: &Config,
-) -> Result<Stream, BackendError> {
-    let mut s = s;
-    s.write_all(ssl_request)?;
-    let Some(tls) = tls else {
-        return Err(BackendError::Tls(
-            "TLS asked for without a configuration".into(),
-        ));
-    };
-    s.start_tls(tls).map_err(|e| {
-        BackendError::Tls(format!(
-            "{} (--backend-tls {}{})",
-            e,
-            cfg.backend_tls,
-            cfg.backend_tls_ca
-                .as_ref()
-                .map(|p| format!(", --backend-tls-ca {}", p.display()))
-                .unwrap_or_default()
-        ))
-    })
-}
-
-/// Reads one whole packet: (sequence id, payload). Login packets are small,
-/// so a physical packet is all that is ever needed.
-pub(super) fn read_packet(
-    s: &mut Stream,
-    buf: &mut Vec<u8>,
-    deadline: Instant,
-) -> Result<(u8, Vec<u8>), std::io::Error> {
-    use std::io::{Error, ErrorKind};
-    loop {
-        if let Some((p, used)) = split_packet(buf) {
-            let out = (p.seq, p.payload.to_vec());
-            buf.drain(..used);
-            return Ok(out);
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Error::new(
-                ErrorKind::TimedOut,
-                "timed out waiting for the server",
-            ));
-        }
-        s.tcp().set_read_timeout(Some(left))?;
-        let mut chunk = [0u8; 4096];
-        match s.read(&mut chunk) {
-            Ok(0) => {
-                return Err(Error::new(
-                    ErrorKind::UnexpectedEof,
-                    "the server closed the connection",
-                ))
-            }
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            // What a read timeout looks like on a socket (EAGAIN).
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                return Err(Error::new(
-                    ErrorKind::TimedOut,
-                    "timed out waiting for the server",
-                ))
-            }
-            Err(e) => return Err(e),
-        }
-    }
+/// `--backend-tls` and `--backend-tls-ca` as a TLS error names them.
+fn tls_flags(cfg: &Config) -> String {
+    format!(
+        "--backend-tls {}{}",
+        cfg.backend_tls,
+        cfg.backend_tls_ca
+            .as_ref()
+            .map(|p| format!(", --backend-tls-ca {}", p.display()))
+            .unwrap_or_default()
+    )
 }
 
 /// Logs into the backend with the login code the pool's connections use
 /// ([`ClientLogin`]), over a blocking socket (TLS after the SSLRequest
 /// with `--backend-tls`), then quits.
 pub fn backend_login(cfg: &Config, timeout: Duration) -> Result<BackendSummary, BackendError> {
-    let deadline = Instant::now() + timeout;
     let tls = backend_tls_config(cfg)?;
-    let sock = TcpStream::connect_timeout(&cfg.backend, timeout)?;
-    sock.set_write_timeout(Some(timeout))?;
-    let mut s = Stream::Plain(sock);
-    let mut login = ClientLogin::new(LoginParams {
-        user: cfg.backend_user.clone(),
-        credential: Credential::Plaintext(cfg.backend_password.as_bytes().to_vec()),
-        database: None,
-        capabilities: NATIVE_LOGIN_CAPS,
-        collation: UTF8MB4_GENERAL_CI,
-        max_packet_size: 1 << 24,
-    })
-    .with_full_auth_transport(FullAuthTransport {
-        secure: false,
+    let conn = blocking_login::login(&LoginTarget {
+        addr: cfg.backend,
+        user: &cfg.backend_user,
+        password: cfg.backend_password.as_bytes(),
+        tls: &tls,
+        tls_flags: tls_flags(cfg),
         server_key: backend_public_key(cfg)?,
-    })
-    .with_tls(tls_wish(&tls));
-    let mut buf = Vec::new();
-    let mut greeted = false;
-    let mut tls_offered = false;
-    loop {
-        let (seq, payload) = read_packet(&mut s, &mut buf, deadline)?;
-        if !greeted {
-            tls_offered = greeting_offers_tls(&payload);
-        }
-        let mut step = login.on_packet(seq, &payload);
-        if let Ok(LoginStep::StartTls(ssl_request)) = step {
-            greeted = true;
-            s = start_tls(s, &ssl_request, &tls, cfg)?;
-            step = login.on_tls_established();
-        }
-        match step {
-            Ok(LoginStep::Send(bytes)) => {
-                greeted = true;
-                s.write_all(&bytes)?;
-            }
-            Ok(LoginStep::Wait) => {}
-            Ok(LoginStep::StartTls(_)) => {
-                return Err(BackendError::Tls("a second TLS request".into()))
-            }
-            Ok(LoginStep::Done { greeting, .. }) => {
-                // COM_QUIT, best effort: the check is over either way.
-                let mut quit = Vec::with_capacity(5);
-                write_packet(&mut quit, 0, &com_payload(COM_QUIT, &[]));
-                let _ = s.write_all(&quit);
-                return Ok(BackendSummary {
-                    server_version: greeting.server_version,
-                    tls_offered,
-                    tls: s.tls_summary(),
-                });
-            }
-            Err(e @ LoginError::Server { .. }) if !greeted => return Err(BackendError::Refused(e)),
-            Err(e) => return Err(BackendError::Login(e)),
-        }
-    }
-}
-
-pub(super) fn greeting_offers_tls(payload: &[u8]) -> bool {
-    wire::handshake::parse_greeting(payload)
-        .is_ok_and(|g| g.capabilities & wire::constants::CLIENT_SSL != 0)
+        timeout,
+    })?;
+    let summary = BackendSummary {
+        server_version: conn.greeting.server_version.clone(),
+        tls_offered: conn.tls_offered,
+        tls: conn.stream.tls_summary(),
+    };
+    conn.quit();
+    Ok(summary)
 }
 
 /// `--backend-rsa-public-key`, read as the proxy reads it at start-up.
@@ -264,7 +131,7 @@ pub fn backend_greeting(cfg: &Config, timeout: Duration) -> Result<BackendSummar
         Err(e) => return Err(BackendError::Login(e)),
     };
     if let LoginStep::StartTls(ssl_request) = step {
-        s = start_tls(s, &ssl_request, &tls, cfg)?;
+        s = start_tls(s, &ssl_request, &tls, &tls_flags(cfg))?;
     }
     Ok(BackendSummary {
         server_version: wire::handshake::parse_greeting(&payload)
