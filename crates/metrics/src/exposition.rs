@@ -23,8 +23,9 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::{
-    connect_bucket_bounds, pool_wait_bucket_bounds, AuthPath, RejectReason, Snapshot,
-    BACKEND_TLS_ERRORS, IDLE_CUT_HELD, INTERNAL_QUERY_KINDS, PIN_REASONS,
+    connect_bucket_bounds, pool_wait_bucket_bounds, AuthPath, RejectReason, ServerSample, Snapshot,
+    BACKEND_TLS_ERRORS, IDLE_CUT_HELD, INTERNAL_QUERY_KINDS, PIN_REASONS, SERVER_ROLES,
+    SERVER_STATES,
 };
 
 /// Writes `snapshot` as Prometheus text.
@@ -272,6 +273,7 @@ impl Collector for Exposition {
             &per_worker(&s.worker_pool_waiters),
         )?;
         per_user(&mut enc, &s.users)?;
+        per_server(&mut enc, &s.servers)?;
         counter(
             &mut enc,
             "ringgate_backend_rebalanced_total",
@@ -659,6 +661,83 @@ fn per_user(enc: &mut DescriptorEncoder, users: &[(String, usize, u64)]) -> fmt:
         "Lease requests that waited because their backend account held \
          --backend-max-connections-per-user connections.",
         &waits,
+    )
+}
+
+/// The per-server series; none without a monitor.
+fn per_server(enc: &mut DescriptorEncoder, servers: &[ServerSample]) -> fmt::Result {
+    if servers.is_empty() {
+        return Ok(());
+    }
+    let one_of = |name: &'static str, values: &[&'static str], own: fn(&ServerSample) -> &str| {
+        let series: Vec<_> = servers
+            .iter()
+            .flat_map(|s| {
+                values.iter().map(move |&v| {
+                    let labels = [("server", s.server.clone()), (name, v.to_owned())];
+                    (labels, i64::from(own(s) == v))
+                })
+            })
+            .collect();
+        series
+    };
+    gauges(
+        enc,
+        "ringgate_server_state",
+        "1 for each server's state as the monitor sees it (up, down, shunned: answering again \
+         but not yet trusted), 0 for the others.",
+        &one_of("state", &SERVER_STATES, |s| s.state),
+    )?;
+    gauges(
+        enc,
+        "ringgate_server_role",
+        "1 for each server's role (primary, replica, unknown), from its configured role or \
+         @@read_only, 0 for the others.",
+        &one_of("role", &SERVER_ROLES, |s| s.role),
+    )?;
+    let by_server = |v: &dyn Fn(&ServerSample) -> Option<f64>| -> Vec<_> {
+        servers
+            .iter()
+            .filter_map(|s| Some(([("server", s.server.clone())], v(s)?)))
+            .collect()
+    };
+    gauges(
+        enc,
+        "ringgate_server_writer",
+        "1 for the server that takes writes, 0 for the others.",
+        &by_server(&|s| Some(f64::from(u8::from(s.writer)))),
+    )?;
+    gauges(
+        enc,
+        "ringgate_server_lag_seconds",
+        "A replica's lag behind its primary: the larger of Seconds_Behind_Master and the time \
+         since its applied GTID position last covered the writer's; NaN when unknown (never 0 \
+         for a NULL); no series for a server that is not a replica.",
+        &by_server(&|s| s.lag_seconds),
+    )?;
+    gauges(
+        enc,
+        "ringgate_server_stale",
+        "1 for a replica whose replication IO or SQL thread is not running: it may be behind \
+         writes it has not received, whatever its lag says.",
+        &by_server(&|s| (s.role == "replica").then(|| f64::from(u8::from(s.stale)))),
+    )?;
+    gauges(
+        enc,
+        "ringgate_server_check_seconds",
+        "Duration of the monitor's last check of each server (login kept, probe queries); NaN \
+         before the first.",
+        &by_server(&|s| Some(s.check_seconds)),
+    )?;
+    let failed: Vec<_> = servers
+        .iter()
+        .map(|s| ([("server", s.server.clone())], s.checks_failed_total))
+        .collect();
+    counters(
+        enc,
+        "ringgate_server_checks_failed_total",
+        "Monitor checks of each server that failed (connect, login, timeout, probe).",
+        &failed,
     )
 }
 

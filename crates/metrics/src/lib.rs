@@ -33,6 +33,7 @@ use hdrhistogram::Histogram;
 mod exposition;
 mod labels;
 mod pool_wait;
+mod servers;
 mod snapshot;
 pub mod text;
 mod user_usage;
@@ -42,6 +43,7 @@ pub use labels::{
     IDLE_CUT_HELD, INTERNAL_QUERY_KINDS, PIN_REASONS,
 };
 pub use pool_wait::{pool_wait_bucket_bounds, PoolWaitSnapshot, POOL_WAIT_BUCKET_COUNT};
+pub use servers::{ServerSample, ServerTable, SERVER_ROLES, SERVER_STATES};
 pub use snapshot::{connect_bucket_bounds, ConnectDurationSnapshot, Snapshot};
 pub use user_usage::{UserTable, UserUsage};
 
@@ -444,6 +446,8 @@ pub struct Metrics {
     mode: AtomicU8,
     /// Per backend account (`users.rs`).
     users: UserTable,
+    /// Per server of a cluster, from the monitor (`servers.rs`).
+    servers: ServerTable,
 }
 
 impl fmt::Debug for Metrics {
@@ -462,6 +466,7 @@ impl Metrics {
             workers: (0..workers).map(|_| WorkerMetrics::new()).collect(),
             mode: AtomicU8::new(mode.to_u8()),
             users: UserTable::default(),
+            servers: ServerTable::default(),
         })
     }
 
@@ -479,6 +484,11 @@ impl Metrics {
     /// The per-account counters, shared by all workers.
     pub fn users(&self) -> &UserTable {
         &self.users
+    }
+
+    /// The per-server list the monitor publishes.
+    pub fn servers(&self) -> &ServerTable {
+        &self.servers
     }
 
     /// Number of workers.

@@ -112,6 +112,8 @@ pub struct Snapshot {
     pub pool_wait: PoolWaitSnapshot,
     /// Per backend account: (user, backend connections, limit waits).
     pub users: Vec<(String, usize, u64)>,
+    /// Per server of a cluster, as the monitor last published it.
+    pub servers: Vec<crate::ServerSample>,
 }
 
 impl Snapshot {
@@ -313,6 +315,7 @@ impl Metrics {
             connect_duration: self.connect_snapshot(),
             pool_wait: PoolWaitSnapshot::sum(self.workers.iter().map(|w| &w.pool_wait)),
             users: self.users.snapshot(),
+            servers: self.servers.snapshot(),
         }
     }
 

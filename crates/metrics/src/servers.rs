@@ -1,0 +1,113 @@
+//! Per-server series of a replicated cluster: what the monitor thread last
+//! published for each `--backend` (state, role, writer, lag, checks). The
+//! monitor replaces the whole list after each round; a scrape copies it.
+//! Empty, and no series, without a monitor.
+
+use std::sync::Mutex;
+
+/// One server as the monitor last saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerSample {
+    /// Its address, the `server` label.
+    pub server: String,
+    /// "up", "down" or "shunned".
+    pub state: &'static str,
+    /// "primary", "replica" or "unknown".
+    pub role: &'static str,
+    pub writer: bool,
+    /// A replica's lag: `Some(NaN)` when unknown; None for a server that
+    /// is not a replica (no lag series).
+    pub lag_seconds: Option<f64>,
+    /// A replica whose IO or SQL thread is not running.
+    pub stale: bool,
+    /// The last check's duration; NaN before the first.
+    pub check_seconds: f64,
+    pub checks_failed_total: u64,
+}
+
+/// The label values a state or role series takes, so that every server
+/// has one series per value (1 for its own, 0 for the others).
+pub const SERVER_STATES: [&str; 3] = ["up", "down", "shunned"];
+pub const SERVER_ROLES: [&str; 3] = ["primary", "replica", "unknown"];
+
+/// The list the monitor publishes.
+#[derive(Debug, Default)]
+pub struct ServerTable {
+    servers: Mutex<Vec<ServerSample>>,
+}
+
+impl ServerTable {
+    /// Replaces the list: once per monitor round, never from a worker.
+    pub fn publish(&self, servers: Vec<ServerSample>) {
+        *self.lock() = servers;
+    }
+
+    pub fn snapshot(&self) -> Vec<ServerSample> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<ServerSample>> {
+        self.servers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BufferMode, Metrics};
+
+    fn sample(server: &str, state: &'static str, role: &'static str) -> ServerSample {
+        ServerSample {
+            server: server.into(),
+            state,
+            role,
+            writer: false,
+            lag_seconds: None,
+            stale: false,
+            check_seconds: 0.002,
+            checks_failed_total: 0,
+        }
+    }
+
+    #[test]
+    fn no_monitor_no_series() {
+        let m = Metrics::new(1, BufferMode::Fixed);
+        assert!(!m.render().contains("ringgate_server_"));
+    }
+
+    #[test]
+    fn each_server_has_its_state_role_lag_and_checks() {
+        let m = Metrics::new(1, BufferMode::Fixed);
+        let mut primary = sample("127.0.0.1:3441", "up", "primary");
+        primary.writer = true;
+        let mut lagging = sample("127.0.0.1:3442", "up", "replica");
+        lagging.lag_seconds = Some(7.0);
+        let mut stale = sample("127.0.0.1:3443", "down", "replica");
+        stale.lag_seconds = Some(f64::NAN);
+        stale.stale = true;
+        stale.checks_failed_total = 4;
+        m.servers().publish(vec![primary, lagging, stale]);
+        let text = m.render();
+        for line in [
+            "ringgate_server_state{server=\"127.0.0.1:3441\",state=\"up\"} 1",
+            "ringgate_server_state{server=\"127.0.0.1:3441\",state=\"down\"} 0",
+            "ringgate_server_state{server=\"127.0.0.1:3443\",state=\"down\"} 1",
+            "ringgate_server_role{server=\"127.0.0.1:3442\",role=\"replica\"} 1",
+            "ringgate_server_writer{server=\"127.0.0.1:3441\"} 1",
+            "ringgate_server_writer{server=\"127.0.0.1:3442\"} 0",
+            "ringgate_server_lag_seconds{server=\"127.0.0.1:3442\"} 7.0",
+            "ringgate_server_lag_seconds{server=\"127.0.0.1:3443\"} NaN",
+            "ringgate_server_stale{server=\"127.0.0.1:3443\"} 1",
+            "ringgate_server_stale{server=\"127.0.0.1:3442\"} 0",
+            "ringgate_server_check_seconds{server=\"127.0.0.1:3441\"} 0.002",
+            "ringgate_server_checks_failed_total{server=\"127.0.0.1:3443\"} 4",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
+        // A primary has no lag and no staleness.
+        assert!(!text.contains("ringgate_server_lag_seconds{server=\"127.0.0.1:3441\"}"));
+        assert!(!text.contains("ringgate_server_stale{server=\"127.0.0.1:3441\"}"));
+    }
+}
