@@ -13,6 +13,7 @@ pub mod config_file;
 pub mod listen_guard;
 pub mod logging;
 pub mod metrics_endpoint;
+pub mod monitor;
 pub mod proxy;
 pub mod sockopt;
 pub mod tls;

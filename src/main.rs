@@ -155,6 +155,13 @@ fn run(config: Config) -> Result<(), RunError> {
         signal_hook::flag::register(sig, Arc::clone(&shutdown))
             .map_err(|e| format!("cannot install signal handler: {e}"))?;
     }
+    // One monitor for the process; the view is for the routing to come.
+    let _cluster = ringgate::monitor::spawn(
+        &config,
+        backend_rsa_public_key.clone(),
+        Arc::clone(&metrics),
+        Arc::clone(&shutdown),
+    )?;
     // Installed before the workers start, so an early SIGHUP cannot kill us
     // (its default action is to terminate).
     let reload = Arc::new(AtomicBool::new(false));

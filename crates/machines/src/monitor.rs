@@ -5,7 +5,7 @@
 //! that takes writes. The binary's monitor thread runs the checks and
 //! carries out nothing but logging and publishing: every rule is here.
 //!
-//! The server facts behind the rules: a
+//! The server facts behind the rules (docs/design/monitor.md): a
 //! replica's Seconds_Behind_Master is NULL both when its SQL thread stops
 //! (it is falling behind) and when its IO thread stops (it looks caught up
 //! and is stale), so NULL is never 0; GTID positions are compared by
