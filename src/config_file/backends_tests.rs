@@ -2,21 +2,9 @@
 //! server stays the simple case it always was.
 
 use super::file::parse_file;
+use super::tests::temp_file;
 use super::*;
 use crate::config::BackendRole;
-use std::io::Write;
-
-fn temp_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "ringgate-backends-test-{}-{name}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("ringgate.toml");
-    let mut f = std::fs::File::create(&path).unwrap();
-    f.write_all(text.as_bytes()).unwrap();
-    path
-}
 
 fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()

@@ -4,7 +4,7 @@ use crate::config::{LogFormat, ReadBufferMode};
 use std::io::Write;
 use std::time::Duration;
 
-fn temp_file(name: &str, text: &str) -> PathBuf {
+pub(super) fn temp_file(name: &str, text: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "ringgate-config-file-test-{}-{name}",
         std::process::id()

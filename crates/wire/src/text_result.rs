@@ -6,12 +6,11 @@
 //! login capabilities of [`crate::constants::NATIVE_LOGIN_CAPS`]), so the
 //! column definitions and the rows each end with a legacy 5-byte EOF.
 
+use crate::constants::{EOF_HEADER, ERR_HEADER, OK_HEADER};
 use crate::packet::Reader;
 use crate::reply::{parse_err, parse_reply, ServerReply};
 use crate::ProtocolError;
 
-const ERR_HEADER: u8 = 0xFF;
-const EOF_HEADER: u8 = 0xFE;
 /// A legacy EOF is 0xFE, warnings (2), status (2); a row that starts with
 /// 0xFE (an 8-byte length) is always longer.
 const LEGACY_EOF_LEN: usize = 5;
@@ -109,7 +108,7 @@ impl TextResultReader {
                 let (code, _, message) = parse_err(payload)?;
                 Ok(TextStep::Err { code, message })
             }
-            Some(0x00) => {
+            Some(&OK_HEADER) => {
                 self.phase = Phase::Done;
                 match parse_reply(payload, false)? {
                     ServerReply::Ok { .. } => Ok(TextStep::Ok),

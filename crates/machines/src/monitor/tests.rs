@@ -60,6 +60,13 @@ fn cluster(t0: Instant) -> Monitor {
     m
 }
 
+/// Three refused checks, a second apart, from `t0`.
+fn take_down(m: &mut Monitor, server: usize, t0: Instant) {
+    for k in 1..=3 {
+        m.on_check(server, refused(), MS, t0 + k * SEC);
+    }
+}
+
 fn state(m: &Monitor, i: usize) -> State {
     m.servers()[i].health.state
 }
@@ -142,9 +149,7 @@ fn checks_of_a_down_server_back_off_up_to_a_cap() {
 fn a_server_that_comes_back_is_shunned_until_rise_good_checks() {
     let t0 = Instant::now();
     let mut m = cluster(t0);
-    for k in 1..=3 {
-        m.on_check(1, refused(), MS, t0 + k * SEC);
-    }
+    take_down(&mut m, 1, t0);
     assert_eq!(state(&m, 1), State::Down);
     let c = m.on_check(1, caught_up("0-1-5"), MS, t0 + 10 * SEC);
     assert!(
@@ -237,9 +242,7 @@ fn a_stopped_io_thread_is_stale_though_it_looks_caught_up() {
 fn sbm_null_is_never_zero_without_a_writer_to_compare_with() {
     let t0 = Instant::now();
     let mut m = cluster(t0);
-    for k in 1..=3 {
-        m.on_check(0, refused(), MS, t0 + k * SEC);
-    }
+    take_down(&mut m, 0, t0);
     let r = replica("0-1-5", channel(IoThread::Connecting, true, None, "0-1-5"));
     m.on_check(1, r, MS, t0 + 3 * SEC);
     m.settle(t0 + 3 * SEC);
@@ -260,9 +263,7 @@ fn sbm_null_is_never_zero_without_a_writer_to_compare_with() {
 fn the_writer_moves_when_an_orchestrator_promotes_a_replica() {
     let t0 = Instant::now();
     let mut m = cluster(t0);
-    for k in 1..=3 {
-        m.on_check(0, refused(), MS, t0 + k * SEC);
-    }
+    take_down(&mut m, 0, t0);
     let c = m.settle(t0 + 3 * SEC);
     assert!(c.iter().any(|c| matches!(
         c,
