@@ -40,6 +40,10 @@ fn line(names: &[SocketAddr], c: &Change) -> (Level, String) {
                 to.as_str()
             ),
         ),
+        Change::StillDown { server, why } => (
+            Level::WARN,
+            format!("server {} is down: {why}", name(*server)),
+        ),
         Change::Role {
             server,
             from,

@@ -191,6 +191,10 @@ pub enum Change {
         to: State,
         why: String,
     },
+    /// A server that is down failed for a reason other than the last one
+    /// (its first check after start-up among them): without this, a monitor
+    /// that cannot log in anywhere would never say so.
+    StillDown { server: usize, why: String },
     Role {
         server: usize,
         from: Role,
@@ -298,7 +302,16 @@ impl Monitor {
         if failure.is_some() {
             s.checks_failed_total += 1;
         }
-        if let Some((from, to, why)) = s.health.on_check(failure, &t, now) {
+        let was_down = s.health.state == State::Down;
+        let new_reason = failure
+            .as_ref()
+            .filter(|f| s.health.last_error.as_ref() != Some(*f))
+            .cloned();
+        let changed = s.health.on_check(failure, &t, now);
+        if let (true, None, Some(why)) = (was_down, &changed, new_reason) {
+            changes.push(Change::StillDown { server, why });
+        }
+        if let Some((from, to, why)) = changed {
             changes.push(Change::State {
                 server,
                 from,

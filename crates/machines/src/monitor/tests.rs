@@ -106,6 +106,24 @@ fn first_answer_brings_a_server_up_with_its_role_from_read_only() {
 }
 
 #[test]
+fn a_server_down_from_the_start_says_why_once_per_reason() {
+    let t0 = Instant::now();
+    let mut m = Monitor::new(&[ConfiguredRole::Auto], Thresholds::new(SEC), t0);
+    let denied = || CheckResult::LoginRefused("Access denied for user 'monitor'".into());
+    let c = m.on_check(0, denied(), MS, t0);
+    assert_eq!(
+        c,
+        vec![Change::StillDown {
+            server: 0,
+            why: "login refused: Access denied for user 'monitor'".into()
+        }]
+    );
+    assert!(m.on_check(0, denied(), MS, t0 + SEC).is_empty());
+    let c = m.on_check(0, refused(), MS, t0 + 2 * SEC);
+    assert!(matches!(&c[..], [Change::StillDown { why, .. }] if why.contains("refused")));
+}
+
+#[test]
 fn a_server_goes_down_after_fall_failures_in_a_row_and_says_why() {
     let t0 = Instant::now();
     let mut m = cluster(t0);
