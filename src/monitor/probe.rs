@@ -179,3 +179,59 @@ fn query(conn: &mut LoggedIn, sql: &str, deadline: Instant) -> Result<TextResult
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(cells: &[(&str, Option<&str>)]) -> TextResult {
+        TextResult {
+            columns: cells.iter().map(|(c, _)| c.to_string()).collect(),
+            rows: vec![cells.iter().map(|(_, v)| v.map(str::to_owned)).collect()],
+        }
+    }
+
+    #[test]
+    fn a_status_row_becomes_a_channel_and_null_stays_unknown() {
+        let rs = status(&[
+            ("Slave_IO_Running", Some("Connecting")),
+            ("Slave_SQL_Running", Some("Yes")),
+            ("Seconds_Behind_Master", None),
+            ("Gtid_IO_Pos", Some("0-1-2028")),
+            ("Last_IO_Errno", Some("2003")),
+        ]);
+        let Ok(c) = channel(&rs, 0) else {
+            panic!("the row did not parse")
+        };
+        assert_eq!(c.io, IoThread::Connecting);
+        assert!(c.sql_running);
+        assert_eq!(c.seconds_behind, None);
+        assert_eq!(c.gtid_io_pos.to_string(), "0-1-2028");
+        assert_eq!(c.last_io_errno, 2003);
+    }
+
+    #[test]
+    fn a_value_out_of_its_range_is_an_answer_error_not_a_panic() {
+        for (col, bad) in [
+            ("Slave_IO_Running", "Maybe"),
+            ("Seconds_Behind_Master", "-1"),
+            ("Gtid_IO_Pos", "garbage"),
+        ] {
+            let mut cells = vec![
+                ("Slave_IO_Running", Some("Yes")),
+                ("Slave_SQL_Running", Some("Yes")),
+                ("Seconds_Behind_Master", Some("0")),
+                ("Gtid_IO_Pos", Some("0-1-1")),
+            ];
+            for c in &mut cells {
+                if c.0 == col {
+                    c.1 = Some(bad);
+                }
+            }
+            assert!(
+                matches!(channel(&status(&cells), 0), Err(ProbeError::Answer(_))),
+                "{col}={bad}"
+            );
+        }
+    }
+}
