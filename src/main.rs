@@ -155,8 +155,8 @@ fn run(config: Config) -> Result<(), RunError> {
         signal_hook::flag::register(sig, Arc::clone(&shutdown))
             .map_err(|e| format!("cannot install signal handler: {e}"))?;
     }
-    // One monitor for the process; the view is for the routing to come.
-    let _cluster = ringgate::monitor::spawn(
+    // One monitor for the process; the workers follow its writer.
+    let cluster = ringgate::monitor::spawn(
         &config,
         backend_rsa_public_key.clone(),
         Arc::clone(&metrics),
@@ -173,6 +173,7 @@ fn run(config: Config) -> Result<(), RunError> {
         users: RwLock::new(Arc::new(users)),
         clients: AtomicUsize::new(0),
         backends: Arc::new(ringgate::proxy::BackendShare::new(workers)),
+        cluster,
         shutdown: AtomicBool::new(false),
         registry: Arc::new(machines::registry::Registry::new(uring::sys::shutdown_fd)),
         rsa_key,

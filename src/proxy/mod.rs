@@ -32,6 +32,9 @@ pub struct Shared {
     /// `--backend-max-connections`, and each worker's demand, so that the
     /// workers' pools share it by need (`crates/machines/src/pool/share.rs`).
     pub backends: Arc<machines::pool::BackendShare>,
+    /// The monitor's published view of the servers (several `--backend`s);
+    /// None with one server.
+    pub cluster: Option<Arc<crate::monitor::ClusterViewCell>>,
     /// Set by SIGTERM/SIGINT: stop accepting and drain.
     pub shutdown: AtomicBool,
     /// Proxy connection id → user and backend thread, for KILL: a KILL

@@ -54,6 +54,7 @@ use wire::constants::ER_ACCESS_DENIED_ERROR;
 use wire::constants::ER_CON_COUNT_ERROR;
 use wire::reply::err_payload;
 use wire::users::Authenticated;
+pub use writer::Target;
 
 /// ER_UNKNOWN_ERROR: what MySQL itself uses for errors without a better code.
 const ER_UNKNOWN_ERROR: u16 = 1105;
@@ -63,7 +64,11 @@ pub const BACKEND_RETRY: Duration = Duration::from_secs(1);
 
 /// The limits and identity the pool works with (from the configuration).
 pub struct PoolConfig {
+    /// The server new connections go to first (the writer, or the only
+    /// server), and its index in the driver's address table
+    /// (`pool/writer.rs`).
     pub backend: std::net::SocketAddr,
+    pub backend_index: u16,
     /// `--backend-identity` (with `--backend-user` for `shared`).
     pub identity: IdentityMode,
     /// `--backend-pool-size`: idle connections kept warm.
@@ -122,6 +127,8 @@ pub struct Pooled {
     /// Its account's counters, charged for it until its slot is freed
     /// (`pool/account_share.rs`); None for the shared account.
     user: Option<Arc<metrics::UserUsage>>,
+    /// The server it was opened to (`pool/writer.rs`).
+    server: u16,
 }
 
 /// A give-back that waits for `SELECT LAST_INSERT_ID()`.
@@ -274,6 +281,8 @@ pub struct Pool {
     /// A backend greeting was seen (by a login or a probe).
     probed: bool,
     retry_at: Option<Instant>,
+    /// Where new connections go (`pool/writer.rs`); None: no writer.
+    target: Option<Target>,
     draining: bool,
     metrics: Arc<Metrics>,
     /// `--backend-max-prepared`.
@@ -334,6 +343,10 @@ impl Pool {
             IdentityMode::Passthrough => None,
         };
         let identities = Identities::new(cfg.identity.clone());
+        let target = Some(Target {
+            server: cfg.backend_index,
+            addr: cfg.backend,
+        });
         Pool {
             cfg,
             slots: Slab::new(),
@@ -351,6 +364,7 @@ impl Pool {
             identities,
             probed: false,
             retry_at: None,
+            target,
             draining: false,
             metrics,
             worker,
@@ -665,6 +679,10 @@ impl Pool {
         if resetting {
             return Err(req);
         }
+        if self.target.is_none() {
+            // No writer to open to: wait for the monitor to name one.
+            return Err(req);
+        }
         match self.reserve(req.key.identity) {
             Reserve::UserFull => {
                 self.note_user_limited(req.session, req.key.identity);
@@ -884,6 +902,7 @@ impl Pool {
             given: false,
             evicted: false,
             user,
+            server: self.target.map_or(0, |t| t.server),
         });
         self.publish();
         let id = BackendId { index, generation };
@@ -918,7 +937,7 @@ impl Pool {
         if self.retry_at.is_none_or(|t| now >= t) && self.log_limiter.allow(now) {
             tracing::warn!(
                 worker = self.worker,
-                backend = %self.cfg.backend,
+                backend = %self.target_addr(),
                 "backend connection failed: {cause}; clients get an error until it is reachable, retrying every {BACKEND_RETRY:?}"
             );
         }
@@ -926,7 +945,7 @@ impl Pool {
         if let Some(req) = request {
             out.push(PoolEvent::LeaseFailed {
                 session: req.session,
-                err_payload: unavailable(self.cfg.backend, cause),
+                err_payload: unavailable(self.target_addr(), cause),
                 reject: Some(RejectReason::BackendUnavailable),
             });
         }
@@ -982,6 +1001,8 @@ mod upkeep;
 mod share;
 
 mod waiters;
+
+mod writer;
 
 mod account_share;
 

@@ -189,7 +189,8 @@ impl Worker {
             return;
         };
         let connect_timeout = self.connect_timeout;
-        let addr = self.backend_addr;
+        let server = self.pool.server_of(bid).unwrap_or(0) as usize;
+        let addr = self.backend_addrs[server.min(self.backend_addrs.len() - 1)];
         let Some(b) = self.backends.get_mut(bid) else {
             return;
         };

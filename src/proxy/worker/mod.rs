@@ -278,7 +278,12 @@ pub struct Worker {
     backends: backend_table::BackendTable,
     pool: Pool,
     template: BackendTemplate,
-    backend_addr: &'static SockAddr,
+    /// Every `--backend`, in configured order; the pool names a
+    /// connection's server by its index here.
+    backend_addrs: Vec<&'static SockAddr>,
+    /// The monitor's view (several servers), read at each tick for a
+    /// change of writer (`tick.rs`).
+    cluster: Option<crate::monitor::ViewReader>,
     connect_timeout: &'static Timespec,
     tick_ts: &'static Timespec,
     conn_ids: ConnectionIds,

@@ -68,7 +68,12 @@ impl Worker {
     fn closed_idle(&mut self, session: SessionId, thread: u32) {
         // Only a session that holds no connection and has used no other
         // since: the thread it knows as its own is gone, as a direct
-        // connection's would be.
+        // connection's would be. Not with several servers: there a server
+        // closing its connections is most often a failover, which a
+        // session between transactions must not notice.
+        if self.backend_addrs.len() > 1 {
+            return;
+        }
         let orphaned = self
             .sessions
             .slot(session)

@@ -101,11 +101,30 @@ fn direct_table(
     }
 }
 
+/// Where `addr` stands in the table of `--backend` addresses
+/// ([`backend_addresses`]).
+pub(super) fn server_index(cfg: &crate::config::Config, addr: std::net::SocketAddr) -> u16 {
+    let index = cfg.backends.iter().position(|b| b.address == addr);
+    index.and_then(|i| u16::try_from(i).ok()).unwrap_or(0)
+}
+
+/// Every `--backend` address, in configured order, for the connects: a
+/// connect SQE points at its address until it completes, so each lives as
+/// long as the worker (leaked once, like the tick's timespec).
+fn backend_addresses(cfg: &crate::config::Config) -> Vec<&'static SockAddr> {
+    let mut addrs: Vec<_> = cfg.backends.iter().map(|b| b.address).collect();
+    if addrs.is_empty() {
+        addrs.push(cfg.backend);
+    }
+    addrs.into_iter().map(|a| leak(SockAddr::from(a))).collect()
+}
+
 /// The pool's configuration, from the proxy's.
 fn pool_config(shared: &Shared) -> PoolConfig {
     let cfg = &shared.config;
     PoolConfig {
         backend: cfg.backend,
+        backend_index: server_index(cfg, cfg.backend),
         identity: match cfg.backend_identity {
             BackendIdentity::Passthrough => IdentityMode::Passthrough,
             BackendIdentity::Shared => IdentityMode::Shared(BackendLogin {
@@ -184,7 +203,8 @@ impl Worker {
             backends: Default::default(),
             pool,
             template: BackendTemplate::before_any_greeting(),
-            backend_addr: leak(SockAddr::from(cfg.backend)),
+            backend_addrs: backend_addresses(cfg),
+            cluster: shared.cluster.as_ref().map(|c| c.reader()),
             connect_timeout: leak(timespec(cfg.backend_connect_timeout)),
             tick_ts: leak(timespec(TICK)),
             conn_ids: ConnectionIds::new(id, shared.metrics.worker_count()),

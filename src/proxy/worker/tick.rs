@@ -33,10 +33,33 @@ impl Worker {
             self.cut_idle_holders();
         }
         self.release_stale_kill_answers(now);
+        self.follow_writer();
         let mut events = Vec::new();
         self.pool.on_tick(now, &mut events);
         self.pool_q.extend(events);
         self.submit(ops::timeout(self.tick_ts, Token::new(OpTag::Tick, 0, 0)));
+    }
+
+    /// Several servers: the pool's connections go to the writer the
+    /// monitor names (`machines/pool/writer.rs`); one atomic load while
+    /// nothing changed.
+    fn follow_writer(&mut self) {
+        let Some(reader) = self.cluster.as_mut() else {
+            return;
+        };
+        let view = reader.get();
+        if view.generation == 0 {
+            // The monitor's first round has not ended: keep the configured
+            // writer rather than wait for none.
+            return;
+        }
+        let target = view.writer().map(|w| machines::pool::Target {
+            server: setup::server_index(&self.shared.config, w.address),
+            addr: w.address,
+        });
+        let mut events = Vec::new();
+        self.pool.retarget(target, &mut events);
+        self.pool_q.extend(events);
     }
 
     /// While clients wait for a backend connection (on any worker), cut

@@ -379,7 +379,7 @@ impl Pool {
             self.plain_fallback_logged = true;
             tracing::info!(
                 worker = self.worker,
-                backend = %self.cfg.backend,
+                backend = %self.target_addr(),
                 "the server offers no TLS (no CLIENT_SSL in its greeting): \
                  --backend-tls preferred logs in in plain; turn TLS on in the server, \
                  or use --backend-tls required to refuse plain connections"
@@ -403,7 +403,7 @@ impl Pool {
         if let Some(session) = p.leased_to.take() {
             out.push(PoolEvent::LeaseFailed {
                 session,
-                err_payload: unavailable(self.cfg.backend, cause),
+                err_payload: unavailable(self.target_addr(), cause),
                 reject: Some(RejectReason::BackendUnavailable),
             });
             return self.close(id, out);
@@ -434,6 +434,11 @@ impl Pool {
         }
         if self.identities.is_revoked(p.conn.key().identity) {
             // Its user was removed by a reload while it was leased.
+            return self.close(id, out);
+        }
+        let server = p.server;
+        if self.target.is_none_or(|t| t.server != server) {
+            // The writer changed while it was leased (`pool/writer.rs`).
             return self.close(id, out);
         }
         self.idle.push(id.index);

@@ -32,7 +32,7 @@ impl Pool {
     /// the session gets [`PoolEvent::LeaseFailed`].
     pub fn relet(&mut self, id: BackendId, now: Instant, out: &mut Vec<PoolEvent>) {
         let draining = self.draining;
-        let backend = self.cfg.backend;
+        let backend = self.target_addr();
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
             return;
         };

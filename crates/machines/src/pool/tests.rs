@@ -81,6 +81,7 @@ impl Harness {
         let pool = Pool::new(
             PoolConfig {
                 backend: "127.0.0.1:1".parse().unwrap(),
+                backend_index: 0,
                 identity,
                 pool_size,
                 max_connections: max,
@@ -1173,3 +1174,5 @@ fn timeouts_fail_each_live_waiter_once_in_arrival_order() {
 mod idle_check;
 
 mod give_back;
+
+mod writer;

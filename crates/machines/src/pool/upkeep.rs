@@ -173,7 +173,7 @@ impl Pool {
 
     /// Keep `--backend-pool-size` connections of the warm key ready.
     pub fn refill(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
-        if self.draining || self.retry_at.is_some_and(|t| now < t) {
+        if self.draining || self.target.is_none() || self.retry_at.is_some_and(|t| now < t) {
             return;
         }
         let Some(key) = self.warm_key else {

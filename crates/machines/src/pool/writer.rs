@@ -1,0 +1,91 @@
+//! Several servers: the pool opens its connections to one of them, the
+//! server that takes writes ([`Target`]). With one `--backend` that never
+//! changes. With several, the monitor names the writer and the driver
+//! hands each change to [`Pool::retarget`]: from then on new connections
+//! go to the new writer, idle ones to any other server close at once, and
+//! one that is leased closes when its session gives it back. A session
+//! between transactions holds no connection, so it never notices; one
+//! inside a transaction keeps its connection to the end of it (or to the
+//! old server's death).
+//!
+//! No writer (the old one is gone and no other is writable yet): nothing
+//! opens, and lease requests wait in the queue, bounded by
+//! `--backend-wait-timeout`, for the monitor to name one.
+
+use super::*;
+
+/// Where new connections go: an index into the driver's table of
+/// `--backend` addresses (in configured order), and that address, for
+/// logs and errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub server: u16,
+    pub addr: std::net::SocketAddr,
+}
+
+impl Pool {
+    /// The server new connections go to; None while there is no writer.
+    pub fn target(&self) -> Option<Target> {
+        self.target
+    }
+
+    /// The address errors and logs name: the writer's, or the configured
+    /// first server's while there is none.
+    pub(super) fn target_addr(&self) -> std::net::SocketAddr {
+        self.target.map_or(self.cfg.backend, |t| t.addr)
+    }
+
+    /// The server a connection was opened to (index into the driver's
+    /// address table).
+    pub fn server_of(&self, id: BackendId) -> Option<u16> {
+        self.slot(id).map(|p| p.server)
+    }
+
+    /// The monitor named another writer (or none). Idle connections to
+    /// any other server close now; leased ones close when given back
+    /// (`Pool::push_idle`); waiters are served again, so that
+    /// those who waited for a writer open to the new one.
+    pub fn retarget(&mut self, target: Option<Target>, out: &mut Vec<PoolEvent>) {
+        if target == self.target {
+            return;
+        }
+        let old = std::mem::replace(&mut self.target, target);
+        let stale: Vec<u32> = self
+            .idle
+            .iter()
+            .copied()
+            .filter(|&i| {
+                self.slots
+                    .get(i)
+                    .is_some_and(|p| !self.belongs_to_target(p))
+            })
+            .collect();
+        for index in &stale {
+            let id = self.id_of(*index);
+            self.close(id, out);
+        }
+        tracing::info!(
+            worker = self.worker,
+            from = %describe(old),
+            to = %describe(target),
+            idle_closed = stale.len(),
+            "backend writer changed: new connections go to {}",
+            describe(target)
+        );
+        self.retry_at = None;
+        self.dirty = true;
+    }
+
+    /// A connection may stay idle only if it reaches the server new
+    /// connections go to.
+    fn belongs_to_target(&self, p: &Pooled) -> bool {
+        self.target.is_some_and(|t| t.server == p.server)
+    }
+}
+
+fn describe(target: Option<Target>) -> String {
+    match target {
+        Some(t) => t.addr.to_string(),
+        None => "no writer".into(),
+    }
+}
