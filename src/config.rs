@@ -846,6 +846,13 @@ impl Config {
         if !self.monitor_password.is_empty() && self.monitor_user.is_empty() {
             return Err("--monitor-password without --monitor-user".into());
         }
+        // The workers' backend TLS names one address; each server's own
+        // name is not checked yet.
+        if self.backends.len() > 1 && self.backend_tls == BackendTls::VerifyIdentity {
+            return Err(
+                "--backend-tls verify-identity with several --backend is not supported yet: use verify-ca".into(),
+            );
+        }
         backends::validate(&self.backends, &self.monitor_user)
     }
 

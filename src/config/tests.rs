@@ -235,3 +235,25 @@ fn tls_sizes_the_default_read_buffer_only() {
     assert_eq!(plain.read_buffer_resized, None);
     assert!(plain.config.tls_session_tickets);
 }
+
+#[test]
+fn verify_identity_is_refused_with_several_servers() {
+    let parse = |tls: &str, extra: &[&str]| {
+        let mut args = vec!["ringgate", "--users-file", "u", "--backend-tls", tls];
+        args.extend_from_slice(extra);
+        let mut c = Config::try_parse_from(args).unwrap();
+        c.resolve_backends()
+    };
+    let two = [
+        "--monitor-user",
+        "m",
+        "--backend",
+        "127.0.0.1:1",
+        "--backend",
+        "127.0.0.1:2",
+    ];
+    let e = parse("verify-identity", &two).unwrap_err();
+    assert!(e.contains("use verify-ca"), "{e}");
+    assert!(parse("verify-ca", &two).is_ok());
+    assert!(parse("verify-identity", &["--backend", "127.0.0.1:1"]).is_ok());
+}
