@@ -124,6 +124,15 @@ def test_idle_clients_carry_on_and_writes_move_to_the_new_primary(cluster, front
     writer.start()
     fronted.wait("writes flowing", lambda: len(writer.acked) >= 20)
 
+    try:
+        fail_over(cluster, fronted, old, idle, writer)
+    finally:
+        writer.stop.set()
+        cluster.heal()
+
+
+def fail_over(cluster, fronted, old, idle, writer):
+    """Kill the primary, promote a replica, and check what every client saw."""
     killed_at = time.monotonic()
     cluster.kill_primary()
     dead_at = time.monotonic()  # the script returns once the port refuses
