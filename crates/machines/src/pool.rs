@@ -69,6 +69,10 @@ pub struct PoolConfig {
     /// (`pool/writer.rs`).
     pub backend: std::net::SocketAddr,
     pub backend_index: u16,
+    /// Several servers: a failed connect to the writer makes the lease
+    /// wait for the monitor to name a writer again, instead of failing
+    /// (`pool/writer.rs`).
+    pub wait_for_writer: bool,
     /// `--backend-identity` (with `--backend-user` for `shared`).
     pub identity: IdentityMode,
     /// `--backend-pool-size`: idle connections kept warm.
@@ -283,6 +287,9 @@ pub struct Pool {
     retry_at: Option<Instant>,
     /// Where new connections go (`pool/writer.rs`); None: no writer.
     target: Option<Target>,
+    /// `wait_for_writer`: connects to the writer failing since then, and
+    /// leases hold off opening until the second instant.
+    writer_failing: Option<(Instant, Instant)>,
     draining: bool,
     metrics: Arc<Metrics>,
     /// `--backend-max-prepared`.
@@ -365,6 +372,7 @@ impl Pool {
             probed: false,
             retry_at: None,
             target,
+            writer_failing: None,
             draining: false,
             metrics,
             worker,
@@ -679,8 +687,9 @@ impl Pool {
         if resetting {
             return Err(req);
         }
-        if self.target.is_none() {
-            // No writer to open to: wait for the monitor to name one.
+        if self.target.is_none() || self.holding_off(now) {
+            // No writer to open to, or it just refused: wait for the
+            // monitor to name one (`pool/writer.rs`).
             return Err(req);
         }
         match self.reserve(req.key.identity) {
@@ -935,13 +944,25 @@ impl Pool {
             .backend_connect_failures_total
             .fetch_add(1, Relaxed);
         if self.retry_at.is_none_or(|t| now >= t) && self.log_limiter.allow(now) {
+            let then = if self.cfg.wait_for_writer {
+                "clients wait for the monitor to name a writer"
+            } else {
+                "clients get an error until it is reachable"
+            };
             tracing::warn!(
                 worker = self.worker,
                 backend = %self.target_addr(),
-                "backend connection failed: {cause}; clients get an error until it is reachable, retrying every {BACKEND_RETRY:?}"
+                "backend connection failed: {cause}; {then}, retrying every {BACKEND_RETRY:?}"
             );
         }
         self.retry_at = Some(now + BACKEND_RETRY);
+        let request = match request {
+            Some(req) if self.wait_for_writer_after_failure(now) => {
+                self.dirty = true;
+                return self.enqueue(req, now);
+            }
+            other => other,
+        };
         if let Some(req) = request {
             out.push(PoolEvent::LeaseFailed {
                 session: req.session,

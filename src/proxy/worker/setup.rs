@@ -125,6 +125,7 @@ fn pool_config(shared: &Shared) -> PoolConfig {
     PoolConfig {
         backend: cfg.backend,
         backend_index: server_index(cfg, cfg.backend),
+        wait_for_writer: cfg.backends.len() > 1,
         identity: match cfg.backend_identity {
             BackendIdentity::Passthrough => IdentityMode::Passthrough,
             BackendIdentity::Shared => IdentityMode::Shared(BackendLogin {

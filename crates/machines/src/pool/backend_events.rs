@@ -163,6 +163,7 @@ impl Pool {
         out: &mut Vec<PoolEvent>,
     ) {
         self.retry_at = None;
+        self.writer_failing = None;
         self.probed = true;
         out.push(PoolEvent::ServerInfo {
             server_version,

@@ -82,6 +82,7 @@ impl Harness {
             PoolConfig {
                 backend: "127.0.0.1:1".parse().unwrap(),
                 backend_index: 0,
+                wait_for_writer: false,
                 identity,
                 pool_size,
                 max_connections: max,

@@ -73,7 +73,32 @@ impl Pool {
             describe(target)
         );
         self.retry_at = None;
+        self.writer_failing = None;
         self.dirty = true;
+    }
+
+    /// Several servers: a connect to the writer failed. Most often the
+    /// writer died and the monitor has not seen it yet (it takes a few
+    /// checks): the request waits, and leases hold off opening for
+    /// `BACKEND_RETRY`, until the monitor names a writer or the server
+    /// answers again. Bounded: once connects have failed for
+    /// `--backend-wait-timeout`, requests get the error again, so a
+    /// client waits at most twice that.
+    pub(super) fn wait_for_writer_after_failure(&mut self, now: Instant) -> bool {
+        if !self.cfg.wait_for_writer {
+            return false;
+        }
+        let since = self.writer_failing.map_or(now, |(since, _)| since);
+        if now.duration_since(since) >= self.cfg.wait_timeout {
+            return false;
+        }
+        self.writer_failing = Some((since, now + BACKEND_RETRY));
+        true
+    }
+
+    /// Leases hold off opening while a failed writer may be replaced.
+    pub(super) fn holding_off(&self, now: Instant) -> bool {
+        self.writer_failing.is_some_and(|(_, until)| now < until)
     }
 
     /// A connection may stay idle only if it reaches the server new

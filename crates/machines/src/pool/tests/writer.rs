@@ -85,3 +85,60 @@ fn the_same_writer_again_changes_nothing() {
     assert!(retarget(&mut h, same).is_empty());
     assert_eq!(h.pool.len(), 1);
 }
+
+/// Several servers: the lease's connect to the writer is refused.
+fn refused_lease(h: &mut Harness, session: u32) -> Vec<PoolEvent> {
+    let mut out = Vec::new();
+    h.pool
+        .lease(req(session, PoolKey::default_warm()), h.now, &mut out);
+    let PoolEvent::Open { key, request } = out.remove(0) else {
+        panic!("expected an open")
+    };
+    let mut ev = Vec::new();
+    let id = h.pool.insert_opening(key, request, h.now, &mut ev);
+    let mut ev = Vec::new();
+    let refused = Completion::Failed(errno::ECONNREFUSED);
+    h.pool.on_connect(id, refused, h.now, &mut ev);
+    h.drive(ev)
+}
+
+fn cluster_harness() -> Harness {
+    let mut h = Harness::new(10, 0);
+    h.pool.cfg.wait_for_writer = true;
+    h
+}
+
+#[test]
+fn several_servers_a_refused_connect_waits_for_the_next_writer() {
+    let mut h = cluster_harness();
+    let ev = refused_lease(&mut h, 1);
+    assert_eq!(failed(&ev), None, "no error: it waits");
+    assert_eq!(h.pool.waiting(), 1);
+    // Held off: no connect storm against the dead writer.
+    assert!(h.serve().is_empty());
+    assert_eq!(h.pool.len(), 0);
+    // The monitor names the promoted replica.
+    retarget(&mut h, to(1));
+    let (s, b) = leased(&h.serve()).expect("served by the new writer");
+    assert_eq!(s, sid(1));
+    assert_eq!(h.pool.server_of(b), Some(1));
+}
+
+#[test]
+fn several_servers_the_wait_is_bounded() {
+    let mut h = cluster_harness();
+    assert_eq!(failed(&refused_lease(&mut h, 1)), None);
+    // The waiter times out with the wait's error; past
+    // --backend-wait-timeout of refused connects, a refusal is an error
+    // at once again.
+    h.now += Duration::from_secs(6);
+    let ev = h.tick();
+    assert_eq!(failed(&ev).map(|(s, _)| s), Some(sid(1)));
+    assert_eq!(failed(&refused_lease(&mut h, 2)), Some((sid(2), 1105)));
+}
+
+#[test]
+fn one_server_a_refused_connect_is_an_error_at_once() {
+    let mut h = Harness::new(10, 0);
+    assert_eq!(failed(&refused_lease(&mut h, 1)), Some((sid(1), 1105)));
+}
