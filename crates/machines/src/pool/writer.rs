@@ -10,7 +10,11 @@
 //!
 //! No writer (the old one is gone and no other is writable yet): nothing
 //! opens, and lease requests wait in the queue, bounded by
-//! `--backend-wait-timeout`, for the monitor to name one.
+//! `--backend-wait-timeout`, for the monitor to name one. Before the
+//! monitor has seen a writer die (a few checks), a lease's connect to it
+//! is refused: with several servers that request waits too, and leases
+//! hold off opening for a second at a time
+//! ([`Pool::wait_for_writer_after_failure`]).
 
 use super::*;
 
