@@ -344,6 +344,14 @@ pub struct Config {
     #[arg(long, default_value = "1s", value_parser = parse_monitor_interval, value_name = "DURATION")]
     pub monitor_interval: Duration,
 
+    /// Several servers: how long SIGUSR1's switchover hold lasts at most.
+    /// New transactions wait while those in flight finish on the writer;
+    /// the hold ends when the monitor names another writer, on SIGUSR2,
+    /// or after this. At most --backend-wait-timeout, which bounds every
+    /// waiting client. See docs/operations.md, "Several servers".
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub switchover_hold_timeout: Duration,
+
     /// Users allowed to connect, in Vitess's static auth JSON format:
     /// {"user": [{"Password": "..."}]} or {"user": [{"MysqlNativePassword": "*HEX"}]}.
     #[arg(long, value_name = "PATH")]
@@ -712,6 +720,7 @@ impl std::fmt::Debug for Config {
             .field("monitor_user", &self.monitor_user)
             .field("monitor_password", &mask(&self.monitor_password))
             .field("monitor_interval", &self.monitor_interval)
+            .field("switchover_hold_timeout", &self.switchover_hold_timeout)
             .field("users_file", &self.users_file)
             .field("rsa_key", &self.rsa_key)
             .field("read_buffers", &self.read_buffers)
@@ -845,6 +854,12 @@ impl Config {
         self.backend = first_writer(&self.backends).ok_or("no --backend given")?;
         if !self.monitor_password.is_empty() && self.monitor_user.is_empty() {
             return Err("--monitor-password without --monitor-user".into());
+        }
+        if self.switchover_hold_timeout > self.backend_wait_timeout {
+            return Err(format!(
+                "--switchover-hold-timeout {:?} is longer than --backend-wait-timeout {:?}: clients held that long would get the wait's error",
+                self.switchover_hold_timeout, self.backend_wait_timeout
+            ));
         }
         // The workers' backend TLS names one address; each server's own
         // name is not checked yet.

@@ -11,7 +11,7 @@ use std::sync::{Arc, RwLock};
 use metrics::{BufferMode, Metrics};
 use ringgate::config::{BackendIdentity, BackendTls, Config, ReadBufferMode};
 use ringgate::config_file::{self, Action, CliError};
-use ringgate::proxy::{worker, Shared};
+use ringgate::proxy::{switchover, worker, Shared};
 use ringgate::tls::TlsState;
 use ringgate::{check, listen_guard, logging};
 use wire::sha2_rsa::{RsaPrivate, RsaPublic};
@@ -167,6 +167,19 @@ fn run(config: Config) -> Result<(), RunError> {
     let reload = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&reload))
         .map_err(|e| format!("cannot install signal handler: {e}"))?;
+    // SIGUSR1 / SIGUSR2: begin / end a switchover hold (its default action
+    // would terminate too).
+    let hold = [
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    ];
+    for (sig, flag) in [signal_hook::consts::SIGUSR1, signal_hook::consts::SIGUSR2]
+        .into_iter()
+        .zip(&hold)
+    {
+        signal_hook::flag::register(sig, Arc::clone(flag))
+            .map_err(|e| format!("cannot install signal handler: {e}"))?;
+    }
     let shared = Arc::new(Shared {
         config: config.clone(),
         metrics: Arc::clone(&metrics),
@@ -174,6 +187,7 @@ fn run(config: Config) -> Result<(), RunError> {
         clients: AtomicUsize::new(0),
         backends: Arc::new(ringgate::proxy::BackendShare::new(workers)),
         cluster,
+        switchover: Default::default(),
         shutdown: AtomicBool::new(false),
         registry: Arc::new(machines::registry::Registry::new(uring::sys::shutdown_fd)),
         rsa_key,
@@ -235,7 +249,7 @@ fn run(config: Config) -> Result<(), RunError> {
         started.into_iter().map(|(h, _)| Some(h)).collect();
     #[cfg(debug_assertions)]
     debug_fault::inject(&mut handles);
-    let failed = watch_workers(handles, &shared, &shutdown, &reload);
+    let failed = watch_workers(handles, &shared, &shutdown, &reload, &hold);
     let snap = metrics.snapshot();
     tracing::info!("stopped: {snap}");
     if failed {
@@ -263,6 +277,7 @@ fn watch_workers(
     shared: &Shared,
     shutdown: &AtomicBool,
     reload: &AtomicBool,
+    hold: &[Arc<AtomicBool>; 2],
 ) -> bool {
     let mut failed = false;
     loop {
@@ -273,6 +288,13 @@ fn watch_workers(
             reload_users(shared);
             reload_tls(shared);
         }
+        if hold[0].swap(false, Ordering::Relaxed) {
+            switchover::begin(shared, shared.config.switchover_hold_timeout);
+        }
+        if hold[1].swap(false, Ordering::Relaxed) {
+            switchover::end(shared);
+        }
+        switchover::watch(shared);
         for (id, slot) in handles.iter_mut().enumerate() {
             if !slot.as_ref().is_some_and(|h| h.is_finished()) {
                 continue;

@@ -4,6 +4,7 @@
 
 mod conn_io;
 mod listen;
+pub mod switchover;
 pub mod worker;
 
 pub use machines::pool::BackendShare;
@@ -35,6 +36,8 @@ pub struct Shared {
     /// The monitor's published view of the servers (several `--backend`s);
     /// None with one server.
     pub cluster: Option<Arc<crate::monitor::ClusterViewCell>>,
+    /// SIGUSR1's switchover hold (`switchover.rs`).
+    pub switchover: switchover::SwitchoverHold,
     /// Set by SIGTERM/SIGINT: stop accepting and drain.
     pub shutdown: AtomicBool,
     /// Proxy connection id → user and backend thread, for KILL: a KILL

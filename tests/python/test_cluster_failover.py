@@ -7,6 +7,8 @@ errors are printed.
 Cluster-only (`make test-cluster`): the `cluster` fixture starts or reuses the set.
 """
 
+import os
+import signal
 import tempfile
 import threading
 import time
@@ -34,10 +36,10 @@ class Fronted:
         args = [str(ringgate_bin()), "--users-file", str(users), "--workers", "2",
                 "--listen", f"127.0.0.1:{self.port}", "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
                 "--monitor-user", cluster.monitor_user, "--monitor-interval", "200ms",
-                "--backend-wait-timeout", "20s"]
+                "--backend-wait-timeout", "20s", "--switchover-hold-timeout", "20s"]
         for node in cluster.nodes.values():
             args += ["--backend", f"{node.host}:{node.port}"]
-        env = dict(__import__("os").environ, RINGGATE_MONITOR_PASSWORD=cluster.monitor_password)
+        env = dict(os.environ, RINGGATE_MONITOR_PASSWORD=cluster.monitor_password)
         self.log = Path(workdir) / "ringgate.log"
         self.proc = launch(args, self.log, env)
 
@@ -171,3 +173,45 @@ def fail_over(cluster, fronted, old, idle, writer):
     log = fronted.log.read_text()
     assert "backend writer changed" in log, log[-4000:]
 
+
+
+def test_a_switchover_under_load_costs_no_client_error(cluster, fronted):
+    """The planned switchover: SIGUSR1 holds new transactions, ringgate says when none is in
+    flight, the operator moves the writer, and the hold ends when the monitor sees the new one."""
+    with cluster.app(cluster.primary()) as c, c.cursor() as cur:
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (id INT AUTO_INCREMENT PRIMARY KEY, n INT)")
+        cur.execute(f"TRUNCATE {TABLE}")
+    old = cluster.primary()
+    new = next(n for n in cluster.nodes if n != old)
+    idle = [fronted.connect() for _ in range(5)]
+    writer = Writer(fronted)
+    writer.start()
+    try:
+        fronted.wait("writes flowing", lambda: len(writer.acked) >= 20)
+        held_at = time.monotonic()
+        os.kill(fronted.proc.pid, signal.SIGUSR1)
+        fronted.wait("nothing in flight", lambda: "no transaction in flight" in fronted.log.read_text())
+        cluster.switchover(new)
+        switched_at = time.monotonic()
+        fronted.wait("writes after the switchover",
+                     lambda: len([t for _, t in writer.acked if t > switched_at]) >= 20)
+    finally:
+        writer.stop.set()
+        writer.join(timeout=30)
+    try:
+        log = fronted.log.read_text()
+        print(f"\nswitchover from node {old} to node {new}: held for "
+              f"{switched_at - held_at:.2f} s until the switch ended; "
+              f"{len(writer.errors)} write errors; {len(writer.acked)} writes acknowledged")
+        assert not writer.errors, writer.errors
+        assert "takes writes; hold released" in log, log[-4000:]
+        for c in idle:
+            assert server_id(c) == new
+            c.close()
+        with cluster.app(new) as c, c.cursor() as cur:
+            cur.execute(f"SELECT n FROM {TABLE}")
+            have = {r[0] for r in cur.fetchall()}
+        lost = [n for n, _ in writer.acked if n not in have]
+        assert not lost, lost[:10]
+    finally:
+        cluster.heal()

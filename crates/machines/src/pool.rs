@@ -290,6 +290,8 @@ pub struct Pool {
     /// `wait_for_writer`: connects to the writer failing since then, and
     /// leases hold off opening until the second instant.
     writer_failing: Option<(Instant, Instant)>,
+    /// A planned switchover's hold (`pool/writer.rs`).
+    held: bool,
     draining: bool,
     metrics: Arc<Metrics>,
     /// `--backend-max-prepared`.
@@ -373,6 +375,7 @@ impl Pool {
             retry_at: None,
             target,
             writer_failing: None,
+            held: false,
             draining: false,
             metrics,
             worker,
@@ -668,6 +671,10 @@ impl Pool {
         now: Instant,
         out: &mut Vec<PoolEvent>,
     ) -> Result<Leasing, LeaseRequest> {
+        if self.held {
+            // A planned switchover: nothing new starts (`pool/writer.rs`).
+            return Err(req);
+        }
         let req = match self.lease_idle(req, waited, out) {
             Ok(()) => return Ok(Leasing::Checking),
             Err(req) => req,

@@ -59,6 +59,7 @@ impl Worker {
         });
         let mut events = Vec::new();
         self.pool.retarget(target, &mut events);
+        self.pool.hold(self.shared.switchover.held(self.now));
         self.pool_q.extend(events);
     }
 

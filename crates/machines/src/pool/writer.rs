@@ -105,6 +105,16 @@ impl Pool {
         self.writer_failing.is_some_and(|(_, until)| now < until)
     }
 
+    /// A planned switchover: while held, no lease is served (not even from
+    /// the idle list), so that the transactions in flight finish and no
+    /// new one starts on the old writer; the requests wait in the queue.
+    pub fn hold(&mut self, held: bool) {
+        if self.held != held {
+            self.held = held;
+            self.dirty = true;
+        }
+    }
+
     /// A connection may stay idle only if it reaches the server new
     /// connections go to.
     fn belongs_to_target(&self, p: &Pooled) -> bool {

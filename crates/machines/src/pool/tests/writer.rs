@@ -142,3 +142,16 @@ fn one_server_a_refused_connect_is_an_error_at_once() {
     let mut h = Harness::new(10, 0);
     assert_eq!(failed(&refused_lease(&mut h, 1)), Some((sid(1), 1105)));
 }
+
+#[test]
+fn a_switchover_hold_keeps_even_idle_connections_until_it_ends() {
+    let mut h = Harness::new(10, 0);
+    let key = PoolKey::default_warm();
+    let (_, b) = leased(&h.lease(req(1, key))).unwrap();
+    h.give_back(b);
+    h.pool.hold(true);
+    assert!(h.lease(req(2, key)).is_empty(), "held: it waits");
+    assert!(h.serve().is_empty());
+    h.pool.hold(false);
+    assert_eq!(leased(&h.serve()), Some((sid(2), b)));
+}
