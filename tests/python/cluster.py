@@ -242,3 +242,19 @@ def session_cluster():
     finally:
         if ours:
             c.stop()
+
+
+def wait_for_ringgate(what, cond, log_path, timeout):
+    """Polls cond() until it is true (a connection or query error counts as not yet), or fails
+    the test with the end of ringgate's log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if cond():
+                return
+        except (OSError, pymysql.err.MySQLError):
+            pass
+        time.sleep(0.1)
+    import pytest
+    pytest.fail(f"timed out waiting for {what}; log:\n{log_path.read_text()[-4000:]}")
+

@@ -18,6 +18,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from cluster import wait_for_ringgate
 from conftest import free_port, launch, parse_metrics, ringgate_bin
 
 WAIT = 60.0
@@ -54,16 +55,7 @@ class Fronted:
             return parse_metrics(r.read().decode()).get(key)
 
     def wait(self, what, cond, timeout=WAIT):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if cond():
-                    return
-            except (OSError, pymysql.err.MySQLError):
-                pass
-            time.sleep(0.1)
-        pytest.fail(f"timed out waiting for {what}; log:\n{self.log.read_text()[-4000:]}")
-
+        wait_for_ringgate(what, cond, self.log, timeout)
 
 @pytest.fixture
 def fronted(cluster):
@@ -106,6 +98,15 @@ class Writer(threading.Thread):
                     conn = None  # the connection itself is gone
                 time.sleep(0.05)
             time.sleep(0.01)
+
+
+def assert_no_write_lost(cluster, node, writer):
+    """Every write the writer saw acknowledged is on `node`."""
+    with cluster.app(node) as c, c.cursor() as cur:
+        cur.execute(f"SELECT n FROM {TABLE}")
+        have = {r[0] for r in cur.fetchall()}
+    lost = [n for n, _ in writer.acked if n not in have]
+    assert not lost, f"{len(lost)} acknowledged writes missing on node {node}: {lost[:10]}"
 
 
 def server_id(conn):
@@ -159,11 +160,7 @@ def fail_over(cluster, fronted, old, idle, writer):
         assert server_id(c) == new
         c.close()
     # No acknowledged write is lost (the promoted replica had received them all: same host).
-    with cluster.app(new) as c, c.cursor() as cur:
-        cur.execute(f"SELECT n FROM {TABLE}")
-        have = {r[0] for r in cur.fetchall()}
-    lost = [n for n, _ in writer.acked if n not in have]
-    assert not lost, f"{len(lost)} acknowledged writes missing on the new primary: {lost[:10]}"
+    assert_no_write_lost(cluster, new, writer)
     # The only error is the statement in flight on the dead primary (its connection is lost, as
     # direct): new statements wait for the new writer instead of being refused.
     refused = [e for _, e in writer.errors if "unavailable" in e]
@@ -208,10 +205,6 @@ def test_a_switchover_under_load_costs_no_client_error(cluster, fronted):
         for c in idle:
             assert server_id(c) == new
             c.close()
-        with cluster.app(new) as c, c.cursor() as cur:
-            cur.execute(f"SELECT n FROM {TABLE}")
-            have = {r[0] for r in cur.fetchall()}
-        lost = [n for n, _ in writer.acked if n not in have]
-        assert not lost, lost[:10]
+        assert_no_write_lost(cluster, new, writer)
     finally:
         cluster.heal()

@@ -21,6 +21,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from cluster import wait_for_ringgate
 from conftest import REPO_ROOT, free_port, launch, parse_metrics, ringgate_bin
 
 pytestmark = pytest.mark.skipif(
@@ -83,15 +84,7 @@ class Monitored:
         return self.metrics().get(key)
 
     def wait(self, what, cond, timeout=WAIT):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if cond():
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        pytest.fail(f"timed out waiting for {what}; log:\n{self.log.read_text()[-4000:]}")
+        wait_for_ringgate(what, cond, self.log, timeout)
 
     def state(self, n):
         for s in ("up", "down", "shunned"):
