@@ -106,24 +106,9 @@ if [ "${#DIR}" -gt 90 ]; then
     die "DIR $DIR is too long for the nodes' unix sockets; set a shorter RINGGATE_CLUSTER_DIR"
 fi
 
-# sbin is not on every PATH (non-login shells, non-root users).
-export PATH="$PATH:/usr/sbin:/sbin:/usr/local/sbin"
 
-find_bin() {
-    local b
-    for b in "$@"; do
-        if command -v "$b" >/dev/null 2>&1; then
-            command -v "$b"
-            return 0
-        fi
-    done
-    die "none of [$*] found; run scripts/ensure-deps.sh (as root) first"
-}
-
-MARIADBD="$(find_bin mariadbd mysqld)"
-INSTALL_DB="$(find_bin mariadb-install-db mysql_install_db)"
-ADMIN="$(find_bin mariadb-admin mysqladmin)"
-CLIENT="$(find_bin mariadb mysql)"
+# shellcheck source=scripts/mariadb-bins.sh
+. "$(dirname "${BASH_SOURCE[0]}")/mariadb-bins.sh"
 
 # shellcheck source=scripts/cluster-nodes.sh
 . "$REPO_ROOT/scripts/cluster-nodes.sh"

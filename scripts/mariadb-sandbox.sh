@@ -52,20 +52,6 @@ TLS_DIR="$DIR/tls"
 # Present while a server started with RINGGATE_SANDBOX_TLS=1 runs on DIR.
 TLS_MARK="$TLS_DIR/enabled"
 
-# sbin is not on every PATH (non-login shells, non-root users).
-export PATH="$PATH:/usr/sbin:/sbin:/usr/local/sbin"
-
-find_bin() {
-    local b
-    for b in "$@"; do
-        if command -v "$b" >/dev/null 2>&1; then
-            command -v "$b"
-            return 0
-        fi
-    done
-    echo "mariadb-sandbox: none of [$*] found; run scripts/ensure-deps.sh (as root) first" >&2
-    exit 1
-}
 
 log() { echo "mariadb-sandbox: $*" >&2; }
 
@@ -304,10 +290,8 @@ env)
     ;;
 esac
 
-MARIADBD="$(find_bin mariadbd mysqld)"
-INSTALL_DB="$(find_bin mariadb-install-db mysql_install_db)"
-ADMIN="$(find_bin mariadb-admin mysqladmin)"
-CLIENT="$(find_bin mariadb mysql)"
+# shellcheck source=scripts/mariadb-bins.sh
+. "$(dirname "${BASH_SOURCE[0]}")/mariadb-bins.sh"
 
 case "$CMD" in
 start) do_start ;;
