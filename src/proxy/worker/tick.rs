@@ -44,6 +44,9 @@ impl Worker {
     /// monitor names (`machines/pool/writer.rs`); one atomic load while
     /// nothing changed.
     fn follow_writer(&mut self) {
+        // A switchover hold (SIGUSR1; with one server it is a pause that
+        // SIGUSR2 or its timeout ends).
+        self.pool.hold(self.shared.switchover.held(self.now));
         let Some(reader) = self.cluster.as_mut() else {
             return;
         };
@@ -59,7 +62,6 @@ impl Worker {
         });
         let mut events = Vec::new();
         self.pool.retarget(target, &mut events);
-        self.pool.hold(self.shared.switchover.held(self.now));
         self.pool_q.extend(events);
     }
 
