@@ -151,7 +151,17 @@ pub fn run(cfg: &Config) -> Report {
     items.push(check_nofile(cfg, nofile_limit()));
     items.push(check_listen(cfg));
     items.push(check_users(&cfg.users_file));
-    items.push(check_backend(cfg));
+    // Every server of several: any of them may become the writer.
+    let servers: Vec<_> = cfg.backends.iter().map(|b| b.address).collect();
+    if servers.len() > 1 {
+        for address in servers {
+            let mut one = cfg.clone();
+            one.backend = address;
+            items.push(check_backend(&one));
+        }
+    } else {
+        items.push(check_backend(cfg));
+    }
     if let Some(ca) = &cfg.backend_tls_ca {
         items.push(check_cert_expiry("backend-tls-ca", ca, SystemTime::now()));
     }

@@ -281,6 +281,32 @@ fn check_fails_when_the_backend_is_down() {
 }
 
 #[test]
+fn check_reaches_every_server_of_several() {
+    let env = backend_env();
+    let closed = format!("127.0.0.1:{}", free_port());
+    let out = run(
+        check_cmd(&ringgate_bin(), &users_file(), &env.addr()).args([
+            "--backend",
+            &closed,
+            "--monitor-user",
+            "monitor",
+        ]),
+    );
+    let (stdout, _) = text(&out);
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("OK    backend") && l.contains(&env.addr())),
+        "the reachable server has its OK line:\n{stdout}"
+    );
+    assert_check_fails(
+        &out,
+        &format!("FAIL  backend   cannot reach {closed}"),
+        "start the server, or fix --backend",
+    );
+}
+
+#[test]
 fn check_fails_when_the_backend_password_is_wrong() {
     let env = backend_env();
     let out = run(check_cmd(&ringgate_bin(), &users_file(), &env.addr())
