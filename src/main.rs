@@ -289,7 +289,10 @@ fn watch_workers(
             reload_tls(shared);
         }
         if hold[0].swap(false, Ordering::Relaxed) {
-            switchover::begin(shared, shared.config.switchover_hold_timeout);
+            // No longer than a waiting client may wait.
+            let cfg = &shared.config;
+            let timeout = cfg.switchover_hold_timeout.min(cfg.backend_wait_timeout);
+            switchover::begin(shared, timeout);
         }
         if hold[1].swap(false, Ordering::Relaxed) {
             switchover::end(shared);

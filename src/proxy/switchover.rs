@@ -5,7 +5,7 @@
 //! The main thread starts and ends the hold; each worker reads it at its
 //! tick and its pool holds off leasing (`machines/pool/writer.rs`). The hold
 //! ends when the monitor names another writer, on SIGUSR2, or after
-//! `--switchover-hold-timeout` (at most `--backend-wait-timeout`, which
+//! `--switchover-hold-timeout` (cut to `--backend-wait-timeout`, which
 //! bounds every waiting lease). While it lasts, one log line says when no
 //! transaction is in flight any more: the moment to switch.
 
