@@ -186,15 +186,8 @@ impl Worker {
             matches!(self.read_path(sid, side, true), Some(ReadPath::Ring) | None),
             "a ring read of a side that reads into its own buffer"
         );
-        let Some(slot) = self.sessions.slot(sid) else {
+        let Some(io) = side_io(&mut self.sessions, &mut self.backends, sid, side) else {
             return;
-        };
-        let io = match side {
-            Side::Client => &mut slot.io,
-            Side::Backend => match slot.backend.and_then(|b| self.backends.get_mut(b)) {
-                Some(b) => b,
-                None => return,
-            },
         };
         let recv = io.recv.get_or_insert_with(RingRecv::default);
         recv.owner = Some((sid.index, sid.generation));

@@ -52,15 +52,8 @@ impl Worker {
         side: Side,
         end: usize,
     ) {
-        let Some(slot) = self.sessions.slot(sid) else {
+        let Some(io) = side_io(&mut self.sessions, &mut self.backends, sid, side) else {
             return;
-        };
-        let io = match side {
-            Side::Client => &mut slot.io,
-            Side::Backend => match slot.backend.and_then(|b| self.backends.get_mut(b)) {
-                Some(b) => b,
-                None => return,
-            },
         };
         let Some(chunk) = io.recv.as_mut().and_then(|r| r.current.take()) else {
             return;

@@ -122,13 +122,25 @@ impl Worker {
     }
 
     fn recv_of(&mut self, sid: SessionId, side: Side) -> Option<&mut RingRecv<RecvEnd>> {
-        let slot = self.sessions.slot(sid)?;
-        match side {
-            Side::Client => slot.io.recv.as_mut(),
-            Side::Backend => {
-                let b = slot.backend.and_then(|b| self.backends.get_mut(b))?;
-                b.recv.as_mut()
-            }
-        }
+        side_io(&mut self.sessions, &mut self.backends, sid, side)?
+            .recv
+            .as_mut()
+    }
+}
+
+/// The connection I/O the session reads on `side`: its client's, or its
+/// backend's. A function of the two tables rather than a method, so that
+/// the caller may use the worker's other fields (buffers, metrics) while
+/// it holds the result.
+fn side_io<'a>(
+    sessions: &'a mut Slab<SessionSlot>,
+    backends: &'a mut backend_table::BackendTable,
+    sid: SessionId,
+    side: Side,
+) -> Option<&'a mut ConnIo> {
+    let slot = sessions.slot(sid)?;
+    match side {
+        Side::Client => Some(&mut slot.io),
+        Side::Backend => slot.backend.and_then(|b| backends.get_mut(b)),
     }
 }
