@@ -161,10 +161,17 @@ pub(super) fn check_backend(cfg: &Config) -> Item {
                 b.tls_words(cfg)
             ),
         ),
-        Err(e @ BackendError::Tls(_)) => tls_failure(cfg, &e),
-        Err(BackendError::Login(e @ LoginError::TlsUnavailable(_))) => tls_failure(cfg, &e),
-        Err(e @ (BackendError::Io(_) | BackendError::Refused(_))) => before_login_failure(cfg, &e),
-        Err(BackendError::Login(e @ LoginError::Server { .. })) => Item::fail(
+        Err(e) => reach_failure(cfg, &e).unwrap_or_else(|| login_failure(cfg, e)),
+    }
+}
+
+/// Why `check` could not log in as `--backend-user`, once the server was
+/// reached (the failures before that are [`reach_failure`]'s).
+fn login_failure(cfg: &Config, e: BackendError) -> Item {
+    let what = "backend";
+    let user = &cfg.backend_user;
+    match e {
+        BackendError::Login(e @ LoginError::Server { .. }) => Item::fail(
             what,
             format!(
                 "{} refused --backend-user '{user}': login refused: {e}",
@@ -176,7 +183,7 @@ pub(super) fn check_backend(cfg: &Config) -> Item {
                  BY '...' and GRANT it what clients need"
             ),
         ),
-        Err(BackendError::Login(e @ LoginError::UnsupportedPlugin(_))) => Item::fail(
+        BackendError::Login(e @ LoginError::UnsupportedPlugin(_)) => Item::fail(
             what,
             format!("{}: {e}", cfg.backend),
             format!(
@@ -184,18 +191,23 @@ pub(super) fn check_backend(cfg: &Config) -> Item {
                  BY '...' (or mysql_native_password)"
             ),
         ),
-        Err(BackendError::Login(
+        BackendError::Login(
             e @ (LoginError::Rsa(_)
             | LoginError::Sha2WithoutSha2Hash
             | LoginError::FullAuthWithoutPassword),
-        )) => Item::fail(
+        ) => Item::fail(
             what,
             format!("{}: {e}", cfg.backend),
             "caching_sha2_password full authentication over plain TCP sends the password \
              RSA-encrypted: check --backend-rsa-public-key (the server's public_key.pem), or \
              leave it unset to ask the server for its key",
         ),
-        Err(e @ BackendError::Login(LoginError::Protocol { .. })) => Item::fail(
+        // The rest were taken by reach_failure: listed, so that a new
+        // variant must be placed.
+        e @ (BackendError::Login(LoginError::Protocol { .. } | LoginError::TlsUnavailable(_))
+        | BackendError::Tls(_)
+        | BackendError::Io(_)
+        | BackendError::Refused(_)) => Item::fail(
             what,
             format!("{}: {e}", cfg.backend),
             "is --backend a MySQL/MariaDB server?",
@@ -246,13 +258,23 @@ pub(super) fn check_backend_greeting(cfg: &Config, timeout: Duration) -> Item {
                 b.tls_words(cfg)
             ),
         ),
-        Err(e @ BackendError::Tls(_)) => tls_failure(cfg, &e),
-        Err(BackendError::Login(e @ LoginError::TlsUnavailable(_))) => tls_failure(cfg, &e),
-        Err(e @ (BackendError::Io(_) | BackendError::Refused(_))) => before_login_failure(cfg, &e),
-        Err(e @ BackendError::Login(_)) => Item::fail(
-            what,
-            format!("{}: {e}", cfg.backend),
-            "is --backend a MySQL/MariaDB server?",
-        ),
+        Err(e) => reach_failure(cfg, &e).unwrap_or_else(|| {
+            Item::fail(
+                what,
+                format!("{}: {e}", cfg.backend),
+                "is --backend a MySQL/MariaDB server?",
+            )
+        }),
+    }
+}
+
+/// The failures that read the same whether `check` logs in or only reads
+/// the greeting: TLS, and everything before the login.
+fn reach_failure(cfg: &Config, e: &BackendError) -> Option<Item> {
+    match e {
+        BackendError::Tls(_) => Some(tls_failure(cfg, e)),
+        BackendError::Login(l @ LoginError::TlsUnavailable(_)) => Some(tls_failure(cfg, l)),
+        BackendError::Io(_) | BackendError::Refused(_) => Some(before_login_failure(cfg, e)),
+        BackendError::Login(_) => None,
     }
 }
