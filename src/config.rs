@@ -352,6 +352,14 @@ pub struct Config {
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub switchover_hold_timeout: Duration,
 
+    /// Several servers: how long a client waits for a writer when there is
+    /// none (the old one died and the monitor has not named another, or
+    /// connects to it fail) before its statement gets ERR 1105 naming
+    /// this flag. Default and most: --backend-wait-timeout, which bounds
+    /// every waiting client. See docs/operations.md, "Several servers".
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub writer_wait_timeout: Option<Duration>,
+
     /// Users allowed to connect, in Vitess's static auth JSON format:
     /// {"user": [{"Password": "..."}]} or {"user": [{"MysqlNativePassword": "*HEX"}]}.
     #[arg(long, value_name = "PATH")]
@@ -721,6 +729,7 @@ impl std::fmt::Debug for Config {
             .field("monitor_password", &mask(&self.monitor_password))
             .field("monitor_interval", &self.monitor_interval)
             .field("switchover_hold_timeout", &self.switchover_hold_timeout)
+            .field("writer_wait_timeout", &self.writer_wait_timeout)
             .field("users_file", &self.users_file)
             .field("rsa_key", &self.rsa_key)
             .field("read_buffers", &self.read_buffers)
@@ -866,6 +875,15 @@ impl Config {
     }
 
     /// The busy-poll budget, `None` when off.
+    /// `--writer-wait-timeout`, cut to `--backend-wait-timeout` (its
+    /// default): no client waits longer than that for anything.
+    pub fn writer_wait(&self) -> Duration {
+        self.writer_wait_timeout
+            .map_or(self.backend_wait_timeout, |w| {
+                w.min(self.backend_wait_timeout)
+            })
+    }
+
     pub fn busy_poll(&self) -> Option<Duration> {
         (self.busy_poll_us > 0).then(|| Duration::from_micros(u64::from(self.busy_poll_us)))
     }

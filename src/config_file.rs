@@ -206,6 +206,7 @@ file_config! {
     plain monitor_password: String,
     plain monitor_interval: MonitorInterval,
     plain switchover_hold_timeout: HumanDuration,
+    optional writer_wait_timeout: HumanDuration,
     plain users_file: PathBuf,
     optional rsa_key: PathBuf,
     plain read_buffers: ReadBufferMode,

@@ -12,6 +12,7 @@ import signal
 import tempfile
 import threading
 import time
+import types
 import urllib.request
 from pathlib import Path
 
@@ -19,10 +20,11 @@ import pymysql
 import pytest
 
 from cluster import wait_for_ringgate
-from conftest import free_port, launch, parse_metrics, ringgate_bin
+from conftest import Metrics, Proxy, free_port, launch, parse_metrics, ringgate_bin
 
 WAIT = 60.0
 TABLE = "failover_writes"
+SETTLE = 10.0
 
 
 class Fronted:
@@ -42,6 +44,7 @@ class Fronted:
             args += ["--backend", f"{node.host}:{node.port}"]
         env = dict(os.environ, RINGGATE_MONITOR_PASSWORD=cluster.monitor_password)
         self.log = Path(workdir) / "ringgate.log"
+        self.args = args
         self.proc = launch(args, self.log, env)
 
     def connect(self, **kw):
@@ -56,6 +59,24 @@ class Fronted:
 
     def wait(self, what, cond, timeout=WAIT):
         wait_for_ringgate(what, cond, self.log, timeout)
+
+    def assert_settled(self):
+        """Once every client has gone: the leak checks of the Proxy class (no client, no busy
+        backend connection, every read buffer, slot and descriptor back), in this ringgate's
+        mode (the default, fixed)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        like = types.SimpleNamespace(mode="fixed", args=self.args)
+        deadline = time.monotonic() + SETTLE
+        while True:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                m = Metrics(parse_metrics(r.read().decode()))
+            problems = Proxy.settle_problems(like, m, None, 0)
+            if not problems:
+                return m
+            if time.monotonic() > deadline:
+                raise AssertionError("ringgate did not settle after the failover:\n  - "
+                                     + "\n  - ".join(problems) + "\n" + m.dump())
+            time.sleep(0.1)
 
 @pytest.fixture
 def fronted(cluster):
@@ -98,6 +119,8 @@ class Writer(threading.Thread):
                     conn = None  # the connection itself is gone
                 time.sleep(0.05)
             time.sleep(0.01)
+        if conn is not None:
+            conn.close()
 
 
 def assert_no_write_lost(cluster, node, writer):
@@ -169,6 +192,9 @@ def fail_over(cluster, fronted, old, idle, writer):
     assert gap < 30, gap
     log = fronted.log.read_text()
     assert "backend writer changed" in log, log[-4000:]
+    # Nothing leaked on any path the failover took: the lost connections, the sessions that
+    # carried on, the connections of the old writer closed when given back.
+    fronted.assert_settled()
 
 
 

@@ -646,6 +646,28 @@ impl TxState {
         (self.warnings > 0).then_some("warnings")
     }
 
+    /// The connection died inside a transaction (the writer was lost): the
+    /// server rolled the transaction back, and what lived only on that
+    /// connection (its diagnostics, a LAST_INSERT_ID() its OK packets did
+    /// not show) is gone. The settings and schema stay: the next lease
+    /// replays them.
+    pub fn connection_lost(&mut self) {
+        self.status &= !SERVER_STATUS_IN_TRANS;
+        self.after_err = false;
+        self.warnings = 0;
+        self.diagnostics_dirty = false;
+        self.last_insert_id_unsure = false;
+        self.row_count = -1;
+        self.found_rows = 0;
+    }
+
+    /// A COM_QUERY whose connection died before any answer, inside a
+    /// transaction: did the server certainly not commit while it ran?
+    /// See [`LostStatement`].
+    pub fn lost_statement(&self, sql: &[u8]) -> LostStatement {
+        lost_statement(sql, &self.lex_options())
+    }
+
     /// With autocommit off, an ERR may have left a transaction open that no
     /// status flag reported (see `after_err`).
     pub fn maybe_in_transaction(&self) -> bool {
@@ -784,3 +806,67 @@ use lexed::Lexed;
 
 #[cfg(test)]
 mod tests;
+
+/// What the statement in flight on a connection that died inside a
+/// transaction means for that transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LostStatement {
+    /// A plain `ROLLBACK`: what the client asked for happened anyway.
+    Rollback,
+    /// One statement that never commits (a read, a row change, a savepoint):
+    /// the transaction died uncommitted with the server.
+    NoCommit,
+    /// COMMIT, or a statement that may commit implicitly (DDL, `BEGIN`,
+    /// `SET autocommit = 1`, `LOCK TABLES`, a CALL whose body is unseen,
+    /// several statements, a text the lexer cannot read): whether it
+    /// committed is unknown.
+    MayCommit,
+}
+
+/// Leading keywords of statements that never commit a transaction, not
+/// even implicitly (MariaDB's "statements that cause an implicit commit"
+/// lists none of them). `SET` is absent: `SET autocommit = 1` commits.
+const NEVER_COMMITS: &[&str] = &[
+    "SELECT",
+    "INSERT",
+    "UPDATE",
+    "DELETE",
+    "REPLACE",
+    "WITH",
+    "VALUES",
+    "TABLE",
+    "DO",
+    "SHOW",
+    "DESCRIBE",
+    "DESC",
+    "EXPLAIN",
+    "SAVEPOINT",
+    "HANDLER",
+];
+
+fn lost_statement(sql: &[u8], opts: &LexOptions) -> LostStatement {
+    let Ok(tokens) = wire::lexer::tokenize(sql, opts) else {
+        return LostStatement::MayCommit;
+    };
+    let code = |t: &&wire::lexer::Token| t.kind != wire::lexer::TokenKind::Semicolon;
+    let statement: Vec<_> = tokens.iter().take_while(code).collect();
+    let more = tokens.iter().skip(statement.len()).any(|t| code(&t));
+    let Some(first) = statement.first().filter(|_| !more) else {
+        return LostStatement::MayCommit;
+    };
+    let word = std::str::from_utf8(&sql[first.start..first.end]).unwrap_or("");
+    let word = word.to_ascii_uppercase();
+    if NEVER_COMMITS.contains(&word.as_str()) {
+        return LostStatement::NoCommit;
+    }
+    let classes = lexer::classify(sql, opts);
+    match classes.first().map(|st| &st.class) {
+        Some(Class::Rollback {
+            chain: false,
+            release: false,
+        }) => LostStatement::Rollback,
+        // ROLLBACK TO SAVEPOINT is Plain, and commits nothing.
+        _ if word == "ROLLBACK" => LostStatement::NoCommit,
+        _ => LostStatement::MayCommit,
+    }
+}

@@ -83,6 +83,9 @@ pub struct PoolConfig {
     /// `pool/account_share.rs`).
     pub max_per_user: usize,
     pub wait_timeout: Duration,
+    /// `--writer-wait-timeout` (at most `wait_timeout`): how long a lease
+    /// waits while there is no writer (`pool/writer.rs`).
+    pub writer_wait_timeout: Duration,
     pub idle_timeout: Duration,
     pub connect_timeout: Duration,
     /// How caching_sha2 full authentication sends the password to the

@@ -81,6 +81,14 @@ pub enum RelayEnd {
     /// The server closed the connection between commands (wait_timeout,
     /// KILL, shutdown); its ERR, if it sent one, was forwarded first.
     ServerClosed(String),
+    /// The backend connection was lost (`BackendLost` or `ServerClosed`)
+    /// with nothing of an answer forwarded, in a relay told to keep its
+    /// client then ([`Relay::keep_client_on_loss`]): the client's socket
+    /// stays open and the session decides what the client is told
+    /// (`session/writer_lost.rs`). `owed`: a command was in flight;
+    /// `client_read`: the client read that completed while the relay was
+    /// ending; `reading`: a client read is still in flight.
+    WriterLost(Lost),
     /// The client stopped reading a result for `--client-write-timeout`.
     ClientWriteTimeout,
     /// The backend sent nothing for `--backend-read-timeout` while owing a response.
@@ -98,6 +106,20 @@ pub enum RelayEnd {
     /// the client read that completed while the relay was ending (its
     /// bytes are in the session buffer); `None` while it is still in flight.
     Parked { client_read: Option<Completion> },
+}
+
+/// What is left of a relay whose backend connection was lost with nothing
+/// of an answer forwarded ([`RelayEnd::WriterLost`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lost {
+    /// Why the connection ended, for the log.
+    pub cause: String,
+    /// A command was in flight (and the client waits for its answer).
+    pub owed: bool,
+    /// The client read that completed while the relay was ending.
+    pub client_read: Option<Completion>,
+    /// A client read is still in flight.
+    pub reading: bool,
 }
 
 /// What the relay tells its session.
@@ -172,6 +194,12 @@ pub struct Relay {
     /// Part of an ERR arrived between commands: the server is closing the
     /// connection, so the session may not park with it.
     server_closing: bool,
+    /// Bytes of an answer still owed were read (and so may have reached
+    /// the client): a lost connection can no longer be answered by the
+    /// proxy without the client seeing two answers.
+    answer_started: bool,
+    /// See [`Relay::keep_client_on_loss`].
+    keep_client_on_loss: bool,
     ended: bool,
 }
 
@@ -185,8 +213,18 @@ impl Relay {
             ending: None,
             end_after_write: None,
             server_closing: false,
+            answer_started: false,
+            keep_client_on_loss: false,
             ended: false,
         }
+    }
+
+    /// Several servers: a lost backend connection whose loss the client
+    /// has seen nothing of ends with [`RelayEnd::WriterLost`] and leaves
+    /// the client's socket open, so that the session can answer it and go
+    /// on with another connection (the writer died; a new one takes over).
+    pub fn keep_client_on_loss(&mut self) {
+        self.keep_client_on_loss = true;
     }
 
     /// Begin relaying. `buffered` holds client bytes that arrived behind
@@ -285,7 +323,11 @@ impl Relay {
         debug_assert_eq!(self.up, Up::Reading);
         self.up = Up::Idle;
         if self.finishing() {
-            if let Some((RelayEnd::Parked { client_read }, _)) = self.ending.as_mut() {
+            if let Some((
+                RelayEnd::Parked { client_read } | RelayEnd::WriterLost(Lost { client_read, .. }),
+                _,
+            )) = self.ending.as_mut()
+            {
                 // The session handles these bytes once the relay has ended.
                 *client_read = Some(res);
             }
@@ -400,12 +442,16 @@ impl Relay {
                 out,
             );
         }
+        self.answer_started = true;
         if let Err(e) = self.tracker.on_server_bytes(data) {
             return self.end(
                 RelayEnd::BackendLost(format!("unexpected bytes from the server: {e}")),
                 out,
             );
         }
+        // Conservative with pipelining: bytes of one answer count for the
+        // next one owed too.
+        self.answer_started = self.tracker.pending_responses() > 0;
         // What the client did not negotiate goes (back to front: each
         // strip moves only the bytes behind it).
         let mut end = data.len();
@@ -619,12 +665,16 @@ impl Relay {
     /// with no operation on it (a client read names only the client).
     fn end(&mut self, reason: RelayEnd, out: &mut Vec<RelayEvent>) {
         debug_assert!(self.ending.is_none());
+        let reason = self.as_writer_lost(reason);
         let clean = self.tracker.at_command_boundary()
             && !matches!(self.up, Up::Writing { .. })
             && self.down_free()
             && !matches!(
                 reason,
-                RelayEnd::TooLarge { .. } | RelayEnd::BackendLost(_) | RelayEnd::ServerClosed(_)
+                RelayEnd::TooLarge { .. }
+                    | RelayEnd::BackendLost(_)
+                    | RelayEnd::ServerClosed(_)
+                    | RelayEnd::WriterLost(_)
             )
             // COM_SET_OPTION survives COM_RESET_CONNECTION: a connection
             // that carries it would give the next client multi-statements
@@ -650,11 +700,42 @@ impl Relay {
         self.maybe_end(out);
     }
 
+    /// A lost connection the client has seen nothing of, in a relay told
+    /// to keep its client: [`RelayEnd::WriterLost`]. Anything forwarded of
+    /// an answer (or of the server's closing ERR), a second command owed,
+    /// or a client packet half sent, and the end stays as it was: the
+    /// proxy could not answer without breaking the client's stream.
+    fn as_writer_lost(&self, reason: RelayEnd) -> RelayEnd {
+        let (RelayEnd::BackendLost(cause) | RelayEnd::ServerClosed(cause)) = &reason else {
+            return reason;
+        };
+        let owed = self.tracker.pending_responses();
+        let unseen = self.keep_client_on_loss
+            && !self.answer_started
+            && !self.server_closing
+            && self.end_after_write.is_none()
+            && owed <= 1
+            && !self.tracker.client_mid_packet()
+            && matches!(self.up, Up::Reading | Up::Idle | Up::Writing { stop: None });
+        if !unseen {
+            return reason;
+        }
+        RelayEnd::WriterLost(Lost {
+            cause: cause.clone(),
+            owed: owed == 1,
+            client_read: None,
+            reading: false,
+        })
+    }
+
     fn maybe_end(&mut self, out: &mut Vec<RelayEvent>) {
         if self.ended || self.backend_ops() {
             return;
         }
-        if let Some((reason, clean)) = self.ending.take() {
+        if let Some((mut reason, clean)) = self.ending.take() {
+            if let RelayEnd::WriterLost(lost) = &mut reason {
+                lost.reading = self.up == Up::Reading;
+            }
             self.ended = true;
             out.push(RelayEvent::Ended { reason, clean });
         }

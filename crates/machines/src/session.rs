@@ -216,6 +216,9 @@ pub struct SessionCtx<'a> {
     /// maps statement ids across connections instead of pinning at the
     /// first prepare.
     pub move_prepared_statements: bool,
+    /// Several `--backend` servers: a relay keeps its client when its
+    /// connection is lost (`session/writer_lost.rs`).
+    pub several_servers: bool,
     /// `--max-prepared-statements` and `--max-prepared-bytes`: what one
     /// session's moving statements may keep.
     pub statement_limits: crate::statement_limits::StatementLimits,
@@ -377,6 +380,17 @@ pub struct Session {
     tx: Option<Box<TxState>>,
     /// Transaction pooling: the session's prepared statements.
     stmts: Option<Box<crate::prepared::Registry>>,
+    /// The server the session's connection reaches (for what a client is
+    /// told when it is lost; `session/writer_lost.rs`).
+    backend_server: Option<std::net::SocketAddr>,
+    /// The connection died inside a transaction while the session sat idle
+    /// in it: the reply its next command gets instead.
+    lost_transaction: Option<Vec<u8>>,
+    /// The reply being written answers a command whose relay left a client
+    /// read in flight: no other is started once it is written.
+    reply_leaves_read: bool,
+    /// That read completed while the reply was written: handed back after.
+    reply_late_read: Option<Completion>,
 }
 
 fn packet(seq: u8, payload: &[u8]) -> (Vec<u8>, u8) {
@@ -420,6 +434,10 @@ impl Session {
             sha2: Sha2Phase::Off,
             tx: None,
             stmts: None,
+            backend_server: None,
+            lost_transaction: None,
+            reply_leaves_read: false,
+            reply_late_read: None,
         };
         if n.over_limit {
             out.push(SessionAction::Reject(RejectReason::MaxConnections));
@@ -654,16 +672,25 @@ impl Session {
         ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,
     ) {
+        let late = self.reply_late_read.take();
+        let leaves_read = std::mem::take(&mut self.reply_leaves_read);
         self.state = State::Parked {
             tracker,
-            reading: true,
+            reading: late.is_none(),
             since: ctx.now,
         };
         if std::mem::take(&mut self.last_backend_closed) {
             return self.last_backend_gone(out);
         }
-        out.push(SessionAction::ClearBuffer);
-        out.push(SessionAction::ReadClient);
+        match late {
+            Some(res) => out.push(SessionAction::Redeliver(res)),
+            // The relay's read is still in flight.
+            None if leaves_read => {}
+            None => {
+                out.push(SessionAction::ClearBuffer);
+                out.push(SessionAction::ReadClient);
+            }
+        }
     }
 
     /// A client read completed; `data` is everything the session buffer
@@ -679,6 +706,13 @@ impl Session {
             return self.relay_client_read(res, data, ctx, out);
         }
         if self.is_closed() {
+            return;
+        }
+        if matches!(self.state, State::ParkedReply { .. }) && self.reply_leaves_read {
+            // The relay's read, behind the reply to a lost transaction:
+            // handled once the reply is written.
+            self.reply_leaves_read = false;
+            self.reply_late_read = Some(res);
             return;
         }
         if let State::Parked { reading, .. } = &mut self.state {
@@ -834,6 +868,7 @@ mod parked;
 mod command_phase;
 
 mod sha2;
+mod writer_lost;
 
 mod prepared_commands;
 use sha2::Sha2Phase;

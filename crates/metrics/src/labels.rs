@@ -68,18 +68,23 @@ pub enum RejectReason {
     BackendAuth,
     /// `--require-secure-transport`: a TCP login without TLS (ERR 3159).
     InsecureTransport,
+    /// Several servers: no writer within `--writer-wait-timeout` (ERR
+    /// 1105); a login ends, a parked session's statement is refused and
+    /// the session stays.
+    NoWriter,
 }
 
 impl RejectReason {
     /// Every reason, in exposition order (also the index order of
     /// [`crate::Snapshot::client_rejected_total`]).
-    pub const ALL: [RejectReason; 6] = [
+    pub const ALL: [RejectReason; 7] = [
         RejectReason::Auth,
         RejectReason::MaxConnections,
         RejectReason::Handshake,
         RejectReason::BackendUnavailable,
         RejectReason::BackendAuth,
         RejectReason::InsecureTransport,
+        RejectReason::NoWriter,
     ];
 
     /// Label value used in the exposition.
@@ -91,6 +96,7 @@ impl RejectReason {
             RejectReason::BackendUnavailable => "backend_unavailable",
             RejectReason::BackendAuth => "backend_auth",
             RejectReason::InsecureTransport => "insecure_transport",
+            RejectReason::NoWriter => "no_writer",
         }
     }
 

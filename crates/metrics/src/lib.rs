@@ -197,7 +197,7 @@ pub struct WorkerMetrics {
     pub client_connections_total: AtomicU64,
     /// Rejected clients, indexed by [`RejectReason::index`]; prefer
     /// [`WorkerMetrics::reject`].
-    pub client_rejected_total: [AtomicU64; 6],
+    pub client_rejected_total: [AtomicU64; 7],
     /// Authenticated logins, indexed by [`AuthPath::index`].
     pub client_auth_total: [AtomicU64; 4],
     /// Pooled backend connections idle now.

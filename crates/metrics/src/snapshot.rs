@@ -55,7 +55,7 @@ pub struct Snapshot {
     pub client_connections: i64,
     pub client_connections_total: u64,
     /// Indexed by [`RejectReason::index`]; see [`Snapshot::rejected`].
-    pub client_rejected_total: [u64; 6],
+    pub client_rejected_total: [u64; 7],
     /// Indexed by [`AuthPath::index`].
     pub client_auth_total: [u64; 4],
     pub backend_idle: i64,
@@ -195,7 +195,7 @@ impl Metrics {
                 .iter()
                 .fold(0i64, |a, w| a.wrapping_add(f(w).load(Ordering::Relaxed)))
         };
-        let mut rejected = [0u64; 6];
+        let mut rejected = [0u64; 7];
         for w in self.workers.iter() {
             for (sum, c) in rejected.iter_mut().zip(&w.client_rejected_total) {
                 *sum = sum.wrapping_add(c.load(Ordering::Relaxed));

@@ -532,6 +532,24 @@ impl Tracker {
     pub fn pending_responses(&self) -> usize {
         self.pending.len()
     }
+
+    /// The oldest command still owed an answer: its command byte and, with
+    /// capture on, its payload after that byte (None when it was longer
+    /// than the capture limit). What a lost connection was running.
+    pub fn owed_command(&self) -> Option<(u8, Option<&[u8]>)> {
+        let command = self.pending.front()?.command;
+        let text = self
+            .capture
+            .as_ref()
+            .and_then(|c| c.texts.front())
+            .and_then(|t| t.as_deref());
+        Some((command, text))
+    }
+
+    /// Part of a client packet was forwarded and the rest is still to come.
+    pub fn client_mid_packet(&self) -> bool {
+        self.client.mid_packet()
+    }
 }
 
 #[cfg(test)]

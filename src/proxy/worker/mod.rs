@@ -366,6 +366,7 @@ fn session_ctx<'a>(
         // Every mode: ring mode keeps the backend's receive armed across
         // the park instead (`ring_io/give_back.rs`, `Worker::ring_give_back`).
         park_withdraws_idle_read: true,
+        several_servers: cfg.backends.len() > 1,
     }
 }
 

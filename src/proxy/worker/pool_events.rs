@@ -99,6 +99,12 @@ impl Worker {
             return;
         };
         slot.backend = Some(backend);
+        let server = self
+            .pool
+            .server_of(backend)
+            .and_then(|i| self.backend_addrs.get(usize::from(i)))
+            .and_then(|a| a.as_socket());
+        slot.session.set_backend_server(server);
         // KILL <this session's id> now reaches this backend thread.
         if let (Some(user), Some(b)) = (slot.session.user(), self.pool.conn(backend)) {
             slot.conn.entry().set_leased(user, b.thread_id());

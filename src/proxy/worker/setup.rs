@@ -137,6 +137,7 @@ fn pool_config(shared: &Shared) -> PoolConfig {
         max_connections: cfg.backend_max_connections,
         max_per_user: cfg.backend_max_connections_per_user,
         wait_timeout: cfg.backend_wait_timeout,
+        writer_wait_timeout: cfg.writer_wait(),
         idle_timeout: cfg.backend_idle_timeout,
         connect_timeout: cfg.backend_connect_timeout,
         full_auth: FullAuthTransport {

@@ -783,3 +783,24 @@ fn a_mode_change_inside_a_multi_statement_text_pins() {
         assert!(!tx.releasable(), "{text}");
     }
 }
+
+#[test]
+fn a_statement_lost_with_its_connection_may_have_committed_unless_it_never_commits() {
+    use crate::multiplex::LostStatement::*;
+    let tx = TxState::default();
+    let fate = |sql: &str| tx.lost_statement(sql.as_bytes());
+    assert_eq!(fate("INSERT INTO t VALUES (1)"), NoCommit);
+    assert_eq!(fate("  /* c */ select sleep(5)"), NoCommit);
+    assert_eq!(fate("UPDATE t SET v = 2;"), NoCommit);
+    assert_eq!(fate("ROLLBACK TO SAVEPOINT a"), NoCommit);
+    assert_eq!(fate("ROLLBACK"), Rollback);
+    assert_eq!(fate("rollback work"), Rollback);
+    assert_eq!(fate("COMMIT"), MayCommit);
+    assert_eq!(fate("CREATE TABLE x (i INT)"), MayCommit);
+    assert_eq!(fate("BEGIN"), MayCommit);
+    assert_eq!(fate("SET autocommit = 1"), MayCommit);
+    assert_eq!(fate("CALL p()"), MayCommit);
+    assert_eq!(fate("INSERT INTO t VALUES (1); COMMIT"), MayCommit);
+    assert_eq!(fate("/*!COMMIT*/"), MayCommit);
+    assert_eq!(fate(""), MayCommit);
+}

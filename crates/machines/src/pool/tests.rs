@@ -88,6 +88,7 @@ impl Harness {
                 max_connections: max,
                 max_per_user: 0,
                 wait_timeout: Duration::from_secs(5),
+                writer_wait_timeout: Duration::from_secs(5),
                 idle_timeout: Duration::from_secs(60),
                 connect_timeout: Duration::from_secs(2),
                 full_auth: Default::default(),

@@ -119,6 +119,7 @@ impl Pool {
     /// `--backend-connect-timeout` (connects included), idle trimming and
     /// refills.
     pub fn on_tick(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
+        self.expire_writer_waits(now, out);
         for (session, since) in self.waiters.expire(now) {
             self.user_limited.remove(&session);
             self.m()

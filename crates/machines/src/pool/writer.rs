@@ -10,7 +10,8 @@
 //!
 //! No writer (the old one is gone and no other is writable yet): nothing
 //! opens, and lease requests wait in the queue, bounded by
-//! `--backend-wait-timeout`, for the monitor to name one. Before the
+//! `--writer-wait-timeout` (at most `--backend-wait-timeout`), for the
+//! monitor to name one; then they get ERR 1105 naming the failover. Before the
 //! monitor has seen a writer die (a few checks), a lease's connect to it
 //! is refused: with several servers that request waits too, and leases
 //! hold off opening for a second at a time
@@ -86,18 +87,56 @@ impl Pool {
     /// checks): the request waits, and leases hold off opening for
     /// `BACKEND_RETRY`, until the monitor names a writer or the server
     /// answers again. Bounded: once connects have failed for
-    /// `--backend-wait-timeout`, requests get the error again, so a
-    /// client waits at most twice that.
+    /// `--writer-wait-timeout`, requests get the error again.
     pub(super) fn wait_for_writer_after_failure(&mut self, now: Instant) -> bool {
         if !self.cfg.wait_for_writer {
             return false;
         }
         let since = self.writer_failing.map_or(now, |(since, _)| since);
-        if now.duration_since(since) >= self.cfg.wait_timeout {
+        if now.duration_since(since) >= self.cfg.writer_wait_timeout {
             return false;
         }
         self.writer_failing = Some((since, now + BACKEND_RETRY));
         true
+    }
+
+    /// No writer: the monitor names none, or connects to the one it names
+    /// fail. Only with several servers (with one, a failed connect is an
+    /// error at once).
+    fn writerless(&self) -> bool {
+        self.cfg.wait_for_writer && (self.target.is_none() || self.writer_failing.is_some())
+    }
+
+    /// While there is no writer, a waiter gets ERR 1105 naming
+    /// `--writer-wait-timeout` once it has waited that long. Every waiter's
+    /// deadline is its arrival plus `--backend-wait-timeout`, so those
+    /// that arrived more than the writer wait ago are the ones whose
+    /// deadline is within the difference from now (the writer wait is cut
+    /// to the backend wait at start).
+    pub(super) fn expire_writer_waits(&mut self, now: Instant, out: &mut Vec<PoolEvent>) {
+        if !self.writerless() || self.waiters.is_empty() {
+            return;
+        }
+        let slack = self
+            .cfg
+            .wait_timeout
+            .saturating_sub(self.cfg.writer_wait_timeout);
+        let msg = format!(
+            "ringgate: no writer for --writer-wait-timeout ({:?}): the writer {} was lost (failover) and no server took its place yet; the statement did not run; retry it",
+            self.cfg.writer_wait_timeout,
+            self.target_addr()
+        );
+        for (session, since) in self.waiters.expire(now + slack) {
+            self.user_limited.remove(&session);
+            self.m()
+                .record_pool_wait(now.saturating_duration_since(since));
+            out.push(PoolEvent::LeaseFailed {
+                session,
+                err_payload: err_payload(ER_UNKNOWN_ERROR, &msg),
+                reject: Some(RejectReason::NoWriter),
+            });
+        }
+        self.publish();
     }
 
     /// Leases hold off opening while a failed writer may be replaced.

@@ -658,3 +658,63 @@ fn a_park_whose_cancel_failed_ends_dirty_on_the_proxys_own_shutdown() {
     );
     assert!(!out.contains(&RelayEvent::AbortClient));
 }
+
+/// Several servers: the relay is told to keep its client when its
+/// connection is lost.
+fn keeping(now: Instant) -> (Relay, Vec<RelayEvent>) {
+    let (mut r, out) = started(now);
+    r.keep_client_on_loss();
+    (r, out)
+}
+
+#[test]
+fn a_lost_connection_with_nothing_of_the_answer_forwarded_keeps_the_client() {
+    let now = Instant::now();
+    let (mut r, mut out) = keeping(now);
+    let q = query("select sleep(5)");
+    r.on_client_read(Completion::Done(q.len()), &q, now, &mut out);
+    r.on_backend_write(Completion::Done(q.len()), now, &mut out);
+    out.clear();
+    r.on_backend_read(Completion::Done(0), &mut [], now, &mut out);
+    assert!(!out.contains(&RelayEvent::AbortClient), "{out:?}");
+    assert!(out.contains(&RelayEvent::AbortBackend));
+    let Some((RelayEnd::WriterLost(lost), false)) = ended(&out) else {
+        panic!("{out:?}");
+    };
+    assert!(lost.owed);
+    assert!(lost.reading, "the relay's client read is still in flight");
+    assert_eq!(lost.client_read, None);
+}
+
+#[test]
+fn a_lost_connection_between_commands_keeps_the_client_with_nothing_owed() {
+    let now = Instant::now();
+    let (mut r, mut out) = keeping(now);
+    // The idle read armed at start sees the server's EOF.
+    r.on_backend_read(Completion::Done(0), &mut [], now, &mut out);
+    assert!(!out.contains(&RelayEvent::AbortClient));
+    let Some((RelayEnd::WriterLost(lost), false)) = ended(&out) else {
+        panic!("{out:?}");
+    };
+    assert!(!lost.owed && lost.reading);
+}
+
+#[test]
+fn a_lost_connection_after_part_of_the_answer_still_closes_the_client() {
+    let now = Instant::now();
+    let (mut r, mut out) = keeping(now);
+    let q = query("select 1");
+    r.on_client_read(Completion::Done(q.len()), &q, now, &mut out);
+    r.on_backend_write(Completion::Done(q.len()), now, &mut out);
+    // A column count: the result set has begun, and goes to the client.
+    let mut part = frame(1, &[0x01]);
+    r.on_backend_read(Completion::Done(part.len()), &mut part, now, &mut out);
+    r.on_client_write(Completion::Done(part.len()), now, &mut out);
+    out.clear();
+    r.on_backend_read(Completion::Done(0), &mut [], now, &mut out);
+    assert!(out.contains(&RelayEvent::AbortClient));
+    assert!(matches!(
+        ended(&out),
+        Some((RelayEnd::BackendLost(_), false))
+    ));
+}

@@ -20,6 +20,9 @@ impl Session {
             None => self.new_tracker(ctx),
         };
         let mut relay = Box::new(Relay::new(tracker, ctx.now));
+        if ctx.several_servers {
+            relay.keep_client_on_loss();
+        }
         let mut events = std::mem::take(&mut self.relay_scratch);
         let buffered = match self.client_leg {
             // Pipelined bytes are the transform's input now; the
@@ -243,6 +246,7 @@ impl Session {
                 return self.on_parked(client_read, clean, ctx, out);
             }
             RelayEnd::Statement => return self.statement_begin(clean, out),
+            RelayEnd::WriterLost(lost) => return self.on_writer_lost(lost, ctx, out),
             RelayEnd::ChangeUser {
                 header,
                 header_buffered,
@@ -345,7 +349,8 @@ fn closing_log(reason: RelayEnd) -> Option<String> {
         | RelayEnd::HeldIdle(_)
         | RelayEnd::Unsupported { .. }
         | RelayEnd::TooLarge { .. }
-        | RelayEnd::Parked { .. } => None,
+        | RelayEnd::Parked { .. }
+        | RelayEnd::WriterLost(_) => None,
     }
 }
 

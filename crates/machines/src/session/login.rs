@@ -276,8 +276,19 @@ impl Session {
         }
         if matches!(self.state, State::Resuming { .. }) {
             // The ERR answers the command: sequence id 1. The session then
-            // ends, as a login that found no connection does.
+            // ends, as a login that found no connection does; but with no
+            // writer it held nothing and goes on (its next command waits
+            // for a writer again).
             self.seq = 1;
+            if reject == Some(RejectReason::NoWriter) {
+                let State::Resuming { tracker } = std::mem::replace(&mut self.state, State::Closed)
+                else {
+                    return;
+                };
+                self.leasing = false;
+                out.push(SessionAction::Reject(RejectReason::NoWriter));
+                return self.send_payload(payload, State::ParkedReply { tracker }, out);
+            }
         } else if !matches!(self.state, State::WaitBackend) {
             return;
         }

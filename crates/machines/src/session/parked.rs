@@ -181,6 +181,9 @@ impl Session {
                 // Nothing to tell a server the session holds nothing on.
                 return self.close(out);
             }
+            if self.answer_lost_transaction(pkt.payload, out) {
+                return;
+            }
             if let Some(sql) = pkt.payload.strip_prefix(&[COM_QUERY]) {
                 (answer, refuse) = self.answer_from_records(sql);
             }
@@ -210,6 +213,14 @@ impl Session {
                 State::ParkedReply { tracker },
                 out,
             );
+        }
+        if self.lost_transaction.take().is_some() {
+            // A command in several packets after a lost transaction: no
+            // answer can go before its rest, which would read as commands.
+            out.push(SessionAction::Log(
+                "a command too long to answer after the writer was lost mid-transaction; client disconnected".into(),
+            ));
+            return self.close(out);
         }
         let _ = ctx;
         self.leasing = true;
@@ -265,6 +276,9 @@ impl Session {
         self.leasing = false;
         self.has_backend = true;
         let mut relay = Box::new(Relay::new(*tracker, ctx.now));
+        if ctx.several_servers {
+            relay.keep_client_on_loss();
+        }
         let mut events = std::mem::take(&mut self.relay_scratch);
         let user = self.login.as_ref().map_or("", |l| l.user.as_str());
         match intercept(

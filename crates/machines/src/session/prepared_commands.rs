@@ -413,6 +413,9 @@ impl Session {
             return;
         };
         let mut relay = Box::new(Relay::new(*flow.tracker, ctx.now));
+        if ctx.several_servers {
+            relay.keep_client_on_loss();
+        }
         let mut events = std::mem::take(&mut self.relay_scratch);
         relay.start(data, ctx.now, &mut events);
         self.state = State::Relay(relay);

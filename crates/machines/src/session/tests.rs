@@ -31,6 +31,7 @@ pub(super) fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
         move_prepared_statements: true,
         statement_limits: Default::default(),
         park_withdraws_idle_read: false,
+        several_servers: false,
     }
 }
 

@@ -138,6 +138,45 @@ fn several_servers_the_wait_is_bounded() {
 }
 
 #[test]
+fn with_no_writer_a_waiter_gets_the_writer_error_after_the_writer_wait() {
+    let mut h = cluster_harness();
+    h.pool.cfg.writer_wait_timeout = Duration::from_secs(2);
+    retarget(&mut h, None);
+    assert!(h.lease(req(1, PoolKey::default_warm())).is_empty());
+    h.now += Duration::from_millis(1900);
+    assert_eq!(failed(&h.tick()), None, "still within the writer wait");
+    h.now += Duration::from_millis(200);
+    let ev = h.tick();
+    assert_eq!(failed(&ev), Some((sid(1), 1105)));
+    let text = ev
+        .iter()
+        .find_map(|e| match e {
+            PoolEvent::LeaseFailed { err_payload, .. } => {
+                Some(String::from_utf8_lossy(err_payload).into_owned())
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert!(text.contains("--writer-wait-timeout"), "{text}");
+    assert_eq!(h.pool.waiting(), 0);
+}
+
+#[test]
+fn with_a_writer_a_waiter_waits_the_whole_backend_wait() {
+    // Cap full: the wait is for a free connection, not for a writer.
+    let mut h = Harness::new(1, 0);
+    h.pool.cfg.wait_for_writer = true;
+    h.pool.cfg.writer_wait_timeout = Duration::from_secs(1);
+    let key = PoolKey::default_warm();
+    leased(&h.lease(req(1, key))).unwrap();
+    assert!(h.lease(req(2, key)).is_empty());
+    h.now += Duration::from_secs(2);
+    assert_eq!(failed(&h.tick()), None, "not the writer wait");
+    h.now += Duration::from_secs(4);
+    assert_eq!(failed(&h.tick()), Some((sid(2), 1040)));
+}
+
+#[test]
 fn one_server_a_refused_connect_is_an_error_at_once() {
     let mut h = Harness::new(10, 0);
     assert_eq!(failed(&refused_lease(&mut h, 1)), Some((sid(1), 1105)));
