@@ -6,7 +6,8 @@ orchestrator) while clients sit in every state at once.
   session carries on (a ROLLBACK gets an OK instead);
 - a statement in flight inside a transaction: ERR 1213 at once, then the session carries on;
 - a statement in flight outside one (its outcome unknown): the connection ends (2013), at once;
-- a pinned session: ERR 1927 naming the failover (unasked for, sequence id 0), then closed;
+- a pinned session, or one under --pooling session: ERR 1927 naming the failover (unasked for,
+  sequence id 0), then closed;
 - a write while there is no writer: ERR 1105 after --writer-wait-timeout, not later;
 - with one --backend, a transaction's next statement still finds its connection gone (2013).
 
@@ -43,14 +44,14 @@ def cluster_env(cluster, monkeypatch):
     return primary
 
 
-def fronting(make_proxy, cluster, monkeypatch):
+def fronting(make_proxy, cluster, monkeypatch, pooling=None):
     """A ringgate in front of the three nodes (the monitor's password is for it alone: a
     ringgate without --monitor-user refuses one)."""
     others = [a for n in cluster.nodes.values() if n.n != cluster.primary()
               for a in ("--backend", f"{n.host}:{n.port}")]
     with monkeypatch.context() as m:
         m.setenv("RINGGATE_MONITOR_PASSWORD", cluster.monitor_password)
-        return make_proxy(extra_args=[*others, "--monitor-user", cluster.monitor_user,
+        return make_proxy(pooling=pooling, extra_args=[*others, "--monitor-user", cluster.monitor_user,
                                       "--monitor-interval", "200ms",
                                       "--writer-wait-timeout", f"{WRITER_WAIT}s"])
 
@@ -108,12 +109,15 @@ def test_clients_in_a_transaction_get_an_error_naming_the_failover_and_carry_on(
         cluster, cluster_env, make_proxy, monkeypatch):
     proxy = fronting(make_proxy, cluster, monkeypatch)
     single = make_proxy()  # one --backend: the primary only
+    session_pooled = fronting(make_proxy, cluster, monkeypatch, pooling="session")
     idle_tx = in_transaction(proxy, cluster, "idle")
     rollback = in_transaction(proxy, cluster, "rollback")
     busy = in_transaction(proxy, cluster, "busy")
     one_server = in_transaction(single, cluster, "single")
     pinned = Raw(proxy.port)
     pinned.query("SET @pinned = 1")
+    held = Raw(session_pooled.port)
+    held.query("SELECT 1")
     between = connect(proxy, cluster)
     run(between, "SELECT 1")
     waiting = connect(proxy, cluster)
@@ -169,6 +173,11 @@ def test_clients_in_a_transaction_get_an_error_naming_the_failover_and_carry_on(
         text = payload[9:].decode()
         assert "(failover)" in text and "user_variable" in text, text
         assert pinned.sock.recv(1) == b""
+        # Session pooling: the session held its connection, so it ends the same way.
+        held.write(0, b"\x03SELECT 1")
+        seq, payload = held.read()
+        assert (seq, int.from_bytes(payload[1:3], "little")) == (0, 1927), payload
+        assert "session pooling" in payload[9:].decode(), payload
 
         # One server: no failover to speak of; the connection is gone, as it would be direct.
         code, _ = error_of(one_server, f"INSERT INTO {TABLE} (who, n) VALUES ('single', 2)")
@@ -186,4 +195,5 @@ def test_clients_in_a_transaction_get_an_error_naming_the_failover_and_carry_on(
         for c in (idle_tx, rollback, busy, one_server, between, waiting, autocommit):
             c.close()
         pinned.sock.close()
+        held.sock.close()
         cluster.heal()

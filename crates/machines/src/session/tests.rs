@@ -1811,3 +1811,162 @@ fn a_pinned_idle_session_is_cut_by_the_pinned_bound() {
     let (held, _) = s.held_idle(&at(61, 60)).unwrap();
     assert_eq!(held, Held::Pinned("user_variable"));
 }
+
+// ---- several servers: the writer lost under a session ----
+
+fn cluster_ctx(u: &Users, now: Instant) -> SessionCtx<'_> {
+    SessionCtx {
+        several_servers: true,
+        ..ctx(u, now)
+    }
+}
+
+const IN_TRANS: u16 = SERVER_STATUS_AUTOCOMMIT | SERVER_STATUS_IN_TRANS;
+
+/// A session in BEGIN; INSERT with the connection still its own (in
+/// context `c`: several servers or one).
+fn in_transaction_in(u: &Users, c: &SessionCtx, now: Instant) -> Session {
+    let mut s = tx_session(u, now);
+    tx_statement_in(&mut s, c, "BEGIN", &ok_payload(0, 0, IN_TRANS, 0));
+    let q = query("INSERT INTO t VALUES (1)");
+    let mut out = Vec::new();
+    s.on_client_read(Completion::Done(q.len()), &q, c, &mut out);
+    s.on_backend_write(Completion::Done(q.len()), c, &mut out);
+    let reply = crate::test_packets::framed(1, &ok_payload(1, 0, IN_TRANS, 0));
+    s.on_backend_read(
+        Completion::Done(reply.len()),
+        &mut reply.clone(),
+        c,
+        &mut out,
+    );
+    s.on_relay_client_write(Completion::Done(reply.len()), c, &mut out);
+    s
+}
+
+fn in_transaction(u: &Users, now: Instant) -> Session {
+    in_transaction_in(u, &cluster_ctx(u, now), now)
+}
+
+/// The server's EOF on the connection: the writer died.
+fn writer_dies(s: &mut Session, c: &SessionCtx) -> Vec<SessionAction> {
+    let mut out = Vec::new();
+    s.on_backend_read(Completion::Done(0), &mut [], c, &mut out);
+    out
+}
+
+#[test]
+fn idle_in_a_transaction_the_next_command_gets_1213_and_the_session_goes_on() {
+    let now = Instant::now();
+    let u = users();
+    let c = cluster_ctx(&u, now);
+    let mut s = in_transaction(&u, now);
+    let out = writer_dies(&mut s, &c);
+    assert!(!out.contains(&SessionAction::AbortClient), "{out:?}");
+    assert!(!out.contains(&SessionAction::Close), "{out:?}");
+    assert!(out.contains(&SessionAction::Park {
+        clean: false,
+        kept: None,
+        reset: false,
+        ask_last_insert_id: false
+    }));
+    assert!(sent(&out).is_empty(), "told at its next command");
+    // The next command: the ERR answers it (sequence id 1), no lease.
+    let q = query("INSERT INTO t VALUES (2)");
+    let mut out = Vec::new();
+    s.on_client_read(Completion::Done(q.len()), &q, &c, &mut out);
+    let err = &sent(&out)[0];
+    assert_eq!((err_code(err), err[3]), (1213, 1));
+    assert!(String::from_utf8_lossy(err).contains("(failover)"));
+    assert!(!out
+        .iter()
+        .any(|a| matches!(a, SessionAction::LeaseForCommand { .. })));
+    let mut out = Vec::new();
+    s.on_client_write(Completion::Done(err.len()), &[], &c, &mut out);
+    assert!(out.contains(&SessionAction::ReadClient));
+    // Then a new transaction leases as usual.
+    let b = query("BEGIN");
+    let mut out = Vec::new();
+    s.on_client_read(Completion::Done(b.len()), &b, &c, &mut out);
+    assert!(out
+        .iter()
+        .any(|a| matches!(a, SessionAction::LeaseForCommand { .. })));
+}
+
+#[test]
+fn a_rollback_after_the_lost_transaction_gets_an_ok() {
+    let now = Instant::now();
+    let u = users();
+    let c = cluster_ctx(&u, now);
+    let mut s = in_transaction(&u, now);
+    writer_dies(&mut s, &c);
+    let q = query("ROLLBACK");
+    let mut out = Vec::new();
+    s.on_client_read(Completion::Done(q.len()), &q, &c, &mut out);
+    assert_eq!(sent(&out)[0][4], 0x00, "an OK: {out:?}");
+}
+
+#[test]
+fn a_statement_in_flight_in_a_transaction_gets_1213_at_once() {
+    let now = Instant::now();
+    let u = users();
+    let c = cluster_ctx(&u, now);
+    let mut s = in_transaction(&u, now);
+    let q = query("SELECT SLEEP(5)");
+    let mut out = Vec::new();
+    s.on_client_read(Completion::Done(q.len()), &q, &c, &mut out);
+    s.on_backend_write(Completion::Done(q.len()), &c, &mut out);
+    let out = writer_dies(&mut s, &c);
+    let err = &sent(&out)[0];
+    assert_eq!((err_code(err), err[3]), (1213, 1));
+    // The relay's client read is still in flight: none is started after
+    // the ERR is written.
+    let mut out = Vec::new();
+    s.on_client_write(Completion::Done(err.len()), &[], &c, &mut out);
+    assert!(!out.contains(&SessionAction::ReadClient), "{out:?}");
+    assert!(!s.is_closed());
+}
+
+#[test]
+fn a_commit_in_flight_closes_as_direct() {
+    let now = Instant::now();
+    let u = users();
+    let c = cluster_ctx(&u, now);
+    let mut s = in_transaction(&u, now);
+    let q = query("COMMIT");
+    let mut out = Vec::new();
+    s.on_client_read(Completion::Done(q.len()), &q, &c, &mut out);
+    s.on_backend_write(Completion::Done(q.len()), &c, &mut out);
+    let out = writer_dies(&mut s, &c);
+    assert!(sent(&out).is_empty(), "no answer made up: {out:?}");
+    assert!(out.contains(&SessionAction::Release { clean: false }));
+    assert!(out.contains(&SessionAction::Close), "{out:?}");
+}
+
+#[test]
+fn a_pinned_session_gets_1927_unasked_for_then_closes() {
+    let now = Instant::now();
+    let u = users();
+    let c = cluster_ctx(&u, now);
+    let mut s = in_transaction(&u, now);
+    if let Some(tx) = s.tx.as_mut() {
+        tx.pin(PinReason::UserVariable);
+    }
+    let out = writer_dies(&mut s, &c);
+    let err = &sent(&out)[0];
+    assert_eq!((err_code(err), err[3]), (1927, 0));
+    assert!(String::from_utf8_lossy(err).contains("user_variable"));
+    let mut out = Vec::new();
+    s.on_client_write(Completion::Done(err.len()), &[], &c, &mut out);
+    assert!(out.contains(&SessionAction::Close));
+}
+
+#[test]
+fn with_one_server_a_lost_transaction_closes_the_session() {
+    let now = Instant::now();
+    let u = users();
+    let c = ctx(&u, now);
+    let mut s = in_transaction_in(&u, &c, now);
+    let out = writer_dies(&mut s, &c);
+    assert!(out.contains(&SessionAction::AbortClient));
+    assert!(out.contains(&SessionAction::Close));
+}
