@@ -191,6 +191,12 @@ def test_clients_in_a_transaction_get_an_error_naming_the_failover_and_carry_on(
         assert "was lost mid-transaction" in log, log[-3000:]
         assert "while the session held state on its connection" in log, log[-3000:]
         assert "its outcome is unknown" in log, log[-3000:]
+        m = proxy.metrics()
+        told = {o: m(f'ringgate_writer_lost_total{{outcome="{o}"}}')
+                for o in ("rolled_back", "pinned", "unknown", "none")}
+        assert told == {"rolled_back": 3, "pinned": 1, "unknown": 1, "none": 0}, told
+        assert m('ringgate_client_rejected_total{reason="no_writer"}') == 1, m.dump()
+        assert session_pooled.metrics()('ringgate_writer_lost_total{outcome="pinned"}') == 1
     finally:
         for c in (idle_tx, rollback, busy, one_server, between, waiting, autocommit):
             c.close()

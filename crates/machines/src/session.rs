@@ -194,6 +194,9 @@ pub enum SessionAction {
     IdleCut { held: Held, limit: Duration },
     /// One line for the log; the driver rate-limits it and adds the peer.
     Log(String),
+    /// Several servers: the session's connection was lost before any of
+    /// the answer reached the client (`ringgate_writer_lost_total`).
+    WriterLost(LostOutcome),
 }
 
 /// What a session needs from its worker at each step.
@@ -869,6 +872,7 @@ mod command_phase;
 
 mod sha2;
 mod writer_lost;
+pub use writer_lost::LostOutcome;
 
 mod prepared_commands;
 use sha2::Sha2Phase;

@@ -25,7 +25,7 @@ use prometheus_client::registry::Registry;
 use super::{
     connect_bucket_bounds, pool_wait_bucket_bounds, AuthPath, RejectReason, ServerSample, Snapshot,
     BACKEND_TLS_ERRORS, IDLE_CUT_HELD, INTERNAL_QUERY_KINDS, PIN_REASONS, SERVER_ROLES,
-    SERVER_STATES,
+    SERVER_STATES, WRITER_LOST_OUTCOMES,
 };
 
 /// Writes `snapshot` as Prometheus text.
@@ -385,6 +385,20 @@ impl Collector for Exposition {
              connection idle past --idle-transaction-timeout or --idle-pinned-timeout while \
              other clients waited, by what they held.",
             &idle_cut,
+        )?;
+        let writer_lost: Vec<(Label, u64)> = WRITER_LOST_OUTCOMES
+            .iter()
+            .zip(s.writer_lost_total)
+            .map(|(&o, n)| ([("outcome", o)], n))
+            .collect();
+        counters(
+            &mut enc,
+            "ringgate_writer_lost_total",
+            "Several servers: sessions whose backend connection was lost (the writer died) \
+             before any of the answer reached the client, by what the client was told: \
+             rolled_back (ERR 1213 or OK, the session goes on), pinned (ERR 1927, closed), \
+             unknown (outcome unknown, closed as direct), none (nothing lost, goes on).",
+            &writer_lost,
         )?;
         let internal: Vec<(Label, u64)> = INTERNAL_QUERY_KINDS
             .iter()

@@ -184,6 +184,10 @@ pub enum InternalQuery {
 /// of `machines::idle_cut::Held::index`.
 pub const IDLE_CUT_HELD: [&str; 2] = ["transaction", "pinned"];
 
+/// The `outcome` labels of `ringgate_writer_lost_total`, in the order of
+/// `machines::session::LostOutcome::index`.
+pub const WRITER_LOST_OUTCOMES: [&str; 4] = ["rolled_back", "pinned", "unknown", "none"];
+
 /// The `reason` labels of `ringgate_sessions_pinned_total`, in the order
 /// of `machines::multiplex::PinReason::ALL` (a unit test there checks it).
 pub const PIN_REASONS: [&str; 17] = [

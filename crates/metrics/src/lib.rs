@@ -40,7 +40,7 @@ mod user_usage;
 
 pub use labels::{
     AuthPath, BackendTlsError, BufferMode, InternalQuery, RejectReason, BACKEND_TLS_ERRORS,
-    IDLE_CUT_HELD, INTERNAL_QUERY_KINDS, PIN_REASONS,
+    IDLE_CUT_HELD, INTERNAL_QUERY_KINDS, PIN_REASONS, WRITER_LOST_OUTCOMES,
 };
 pub use pool_wait::{pool_wait_bucket_bounds, PoolWaitSnapshot, POOL_WAIT_BUCKET_COUNT};
 pub use servers::{ServerSample, ServerTable, SERVER_ROLES, SERVER_STATES};
@@ -252,6 +252,10 @@ pub struct WorkerMetrics {
     /// Sessions cut for holding a backend connection idle while others
     /// waited, indexed like [`IDLE_CUT_HELD`].
     pub sessions_idle_cut_total: [AtomicU64; IDLE_CUT_HELD.len()],
+    /// Several servers: sessions whose backend connection was lost before
+    /// any of the answer reached the client, indexed like
+    /// [`WRITER_LOST_OUTCOMES`].
+    pub writer_lost_total: [AtomicU64; WRITER_LOST_OUTCOMES.len()],
     /// Transaction pooling: proxy-internal statements, indexed like
     /// [`INTERNAL_QUERY_KINDS`].
     pub internal_queries_total: [AtomicU64; INTERNAL_QUERY_KINDS.len()],
@@ -377,6 +381,7 @@ impl WorkerMetrics {
             statement_evictions_total: AtomicU64::new(0),
             sessions_pinned_total: Default::default(),
             sessions_idle_cut_total: Default::default(),
+            writer_lost_total: Default::default(),
             internal_queries_total: Default::default(),
             bytes_client_to_backend_total: AtomicU64::new(0),
             bytes_backend_to_client_total: AtomicU64::new(0),

@@ -79,6 +79,7 @@ pub struct Snapshot {
     pub sessions_pinned_total: [u64; PIN_REASONS.len()],
     /// Indexed like [`IDLE_CUT_HELD`].
     pub sessions_idle_cut_total: [u64; IDLE_CUT_HELD.len()],
+    pub writer_lost_total: [u64; WRITER_LOST_OUTCOMES.len()],
     /// Indexed like [`INTERNAL_QUERY_KINDS`].
     pub internal_queries_total: [u64; INTERNAL_QUERY_KINDS.len()],
     pub bytes_client_to_backend_total: u64,
@@ -219,6 +220,12 @@ impl Metrics {
                 *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
             }
         }
+        let mut writer_lost = [0u64; WRITER_LOST_OUTCOMES.len()];
+        for w in self.workers.iter() {
+            for (sum, c) in writer_lost.iter_mut().zip(&w.writer_lost_total) {
+                *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
+            }
+        }
         let mut internal = [0u64; INTERNAL_QUERY_KINDS.len()];
         for w in self.workers.iter() {
             for (sum, c) in internal.iter_mut().zip(&w.internal_queries_total) {
@@ -270,6 +277,7 @@ impl Metrics {
             statement_evictions_total: u(|w| &w.statement_evictions_total),
             sessions_pinned_total: pinned,
             sessions_idle_cut_total: idle_cut,
+            writer_lost_total: writer_lost,
             internal_queries_total: internal,
             bytes_client_to_backend_total: u(|w| &w.bytes_client_to_backend_total),
             bytes_backend_to_client_total: u(|w| &w.bytes_backend_to_client_total),

@@ -4,7 +4,7 @@
 use super::*;
 use text::{parse_value, Samples};
 
-const ALL_NAMES: [(&str, &str); 57] = [
+const ALL_NAMES: [(&str, &str); 58] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
@@ -44,6 +44,7 @@ const ALL_NAMES: [(&str, &str); 57] = [
     ("ringgate_statement_evictions_total", "counter"),
     ("ringgate_sessions_pinned_total", "counter"),
     ("ringgate_sessions_idle_cut_total", "counter"),
+    ("ringgate_writer_lost_total", "counter"),
     ("ringgate_bytes_total", "counter"),
     ("ringgate_client_compressed_sessions_total", "counter"),
     ("ringgate_client_tls_sessions_total", "counter"),

@@ -1961,6 +1961,47 @@ fn a_pinned_session_gets_1927_unasked_for_then_closes() {
 }
 
 #[test]
+fn a_connection_kept_only_for_its_warnings_is_lost_silently() {
+    let now = Instant::now();
+    let u = users();
+    let c = cluster_ctx(&u, now);
+    let mut s = tx_session(&u, now);
+    // One warning: the session keeps the connection for SHOW WARNINGS.
+    let out = tx_statement_in(
+        &mut s,
+        &c,
+        "INSERT INTO t VALUES (1)",
+        &ok_payload(1, 0, SERVER_STATUS_AUTOCOMMIT, 1),
+    );
+    assert!(!out.iter().any(|a| matches!(a, SessionAction::Park { .. })));
+    let out = writer_dies(&mut s, &c);
+    assert!(sent(&out).is_empty(), "{out:?}");
+    assert!(out.contains(&SessionAction::WriterLost(LostOutcome::Nothing)));
+    assert!(!out.contains(&SessionAction::Close));
+    let q = query("SELECT 1");
+    let mut out = Vec::new();
+    s.on_client_read(Completion::Done(q.len()), &q, &c, &mut out);
+    assert!(out
+        .iter()
+        .any(|a| matches!(a, SessionAction::LeaseForCommand { .. })));
+}
+
+#[test]
+fn the_writer_lost_outcomes_are_in_the_metrics_label_order() {
+    let all = [
+        LostOutcome::RolledBack,
+        LostOutcome::Pinned,
+        LostOutcome::Unknown,
+        LostOutcome::Nothing,
+    ];
+    let labels: Vec<&str> = all
+        .iter()
+        .map(|o| metrics::WRITER_LOST_OUTCOMES[o.index()])
+        .collect();
+    assert_eq!(labels, ["rolled_back", "pinned", "unknown", "none"]);
+}
+
+#[test]
 fn with_one_server_a_lost_transaction_closes_the_session() {
     let now = Instant::now();
     let u = users();

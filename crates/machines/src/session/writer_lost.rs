@@ -26,6 +26,29 @@ const ER_LOCK_DEADLOCK: u16 = 1213;
 /// ER_CONNECTION_KILLED: SQLSTATE 70100.
 const ER_CONNECTION_KILLED: u16 = 1927;
 
+/// What the client of a session whose connection was lost was told, for
+/// `ringgate_writer_lost_total{outcome}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LostOutcome {
+    /// A transaction was rolled back (ERR 1213, or an OK to a ROLLBACK);
+    /// the session goes on.
+    RolledBack,
+    /// Session state lived on the connection: ERR 1927, closed.
+    Pinned,
+    /// Outcome unknown: closed as a direct connection would end.
+    Unknown,
+    /// Nothing lived on the connection (it was kept for its warnings, or
+    /// until a KILL landed): the session goes on, told nothing.
+    Nothing,
+}
+
+impl LostOutcome {
+    /// Index into `metrics::WRITER_LOST_OUTCOMES`.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// What the lost connection took with it.
 enum Fate {
     /// Session state lived on it (why).
@@ -33,9 +56,10 @@ enum Fate {
     /// A transaction, certainly rolled back; `rollback`: the command in
     /// flight was a plain ROLLBACK.
     RolledBack { rollback: bool },
-    /// A statement whose outcome is unknown (or nothing the client can be
-    /// told about).
+    /// A statement whose outcome is unknown.
     Unknown(&'static str),
+    /// No transaction and nothing in flight.
+    Nothing,
 }
 
 impl Session {
@@ -60,29 +84,27 @@ impl Session {
         let writer = self
             .backend_server
             .map_or_else(|| "the writer".to_string(), |a| format!("the writer {a}"));
+        out.push(SessionAction::WriterLost(match fate {
+            Fate::RolledBack { .. } => LostOutcome::RolledBack,
+            Fate::Pinned(_) => LostOutcome::Pinned,
+            Fate::Unknown(_) => LostOutcome::Unknown,
+            Fate::Nothing => LostOutcome::Nothing,
+        }));
         match fate {
             Fate::RolledBack { rollback } => {
                 out.push(SessionAction::Log(format!(
                     "{writer} was lost mid-transaction ({}); the transaction was rolled back; the client is told and the session goes on",
                     lost.cause
                 )));
-                let State::Relay(relay) = std::mem::replace(&mut self.state, State::Closed) else {
-                    return;
-                };
-                let mut tracker = relay.into_tracker();
-                if let Some(tx) = self.tx.as_mut() {
-                    tx.connection_lost();
-                    tracker.reset();
-                    tracker.set_last_status(tx.status());
-                }
-                out.push(SessionAction::Park {
-                    clean: false,
-                    kept: None,
-                    reset: false,
-                    ask_last_insert_id: false,
-                });
                 let answer = rolled_back_answer(&writer, rollback, self.tx.as_deref());
-                self.park_after_loss(Box::new(tracker), lost, answer, ctx, out);
+                self.park_after_loss(lost, Some(answer), ctx, out);
+            }
+            Fate::Nothing => {
+                out.push(SessionAction::Log(format!(
+                    "{writer} was lost ({}) with no transaction on it; the session goes on",
+                    lost.cause
+                )));
+                self.park_after_loss(lost, None, ctx, out);
             }
             Fate::Pinned(why) => {
                 out.push(SessionAction::Log(format!(
@@ -121,7 +143,11 @@ impl Session {
             return Fate::Pinned("statement");
         }
         if !(tracker.in_transaction() || tx.maybe_in_transaction()) {
-            return Fate::Unknown("an autocommit statement in flight");
+            return if owed {
+                Fate::Unknown("an autocommit statement in flight")
+            } else {
+                Fate::Nothing
+            };
         }
         if !owed {
             return Fate::RolledBack { rollback: false };
@@ -141,26 +167,41 @@ impl Session {
         }
     }
 
-    /// Parked after the loss of a transaction. `answer`: the reply to the
-    /// command in flight if one was (`lost.owed`); otherwise it waits for
-    /// the client's next command ([`Session::answer_lost_transaction`]).
+    /// Parked again with no connection, after the loss of a transaction
+    /// (or of nothing). `answer`: the reply to the command in flight if
+    /// one was (`lost.owed`); otherwise the reply the client's next command
+    /// gets ([`Session::answer_lost_transaction`]), if any.
     fn park_after_loss(
         &mut self,
-        tracker: Box<Tracker>,
         lost: Lost,
-        answer: Vec<u8>,
+        answer: Option<Vec<u8>>,
         ctx: &SessionCtx,
         out: &mut Vec<SessionAction>,
     ) {
-        if lost.owed {
+        let State::Relay(relay) = std::mem::replace(&mut self.state, State::Closed) else {
+            return;
+        };
+        let mut tracker = Box::new(relay.into_tracker());
+        if let Some(tx) = self.tx.as_mut() {
+            tx.connection_lost();
+            tracker.reset();
+            tracker.set_last_status(tx.status());
+        }
+        out.push(SessionAction::Park {
+            clean: false,
+            kept: None,
+            reset: false,
+            ask_last_insert_id: false,
+        });
+        if let (true, Some(answer)) = (lost.owed, answer.as_ref()) {
             // The relay's client read (in flight or done) outlives the
             // reply: parked_reply_written must not start another.
             self.reply_leaves_read = lost.reading;
             self.reply_late_read = lost.client_read;
             self.seq = 1;
-            return self.send_payload(&answer, State::ParkedReply { tracker }, out);
+            return self.send_payload(answer, State::ParkedReply { tracker }, out);
         }
-        self.lost_transaction = Some(answer);
+        self.lost_transaction = answer;
         self.state = State::Parked {
             tracker,
             reading: lost.reading,

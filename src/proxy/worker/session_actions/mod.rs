@@ -71,6 +71,10 @@ impl Worker {
             SessionAction::Reject(reason) => self.metrics().reject(reason),
             SessionAction::Auth(path) => self.count_auth(path),
             SessionAction::IdleCut { held, limit } => self.report_idle_cut(sid, held, limit),
+            SessionAction::WriterLost(outcome) => {
+                self.metrics().writer_lost_total[outcome.index()]
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             SessionAction::Log(msg) => self.report_failure(sid, &msg),
         }
     }
