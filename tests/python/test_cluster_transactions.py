@@ -4,7 +4,8 @@ orchestrator) while clients sit in every state at once.
 
 - idle inside a transaction: its next statement gets ERR 1213 naming the failover, and the
   session carries on (a ROLLBACK gets an OK instead);
-- a statement in flight inside a transaction: ERR 1213 at once, then the session carries on;
+- a statement in flight inside a transaction (a text query, or a prepared statement's execute):
+  ERR 1213 at once, then the session carries on (its statements prepared again on the new writer);
 - a statement in flight outside one (its outcome unknown): the connection ends (2013), at once;
 - a pinned session, or one under --pooling session: ERR 1927 naming the failover (unasked for,
   sequence id 0), then closed;
@@ -23,7 +24,7 @@ import pymysql
 import pytest
 
 from conftest import APP_PASSWORD, APP_USER
-from mysql_wire import Raw
+from mysql_wire import Raw, ServerError
 
 TABLE = "tx_failover"
 WRITER_WAIT = 2.0
@@ -99,6 +100,24 @@ class InFlight(threading.Thread):
         self.ended_at = time.monotonic()
 
 
+class PreparedInFlight(threading.Thread):
+    """A prepared statement's execute inside a transaction (binary protocol), running when the
+    primary dies: the ERR code it ended with."""
+
+    def __init__(self, raw, stmt):
+        super().__init__(daemon=True)
+        self.raw, self.stmt = raw, stmt
+        self.code = None
+
+    def run(self):
+        try:
+            self.raw.execute(self.stmt)
+        except ServerError as e:
+            self.code = e.code
+        except AssertionError:  # the connection closed
+            self.code = "closed"
+
+
 def assert_failover_err(err):
     code, msg = err
     assert code == 1213, err
@@ -118,6 +137,12 @@ def test_clients_in_a_transaction_get_an_error_naming_the_failover_and_carry_on(
     pinned.query("SET @pinned = 1")
     held = Raw(session_pooled.port)
     held.query("SELECT 1")
+    prepared = Raw(proxy.port)
+    sleeper, _, _ = prepared.prepare("SELECT SLEEP(20)")
+    one, _, _ = prepared.prepare("SELECT 1")
+    prepared.query("BEGIN")
+    executing = PreparedInFlight(prepared, sleeper)
+    executing.start()
     between = connect(proxy, cluster)
     run(between, "SELECT 1")
     waiting = connect(proxy, cluster)
@@ -137,6 +162,8 @@ def test_clients_in_a_transaction_get_an_error_naming_the_failover_and_carry_on(
         assert in_flight.ended_at is not None
         assert_failover_err(in_flight.error)
         assert in_flight.ended_at - killed_at < 5
+        executing.join(timeout=10)
+        assert executing.code == 1213, executing.code
         unknown.join(timeout=10)
         assert unknown.ended_at is not None and unknown.ended_at - killed_at < 5
         assert unknown.error[0] == 2013, unknown.error
@@ -162,6 +189,9 @@ def test_clients_in_a_transaction_get_an_error_naming_the_failover_and_carry_on(
         run(busy, "BEGIN", f"INSERT INTO {TABLE} (who, n) VALUES ('busy', 2)", "COMMIT")
         # The session that waited for a writer has one now.
         run(waiting, f"INSERT INTO {TABLE} (who, n) VALUES ('nowriter', 2)")
+        # The binary-protocol session too: its statement is prepared again on the new writer.
+        kind, rows, _ = prepared.execute(one)
+        assert (kind, len(rows)) == ("rows", 1), (kind, rows)
         # Between transactions: nothing to see.
         assert run(between, "SELECT 1") == ((1,),)
 
@@ -194,7 +224,7 @@ def test_clients_in_a_transaction_get_an_error_naming_the_failover_and_carry_on(
         m = proxy.metrics()
         told = {o: m(f'ringgate_writer_lost_total{{outcome="{o}"}}')
                 for o in ("rolled_back", "pinned", "unknown", "none")}
-        assert told == {"rolled_back": 3, "pinned": 1, "unknown": 1, "none": 0}, told
+        assert told == {"rolled_back": 4, "pinned": 1, "unknown": 1, "none": 0}, told
         assert m('ringgate_client_rejected_total{reason="no_writer"}') == 1, m.dump()
         assert session_pooled.metrics()('ringgate_writer_lost_total{outcome="pinned"}') == 1
     finally:
@@ -202,4 +232,5 @@ def test_clients_in_a_transaction_get_an_error_naming_the_failover_and_carry_on(
             c.close()
         pinned.sock.close()
         held.sock.close()
+        prepared.sock.close()
         cluster.heal()

@@ -216,6 +216,21 @@ impl Registry {
         !self.long_data.is_empty() || !self.cursors.is_empty()
     }
 
+    /// The SQL of the statement an execute in flight runs (None when no
+    /// execute is in flight): what a connection lost under it was running.
+    pub fn in_flight_execute(&self) -> Option<&[u8]> {
+        let (cmd, id) = self.in_flight?;
+        if !matches!(cmd, COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE) {
+            return None;
+        }
+        self.stmts.get(&id).map(|s| s.key.sql.as_slice())
+    }
+
+    /// The connection died with the command in flight: it never completes.
+    pub fn connection_lost(&mut self) {
+        self.in_flight = None;
+    }
+
     /// The command for statement `id` goes to the backend now.
     pub fn on_relayed(&mut self, command: u8, id: u32) {
         if command == COM_STMT_SEND_LONG_DATA {

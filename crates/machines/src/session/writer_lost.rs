@@ -152,15 +152,23 @@ impl Session {
         if !owed {
             return Fate::RolledBack { rollback: false };
         }
-        match tracker.owed_command() {
-            Some((COM_QUERY, Some(sql))) => match tx.lost_statement(sql) {
+        // A prepared statement's execute runs the text it was prepared
+        // from (the registry's, since the command names only an id).
+        let prepared = self.stmts.as_ref().and_then(|r| r.in_flight_execute());
+        let sql = match tracker.owed_command() {
+            Some((COM_QUERY, Some(sql))) => Some(sql),
+            Some((COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE, _)) => prepared,
+            _ => None,
+        };
+        match (sql, tracker.owed_command()) {
+            (Some(sql), _) => match tx.lost_statement(sql) {
                 LostStatement::Rollback => Fate::RolledBack { rollback: true },
                 LostStatement::NoCommit => Fate::RolledBack { rollback: false },
                 LostStatement::MayCommit => {
                     Fate::Unknown("a COMMIT (or a statement that may commit) in flight")
                 }
             },
-            Some((COM_PING | COM_INIT_DB | COM_FIELD_LIST | COM_STATISTICS, _)) => {
+            (None, Some((COM_PING | COM_INIT_DB | COM_FIELD_LIST | COM_STATISTICS, _))) => {
                 Fate::RolledBack { rollback: false }
             }
             _ => Fate::Unknown("a command in flight that may have committed"),
@@ -182,6 +190,9 @@ impl Session {
             return;
         };
         let mut tracker = Box::new(relay.into_tracker());
+        if let Some(stmts) = self.stmts.as_mut() {
+            stmts.connection_lost();
+        }
         if let Some(tx) = self.tx.as_mut() {
             tx.connection_lost();
             tracker.reset();
