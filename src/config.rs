@@ -156,6 +156,36 @@ pub(crate) fn parse_monitor_interval(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// `--read-only-functions`: names of `[A-Za-z0-9_$]`, at most one `.`
+/// between a schema and a function; kept as given, split by
+/// [`read_only_function_list`].
+pub(crate) fn parse_read_only_functions(s: &str) -> Result<String, String> {
+    for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let parts: Vec<&str> = name.split('.').collect();
+        let word = |p: &&str| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$')
+        };
+        if parts.len() > 2 || !parts.iter().all(word) {
+            return Err(format!(
+                "{name:?} is not a function name (NAME or SCHEMA.NAME, unquoted)"
+            ));
+        }
+    }
+    Ok(s.to_owned())
+}
+
+/// The names of `--read-only-functions`, upper-cased as the lexer compares
+/// them (`wire::lexer::LexOptions::read_only_functions`).
+pub fn read_only_function_list(s: &str) -> Vec<Box<str>> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(|n| n.to_ascii_uppercase().into_boxed_str())
+        .collect()
+}
+
 /// `--backend`'s default, the one server of the simple case.
 const DEFAULT_BACKEND: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
     std::net::Ipv4Addr::LOCALHOST,
@@ -359,6 +389,23 @@ pub struct Config {
     /// every waiting client. See docs/operations.md, "Several servers".
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub writer_wait_timeout: Option<Duration>,
+
+    /// Several servers, transaction pooling: send each safe read of a
+    /// session between transactions (an autocommit SELECT with no locking
+    /// clause, INTO, user variable or side-effect function; the rules are
+    /// in docs/operations.md, "Read/write split"), and every START
+    /// TRANSACTION READ ONLY, to a replica within its max-lag, chosen by
+    /// weight; everything else to the writer. Comments force either way:
+    /// /* ringgate:writer */, /* ringgate:replica */. Off: all to the writer.
+    #[arg(long)]
+    pub read_write_split: bool,
+
+    /// Stored functions that only read, comma-separated (NAME for any
+    /// schema, or SCHEMA.NAME): a call of one neither pins the session
+    /// nor keeps a read on the writer. Any other stored function does both
+    /// (it may set user variables or take locks the server never reports).
+    #[arg(long, default_value = "", value_parser = parse_read_only_functions, value_name = "NAME,...")]
+    pub read_only_functions: String,
 
     /// Users allowed to connect, in Vitess's static auth JSON format:
     /// {"user": [{"Password": "..."}]} or {"user": [{"MysqlNativePassword": "*HEX"}]}.
@@ -730,6 +777,8 @@ impl std::fmt::Debug for Config {
             .field("monitor_interval", &self.monitor_interval)
             .field("switchover_hold_timeout", &self.switchover_hold_timeout)
             .field("writer_wait_timeout", &self.writer_wait_timeout)
+            .field("read_write_split", &self.read_write_split)
+            .field("read_only_functions", &self.read_only_functions)
             .field("users_file", &self.users_file)
             .field("rsa_key", &self.rsa_key)
             .field("read_buffers", &self.read_buffers)
@@ -871,6 +920,9 @@ impl Config {
                 "--backend-tls verify-identity with several --backend is not supported yet: use verify-ca".into(),
             );
         }
+        // The file's value comes in unchecked (the flag's is parsed).
+        parse_read_only_functions(&self.read_only_functions)
+            .map_err(|e| format!("--read-only-functions: {e}"))?;
         backends::validate(&self.backends, &self.monitor_user)
     }
 

@@ -207,6 +207,8 @@ file_config! {
     plain monitor_interval: MonitorInterval,
     plain switchover_hold_timeout: HumanDuration,
     optional writer_wait_timeout: HumanDuration,
+    plain read_write_split: bool,
+    plain read_only_functions: String,
     plain users_file: PathBuf,
     optional rsa_key: PathBuf,
     plain read_buffers: ReadBufferMode,

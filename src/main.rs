@@ -180,6 +180,7 @@ fn run(config: Config) -> Result<(), RunError> {
         signal_hook::flag::register(sig, Arc::clone(flag))
             .map_err(|e| format!("cannot install signal handler: {e}"))?;
     }
+    log_read_write_split(&config, &metrics);
     let shared = Arc::new(Shared {
         config: config.clone(),
         metrics: Arc::clone(&metrics),
@@ -194,6 +195,11 @@ fn run(config: Config) -> Result<(), RunError> {
         backend_rsa_public_key,
         tls,
         backend_tls,
+        // Leaked once: the process's configuration, read by every lexing.
+        read_only_functions: Box::leak(
+            ringgate::config::read_only_function_list(&config.read_only_functions)
+                .into_boxed_slice(),
+        ),
     });
     // Each user is itself on the backend: a KILL of another user's session
     // goes to the server, whose own privilege checks decide (CONNECTION
@@ -478,4 +484,37 @@ fn backend_tls_config(
         );
     }
     Ok(tls)
+}
+
+/// `--read-write-split`: say once whether it is on and where reads can go,
+/// and count routed statements per server from the first one.
+fn log_read_write_split(config: &ringgate::config::Config, metrics: &Metrics) {
+    if !config.read_write_split {
+        return;
+    }
+    if config.pooling == ringgate::config::Pooling::Session {
+        tracing::warn!(
+            "--read-write-split does nothing with --pooling session: every statement goes to the writer"
+        );
+        return;
+    }
+    let replicas = config.backends.len().saturating_sub(1);
+    if replicas == 0 {
+        tracing::warn!(
+            "--read-write-split with one --backend: there is no replica, every statement goes to it"
+        );
+    }
+    metrics.servers().init_routed(
+        config
+            .backends
+            .iter()
+            .map(|b| b.address.to_string())
+            .collect(),
+    );
+    tracing::info!(
+        servers = config.backends.len(),
+        read_only_functions = %config.read_only_functions,
+        "read/write split on: safe autocommit reads and READ ONLY transactions go to a replica \
+         within its max-lag, by weight; everything else, and every read when none qualifies, to the writer"
+    );
 }

@@ -26,6 +26,7 @@ fuzz_target!(|data: &[u8]| {
             1 => Server::MySql(80036),
             _ => Server::Unknown,
         },
+        read_only_functions: &[],
     };
     if let Ok(toks) = tokenize(sql, &opts) {
         let mut end = 0;

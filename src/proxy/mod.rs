@@ -53,6 +53,9 @@ pub struct Shared {
     /// `--backend-tls` (None: disabled): the rustls client configuration
     /// every backend connection's TLS handshake uses.
     pub backend_tls: Option<crate::tls::backend_client::BackendTlsConfig>,
+    /// `--read-only-functions`, upper-cased, for every session's lexer;
+    /// `'static` as the lexer's options want it (made once, at start).
+    pub read_only_functions: &'static [Box<str>],
 }
 
 impl Shared {

@@ -45,7 +45,9 @@ impl IdentityId {
 /// sends it), and the backend account it is logged in as (so that one
 /// user's connection is never leased to another), and whether it asks the
 /// server for TLS (`--backend-tls`: a TLS connection and a plain one are
-/// never leased in place of each other; the pool stamps it on every key).
+/// never leased in place of each other; the pool stamps it on every key),
+/// and the server it reaches: so pools are per server and user key, and
+/// each server's idle list, waiters and share of the cap are apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PoolKey {
     pub caps: u32,
@@ -53,6 +55,11 @@ pub struct PoolKey {
     pub ext_caps: u32,
     pub identity: IdentityId,
     pub tls: TlsWish,
+    /// None: the writer, whichever server that is now (the pool follows
+    /// it, `pool/writer.rs`); `Some(i)`: the replica at index `i` of the
+    /// `--backend` list, for reads (`--read-write-split`). Sessions keep
+    /// None; the driver sets a replica on a read's lease request.
+    pub server: Option<u16>,
 }
 
 impl PoolKey {
@@ -66,6 +73,7 @@ impl PoolKey {
             ext_caps: 0,
             identity: IdentityId::SHARED,
             tls: TlsWish::Off,
+            server: None,
         }
     }
 }

@@ -40,6 +40,7 @@ pub mod prepared;
 pub mod presentation;
 pub mod registry;
 pub mod relay;
+pub mod replica_choice;
 pub mod session;
 pub mod slab;
 pub mod statement_limits;

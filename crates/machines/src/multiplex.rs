@@ -208,6 +208,14 @@ pub struct TxState {
     server: Server,
     /// What the client character set means to the lexer (`client_charset`).
     charset: client_charset::Class,
+    /// `--read-only-functions`: stored functions that neither pin nor keep
+    /// a read on the writer.
+    read_only_functions: &'static [Box<str>],
+    /// The connection was leased for a read (`--read-write-split`): it goes
+    /// back after the command even with warnings, since a replica's
+    /// connection must never run the session's next statement (a write
+    /// there would fail with read_only's ERR 1290).
+    read_lease: bool,
 }
 
 impl TxState {
@@ -264,7 +272,45 @@ impl TxState {
             ascii_safe_charset: self.charset.ascii_safe(),
             high_bytes_in_words: self.charset.high_bytes_in_words(),
             server: self.server,
+            read_only_functions: self.read_only_functions,
         }
+    }
+
+    /// `--read-only-functions`, for the lexing of every statement.
+    pub fn set_read_only_functions(&mut self, names: &'static [Box<str>]) {
+        self.read_only_functions = names;
+    }
+
+    /// `--read-write-split`: where the command starting with `first` (the
+    /// session's buffer, the lease's command) may run. A read only with
+    /// autocommit on (with it off, any statement opens a transaction that
+    /// later writes must share); the session holds no connection (it is
+    /// parked: the caller's to know). Lexed once with [`Self::lease_setup`].
+    /// Marks the lease as a read's until the connection goes back.
+    pub fn route(&mut self, first: &[u8]) -> Route {
+        let route = self.route_of(first);
+        self.read_lease = route.is_read();
+        route
+    }
+
+    fn route_of(&mut self, first: &[u8]) -> Route {
+        if self.status & SERVER_STATUS_AUTOCOMMIT == 0 || self.pinned.is_some() {
+            return Route::Writer;
+        }
+        let whole = wire::packet::split_packet(first)
+            .filter(|(p, used)| *used == first.len() && p.seq == 0 && !p.has_continuation())
+            .and_then(|(p, _)| p.payload.strip_prefix(&[COM_QUERY]));
+        let Some(sql) = whole else {
+            return Route::Writer;
+        };
+        let opts = self.lex_options();
+        route_of(sql, self.lexed.get(sql, &opts), &opts)
+    }
+
+    /// The connection went back: the next lease is a read's only if
+    /// [`Self::route`] says so again.
+    pub fn end_read_lease(&mut self) {
+        self.read_lease = false;
     }
 
     /// Pin the session for `reason` (the proxy's own decision, not a
@@ -643,7 +689,7 @@ impl TxState {
         if self.table_locks {
             return Some(PinReason::LockTables.as_str());
         }
-        (self.warnings > 0).then_some("warnings")
+        (self.warnings > 0 && !self.read_lease).then_some("warnings")
     }
 
     /// The connection died inside a transaction (the writer was lost): the
@@ -679,7 +725,7 @@ impl TxState {
         self.pinned.is_none()
             && !self.table_locks
             && self.status & SERVER_STATUS_IN_TRANS == 0
-            && self.warnings == 0
+            && (self.warnings == 0 || self.read_lease)
             && !(self.after_err && autocommit_off)
     }
 
@@ -803,6 +849,9 @@ use classify::{constant_set, effect_of, ends_table_locks, may_insert, mentions_l
 
 mod lexed;
 use lexed::Lexed;
+
+mod read_route;
+pub use read_route::{route_of, Route, WRITER_FUNCTIONS};
 
 #[cfg(test)]
 mod tests;

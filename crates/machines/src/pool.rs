@@ -697,7 +697,7 @@ impl Pool {
         if resetting {
             return Err(req);
         }
-        if self.target.is_none() || self.holding_off(now) {
+        if req.key.server.is_none() && (self.target.is_none() || self.holding_off(now)) {
             // No writer to open to, or it just refused: wait for the
             // monitor to name one (`pool/writer.rs`).
             return Err(req);
@@ -921,7 +921,9 @@ impl Pool {
             given: false,
             evicted: false,
             user,
-            server: self.target.map_or(0, |t| t.server),
+            server: key
+                .server
+                .unwrap_or_else(|| self.target.map_or(0, |t| t.server)),
         });
         self.publish();
         let id = BackendId { index, generation };
@@ -953,6 +955,12 @@ impl Pool {
         self.m()
             .backend_connect_failures_total
             .fetch_add(1, Relaxed);
+        let request = match request {
+            Some(req) if req.key.server.is_some() => {
+                return self.replica_open_failed(req, cause, now)
+            }
+            other => other,
+        };
         if self.retry_at.is_none_or(|t| now >= t) && self.log_limiter.allow(now) {
             let then = if self.cfg.wait_for_writer {
                 "clients wait for the monitor to name a writer"

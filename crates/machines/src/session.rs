@@ -101,6 +101,10 @@ pub enum SessionAction {
         key: PoolKey,
         schema: Option<String>,
         setup: Box<LeaseSetup>,
+        /// `--read-write-split`: the command may run on a replica
+        /// (`multiplex/read_route.rs`); the driver picks which, or the
+        /// writer when none qualifies.
+        route: multiplex::Route,
     },
     /// The session stopped waiting for a lease.
     CancelLease,
@@ -235,6 +239,12 @@ pub struct SessionCtx<'a> {
     /// the park discards the connection and reaches the session as
     /// `PoolEvent::ClosedIdle`. False only in tests of the old path.
     pub park_withdraws_idle_read: bool,
+    /// `--read-write-split`: a parked session's safe reads may run on a
+    /// replica (`multiplex/read_route.rs`).
+    pub read_write_split: bool,
+    /// `--read-only-functions`: stored functions declared to only read
+    /// (upper-cased; see `wire::lexer::LexOptions::read_only_functions`).
+    pub read_only_functions: &'static [Box<str>],
 }
 
 /// What the client told us at login (or in its last COM_CHANGE_USER).

@@ -274,6 +274,7 @@ impl Collector for Exposition {
         )?;
         per_user(&mut enc, &s.users)?;
         per_server(&mut enc, &s.servers)?;
+        routed(&mut enc, &s.routed)?;
         counter(
             &mut enc,
             "ringgate_backend_rebalanced_total",
@@ -752,6 +753,28 @@ fn per_server(enc: &mut DescriptorEncoder, servers: &[ServerSample]) -> fmt::Res
         "ringgate_server_checks_failed_total",
         "Monitor checks of each server that failed (connect, login, timeout, probe).",
         &failed,
+    )
+}
+
+/// `--read-write-split`'s counters; none with the split off.
+fn routed(enc: &mut DescriptorEncoder, routed: &[crate::RoutedSample]) -> fmt::Result {
+    if routed.is_empty() {
+        return Ok(());
+    }
+    let series: Vec<_> = routed
+        .iter()
+        .flat_map(|(server, reads, writes)| {
+            [("read", *reads), ("write", *writes)]
+                .map(|(route, n)| ([("server", server.clone()), ("route", route.to_owned())], n))
+        })
+        .collect();
+    counters(
+        enc,
+        "ringgate_routed_total",
+        "--read-write-split: statements (a transaction's first) leased a connection to each \
+         server; route=\"read\" for those the split classed as reads (on a replica, or on the \
+         writer when no replica qualified), \"write\" for the rest.",
+        &series,
     )
 }
 

@@ -43,7 +43,7 @@ pub use labels::{
     IDLE_CUT_HELD, INTERNAL_QUERY_KINDS, PIN_REASONS, WRITER_LOST_OUTCOMES,
 };
 pub use pool_wait::{pool_wait_bucket_bounds, PoolWaitSnapshot, POOL_WAIT_BUCKET_COUNT};
-pub use servers::{ServerSample, ServerTable, SERVER_ROLES, SERVER_STATES};
+pub use servers::{RoutedSample, ServerSample, ServerTable, SERVER_ROLES, SERVER_STATES};
 pub use snapshot::{connect_bucket_bounds, ConnectDurationSnapshot, Snapshot};
 pub use user_usage::{UserTable, UserUsage};
 

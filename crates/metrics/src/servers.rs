@@ -3,7 +3,8 @@
 //! monitor replaces the whole list after each round; a scrape copies it.
 //! Empty, and no series, without a monitor.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
 
 /// One server as the monitor last saw it.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,11 +31,26 @@ pub struct ServerSample {
 pub const SERVER_STATES: [&str; 3] = ["up", "down", "shunned"];
 pub const SERVER_ROLES: [&str; 3] = ["primary", "replica", "unknown"];
 
-/// The list the monitor publishes.
+/// The list the monitor publishes, and the statements routed to each
+/// server (`--read-write-split`).
 #[derive(Debug, Default)]
 pub struct ServerTable {
     servers: Mutex<Vec<ServerSample>>,
+    routed: OnceLock<Vec<Routed>>,
 }
+
+/// One server's routed-statement counters.
+#[derive(Debug)]
+struct Routed {
+    server: String,
+    /// Leases for a statement the split classed as a read, and for any
+    /// other.
+    reads: AtomicU64,
+    writes: AtomicU64,
+}
+
+/// One server's routed statements in a scrape: (server, reads, writes).
+pub type RoutedSample = (String, u64, u64);
 
 impl ServerTable {
     /// Replaces the list: once per monitor round, never from a worker.
@@ -44,6 +60,44 @@ impl ServerTable {
 
     pub fn snapshot(&self) -> Vec<ServerSample> {
         self.lock().clone()
+    }
+
+    /// `--read-write-split`: count statements per server from now on
+    /// (`servers` in `--backend` order); once, at start.
+    pub fn init_routed(&self, servers: Vec<String>) {
+        let table = servers
+            .into_iter()
+            .map(|server| Routed {
+                server,
+                reads: AtomicU64::new(0),
+                writes: AtomicU64::new(0),
+            })
+            .collect();
+        let _ = self.routed.set(table);
+    }
+
+    /// A statement's lease went to server `index` (`--backend` order):
+    /// `read` if the split classed it as a read (a replica's, or the
+    /// writer's when no replica qualified).
+    pub fn count_routed(&self, index: usize, read: bool) {
+        if let Some(r) = self.routed.get().and_then(|t| t.get(index)) {
+            let c = if read { &r.reads } else { &r.writes };
+            c.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn routed_snapshot(&self) -> Vec<RoutedSample> {
+        self.routed.get().map_or_else(Vec::new, |t| {
+            t.iter()
+                .map(|r| {
+                    (
+                        r.server.clone(),
+                        r.reads.load(Relaxed),
+                        r.writes.load(Relaxed),
+                    )
+                })
+                .collect()
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<ServerSample>> {
@@ -109,5 +163,25 @@ mod tests {
         // A primary has no lag and no staleness.
         assert!(!text.contains("ringgate_server_lag_seconds{server=\"127.0.0.1:3441\"}"));
         assert!(!text.contains("ringgate_server_stale{server=\"127.0.0.1:3441\"}"));
+    }
+
+    #[test]
+    fn routed_statements_are_counted_per_server_and_route() {
+        let m = Metrics::new(1, BufferMode::Fixed);
+        assert!(!m.render().contains("ringgate_routed_total"));
+        m.servers()
+            .init_routed(vec!["127.0.0.1:3441".into(), "127.0.0.1:3442".into()]);
+        m.servers().count_routed(0, false);
+        m.servers().count_routed(1, true);
+        m.servers().count_routed(1, true);
+        m.servers().count_routed(7, true);
+        let text = m.render();
+        for line in [
+            "ringgate_routed_total{server=\"127.0.0.1:3441\",route=\"write\"} 1",
+            "ringgate_routed_total{server=\"127.0.0.1:3441\",route=\"read\"} 0",
+            "ringgate_routed_total{server=\"127.0.0.1:3442\",route=\"read\"} 2",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
     }
 }

@@ -115,6 +115,8 @@ pub struct Snapshot {
     pub users: Vec<(String, usize, u64)>,
     /// Per server of a cluster, as the monitor last published it.
     pub servers: Vec<crate::ServerSample>,
+    /// `--read-write-split`: statements routed to each server.
+    pub routed: Vec<crate::RoutedSample>,
 }
 
 impl Snapshot {
@@ -324,6 +326,7 @@ impl Metrics {
             pool_wait: PoolWaitSnapshot::sum(self.workers.iter().map(|w| &w.pool_wait)),
             users: self.users.snapshot(),
             servers: self.servers.snapshot(),
+            routed: self.servers.routed_snapshot(),
         }
     }
 

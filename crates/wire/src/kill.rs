@@ -279,6 +279,7 @@ const fn reading(no_backslash_escapes: bool, ansi_quotes: bool) -> LexOptions {
         // Not known: a version-gated comment that some server would run
         // makes the tokenizing unsure, which counts as a KILL below.
         server: Server::Unknown,
+        read_only_functions: &[],
     }
 }
 

@@ -107,6 +107,12 @@ pub struct LexOptions {
     pub high_bytes_in_words: bool,
     /// The connected server: which version-gated comments it runs.
     pub server: Server,
+    /// Stored functions the operator declared read-only
+    /// (`--read-only-functions`): upper-cased, `NAME` (any schema) or
+    /// `SCHEMA.NAME`. A call of one is no [`Pin::StoredFunction`]: the
+    /// operator vouches that it sets no user variable and takes no lock.
+    /// `'static` because the list is the process's configuration, read once.
+    pub read_only_functions: &'static [Box<str>],
 }
 
 impl Default for LexOptions {
@@ -118,6 +124,7 @@ impl Default for LexOptions {
             ascii_safe_charset: true,
             high_bytes_in_words: true,
             server: Server::Unknown,
+            read_only_functions: &[],
         }
     }
 }

@@ -38,6 +38,7 @@ mod leg;
 mod link_write;
 mod pool_events;
 mod read_path;
+mod read_split;
 mod relay_execute;
 mod ring_io;
 mod session_actions;
@@ -284,6 +285,11 @@ pub struct Worker {
     /// The monitor's view (several servers), read at each tick for a
     /// change of writer (`tick.rs`).
     cluster: Option<crate::monitor::ViewReader>,
+    /// `--read-write-split`: the worker's weighted round robin over the
+    /// replicas that may take reads, and its scratch list of them
+    /// (`read_split.rs`).
+    replica_chooser: machines::replica_choice::ReplicaChooser,
+    replica_candidates: Vec<machines::replica_choice::Candidate>,
     connect_timeout: &'static Timespec,
     tick_ts: &'static Timespec,
     conn_ids: ConnectionIds,
@@ -367,6 +373,8 @@ fn session_ctx<'a>(
         // the park instead (`ring_io/give_back.rs`, `Worker::ring_give_back`).
         park_withdraws_idle_read: true,
         several_servers: cfg.backends.len() > 1,
+        read_write_split: cfg.read_write_split,
+        read_only_functions: shared.read_only_functions,
     }
 }
 

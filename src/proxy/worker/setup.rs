@@ -207,6 +207,8 @@ impl Worker {
             template: BackendTemplate::before_any_greeting(),
             backend_addrs: backend_addresses(cfg),
             cluster: shared.cluster.as_ref().map(|c| c.reader()),
+            replica_chooser: Default::default(),
+            replica_candidates: Vec::new(),
             connect_timeout: leak(timespec(cfg.backend_connect_timeout)),
             tick_ts: leak(timespec(TICK)),
             conn_ids: ConnectionIds::new(id, shared.metrics.worker_count()),

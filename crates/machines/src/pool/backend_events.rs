@@ -437,8 +437,7 @@ impl Pool {
             // Its user was removed by a reload while it was leased.
             return self.close(id, out);
         }
-        let server = p.server;
-        if self.target.is_none_or(|t| t.server != server) {
+        if !self.slot(id).is_some_and(|p| self.belongs_to_target(p)) {
             // The writer changed while it was leased (`pool/writer.rs`).
             return self.close(id, out);
         }

@@ -1178,3 +1178,5 @@ mod idle_check;
 mod give_back;
 
 mod writer;
+
+mod replicas;

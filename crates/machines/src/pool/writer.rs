@@ -46,8 +46,9 @@ impl Pool {
         self.slot(id).map(|p| p.server)
     }
 
-    /// The monitor named another writer (or none). Idle connections to
-    /// any other server close now; leased ones close when given back
+    /// The monitor named another writer (or none). Idle connections of
+    /// the writer's key to any other server close now (a replica's, for
+    /// reads, stay); leased ones close when given back
     /// (`Pool::push_idle`); waiters are served again, so that
     /// those who waited for a writer open to the new one.
     pub fn retarget(&mut self, target: Option<Target>, out: &mut Vec<PoolEvent>) {
@@ -155,9 +156,28 @@ impl Pool {
     }
 
     /// A connection may stay idle only if it reaches the server new
-    /// connections go to.
-    fn belongs_to_target(&self, p: &Pooled) -> bool {
-        self.target.is_some_and(|t| t.server == p.server)
+    /// connections of its key go to: the writer's, or, for a replica's
+    /// key (`--read-write-split`), that replica, whatever its role now (a
+    /// replica promoted gets no reads: the driver stops naming it, and its
+    /// idle connections close at the idle timeout).
+    pub(super) fn belongs_to_target(&self, p: &Pooled) -> bool {
+        p.conn.key().server.is_some() || self.target.is_some_and(|t| t.server == p.server)
+    }
+
+    /// A connect to a replica for a read failed: the read goes to the
+    /// writer instead (reads fall back to it whenever no replica will
+    /// do), and the monitor takes the replica out within a few checks.
+    pub(super) fn replica_open_failed(&mut self, mut req: LeaseRequest, cause: &str, now: Instant) {
+        if self.log_limiter.allow(now) {
+            tracing::warn!(
+                worker = self.worker,
+                server = req.key.server.unwrap_or_default(),
+                "connection to a replica failed: {cause}; the read goes to the writer"
+            );
+        }
+        req.key.server = None;
+        self.dirty = true;
+        self.enqueue(req, now);
     }
 }
 

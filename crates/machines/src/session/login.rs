@@ -157,6 +157,8 @@ impl Session {
             identity: IdentityId::SHARED,
             // The pool stamps its --backend-tls on every key it is given.
             tls: Default::default(),
+            // The writer; the driver names a replica for a read's lease.
+            server: None,
         };
         self.client_caps = caps;
         self.tracker = Some(self.new_tracker(ctx));

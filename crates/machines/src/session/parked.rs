@@ -26,6 +26,7 @@ impl Session {
             ctx.registry.backend_server(),
             ctx.registry.backend_login_quoting(),
         ));
+        tx.set_read_only_functions(ctx.read_only_functions);
         let mut tracker = match self.tracker.take() {
             Some(t) => t,
             None => self.new_tracker(ctx),
@@ -142,6 +143,9 @@ impl Session {
             .tx
             .as_mut()
             .is_some_and(|t| t.take_last_insert_id_ask());
+        if let Some(tx) = self.tx.as_mut() {
+            tx.end_read_lease();
+        }
         // The next command's lease setup needs the answer: it waits for it.
         self.last_insert_id_pending = ask_last_insert_id;
         out.push(SessionAction::Park {
@@ -192,6 +196,11 @@ impl Session {
             return self.close(out);
         };
         let setup = Box::new(tx.lease_setup(data));
+        let route = if ctx.read_write_split {
+            tx.route(data)
+        } else {
+            multiplex::Route::Writer
+        };
         let schema = tx.schema().map(String::from);
         let State::Parked { tracker, .. } = std::mem::replace(&mut self.state, State::Closed)
         else {
@@ -222,13 +231,13 @@ impl Session {
             ));
             return self.close(out);
         }
-        let _ = ctx;
         self.leasing = true;
         self.state = State::Resuming { tracker };
         out.push(SessionAction::LeaseForCommand {
             key: self.key,
             schema,
             setup,
+            route,
         });
     }
 

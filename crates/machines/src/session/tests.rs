@@ -32,6 +32,8 @@ pub(super) fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
         statement_limits: Default::default(),
         park_withdraws_idle_read: false,
         several_servers: false,
+        read_write_split: false,
+        read_only_functions: &[],
     }
 }
 
@@ -2010,4 +2012,80 @@ fn with_one_server_a_lost_transaction_closes_the_session() {
     let out = writer_dies(&mut s, &c);
     assert!(out.contains(&SessionAction::AbortClient));
     assert!(out.contains(&SessionAction::Close));
+}
+
+// ---- the read/write split ----
+
+fn split_ctx(u: &Users, now: Instant) -> SessionCtx<'_> {
+    SessionCtx {
+        read_write_split: true,
+        ..ctx(u, now)
+    }
+}
+
+/// The route a parked session asks for with `sql`.
+fn route_asked(s: &mut Session, c: &SessionCtx, sql: &str) -> Option<multiplex::Route> {
+    let q = query(sql);
+    let mut out = Vec::new();
+    s.on_client_read(Completion::Done(q.len()), &q, c, &mut out);
+    out.into_iter().find_map(|a| match a {
+        SessionAction::LeaseForCommand { route, .. } => Some(route),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_parked_sessions_safe_read_may_go_to_a_replica_only_with_the_split_on() {
+    use multiplex::Route;
+    let now = Instant::now();
+    let u = users();
+    let mut s = tx_session(&u, now);
+    assert_eq!(
+        route_asked(&mut s, &split_ctx(&u, now), "SELECT @@server_id"),
+        Some(Route::Read)
+    );
+    let mut s = tx_session(&u, now);
+    assert_eq!(
+        route_asked(&mut s, &ctx(&u, now), "SELECT @@server_id"),
+        Some(Route::Writer)
+    );
+    let mut s = tx_session(&u, now);
+    assert_eq!(
+        route_asked(&mut s, &split_ctx(&u, now), "INSERT INTO t VALUES (1)"),
+        Some(Route::Writer)
+    );
+}
+
+#[test]
+fn with_autocommit_off_every_statement_goes_to_the_writer() {
+    let now = Instant::now();
+    let u = users();
+    let c = split_ctx(&u, now);
+    let mut s = tx_session(&u, now);
+    // SET autocommit=0 answered: the status word has no AUTOCOMMIT.
+    tx_statement_in(&mut s, &c, "SET autocommit = 0", &ok_payload(0, 0, 0, 0));
+    let mut out = Vec::new();
+    s.on_backend_read(Completion::Cancelled, &mut [], &c, &mut out);
+    assert_eq!(
+        route_asked(&mut s, &c, "SELECT 1"),
+        Some(multiplex::Route::Writer)
+    );
+}
+
+#[test]
+fn a_read_with_warnings_gives_its_connection_back_at_once() {
+    let now = Instant::now();
+    let u = users();
+    let warned = ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 1);
+    // Split off: the connection stays for the SHOW WARNINGS that may come.
+    let mut s = tx_session(&u, now);
+    let out = tx_statement_in(&mut s, &ctx(&u, now), "SELECT 1", &warned);
+    assert!(!out.contains(&SessionAction::Relay(RelayOp::CancelReadBackend)));
+    // A read's lease: never kept, it may be a replica's.
+    let mut s = tx_session(&u, now);
+    let out = tx_statement_in(&mut s, &split_ctx(&u, now), "SELECT 1", &warned);
+    assert!(
+        out.contains(&SessionAction::Relay(RelayOp::CancelReadBackend)),
+        "{out:?}"
+    );
 }

@@ -56,7 +56,11 @@ pub fn classify_into(
             ),
             None => (start_byte..sql.len(), &toks[start_tok..], &[]),
         };
-        let c = Cx { sql, toks: ts };
+        let c = Cx {
+            sql,
+            toks: ts,
+            declared: opts.read_only_functions,
+        };
         let rest_has_code = rest.iter().any(|t| !semicolon(t));
         // This statement and the ones after it (a trailing empty one is
         // harmless to the searches below).
@@ -89,12 +93,20 @@ pub fn classify_into(
                 // would pin if it ran (conservative, since it does not run).
                 let last = parts().rev().find(|t| !t.is_empty());
                 let ends_with_end = last.is_some_and(|t| {
-                    let c = Cx { sql, toks: t };
+                    let c = Cx {
+                        sql,
+                        toks: t,
+                        declared: opts.read_only_functions,
+                    };
                     let n = t.len();
                     c.kw(n - 1, "END") || (n >= 2 && c.kw(n - 2, "END"))
                 });
                 let pin = parts().find_map(|t| {
-                    let c = Cx { sql, toks: t };
+                    let c = Cx {
+                        sql,
+                        toks: t,
+                        declared: opts.read_only_functions,
+                    };
                     c.classify().pin()
                 });
                 let class = match (ends_with_end, pin) {
@@ -102,8 +114,14 @@ pub fn classify_into(
                     (true, Some(p)) => Class::Pin(p),
                     (true, None) => Class::Plain,
                 };
-                let reads_last_insert_id =
-                    parts().any(|t| Cx { sql, toks: t }.reads_last_insert_id());
+                let reads_last_insert_id = parts().any(|t| {
+                    Cx {
+                        sql,
+                        toks: t,
+                        declared: opts.read_only_functions,
+                    }
+                    .reads_last_insert_id()
+                });
                 out.push(Statement {
                     range: range.start..sql.len(),
                     class,
@@ -198,6 +216,8 @@ fn compound_kind(c: &Cx<'_>) -> Compound {
 struct Cx<'a> {
     sql: &'a [u8],
     toks: &'a [Token],
+    /// `LexOptions::read_only_functions`.
+    declared: &'a [Box<str>],
 }
 
 impl<'a> Cx<'a> {
@@ -550,7 +570,30 @@ impl<'a> Cx<'a> {
         if before_owner {
             return false;
         }
-        qualified || self.kind(i) == Some(TokenKind::QuotedIdent) || !is_native(self.bytes(i))
+        let stored =
+            qualified || self.kind(i) == Some(TokenKind::QuotedIdent) || !is_native(self.bytes(i));
+        stored && !self.declared_read_only(i, qualified.then(|| i - 2))
+    }
+
+    /// The stored function named at `i` (its schema at `schema`) is one the
+    /// operator declared read-only: `NAME` matches it in any schema,
+    /// `SCHEMA.NAME` only there.
+    fn declared_read_only(&self, i: usize, schema: Option<usize>) -> bool {
+        if self.declared.is_empty() {
+            return false;
+        }
+        let Some(name) = self.name(i) else {
+            return false;
+        };
+        let qualified = schema
+            .and_then(|s| self.name(s))
+            .map(|s| format!("{s}.{name}"));
+        self.declared.iter().any(|d| {
+            d.eq_ignore_ascii_case(&name)
+                || qualified
+                    .as_deref()
+                    .is_some_and(|q| d.eq_ignore_ascii_case(q))
+        })
     }
 
     /// COMMIT / ROLLBACK and their options.
@@ -603,6 +646,7 @@ impl<'a> Cx<'a> {
                     let inner = Cx {
                         sql: self.sql,
                         toks: &self.toks[k + 1..],
+                        declared: self.declared,
                     };
                     return match inner.classify() {
                         Class::Empty => Class::Pin(Pin::UnrecognizedSet),

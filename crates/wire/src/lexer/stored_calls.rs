@@ -98,6 +98,42 @@ mod tests {
     }
 
     #[test]
+    fn functions_declared_read_only_do_not_pin() {
+        static DECLARED: std::sync::LazyLock<Vec<Box<str>>> =
+            std::sync::LazyLock::new(|| vec!["PRICE_OF".into(), "SHOP.TAX".into()]);
+        let opts = crate::lexer::LexOptions {
+            read_only_functions: DECLARED.as_slice(),
+            ..Default::default()
+        };
+        let pins = |sql: &str| {
+            crate::lexer::classify(sql.as_bytes(), &opts)
+                .iter()
+                .any(|st| st.class == crate::lexer::Class::Pin(crate::lexer::Pin::StoredFunction))
+        };
+        for sql in [
+            "SELECT price_of(1)",
+            "SELECT `shop`.`price_of`(1), shop.tax(2)",
+            "SELECT Price_Of(id) FROM t",
+        ] {
+            assert!(!pins(sql), "{sql}");
+        }
+        // Another schema's TAX, an undeclared function beside a declared one.
+        for sql in [
+            "SELECT other.tax(1)",
+            "SELECT tax(1)",
+            "SELECT price_of(1), f(2)",
+        ] {
+            assert!(pins(sql), "{sql}");
+        }
+        // A declared function does not hide a lock taken beside it.
+        let sts = crate::lexer::classify(b"SELECT price_of(1), GET_LOCK('a', 1)", &opts);
+        assert_eq!(
+            sts[0].class,
+            crate::lexer::Class::Pin(crate::lexer::Pin::LockFunction)
+        );
+    }
+
+    #[test]
     fn the_list_is_sorted_for_the_binary_search() {
         assert!(NATIVE_FUNCTIONS.windows(2).all(|w| w[0] < w[1]));
     }

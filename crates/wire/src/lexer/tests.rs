@@ -8,6 +8,7 @@ const MARIADB: LexOptions = LexOptions {
     ascii_safe_charset: true,
     high_bytes_in_words: true,
     server: Server::MariaDb(101119),
+    read_only_functions: &[],
 };
 
 fn classes_with(sql: &str, opts: &LexOptions) -> Vec<Class> {
@@ -658,6 +659,7 @@ fn never_panics_and_round_trips_on_garbage() {
                 ascii_safe_charset: false,
                 high_bytes_in_words: false,
                 server: Server::MariaDb(101119),
+                read_only_functions: &[],
             },
         ] {
             let st = classify(&sql, &opts);

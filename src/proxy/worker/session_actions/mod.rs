@@ -32,9 +32,12 @@ impl Worker {
                 schema,
                 any_settings,
             } => self.lease(sid, key, schema, any_settings),
-            SessionAction::LeaseForCommand { key, schema, setup } => {
-                self.lease_for_command(sid, key, schema, setup)
-            }
+            SessionAction::LeaseForCommand {
+                key,
+                schema,
+                setup,
+                route,
+            } => self.lease_for_command(sid, key, schema, setup, route),
             SessionAction::CancelLease => self.pool.cancel(sid),
             SessionAction::ExamineBuffer => self.examine_buffer(sid),
             SessionAction::ResetBackend => self.reset_backend(sid),

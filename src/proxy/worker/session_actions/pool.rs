@@ -37,8 +37,11 @@ impl Worker {
         sid: SessionId,
         key: PoolKey,
         schema: Option<String>,
-        setup: Box<LeaseSetup>,
+        mut setup: Box<LeaseSetup>,
+        route: machines::multiplex::Route,
     ) {
+        let mut key = key;
+        self.route_lease(route, &mut key, &mut setup);
         // Ring mode: the command that asked for a connection is relayed
         // from the session's own buffer once leased (a copy per
         // transaction's first read; the rest stays zero-copy).
