@@ -11,6 +11,8 @@ primary. A test that lags a replica heals the set when it ends.
 
 import os
 import tempfile
+import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -235,6 +237,31 @@ def test_with_every_replica_out_reads_go_to_the_primary(cluster, split):
             cluster.lag(n, False)
         cluster.heal()
     split.wait("the replicas readable again", lambda: all(split.readable(n) for n in REPLICAS))
+
+
+def test_a_kill_of_a_session_reading_on_a_replica_reaches_no_writer_thread(split):
+    """The KILL goes out on the killer's connection, to the writer, where the replica's thread id
+    would name another thread (or none: ERR 1094): a session on a replica counts as holding no
+    connection, so KILL QUERY is an OK that touches nothing."""
+    with split.connect() as reader, split.connect() as killer:
+        result = {}
+
+        def read():
+            result["row"] = server_id_and(reader, "/* ringgate:replica */ SELECT @@server_id, SLEEP(1.5)")
+
+        t = threading.Thread(target=read)
+        t.start()
+        time.sleep(0.5)
+        with killer.cursor() as cur:
+            cur.execute(f"KILL QUERY {reader.thread_id()}")
+        t.join(timeout=30)
+        assert result["row"][0] in REPLICAS and result["row"][1] == 0, result
+
+
+def server_id_and(conn, sql):
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return cur.fetchone()
 
 
 def test_nothing_is_left_leased(split):

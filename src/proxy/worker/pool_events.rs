@@ -105,9 +105,16 @@ impl Worker {
             .and_then(|i| self.backend_addrs.get(usize::from(i)))
             .and_then(|a| a.as_socket());
         slot.session.set_backend_server(server);
-        // KILL <this session's id> now reaches this backend thread.
+        // KILL <this session's id> now reaches this backend thread: a
+        // writer's only. A KILL goes out on the killer's connection, to
+        // the writer, where a replica's thread id names another thread;
+        // a session reading on a replica counts as holding none.
         if let (Some(user), Some(b)) = (slot.session.user(), self.pool.conn(backend)) {
-            slot.conn.entry().set_leased(user, b.thread_id());
+            if b.key().server.is_none() {
+                slot.conn.entry().set_leased(user, b.thread_id());
+            } else {
+                slot.conn.entry().set_user(user);
+            }
         }
         self.with_session(session, |s, io, ctx, out| {
             let buffered = io
