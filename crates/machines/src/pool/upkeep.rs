@@ -189,7 +189,10 @@ impl Pool {
             .slots
             .values()
             .filter(|p| {
-                (per_user || p.conn.key() == key)
+                // Reads' connections to replicas warm nothing: refills
+                // are for the writer.
+                p.conn.key().server.is_none()
+                    && (per_user || p.conn.key() == key)
                     && !p.conn.is_closed()
                     && !p.conn.is_leased()
                     && p.leased_to.is_none()

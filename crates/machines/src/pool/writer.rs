@@ -48,7 +48,7 @@ impl Pool {
 
     /// The monitor named another writer (or none). Idle connections of
     /// the writer's key to any other server close now (a replica's, for
-    /// reads, stay); leased ones close when given back
+    /// reads, stay, but those to the new writer close); leased ones close when given back
     /// (`Pool::push_idle`); waiters are served again, so that
     /// those who waited for a writer open to the new one.
     pub fn retarget(&mut self, target: Option<Target>, out: &mut Vec<PoolEvent>) {
@@ -61,9 +61,12 @@ impl Pool {
             .iter()
             .copied()
             .filter(|&i| {
-                self.slots
-                    .get(i)
-                    .is_some_and(|p| !self.belongs_to_target(p))
+                self.slots.get(i).is_some_and(|p| {
+                    // A replica's reads connections to the new writer are
+                    // no replica's any more: nothing would lease them.
+                    let promoted = target.is_some_and(|t| p.conn.key().server == Some(t.server));
+                    !self.belongs_to_target(p) || promoted
+                })
             })
             .collect();
         for index in &stale {

@@ -52,6 +52,9 @@ fn a_change_of_writer_keeps_the_replicas_idle_connections() {
     retarget(&mut h, 0);
     h.give_back(again);
     assert_eq!(h.pool.len(), 1);
+    // Replica 2 promoted: its reads' connection is nobody's now.
+    retarget(&mut h, 2);
+    assert_eq!(h.pool.len(), 0);
 }
 
 #[test]
