@@ -257,3 +257,36 @@ fn verify_identity_is_refused_with_several_servers() {
     assert!(parse("verify-ca", &two).is_ok());
     assert!(parse("verify-identity", &["--backend", "127.0.0.1:1"]).is_ok());
 }
+
+#[test]
+fn the_read_write_split_is_off_by_default_and_read_only_functions_are_names() {
+    let parse = |extra: &[&str]| {
+        let mut args = vec!["ringgate", "--users-file", "u"];
+        args.extend_from_slice(extra);
+        Config::try_parse_from(args)
+    };
+    let c = parse(&[]).unwrap();
+    assert!(!c.read_write_split);
+    assert!(read_only_function_list(&c.read_only_functions).is_empty());
+    let c = parse(&[
+        "--read-write-split",
+        "--read-only-functions",
+        "price_of, shop.Tax,",
+    ])
+    .unwrap();
+    assert!(c.read_write_split);
+    assert_eq!(
+        read_only_function_list(&c.read_only_functions),
+        ["PRICE_OF".into(), "SHOP.TAX".into()] as [Box<str>; 2]
+    );
+    for bad in ["a.b.c", "f()", "`f`", "shop.", "my func"] {
+        assert!(parse(&["--read-only-functions", bad]).is_err(), "{bad}");
+    }
+    // The config file's value is checked too.
+    let mut c = parse(&[]).unwrap();
+    c.read_only_functions = "f(x)".into();
+    assert!(c
+        .resolve_backends()
+        .unwrap_err()
+        .contains("--read-only-functions"));
+}
