@@ -180,6 +180,16 @@ fn run(config: Config) -> Result<(), RunError> {
         signal_hook::flag::register(sig, Arc::clone(flag))
             .map_err(|e| format!("cannot install signal handler: {e}"))?;
     }
+    if config.backends.len() > 1 {
+        // Per-server pool sizes (ringgate_server_backend_connections).
+        metrics.servers().init_pooled(
+            config
+                .backends
+                .iter()
+                .map(|b| b.address.to_string())
+                .collect(),
+        );
+    }
     log_read_write_split(&config, &metrics);
     let shared = Arc::new(Shared {
         config: config.clone(),

@@ -151,6 +151,8 @@ def test_safe_reads_land_on_the_replicas_by_weight(cluster, split):
     m = split.metrics()
     node = cluster.nodes[2]
     assert m.get(f'ringgate_routed_total{{route="read",server="{node.host}:{node.port}"}}', 0) >= 30
+    # The reads' connections are the replicas' in the pool.
+    assert split.server_metric("ringgate_server_backend_connections", 2) >= 1
 
 
 @pytest.mark.parametrize("sql", [

@@ -907,6 +907,10 @@ impl Pool {
         conn.set_max_prepared(self.max_prepared);
         // Charged when its unit was reserved (`reserve`, `refill`).
         let user = self.usage(key.identity);
+        let server = key
+            .server
+            .unwrap_or_else(|| self.target.map_or(0, |t| t.server));
+        self.metrics.servers().count_pooled(usize::from(server), 1);
         let (index, generation) = self.slots.insert(Pooled {
             conn,
             leased_to: None,
@@ -921,9 +925,7 @@ impl Pool {
             given: false,
             evicted: false,
             user,
-            server: key
-                .server
-                .unwrap_or_else(|| self.target.map_or(0, |t| t.server)),
+            server,
         });
         self.publish();
         let id = BackendId { index, generation };

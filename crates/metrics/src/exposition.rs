@@ -275,6 +275,20 @@ impl Collector for Exposition {
         per_user(&mut enc, &s.users)?;
         per_server(&mut enc, &s.servers)?;
         routed(&mut enc, &s.routed)?;
+        if !s.pooled.is_empty() {
+            let series: Vec<_> = s
+                .pooled
+                .iter()
+                .map(|(server, n)| ([("server", server.clone())], *n))
+                .collect();
+            gauges(
+                &mut enc,
+                "ringgate_server_backend_connections",
+                "Several servers: backend connections to each server, all workers (opening, \
+                 idle, leased or closing).",
+                &series,
+            )?;
+        }
         counter(
             &mut enc,
             "ringgate_backend_rebalanced_total",

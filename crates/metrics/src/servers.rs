@@ -3,7 +3,7 @@
 //! monitor replaces the whole list after each round; a scrape copies it.
 //! Empty, and no series, without a monitor.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 
 /// One server as the monitor last saw it.
@@ -37,6 +37,8 @@ pub const SERVER_ROLES: [&str; 3] = ["primary", "replica", "unknown"];
 pub struct ServerTable {
     servers: Mutex<Vec<ServerSample>>,
     routed: OnceLock<Vec<Routed>>,
+    /// Backend connections per server, all workers (several servers).
+    pooled: OnceLock<Vec<(String, AtomicI64)>>,
 }
 
 /// One server's routed-statement counters.
@@ -84,6 +86,33 @@ impl ServerTable {
             let c = if read { &r.reads } else { &r.writes };
             c.fetch_add(1, Relaxed);
         }
+    }
+
+    /// Several servers: count each server's backend connections from now
+    /// on (`servers` in `--backend` order); once, at start.
+    pub fn init_pooled(&self, servers: Vec<String>) {
+        let table = servers
+            .into_iter()
+            .map(|s| (s, AtomicI64::new(0)))
+            .collect();
+        let _ = self.pooled.set(table);
+    }
+
+    /// A pool opened (`delta` 1) or freed (-1) a connection to server
+    /// `index`.
+    pub fn count_pooled(&self, index: usize, delta: i64) {
+        if let Some((_, n)) = self.pooled.get().and_then(|t| t.get(index)) {
+            n.fetch_add(delta, Relaxed);
+        }
+    }
+
+    /// (server, backend connections) for each server.
+    pub fn pooled_snapshot(&self) -> Vec<(String, i64)> {
+        self.pooled.get().map_or_else(Vec::new, |t| {
+            t.iter()
+                .map(|(s, n)| (s.clone(), n.load(Relaxed)))
+                .collect()
+        })
     }
 
     pub fn routed_snapshot(&self) -> Vec<RoutedSample> {
@@ -175,11 +204,18 @@ mod tests {
         m.servers().count_routed(1, true);
         m.servers().count_routed(1, true);
         m.servers().count_routed(7, true);
+        m.servers()
+            .init_pooled(vec!["127.0.0.1:3441".into(), "127.0.0.1:3442".into()]);
+        m.servers().count_pooled(1, 1);
+        m.servers().count_pooled(1, 1);
+        m.servers().count_pooled(1, -1);
         let text = m.render();
         for line in [
             "ringgate_routed_total{server=\"127.0.0.1:3441\",route=\"write\"} 1",
             "ringgate_routed_total{server=\"127.0.0.1:3441\",route=\"read\"} 0",
             "ringgate_routed_total{server=\"127.0.0.1:3442\",route=\"read\"} 2",
+            "ringgate_server_backend_connections{server=\"127.0.0.1:3441\"} 0",
+            "ringgate_server_backend_connections{server=\"127.0.0.1:3442\"} 1",
         ] {
             assert!(text.contains(line), "{line} not in\n{text}");
         }

@@ -117,6 +117,8 @@ pub struct Snapshot {
     pub servers: Vec<crate::ServerSample>,
     /// `--read-write-split`: statements routed to each server.
     pub routed: Vec<crate::RoutedSample>,
+    /// Several servers: backend connections to each, all workers.
+    pub pooled: Vec<(String, i64)>,
 }
 
 impl Snapshot {
@@ -327,6 +329,7 @@ impl Metrics {
             users: self.users.snapshot(),
             servers: self.servers.snapshot(),
             routed: self.servers.routed_snapshot(),
+            pooled: self.servers.pooled_snapshot(),
         }
     }
 

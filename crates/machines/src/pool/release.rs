@@ -168,6 +168,9 @@ impl Pool {
         if let Some(u) = &p.user {
             crate::unreserve(&u.backends);
         }
+        self.metrics
+            .servers()
+            .count_pooled(usize::from(p.server), -1);
         if p.given {
             self.giving -= 1;
         }

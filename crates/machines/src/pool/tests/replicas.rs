@@ -120,3 +120,21 @@ fn a_flood_of_reads_at_the_cap_does_not_starve_the_writer() {
     assert!(write_at <= 6, "served after {write_at} reads");
     assert!(h.open.open() <= 2, "the cap holds across servers");
 }
+
+#[test]
+fn each_servers_connections_are_counted_until_their_slots_are_freed() {
+    let mut h = Harness::new(10, 0);
+    let servers = ["w", "r1", "r2"].map(String::from).to_vec();
+    h.pool.metrics.servers().init_pooled(servers);
+    let count = |h: &Harness| -> Vec<i64> {
+        let snap = h.pool.metrics.servers().pooled_snapshot();
+        snap.into_iter().map(|(_, n)| n).collect()
+    };
+    let (_, r) = leased(&h.lease(req(1, on(2)))).unwrap();
+    let (_, w) = leased(&h.lease(req(2, PoolKey::default_warm()))).unwrap();
+    assert_eq!(count(&h), [1, 0, 1]);
+    h.release(r, false);
+    h.release(w, false);
+    assert_eq!(h.pool.len(), 0);
+    assert_eq!(count(&h), [0, 0, 0]);
+}
