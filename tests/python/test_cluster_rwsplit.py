@@ -254,6 +254,23 @@ def test_with_every_replica_out_reads_go_to_the_primary(cluster, split):
     split.wait("the replicas readable again", lambda: all(split.readable(n) for n in REPLICAS))
 
 
+def test_a_killed_replica_costs_the_reads_no_error(cluster, split):
+    """Before the monitor sees it down, a read picked for the dead replica finds its idle
+    connection closed or its connect refused, and goes to the writer."""
+    try:
+        with split.connect() as c:
+            assert {server_id(c) for _ in range(8)} == REPLICAS
+            cluster.kill(3)
+            seen = [server_id(c) for _ in range(16)]
+        assert 3 not in seen and 2 in seen, seen
+        split.wait("node 3 down", lambda: split.server_metric("ringgate_server_state", 3, state="down") == 1)
+        with split.connect() as c:
+            assert [server_id(c) for _ in range(6)] == [2] * 6
+    finally:
+        cluster.heal()
+    split.wait("node 3 readable again", lambda: split.readable(3))
+
+
 def test_a_kill_of_a_session_reading_on_a_replica_reaches_no_writer_thread(split):
     """The KILL goes out on the killer's connection, to the writer, where the replica's thread id
     would name another thread (or none: ERR 1094): a session on a replica counts as holding no
