@@ -47,10 +47,10 @@ impl Pool {
     }
 
     /// The monitor named another writer (or none). Idle connections of
-    /// the writer's key to any other server close now (a replica's, for
-    /// reads, stay, but those to the new writer close); leased ones close when given back
-    /// (`Pool::push_idle`); waiters are served again, so that
-    /// those who waited for a writer open to the new one.
+    /// the writer's key to any other server close now, and so do reads'
+    /// connections to the new writer (those to replicas stay); leased ones
+    /// close when given back (`Pool::push_idle`); waiters are served
+    /// again, so that those who waited for a writer open to the new one.
     pub fn retarget(&mut self, target: Option<Target>, out: &mut Vec<PoolEvent>) {
         if target == self.target {
             return;
@@ -62,8 +62,8 @@ impl Pool {
             .copied()
             .filter(|&i| {
                 self.slots.get(i).is_some_and(|p| {
-                    // A replica's reads connections to the new writer are
-                    // no replica's any more: nothing would lease them.
+                    // Reads' connections to the new writer: it is no
+                    // replica any more, and nothing would lease them.
                     let promoted = target.is_some_and(|t| p.conn.key().server == Some(t.server));
                     !self.belongs_to_target(p) || promoted
                 })
@@ -160,9 +160,9 @@ impl Pool {
 
     /// A connection may stay idle only if it reaches the server new
     /// connections of its key go to: the writer's, or, for a replica's
-    /// key (`--read-write-split`), that replica, whatever its role now (a
-    /// replica promoted gets no reads: the driver stops naming it, and its
-    /// idle connections close at the idle timeout).
+    /// key (`--read-write-split`), that replica (one promoted gets no
+    /// reads: the driver stops naming it, and [`Pool::retarget`] closes
+    /// its idle ones).
     pub(super) fn belongs_to_target(&self, p: &Pooled) -> bool {
         p.conn.key().server.is_some() || self.target.is_some_and(|t| t.server == p.server)
     }
