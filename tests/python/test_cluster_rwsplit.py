@@ -208,6 +208,17 @@ def test_hints_force_either_way_and_declared_functions_read_on_replicas(split):
         assert server_id(c) in REPLICAS
 
 
+def test_a_replicas_connection_gets_the_sessions_settings_and_schema(cluster, split):
+    with split.connect() as c, c.cursor() as cur:
+        cur.execute("SET time_zone = '+03:00'")
+        rows = []
+        for _ in range(4):
+            cur.execute("SELECT @@server_id, @@session.time_zone, DATABASE()")
+            rows.append(cur.fetchone())
+        assert {r[0] for r in rows} == REPLICAS, rows
+        assert all(r[1:] == ("+03:00", cluster.db) for r in rows), rows
+
+
 def test_a_pinned_session_reads_on_the_writer(split):
     with split.connect() as c, c.cursor() as cur:
         cur.execute("SET @pinned = 1")
