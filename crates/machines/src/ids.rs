@@ -58,8 +58,10 @@ pub struct PoolKey {
     /// None: the writer, whichever server that is now (the pool follows
     /// it, `pool/writer.rs`); `Some(i)`: the replica at index `i` of the
     /// `--backend` list, for reads (`--read-write-split`). Sessions keep
-    /// None; the driver sets a replica on a read's lease request.
-    pub server: Option<u16>,
+    /// None; the driver sets a replica on a read's lease request. A byte,
+    /// so that the key stays 16 bytes (it is in every session): servers
+    /// past the 256th of the list take no reads.
+    pub server: Option<u8>,
 }
 
 impl PoolKey {

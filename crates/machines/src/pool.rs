@@ -909,6 +909,7 @@ impl Pool {
         let user = self.usage(key.identity);
         let server = key
             .server
+            .map(u16::from)
             .unwrap_or_else(|| self.target.map_or(0, |t| t.server));
         self.metrics.servers().count_pooled(usize::from(server), 1);
         let (index, generation) = self.slots.insert(Pooled {

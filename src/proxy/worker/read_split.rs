@@ -29,7 +29,10 @@ impl Worker {
         } else {
             None
         };
-        let server = key.server.or_else(|| self.pool.target().map(|t| t.server));
+        let server = key
+            .server
+            .map(u16::from)
+            .or_else(|| self.pool.target().map(|t| t.server));
         if let Some(server) = server {
             self.shared
                 .metrics
@@ -39,7 +42,7 @@ impl Worker {
     }
 
     /// The replica for the next read, if one qualifies now.
-    fn pick_replica(&mut self) -> Option<u16> {
+    fn pick_replica(&mut self) -> Option<u8> {
         let view = self.cluster.as_mut()?.get();
         if view.generation == 0 {
             // The monitor's first round has not ended: nothing is known
@@ -49,14 +52,16 @@ impl Worker {
         self.replica_candidates.clear();
         for (index, s) in view.servers.iter().enumerate() {
             if s.may_read() && !s.writer {
-                if let Ok(server) = u16::try_from(index) {
+                // A pool key names a replica in a byte (`PoolKey::server`).
+                if let Ok(server) = u8::try_from(index) {
                     self.replica_candidates.push(Candidate {
-                        server,
+                        server: u16::from(server),
                         weight: s.weight,
                     });
                 }
             }
         }
-        self.replica_chooser.pick(&self.replica_candidates)
+        let pick = self.replica_chooser.pick(&self.replica_candidates)?;
+        u8::try_from(pick).ok()
     }
 }

@@ -64,7 +64,8 @@ impl Pool {
                 self.slots.get(i).is_some_and(|p| {
                     // Reads' connections to the new writer: it is no
                     // replica any more, and nothing would lease them.
-                    let promoted = target.is_some_and(|t| p.conn.key().server == Some(t.server));
+                    let promoted = target
+                        .is_some_and(|t| p.conn.key().server.map(u16::from) == Some(t.server));
                     !self.belongs_to_target(p) || promoted
                 })
             })

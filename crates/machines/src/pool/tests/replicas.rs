@@ -4,7 +4,7 @@
 
 use super::*;
 
-fn on(server: u16) -> PoolKey {
+fn on(server: u8) -> PoolKey {
     PoolKey {
         server: Some(server),
         ..PoolKey::default_warm()
