@@ -785,7 +785,7 @@ fn routed(enc: &mut DescriptorEncoder, routed: &[crate::RoutedSample]) -> fmt::R
     counters(
         enc,
         "ringgate_routed_total",
-        "--read-write-split: statements (a transaction's first) leased a connection to each \
+        "--read-write-split: lease requests for a statement (a transaction's first) sent to each \
          server; route=\"read\" for those the split classed as reads (on a replica, or on the \
          writer when no replica qualified), \"write\" for the rest.",
         &series,
