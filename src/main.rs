@@ -210,6 +210,7 @@ fn run(config: Config) -> Result<(), RunError> {
             ringgate::config::read_only_function_list(&config.read_only_functions)
                 .into_boxed_slice(),
         ),
+        server_addrs: config.backends.iter().map(|b| b.address).collect(),
     });
     // Each user is itself on the backend: a KILL of another user's session
     // goes to the server, whose own privilege checks decide (CONNECTION

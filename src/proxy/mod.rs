@@ -56,6 +56,9 @@ pub struct Shared {
     /// `--read-only-functions`, upper-cased, for every session's lexer;
     /// `'static` as the lexer's options want it (made once, at start).
     pub read_only_functions: &'static [Box<str>],
+    /// Every `--backend` address, in configured order: the pool's server
+    /// numbers index it (named in what a client is told of a lost server).
+    pub server_addrs: Box<[std::net::SocketAddr]>,
 }
 
 impl Shared {

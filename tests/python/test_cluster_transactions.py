@@ -118,10 +118,12 @@ class PreparedInFlight(threading.Thread):
             self.code = "closed"
 
 
-def assert_failover_err(err):
+def assert_failover_err(err, writer):
+    """ERR 1213 naming the failover and the lost writer's address."""
     code, msg = err
     assert code == 1213, err
     assert "lost mid-transaction (failover)" in msg and "restart it" in msg, err
+    assert f"the writer {writer.host}:{writer.port} " in msg, err
 
 
 def test_clients_in_a_transaction_get_an_error_naming_the_failover_and_carry_on(
@@ -160,7 +162,7 @@ def test_clients_in_a_transaction_get_an_error_naming_the_failover_and_carry_on(
         # The statement in flight: ERR 1213 at once, not a lost connection.
         in_flight.join(timeout=10)
         assert in_flight.ended_at is not None
-        assert_failover_err(in_flight.error)
+        assert_failover_err(in_flight.error, cluster_env)
         assert in_flight.ended_at - killed_at < 5
         executing.join(timeout=10)
         assert executing.code == 1213, executing.code
@@ -180,7 +182,8 @@ def test_clients_in_a_transaction_get_an_error_naming_the_failover_and_carry_on(
 
         # Idle inside the transaction: the next statement gets the ERR, then a new
         # transaction runs on the new writer.
-        assert_failover_err(error_of(idle_tx, f"INSERT INTO {TABLE} (who, n) VALUES ('idle', 2)"))
+        assert_failover_err(error_of(idle_tx, f"INSERT INTO {TABLE} (who, n) VALUES ('idle', 2)"),
+                            cluster_env)
         run(idle_tx, "BEGIN", f"INSERT INTO {TABLE} (who, n) VALUES ('idle', 3)", "COMMIT")
         # A ROLLBACK gets what it asked for.
         run(rollback, "ROLLBACK")

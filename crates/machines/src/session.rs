@@ -245,6 +245,9 @@ pub struct SessionCtx<'a> {
     /// `--read-only-functions`: stored functions declared to only read
     /// (upper-cased; see `wire::lexer::LexOptions::read_only_functions`).
     pub read_only_functions: &'static [Box<str>],
+    /// Every `--backend` address, in configured order (a pool server
+    /// number indexes it).
+    pub servers: &'a [std::net::SocketAddr],
 }
 
 /// What the client told us at login (or in its last COM_CHANGE_USER).
@@ -395,7 +398,9 @@ pub struct Session {
     stmts: Option<Box<crate::prepared::Registry>>,
     /// The server the session's connection reaches (for what a client is
     /// told when it is lost; `session/writer_lost.rs`).
-    backend_server: Option<std::net::SocketAddr>,
+    /// An index into [`SessionCtx::servers`]: an address would cost every
+    /// session 32 bytes.
+    backend_server: Option<u16>,
     /// The connection died inside a transaction while the session sat idle
     /// in it: the reply its next command gets instead.
     lost_transaction: Option<Vec<u8>>,

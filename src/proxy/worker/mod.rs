@@ -375,6 +375,7 @@ fn session_ctx<'a>(
         several_servers: cfg.backends.len() > 1,
         read_write_split: cfg.read_write_split,
         read_only_functions: shared.read_only_functions,
+        servers: &shared.server_addrs,
     }
 }
 

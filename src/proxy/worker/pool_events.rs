@@ -99,12 +99,8 @@ impl Worker {
             return;
         };
         slot.backend = Some(backend);
-        let server = self
-            .pool
-            .server_of(backend)
-            .and_then(|i| self.backend_addrs.get(usize::from(i)))
-            .and_then(|a| a.as_socket());
-        slot.session.set_backend_server(server);
+        slot.session
+            .set_backend_server(self.pool.server_of(backend));
         // KILL <this session's id> now reaches this backend thread: a
         // writer's only. A KILL goes out on the killer's connection, to
         // the writer, where a replica's thread id names another thread;

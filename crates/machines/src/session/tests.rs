@@ -34,6 +34,7 @@ pub(super) fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
         several_servers: false,
         read_write_split: false,
         read_only_functions: &[],
+        servers: &[],
     }
 }
 

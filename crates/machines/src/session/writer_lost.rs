@@ -65,8 +65,8 @@ enum Fate {
 impl Session {
     /// The server this session's connection reaches (set at each lease),
     /// named in what the client is told when it is lost.
-    pub fn set_backend_server(&mut self, addr: Option<std::net::SocketAddr>) {
-        self.backend_server = addr;
+    pub fn set_backend_server(&mut self, server: Option<u16>) {
+        self.backend_server = server;
     }
 
     /// The relay ended with [`RelayEnd::WriterLost`]: see the module docs.
@@ -83,6 +83,7 @@ impl Session {
         };
         let writer = self
             .backend_server
+            .and_then(|i| ctx.servers.get(usize::from(i)))
             .map_or_else(|| "the writer".to_string(), |a| format!("the writer {a}"));
         out.push(SessionAction::WriterLost(match fate {
             Fate::RolledBack { .. } => LostOutcome::RolledBack,
