@@ -400,7 +400,8 @@ pub struct Session {
     /// told when it is lost; `session/writer_lost.rs`).
     /// An index into [`SessionCtx::servers`]: an address would cost every
     /// session 32 bytes.
-    backend_server: Option<u16>,
+    /// Whether it is a replica (a read's lease).
+    backend_server: Option<(u16, bool)>,
     /// The connection died inside a transaction while the session sat idle
     /// in it: the reply its next command gets instead.
     lost_transaction: Option<Vec<u8>>,

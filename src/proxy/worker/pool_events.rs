@@ -99,8 +99,12 @@ impl Worker {
             return;
         };
         slot.backend = Some(backend);
+        let replica = self
+            .pool
+            .conn(backend)
+            .is_some_and(|b| b.key().server.is_some());
         slot.session
-            .set_backend_server(self.pool.server_of(backend));
+            .set_backend_server(self.pool.server_of(backend), replica);
         // KILL <this session's id> now reaches this backend thread: a
         // writer's only. A KILL goes out on the killer's connection, to
         // the writer, where a replica's thread id names another thread;

@@ -1896,6 +1896,40 @@ fn idle_in_a_transaction_the_next_command_gets_1213_and_the_session_goes_on() {
 }
 
 #[test]
+fn the_1213_names_the_lost_server_and_says_failover_only_for_the_writer() {
+    let now = Instant::now();
+    let u = users();
+    let servers: [std::net::SocketAddr; 2] = [
+        "127.0.0.1:3461".parse().unwrap(),
+        "127.0.0.1:3462".parse().unwrap(),
+    ];
+    let c = SessionCtx {
+        servers: &servers,
+        ..cluster_ctx(&u, now)
+    };
+    let told = |server: u16, replica: bool| {
+        let mut s = in_transaction_in(&u, &c, now);
+        s.set_backend_server(Some(server), replica);
+        writer_dies(&mut s, &c);
+        let q = query("INSERT INTO t VALUES (2)");
+        let mut out = Vec::new();
+        s.on_client_read(Completion::Done(q.len()), &q, &c, &mut out);
+        String::from_utf8_lossy(&sent(&out)[0]).into_owned()
+    };
+    let writer = told(0, false);
+    assert!(
+        writer.contains("the writer 127.0.0.1:3461 was lost mid-transaction (failover);"),
+        "{writer}"
+    );
+    // A read-only transaction on a replica: no failover, its server named.
+    let replica = told(1, true);
+    assert!(
+        replica.contains("the replica 127.0.0.1:3462 was lost mid-transaction;"),
+        "{replica}"
+    );
+}
+
+#[test]
 fn a_rollback_after_the_lost_transaction_gets_an_ok() {
     let now = Instant::now();
     let u = users();

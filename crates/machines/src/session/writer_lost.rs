@@ -65,8 +65,9 @@ enum Fate {
 impl Session {
     /// The server this session's connection reaches (set at each lease),
     /// named in what the client is told when it is lost.
-    pub fn set_backend_server(&mut self, server: Option<u16>) {
-        self.backend_server = server;
+    /// `replica`: the lease was a read's, on a replica.
+    pub fn set_backend_server(&mut self, server: Option<u16>, replica: bool) {
+        self.backend_server = server.map(|i| (i, replica));
     }
 
     /// The relay ended with [`RelayEnd::WriterLost`]: see the module docs.
@@ -81,10 +82,19 @@ impl Session {
             State::Relay(relay) => self.fate_of(relay.tracker(), lost.owed),
             _ => return self.close(out),
         };
-        let writer = self
-            .backend_server
-            .and_then(|i| ctx.servers.get(usize::from(i)))
-            .map_or_else(|| "the writer".to_string(), |a| format!("the writer {a}"));
+        // A replica's loss is no failover: only the read (or read-only
+        // transaction) on it is lost.
+        let (writer, failover) = match self.backend_server {
+            Some((i, replica)) => {
+                let role = if replica { "replica" } else { "writer" };
+                let name = ctx
+                    .servers
+                    .get(usize::from(i))
+                    .map_or_else(|| format!("the {role}"), |a| format!("the {role} {a}"));
+                (name, if replica { "" } else { " (failover)" })
+            }
+            None => ("the writer".to_string(), " (failover)"),
+        };
         out.push(SessionAction::WriterLost(match fate {
             Fate::RolledBack { .. } => LostOutcome::RolledBack,
             Fate::Pinned(_) => LostOutcome::Pinned,
@@ -97,7 +107,7 @@ impl Session {
                     "{writer} was lost mid-transaction ({}); the transaction was rolled back; the client is told and the session goes on",
                     lost.cause
                 )));
-                let answer = rolled_back_answer(&writer, rollback, self.tx.as_deref());
+                let answer = rolled_back_answer(&writer, failover, rollback, self.tx.as_deref());
                 self.park_after_loss(lost, Some(answer), ctx, out);
             }
             Fate::Nothing => {
@@ -117,7 +127,7 @@ impl Session {
                 // unasked for (0), read at the client's next command.
                 self.seq = u8::from(lost.owed);
                 let msg = format!(
-                    "ringgate: {writer} was lost (failover) while this session was pinned to its connection ({why}); that state cannot move to the new writer, and any open transaction was rolled back; reconnect"
+                    "ringgate: {writer} was lost{failover} while this session was pinned to its connection ({why}); that state cannot move to another server, and any open transaction was rolled back; reconnect"
                 );
                 self.send_err(ER_CONNECTION_KILLED, &msg, State::SendErrThenClose, out);
             }
@@ -261,7 +271,12 @@ impl Session {
 
 /// The reply to a command whose transaction died with the writer: an OK to
 /// a plain ROLLBACK, else ERR 1213.
-fn rolled_back_answer(writer: &str, rollback: bool, tx: Option<&TxState>) -> Vec<u8> {
+fn rolled_back_answer(
+    writer: &str,
+    failover: &str,
+    rollback: bool,
+    tx: Option<&TxState>,
+) -> Vec<u8> {
     if rollback {
         let status = tx.map_or(SERVER_STATUS_AUTOCOMMIT, |t| t.status());
         return ok_payload(0, 0, status, 0);
@@ -269,7 +284,7 @@ fn rolled_back_answer(writer: &str, rollback: bool, tx: Option<&TxState>) -> Vec
     err_payload(
         ER_LOCK_DEADLOCK,
         &format!(
-            "ringgate: {writer} was lost mid-transaction (failover); the transaction was rolled back; restart it"
+            "ringgate: {writer} was lost mid-transaction{failover}; the transaction was rolled back; restart it"
         ),
     )
 }
