@@ -106,6 +106,9 @@ rejoin() {
     elif [ "$port" != "$(node_port "$p")" ]; then
         follow "$n" "$p"
     fi
+    # A test may have stopped a thread (STOP SLAVE SQL_THREAD, lag on):
+    # start whatever is stopped before waiting for it to catch up.
+    sql "$n" "START SLAVE" 2>/dev/null
     wait_applied "$n" "$(binlog_pos "$p")"
 }
 
@@ -119,7 +122,6 @@ heal() {
     for n in "${NODES[@]}"; do
         [ "$n" = "$p" ] && continue
         rejoin "$n" "$p"
-        sql "$n" "START SLAVE" 2>/dev/null
     done
     for n in "${NODES[@]}"; do
         [ "$n" = "$p" ] || wait_applied "$n" "$(binlog_pos "$p")"
