@@ -116,6 +116,7 @@ fn main() {
         }
     });
     procs::cleanup_all(false);
+    procs::stop_cluster();
     // Don't wait for the (possibly blocked) bench task.
     std::process::exit(rc);
 }

@@ -3,6 +3,7 @@
 //! percentiles, so the set-up, the scenarios, the run and the report all build on it without
 //! importing each other.
 
+pub mod cluster;
 pub mod pooling;
 pub mod profile;
 pub mod records;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::hist::Percentiles;
+use crate::model::cluster::ClusterReport;
 use crate::model::pooling::MuxReport;
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -242,6 +243,9 @@ pub struct Summary {
     /// many-clients, idle-10k, idle-max (the transaction-pooling scenarios).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mux: Option<MuxReport>,
+    /// The cluster scenario.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterReport>,
     pub warnings: Vec<String>,
     pub elapsed_s: f64,
 }

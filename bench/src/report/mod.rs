@@ -1,6 +1,7 @@
 //! The report of a run, from its results only: the table printed at the end and embedded in
 //! summary.md, summary.md itself, and the SVG plots. Nothing here measures or starts anything.
 
+mod cluster;
 mod grid;
 mod markdown;
 mod pooling;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::grid::grid;
-use super::pooling;
+use super::{cluster, pooling};
 use crate::model::records::{Record, RingFig, Summary, SysbenchRecord};
 use crate::model::target::{is_baseline, own_name};
 
@@ -105,6 +105,9 @@ pub fn table(s: &Summary, markdown: bool) -> String {
     }
     if let Some(m) = &s.mux {
         o.push_str(&pooling::table(m, markdown));
+    }
+    if let Some(c) = &s.cluster {
+        o.push_str(&cluster::table(c, markdown));
     }
     o
 }

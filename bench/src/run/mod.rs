@@ -1,6 +1,7 @@
 //! `ringgate-bench run` and `smoke`: the whole benchmark, in the order it happens. Plan the
 //! run from the options; set up MariaDB and the targets; run the cells' interleaved rounds;
-//! check for leaks; run the sections that follow (TLS, sysbench, transaction pooling);
+//! check for leaks; run the sections that follow (TLS, sysbench, transaction pooling, the
+//! cluster);
 //! collect the results; write and print the report; and, for smoke, the verdict.
 
 mod collect;
@@ -20,7 +21,7 @@ use std::time::Instant;
 use crate::args::Args;
 use crate::model::records::Summary;
 use crate::model::{Res, BENCH_DB, BENCH_PASSWORD, BENCH_USER};
-use crate::scenarios::tls;
+use crate::scenarios::{cluster, tls};
 use crate::setup::backend::{admin_conn, load_data, start_backend};
 use crate::setup::host::{machine, raise_nofile, repo_root, which};
 use crate::setup::Ctx;
@@ -66,6 +67,13 @@ pub async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
     let sysbench = sections::sysbench(&targets, &plan.prof, &mut admin, &out.run_dir).await;
     let _ = admin.disconnect().await;
     let mux = sections::pooling(&ctx, &plan.pooling, &mut warnings).await;
+    let cluster = if plan.run_cluster {
+        let c = cluster::section(&ctx, &plan.root).await;
+        warnings.extend(c.problems.iter().map(|p| format!("cluster: {p}")));
+        Some(c)
+    } else {
+        None
+    };
 
     let (records, panels) =
         collect::records(&cells, &targets, accs, plan.rate, &out.dir, &mut warnings)?;
@@ -80,6 +88,7 @@ pub async fn run_bench(args: Args, default_profile: &str) -> Res<()> {
         sysbench,
         after_run: after_run.figures,
         mux,
+        cluster,
         warnings,
         elapsed_s: t_start.elapsed().as_secs_f64(),
     };
@@ -117,7 +126,8 @@ fn check_dependencies(plan: &Plan, args: &Args) -> Res<()> {
         .targets
         .iter()
         .any(|t| RINGGATE_TARGETS.contains(&t.as_str()))
-        || !plan.pooling.is_empty();
+        || !plan.pooling.is_empty()
+        || plan.run_cluster;
     if needs_ringgate {
         check_binary(&plan.bin)?;
     }

@@ -24,6 +24,8 @@ pub struct Plan {
     /// The scenarios that start their own ringgates and run once.
     pub pooling: Vec<PoolingScenario>,
     pub run_tls: bool,
+    /// The cluster scenario (its own replication set and ringgates).
+    pub run_cluster: bool,
     /// Open loop at this many operations/s per cell; closed loop when None.
     pub rate: Option<f64>,
     pub smoke: bool,
@@ -44,9 +46,13 @@ pub fn plan(args: &Args, default_profile: &str, root: PathBuf) -> Res<Plan> {
         .unwrap_or(default_profile.into());
     let mut prof = profile(&prof_name)?;
     apply_overrides(&mut prof, args)?;
-    let (run_tls, scenario_list) =
-        split_scenarios(args.get("scenarios", "BENCH_SCENARIOS").as_deref());
+    let asked = args.get("scenarios", "BENCH_SCENARIOS");
+    let (run_tls, scenario_list) = split_scenarios(asked.as_deref());
+    let (run_cluster, scenario_list) = take_cluster(scenario_list, &prof.name);
     let (scenarios, pooling) = parse_scenarios(scenario_list, &prof)?;
+    if asked.is_some() && scenarios.is_empty() {
+        only_own_processes(&mut prof, args);
+    }
     let rate: Option<f64> = args.num("rate", "BENCH_RATE")?;
     let smoke = prof.name == "smoke";
     let bin = args
@@ -75,6 +81,7 @@ pub fn plan(args: &Args, default_profile: &str, root: PathBuf) -> Res<Plan> {
         scenarios,
         pooling,
         run_tls,
+        run_cluster,
         rate,
         smoke,
         bin,
@@ -117,6 +124,31 @@ fn apply_overrides(prof: &mut Profile, args: &Args) -> Res<()> {
         prof.large = c.split(',').map(parse_large_cell).collect::<Res<_>>()?;
     }
     Ok(())
+}
+
+/// Whether the cluster scenario runs, and the list without it. Without a list it runs in the
+/// quick and full profiles: the smoke run (part of `make test`) stays short, and
+/// `make test-cluster` already drives the same set through the same changes.
+fn take_cluster(list: Option<String>, profile: &str) -> (bool, Option<String>) {
+    match list {
+        None => (profile != "smoke", None),
+        Some(s) => {
+            let rest: Vec<&str> = s.split(',').filter(|x| x.trim() != "cluster").collect();
+            (rest.len() < s.split(',').count(), Some(rest.join(",")))
+        }
+    }
+}
+
+/// A list without a scenario of the rounds names only scenarios that start their own
+/// processes (tls, cluster, many-clients, idle-*): then no target of the rounds starts, and
+/// sysbench runs only when BENCH_SYSBENCH asks for it.
+fn only_own_processes(prof: &mut Profile, args: &Args) {
+    if args.get("sysbench", "BENCH_SYSBENCH").is_none() {
+        prof.sysbench = false;
+    }
+    if !prof.sysbench {
+        prof.targets.clear();
+    }
 }
 
 /// The ringgate targets among `targets`.
@@ -247,6 +279,45 @@ mod tests {
         let p = plan_with(&[("targets", "tx,direct"), ("baseline-bin", "/old/ringgate")]);
         assert_eq!(p.prof.targets, names(&["tx", "tx@base", "direct"]));
         assert_eq!(p.baseline, Some(PathBuf::from("/old/ringgate")));
+    }
+
+    #[test]
+    fn the_cluster_runs_by_default_except_in_smoke_and_when_named() {
+        assert_eq!(take_cluster(None, "quick"), (true, None));
+        assert_eq!(take_cluster(None, "smoke"), (false, None));
+        assert_eq!(
+            take_cluster(Some("connect,cluster".into()), "smoke"),
+            (true, Some("connect".into()))
+        );
+        assert_eq!(
+            take_cluster(Some("connect".into()), "quick"),
+            (false, Some("connect".into()))
+        );
+    }
+
+    #[test]
+    fn a_list_of_own_process_scenarios_starts_no_round_target() {
+        let p = plan_with(&[
+            ("scenarios", "cluster"),
+            ("sysbench", ""),
+            ("baseline-bin", ""),
+        ]);
+        assert!(p.run_cluster && !p.run_tls);
+        assert!(p.scenarios.is_empty() && p.pooling.is_empty());
+        assert!(p.prof.targets.is_empty() && !p.prof.sysbench);
+        let p = plan_with(&[
+            ("scenarios", "cluster,tls"),
+            ("sysbench", "on"),
+            ("baseline-bin", ""),
+        ]);
+        assert!(p.run_cluster && p.run_tls && p.prof.sysbench);
+        assert!(!p.prof.targets.is_empty());
+        let p = plan_with(&[
+            ("scenarios", "connect"),
+            ("sysbench", ""),
+            ("baseline-bin", ""),
+        ]);
+        assert!(!p.run_cluster && !p.prof.targets.is_empty());
     }
 
     #[test]

@@ -63,5 +63,11 @@ fn problems(summary: &Summary, leaks: &[String], tls: Option<&TlsReport>) -> Vec
         .chain(leaks.iter().map(|l| format!("leak check: {l}")))
         .chain(tls.iter().flat_map(|r| r.problems()))
         .chain(summary.mux.iter().flat_map(|m| m.problems()))
+        .chain(
+            summary
+                .cluster
+                .iter()
+                .flat_map(|c| c.problems.iter().map(|p| format!("cluster: {p}"))),
+        )
         .collect()
 }

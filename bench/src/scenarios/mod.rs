@@ -20,6 +20,7 @@
 //! BENCH_IDLE_MAX_ARGS (more ringgate flags for idle-max, e.g. `--tcp-keepalive=false`).
 
 pub mod cells;
+pub mod cluster;
 pub mod idle;
 pub mod many_clients;
 pub mod sysbench;

@@ -1,0 +1,104 @@
+//! The result rows of the cluster scenario: where reads landed on each server, the proxy's
+//! CPU per routed query against one server, and what writing clients saw through a failover
+//! and a planned switchover.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::records::Record;
+
+/// Everything the cluster scenario measured (summary.json's `cluster`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ClusterReport {
+    /// The three nodes' addresses, node 1 first.
+    pub nodes: Vec<String>,
+    /// Whether the ringgate binary offers `--read-write-split` (its `--help` names it).
+    pub split_supported: bool,
+    /// The monitor interval the fronts ran with ("default" when the bench left it).
+    pub monitor_interval: String,
+    pub reads: Vec<ReadLanding>,
+    /// The CPU-per-query rounds, one record per (front, concurrency), in the rounds' format.
+    pub cost: Vec<Record>,
+    pub changes: Vec<WriterChange>,
+    /// Leaks ringgate showed after a phase, and phases that could not run.
+    pub problems: Vec<String>,
+    pub notes: Vec<String>,
+    pub elapsed_s: f64,
+}
+
+/// The commands one server ran for the app account during the read-heavy load.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct NodeCommands {
+    pub node: String,
+    /// primary or replica, when the load ran.
+    pub role: String,
+    pub selects: u64,
+    /// INSERT, UPDATE, DELETE... (USER_STATISTICS' Update_commands).
+    pub writes: u64,
+}
+
+/// Where the reads of one front landed.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ReadLanding {
+    /// The front: "3 servers" or "3 servers + split".
+    pub front: String,
+    pub clients: usize,
+    pub seconds: f64,
+    /// Point selects and INSERTs the bench ran and saw succeed.
+    pub selects_sent: u64,
+    pub writes_sent: u64,
+    pub failures: u64,
+    pub per_node: Vec<NodeCommands>,
+}
+
+impl ReadLanding {
+    /// The share of the selects each node ran, in node order (0 when none ran).
+    pub fn select_shares(&self) -> Vec<f64> {
+        let total: u64 = self.per_node.iter().map(|n| n.selects).sum();
+        self.per_node
+            .iter()
+            .map(|n| {
+                if total == 0 {
+                    0.0
+                } else {
+                    n.selects as f64 / total as f64
+                }
+            })
+            .collect()
+    }
+}
+
+/// What writing clients saw through one change of writer.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WriterChange {
+    /// "failover" (kill -9 of the primary, then a promotion) or "switchover" (planned).
+    pub kind: String,
+    pub from_node: u8,
+    pub to_node: u8,
+    pub writers: usize,
+    pub acked: u64,
+    pub errors: u64,
+    /// Error text (code first) → occurrences.
+    pub error_kinds: BTreeMap<String, u64>,
+    /// The longest time between two consecutive acknowledged writes (all clients together)
+    /// that ends after the change began: the client-visible gap.
+    pub gap_ms: f64,
+    /// Where the gap lies, from the change's start (the kill, or SIGUSR1).
+    pub gap_from_ms: f64,
+    pub gap_to_ms: f64,
+    /// The orchestrator's own time: kill → promoted, or the switchover script's run.
+    pub orchestrator_ms: f64,
+    /// The hold as ringgate logged it (switchover).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_ms: Option<f64>,
+    /// Acknowledged-write latency before the change, and of writes started around it.
+    pub steady_p99_ms: f64,
+    pub around_p99_ms: f64,
+    pub around_max_ms: f64,
+    /// Rows on the new primary, and acknowledged writes missing from it.
+    pub rows: u64,
+    pub lost: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+}
