@@ -5,7 +5,8 @@
 //!                                    --pooling transaction) + ring + heap, direct;
 //!                                    scenarios in interleaved rounds; sysbench; then the
 //!                                    transaction-pooling scenarios (scenarios/) with their
-//!                                    own ringgates; results under bench/results/<timestamp>/
+//!                                    own ringgates; the cluster scenario with its own
+//!                                    replication set; results under bench/results/<timestamp>/
 //!   ringgate-bench smoke [options]   the same with the smoke profile (a few seconds per
 //!                                    scenario, fixed + direct), reusing a running sandbox
 //!                                    when RINGGATE_TEST_MYSQL_PORT etc. are set
@@ -21,9 +22,12 @@
 //!   --large-cells 1048576:1,1048576:8  large-result cells, ROW_BYTES:CONCURRENCY   BENCH_LARGE_CELLS
 //!   --ringgate-args "FLAGS"  extra flags for every ringgate target   BENCH_RINGGATE_ARGS
 //!   --busy-poll-us N  the busy target's --busy-poll-us   BENCH_BUSY_POLL_US (default 100)
-//!   --scenarios connect,point-select,large-result,tls,many-clients,idle-10k,idle-max
+//!   --scenarios connect,point-select,large-result,tls,many-clients,idle-10k,idle-max,cluster
 //!                   BENCH_SCENARIOS (tls: scenarios/tls/; default: all but idle-max, which the
-//!                   full profile adds; knobs of the last three: see scenarios/mod.rs)
+//!                   full profile adds; knobs of many-clients and idle-*: see scenarios/mod.rs;
+//!                   cluster: scenarios/cluster/, not in the smoke profile unless named). A
+//!                   list of only tls, cluster, many-clients, idle-* starts no target of the
+//!                   rounds and runs sysbench only with --sysbench on
 //!   --rate N        open loop, N operations/s per cell, coordinated-omission corrected  BENCH_RATE
 //!   --rounds N      BENCH_ROUNDS        --duration SECS  BENCH_DURATION (per round)
 //!   --warmup SECS   BENCH_WARMUP        --sysbench on|off BENCH_SYSBENCH
@@ -37,7 +41,9 @@
 //!   --base-port N   BENCH_BASE_PORT     (default 16400: haproxy +0, fixed +1, heap +2, ring +3,
 //!                                       busy +4, hold +5, tx +6, plainfd +7, metrics +11..+17;
 //!                                       the transaction-pooling scenarios' ringgates +20..+25,
-//!                                       metrics +30..+35; TLS's +8, metrics +18)
+//!                                       metrics +30..+35; TLS's +8, metrics +18; the
+//!                                       cluster's +60..+62, metrics +70..+72)
+//!   (environment only) BENCH_CLUSTER_PORT: the cluster scenario's nodes on N..N+2 (3461)
 //! load: --host H --port P --user U --password PW --db D --scenario S --concurrency N
 //!       [--row-bytes N] [--table-size N] [--duration S] [--warmup S] [--rate N]
 

@@ -20,6 +20,9 @@ pub struct ClusterReport {
     pub reads: Vec<ReadLanding>,
     /// The CPU-per-query rounds, one record per (front, concurrency), in the rounds' format.
     pub cost: Vec<Record>,
+    /// Each front's CPU while no client was connected, ms per second: what the monitor costs
+    /// with nothing to route.
+    pub idle_cpu_ms_per_s: Vec<(String, f64)>,
     pub changes: Vec<WriterChange>,
     /// Leaks ringgate showed after a phase, and phases that could not run.
     pub problems: Vec<String>,

@@ -18,7 +18,7 @@ pub fn table(rep: &ClusterReport, markdown: bool) -> String {
         reads_table(&mut o, rep, markdown);
     }
     if !rep.cost.is_empty() {
-        cost_table(&mut o, &rep.cost, markdown);
+        cost_table(&mut o, rep, markdown);
     }
     if !rep.changes.is_empty() {
         changes_table(&mut o, rep, markdown);
@@ -61,10 +61,20 @@ fn reads_table(o: &mut String, rep: &ClusterReport, markdown: bool) {
                 n.writes.to_string(),
             ]);
         }
+        let counted: u64 = r.per_node.iter().map(|n| n.selects).sum();
         let _ = writeln!(
             note,
-            "{}: the bench ran {} selects and {} INSERTs ({} clients, {:.0} s), {} failed",
-            r.front, r.selects_sent, r.writes_sent, r.clients, r.seconds, r.failures
+            "{}: the bench ran {} selects and {} INSERTs ({} clients, {:.0} s), {} failed; the \
+             servers counted {} selects more (the client library's set-up query per \
+             connection, and ringgate's SELECT LAST_INSERT_ID() after each INSERT: \
+             transaction pooling carries it to the client's next connection)",
+            r.front,
+            r.selects_sent,
+            r.writes_sent,
+            r.clients,
+            r.seconds,
+            r.failures,
+            counted as i64 - r.selects_sent as i64
         );
     }
     grid(
@@ -79,7 +89,8 @@ fn reads_table(o: &mut String, rep: &ClusterReport, markdown: bool) {
 
 /// One row per (concurrency, front): rate, latency, the proxy's CPU per query and its ratio
 /// to the single-server front at the same concurrency, the primary's CPU per query.
-fn cost_table(o: &mut String, cost: &[Record], markdown: bool) {
+fn cost_table(o: &mut String, rep: &ClusterReport, markdown: bool) {
+    let cost = &rep.cost;
     let cols = [
         "c",
         "front",
@@ -116,12 +127,22 @@ fn cost_table(o: &mut String, cost: &[Record], markdown: bool) {
             ]
         })
         .collect();
+    let idle: Vec<String> = rep
+        .idle_cpu_ms_per_s
+        .iter()
+        .map(|(f, ms)| format!("{f} {ms:.1} ms/s"))
+        .collect();
+    let note = if idle.is_empty() {
+        String::new()
+    } else {
+        format!("CPU with no client connected: {}", idle.join(", "))
+    };
     grid(
         o,
         "cluster: ringgate's CPU per point select, against one server (same rounds)",
         &cols,
         &rows,
-        "",
+        &note,
         markdown,
     );
 }
@@ -217,9 +238,14 @@ mod tests {
                 cost("1 server", 16, 20.0),
                 cost("3 servers", 16, 30.0),
             ],
+            idle_cpu_ms_per_s: vec![("3 servers".into(), 12.34)],
             ..Default::default()
         };
         let t = table(&rep, true);
+        assert!(
+            t.contains("CPU with no client connected: 3 servers 12.3 ms/s"),
+            "{t}"
+        );
         assert!(
             t.contains("| 1 | 3 servers | 0 | 0 | 0 | 55.0 | 1.10 |"),
             "{t}"

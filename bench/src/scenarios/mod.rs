@@ -1,10 +1,15 @@
 //! The scenarios, one module each. They build on the shared types (model), the set-up
-//! (setup) and the measuring tools (measure), and never import each other.
+//! (setup) and the measuring tools (measure), and never import each other but in one place:
+//! `cluster` runs the cells' steps (`cells::run_step`) over its own fronts, so that its CPU per
+//! query is measured exactly as every cell's is.
 //!
 //! - `cells`: connect, point-select and large-result, run by the load generator (load.rs) in
 //!   interleaved rounds over every target;
 //! - `sysbench`: sysbench's OLTP tests through every target;
 //! - `tls`: the TLS section, with its own ringgate and client;
+//! - `cluster`: ringgate in front of a three-node replication set of its own: where reads
+//!   land, CPU per routed query against one server, a failover and a switchover under writes
+//!   (its knobs: scenarios/cluster/mod.rs);
 //! - `many_clients`, `idle`: the transaction-pooling scenarios. Unlike the cells they are not
 //!   run per target in rounds: each starts its own ringgate(s) with the flags it needs, runs
 //!   once, stops them, and reports its own table (appended to the run's table and

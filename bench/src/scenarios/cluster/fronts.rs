@@ -157,6 +157,21 @@ mod tests {
     }
 
     #[test]
+    fn several_servers_get_the_others_and_the_monitor_one_server_nothing() {
+        let set = ReplicationSet::new(Path::new("/repo"), "/repo/set".into(), 4000);
+        assert!(front_flags(Front::One, &set, 1, Some("200ms"), &[]).is_empty());
+        let three = front_flags(Front::Three, &set, 2, None, &["--log-level", "info"]).join(" ");
+        assert_eq!(
+            three,
+            "--backend 127.0.0.1:4000 --backend 127.0.0.1:4002 --monitor-user monitor \
+             --monitor-password monitor-secret --log-level info"
+        );
+        let split = front_flags(Front::Split, &set, 1, Some("200ms"), &[]).join(" ");
+        assert!(split.contains("--monitor-interval 200ms"), "{split}");
+        assert!(split.ends_with(SPLIT_FLAG), "{split}");
+    }
+
+    #[test]
     fn fronts_listen_clear_of_each_other_and_of_the_other_targets() {
         let offs: Vec<u16> = [Front::One, Front::Three, Front::Split]
             .iter()

@@ -220,6 +220,7 @@ async fn routed(
     }
     // The monitor names the writer at its first check; leases wait for it until then.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    rep.idle_cpu_ms_per_s = idle_cpu(&which, &started).await;
     let r = measure_routed(set, how, ctx, &which, &started, rep).await;
     for t in &started {
         if let Kind::Ringgate { metrics } = &t.kind {
@@ -267,6 +268,24 @@ async fn measure_routed(
     }
     rep.cost = cost;
     Ok(())
+}
+
+/// Each front's CPU over a few seconds with no client: the monitor's checks (and the
+/// workers' ticks) are all it does.
+async fn idle_cpu(which: &[Front], started: &[Target]) -> Vec<(String, f64)> {
+    const IDLE: Duration = Duration::from_secs(5);
+    let cpu = |t: &Target| t.pid.and_then(procs::cpu_seconds);
+    let before: Vec<Option<f64>> = started.iter().map(cpu).collect();
+    tokio::time::sleep(IDLE).await;
+    which
+        .iter()
+        .zip(started)
+        .zip(before)
+        .filter_map(|((f, t), b)| {
+            let used = cpu(t)? - b?;
+            Some((f.label().to_string(), used * 1e3 / IDLE.as_secs_f64()))
+        })
+        .collect()
 }
 
 /// What ringgate still holds once its clients are gone, polled for up to 10 s.
