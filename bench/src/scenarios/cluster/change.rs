@@ -88,8 +88,10 @@ async fn measure(
         how.monitor_interval.as_deref(),
         &extra,
     );
-    let front = fronts::start(ctx, &backend, Front::Three, &flags)?;
-    let log = fronts::log_path(ctx, Front::Three);
+    // A log of its own per change: the hold's lines are read from it.
+    let name = format!("fixed-{}", kind.name());
+    let front = fronts::start(ctx, &backend, Front::Three, &name, &flags)?;
+    let log = fronts::log_path(ctx, &name);
     let result = under_load(set, how, kind, &front, &log, rec).await;
     if let Kind::Ringgate { metrics } = &front.kind {
         for p in super::leak_check(*metrics).await {

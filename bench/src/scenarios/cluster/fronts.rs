@@ -111,13 +111,20 @@ pub fn front_flags(
     a
 }
 
-/// Starts `front` on its port with `flags` (from `front_flags`), in front of `backend`.
-pub fn start(ctx: &Ctx, backend: &Backend, front: Front, flags: &[String]) -> Res<Target> {
+/// Starts `front` as `name` (its log's name: `fixed-…`) on the front's port with `flags`
+/// (from `front_flags`), in front of `backend`.
+pub fn start(
+    ctx: &Ctx,
+    backend: &Backend,
+    front: Front,
+    name: &str,
+    flags: &[String],
+) -> Res<Target> {
     let cctx = Ctx { backend, ..*ctx };
     let k = front.port_offset();
     start_ringgate(
         &cctx,
-        front.target_name(),
+        name,
         ctx.base_port + k,
         ctx.base_port + k + 10,
         flags,
@@ -131,10 +138,9 @@ pub fn stop(t: &Target) {
     }
 }
 
-/// The front's log (ringgate writes it to the run's logs directory).
-pub fn log_path(ctx: &Ctx, front: Front) -> std::path::PathBuf {
-    ctx.run_dir
-        .join(format!("ringgate-{}.log", front.target_name()))
+/// The log of the front started as `name` (in the run's logs directory).
+pub fn log_path(ctx: &Ctx, name: &str) -> std::path::PathBuf {
+    ctx.run_dir.join(format!("ringgate-{name}.log"))
 }
 
 #[cfg(test)]

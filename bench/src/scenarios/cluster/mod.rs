@@ -210,7 +210,7 @@ async fn routed(
     let mut started: Vec<Target> = Vec::new();
     for f in &which {
         let flags = fronts::front_flags(*f, set, primary, how.monitor_interval.as_deref(), &[]);
-        match fronts::start(ctx, &backend, *f, &flags) {
+        match fronts::start(ctx, &backend, *f, f.target_name(), &flags) {
             Ok(t) => started.push(t),
             Err(e) => {
                 started.iter().for_each(fronts::stop);
