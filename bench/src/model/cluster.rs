@@ -82,6 +82,8 @@ pub struct WriterChange {
     pub writers: usize,
     pub acked: u64,
     pub errors: u64,
+    /// The most errors one client saw.
+    pub most_errors_one_client: u64,
     /// Error text (code first) → occurrences.
     pub error_kinds: BTreeMap<String, u64>,
     /// The longest time between two consecutive acknowledged writes (all clients together)

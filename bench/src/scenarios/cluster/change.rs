@@ -154,6 +154,7 @@ fn fill(rec: &mut WriterChange, all: &[writes::Write]) {
     let a = writes::analyse(all);
     rec.acked = a.acked;
     rec.errors = a.errors;
+    rec.most_errors_one_client = a.most_errors_one_client;
     rec.error_kinds = a.error_kinds;
     rec.gap_ms = a.gap_ms;
     rec.gap_from_ms = a.gap_from_ms;

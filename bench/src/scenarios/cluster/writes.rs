@@ -188,6 +188,7 @@ pub fn error_label(e: &mysql_async::Error) -> String {
 pub struct Analysis {
     pub acked: u64,
     pub errors: u64,
+    pub most_errors_one_client: u64,
     pub error_kinds: BTreeMap<String, u64>,
     pub gap_ms: f64,
     pub gap_from_ms: f64,
@@ -212,12 +213,15 @@ pub fn analyse(writes: &[Write]) -> Analysis {
         acked: acks.len() as u64,
         ..Default::default()
     };
+    let mut per_client: BTreeMap<u32, u64> = BTreeMap::new();
     for w in writes {
         if let Some(e) = &w.error {
             a.errors += 1;
             *a.error_kinds.entry(e.clone()).or_insert(0) += 1;
+            *per_client.entry(w.client).or_insert(0) += 1;
         }
     }
+    a.most_errors_one_client = per_client.values().copied().max().unwrap_or(0);
     for pair in acks.windows(2) {
         let d = pair[1] - pair[0];
         // A silence that ends before the change is the steady load's, not the change's.
@@ -296,7 +300,7 @@ mod tests {
         ];
         let a = analyse(&writes);
         assert_eq!(a.acked, 6);
-        assert_eq!(a.errors, 1);
+        assert_eq!((a.errors, a.most_errors_one_client), (1, 1));
         assert!((a.gap_ms - 1260.0).abs() < 1e-6, "{a:?}");
         assert!((a.gap_from_ms + 10.0).abs() < 1e-6, "{a:?}");
         assert!((a.gap_to_ms - 1250.0).abs() < 1e-6, "{a:?}");
