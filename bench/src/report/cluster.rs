@@ -91,6 +91,9 @@ fn reads_table(o: &mut String, rep: &ClusterReport, markdown: bool) {
 /// to the single-server front at the same concurrency, the primary's CPU per query.
 fn cost_table(o: &mut String, rep: &ClusterReport, markdown: bool) {
     let cost = &rep.cost;
+    // The cells keep no server CPU that did not move; where another front's moved, the
+    // primary's was read and stood still (every read went to a replica).
+    let primary_read = cost.iter().any(|r| r.backend_cpu_s.is_some());
     let cols = [
         "c",
         "front",
@@ -119,7 +122,7 @@ fn cost_table(o: &mut String, rep: &ClusterReport, markdown: bool) {
                     (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
                     _ => "-".into(),
                 },
-                match r.backend_cpu_s {
+                match r.backend_cpu_s.or(Some(0.0).filter(|_| primary_read)) {
                     Some(c) if r.count > 0 => format!("{:.1}", c * 1e6 / r.count as f64),
                     _ => "-".into(),
                 },
@@ -233,7 +236,10 @@ mod tests {
     fn cpu_is_a_ratio_of_the_single_server_front_at_the_same_concurrency() {
         let rep = ClusterReport {
             cost: vec![
-                cost("1 server", 1, 50.0),
+                Record {
+                    backend_cpu_s: Some(0.1),
+                    ..cost("1 server", 1, 50.0)
+                },
                 cost("3 servers", 1, 55.0),
                 cost("1 server", 16, 20.0),
                 cost("3 servers", 16, 30.0),
@@ -254,6 +260,9 @@ mod tests {
             t.contains("| 16 | 3 servers | 0 | 0 | 0 | 30.0 | 1.50 |"),
             "{t}"
         );
+        // 0.1 s over 1000 queries; a front whose primary did not move shows 0.
+        assert!(t.contains("| 50.0 | 1.00 | 100.0 | 0 |"), "{t}");
+        assert!(t.contains("| 55.0 | 1.10 | 0.0 | 0 |"), "{t}");
         assert!(
             t.contains("| 16 | 1 server | 0 | 0 | 0 | 20.0 | 1.00 |"),
             "{t}"

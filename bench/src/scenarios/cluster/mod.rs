@@ -273,7 +273,8 @@ async fn measure_routed(
 /// Each front's CPU over a few seconds with no client: the monitor's checks (and the
 /// workers' ticks) are all it does.
 async fn idle_cpu(which: &[Front], started: &[Target]) -> Vec<(String, f64)> {
-    const IDLE: Duration = Duration::from_secs(5);
+    // CPU time moves in clock ticks (10 ms): 10 s resolve 1 ms per second.
+    const IDLE: Duration = Duration::from_secs(10);
     let cpu = |t: &Target| t.pid.and_then(procs::cpu_seconds);
     let before: Vec<Option<f64>> = started.iter().map(cpu).collect();
     tokio::time::sleep(IDLE).await;
