@@ -84,14 +84,26 @@ fn pool_figures(o: &mut String, s: &Summary) {
     }
 }
 
+/// The cells' records and the cluster scenario's, which are measured the same way.
+fn all_records(s: &Summary) -> Vec<&Record> {
+    s.records
+        .iter()
+        .chain(s.cluster.iter().flat_map(|c| c.cost.iter()))
+        .collect()
+}
+
 /// Every round of every cell and target.
 fn per_round(o: &mut String, s: &Summary) {
+    let records = all_records(s);
+    if records.is_empty() {
+        return;
+    }
     let _ = writeln!(o, "## Per-round figures\n");
     let _ = writeln!(
         o,
         "| cell | target | round | ops/s | p50 | p99 | p99.9 | max | fail | proxy CPU s | proxy peak RSS KiB |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
-    for r in &s.records {
+    for r in records {
         for x in &r.per_round {
             let _ = writeln!(
                 o,
@@ -116,7 +128,7 @@ fn per_round(o: &mut String, s: &Summary) {
 /// leak check and warnings.
 fn verification(o: &mut String, s: &Summary) {
     let _ = writeln!(o, "\n## Verification (was every target really reached?)\n");
-    for r in &s.records {
+    for r in all_records(s) {
         let _ = writeln!(
             o,
             "- {} / {}: {} — {}",
@@ -136,7 +148,10 @@ fn verification(o: &mut String, s: &Summary) {
             r.verified.detail
         );
     }
-    let errs: Vec<&Record> = s.records.iter().filter(|r| !r.errors.is_empty()).collect();
+    let errs: Vec<&Record> = all_records(s)
+        .into_iter()
+        .filter(|r| !r.errors.is_empty())
+        .collect();
     if !errs.is_empty() {
         let _ = writeln!(o, "\n## Errors\n");
         for r in errs {
