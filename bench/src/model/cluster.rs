@@ -55,6 +55,66 @@ pub struct ReadLanding {
     pub per_node: Vec<NodeCommands>,
 }
 
+impl ClusterReport {
+    /// What the figures themselves say went wrong: an acknowledged write lost, a switchover
+    /// that cost a client error, a failed read or CPU step, reads that landed where the
+    /// routing says they cannot (on a replica without the split, nowhere but the primary with it).
+    pub fn findings(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for c in &self.changes {
+            if c.lost > 0 {
+                v.push(format!("{}: {} acknowledged writes lost", c.kind, c.lost));
+            }
+            if c.kind == "switchover" && c.errors > 0 {
+                v.push(format!(
+                    "switchover: {} client errors (the goal is 0)",
+                    c.errors
+                ));
+            }
+        }
+        for r in &self.reads {
+            let on_replicas: u64 = r
+                .per_node
+                .iter()
+                .filter(|n| n.role == "replica")
+                .map(|n| n.selects + n.writes)
+                .sum();
+            let split = r.front.contains("split");
+            if r.failures > 0 || r.selects_sent == 0 {
+                v.push(format!(
+                    "reads through {}: {} failures, {} selects",
+                    r.front, r.failures, r.selects_sent
+                ));
+            }
+            if !split && on_replicas > 0 {
+                v.push(format!(
+                    "reads through {}: {on_replicas} statements reached a replica",
+                    r.front
+                ));
+            }
+            if split && on_replicas == 0 {
+                v.push(format!(
+                    "reads through {}: no read reached a replica",
+                    r.front
+                ));
+            }
+        }
+        for r in &self.cost {
+            if !r.verified.ok || r.failures + r.timeouts + r.setup_failures > 0 || r.count == 0 {
+                v.push(format!(
+                    "{} through {}: count {}, failures {}, verified {}",
+                    r.cell_label(),
+                    r.target,
+                    r.count,
+                    r.failures + r.timeouts + r.setup_failures,
+                    r.verified.ok
+                ));
+            }
+        }
+        v
+    }
+}
+
 impl ReadLanding {
     /// The share of the selects each node ran, in node order (0 when none ran).
     pub fn select_shares(&self) -> Vec<f64> {
@@ -106,4 +166,63 @@ pub struct WriterChange {
     pub lost: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn landing(front: &str, replica_selects: u64) -> ReadLanding {
+        let node = |role: &str, selects| NodeCommands {
+            node: "x".into(),
+            role: role.into(),
+            selects,
+            writes: 0,
+        };
+        ReadLanding {
+            front: front.into(),
+            selects_sent: 100,
+            per_node: vec![node("primary", 100), node("replica", replica_selects)],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn reads_must_land_where_the_routing_sends_them() {
+        let ok = ClusterReport {
+            reads: vec![landing("3 servers", 0), landing("3 servers + split", 50)],
+            ..Default::default()
+        };
+        assert!(ok.findings().is_empty(), "{:?}", ok.findings());
+        let bad = ClusterReport {
+            reads: vec![landing("3 servers", 3), landing("3 servers + split", 0)],
+            ..Default::default()
+        };
+        let f = bad.findings();
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert!(f[0].contains("reached a replica") && f[1].contains("no read reached"));
+    }
+
+    #[test]
+    fn a_lost_write_and_a_switchover_error_are_findings_a_failover_error_is_not() {
+        let change = |kind: &str, errors, lost| WriterChange {
+            kind: kind.into(),
+            errors,
+            lost,
+            ..Default::default()
+        };
+        let rep = ClusterReport {
+            changes: vec![change("failover", 3, 0), change("switchover", 0, 0)],
+            ..Default::default()
+        };
+        assert!(rep.findings().is_empty());
+        let rep = ClusterReport {
+            changes: vec![change("failover", 3, 2), change("switchover", 1, 0)],
+            ..Default::default()
+        };
+        let f = rep.findings();
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert!(f[0].contains("2 acknowledged writes lost"));
+        assert!(f[1].contains("1 client errors"));
+    }
 }

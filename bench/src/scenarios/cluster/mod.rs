@@ -114,6 +114,8 @@ pub async fn section(ctx: &Ctx<'_>, root: &Path) -> ClusterReport {
         }
     }
     procs::forget_cluster_stop();
+    let findings = rep.findings();
+    rep.problems.extend(findings);
     rep.elapsed_s = t0.elapsed().as_secs_f64();
     rep
 }
