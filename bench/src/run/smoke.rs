@@ -17,13 +17,22 @@ pub fn verdict(summary: &Summary, leaks: &[String], tls: Option<&TlsReport>) -> 
         + summary
             .mux
             .as_ref()
-            .map_or(0, |m| m.many_clients.len() + m.idle.len());
+            .map_or(0, |m| m.many_clients.len() + m.idle.len())
+        + summary
+            .cluster
+            .as_ref()
+            .map_or(0, |c| c.reads.len() + c.cost.len() + c.changes.len());
     println!(
         "bench-smoke: {} passed, {} failed",
         n - bad.len(),
         bad.len()
     );
-    if summary.records.is_empty() && tls.is_none() {
+    // The scenarios with processes of their own measure without a cell.
+    if summary.records.is_empty()
+        && tls.is_none()
+        && summary.mux.is_none()
+        && summary.cluster.is_none()
+    {
         return Err("smoke run failed: it measured nothing (no scenario cell ran)".into());
     }
     if !bad.is_empty() {
