@@ -178,6 +178,9 @@ pub struct ServerStatus {
     /// The duration of the last check, failed or not.
     pub check_latency: Option<Duration>,
     pub checks_failed_total: u64,
+    /// Its last check could not even connect (refused, reset, broken):
+    /// the process is gone, not busy (`monitor/writer.rs`).
+    pub unreachable: bool,
     /// The last time its applied position covered the writer's.
     caught_up_at: Option<Instant>,
 }
@@ -247,6 +250,7 @@ impl Monitor {
                 probe: None,
                 check_latency: None,
                 checks_failed_total: 0,
+                unreachable: false,
                 caught_up_at: None,
             })
             .collect();
@@ -302,6 +306,7 @@ impl Monitor {
         if failure.is_some() {
             s.checks_failed_total += 1;
         }
+        s.unreachable = matches!(result, CheckResult::ConnectFailed(_));
         let was_down = s.health.state == State::Down;
         let new_reason = failure
             .as_ref()

@@ -311,6 +311,36 @@ fn the_writer_moves_when_an_orchestrator_promotes_a_replica() {
 }
 
 #[test]
+fn a_promoted_replica_writes_at_once_when_the_old_writer_cannot_be_reached() {
+    let t0 = Instant::now();
+    let mut m = cluster(t0);
+    // One refused check: the old writer is still up (fall is 3)...
+    m.on_check(0, refused(), MS, t0 + SEC);
+    assert_eq!(state(&m, 0), State::Up);
+    m.settle(t0 + SEC);
+    assert_eq!(m.writer(), Some(0), "no other server is writable yet");
+    // ...and the orchestrator promoted 1: it takes the writes now.
+    m.on_check(1, primary("0-2-6"), MS, t0 + SEC);
+    let c = m.settle(t0 + SEC);
+    assert_eq!(m.writer(), Some(1));
+    assert!(c.iter().any(|c| matches!(
+        c,
+        Change::Writer {
+            from: Some(0),
+            to: Some(1),
+            ..
+        }
+    )));
+    // A writer that merely timed out keeps its place: it may be busy,
+    // and two writers would diverge the set.
+    let mut m = cluster(t0);
+    m.on_check(0, CheckResult::TimedOut, MS, t0 + SEC);
+    m.on_check(1, primary("0-2-6"), MS, t0 + SEC);
+    m.settle(t0 + SEC);
+    assert_eq!(m.writer(), Some(0));
+}
+
+#[test]
 fn two_writable_servers_keep_the_current_writer_and_say_so() {
     let t0 = Instant::now();
     let mut m = cluster(t0);

@@ -8,6 +8,13 @@
 //! error 1950), so the rule is: keep the current writer while it stays up
 //! and writable, and if there was none, pick none; an error names the
 //! servers until only one is writable.
+//!
+//! One exception shortens a failover: the writer's last check could not
+//! even connect (refused or reset: its process is gone, it is not just
+//! busy) and exactly one other server is writable. That one is what an
+//! orchestrator promoted, and waiting the `fall` checks that take the old
+//! writer down (3 intervals) would only hold every write back; the old one
+//! cannot take writes while it refuses connections.
 
 use super::{Change, ConfiguredRole, Monitor, Role, State};
 
@@ -30,6 +37,10 @@ impl Monitor {
             None => match writable.as_slice() {
                 [] => (None, "no up server has read_only=0"),
                 [one] => (Some(*one), "the one up server with read_only=0"),
+                _ if self.writer_unreachable() && writable.len() == 2 => (
+                    writable.iter().copied().find(|&i| Some(i) != self.writer),
+                    "the writer is unreachable and one other server has read_only=0",
+                ),
                 _ if self.writer.is_some_and(|w| writable.contains(&w)) => {
                     (self.writer, "kept: several servers are writable")
                 }
@@ -58,5 +69,12 @@ impl Monitor {
             self.writer = chosen;
         }
         changes
+    }
+
+    /// The writer's last check could not connect to it.
+    fn writer_unreachable(&self) -> bool {
+        self.writer
+            .and_then(|w| self.servers.get(w))
+            .is_some_and(|s| s.unreachable)
     }
 }
