@@ -51,6 +51,7 @@ use crate::state_strip::ClientView;
 use client::ClientPacket;
 use framing::{lenenc, Framer, Step};
 
+pub mod checksum;
 mod client;
 mod framing;
 mod server;
@@ -166,6 +167,9 @@ pub struct Completed {
     /// The answer ended with a result set: its row count (what FOUND_ROWS()
     /// then returns without SQL_CALC_FOUND_ROWS). None for an OK or ERR.
     pub rows: Option<u64>,
+    /// The answer's checksum ([`checksum`]), with
+    /// [`Tracker::checksum_answers`] on.
+    pub checksum: Option<u64>,
 }
 
 /// Longest OK payload kept for its session-state blocks (a `SET` of many
@@ -190,6 +194,12 @@ struct Capture {
     /// The text of each command in `pending`, in the same order.
     texts: VecDeque<Option<Vec<u8>>>,
     done: VecDeque<Completed>,
+    /// [`Tracker::checksum_answers`] is on: `packet_sum` is the hash of the
+    /// server packet's payload so far, `answer_sum` the answer's checksum
+    /// so far ([`checksum`]).
+    checksums: bool,
+    packet_sum: u64,
+    answer_sum: u64,
 }
 
 /// Largest unsolicited ERR payload accepted: a server error message is at most 512 bytes
@@ -431,7 +441,21 @@ impl Tracker {
             over: false,
             texts: VecDeque::new(),
             done: VecDeque::new(),
+            checksums: false,
+            packet_sum: checksum::FNV_OFFSET,
+            answer_sum: checksum::FNV_OFFSET,
         }));
+    }
+
+    /// Give every captured answer its checksum ([`Completed::checksum`],
+    /// the rule in [`checksum`]): transaction replay compares what a
+    /// client was answered with what a replay reads.
+    /// Only with capture on ([`Tracker::capture_commands`]), whose box
+    /// holds the sums: a parked session's tracker does not grow.
+    pub fn checksum_answers(&mut self) {
+        if let Some(c) = self.capture.as_mut() {
+            c.checksums = true;
+        }
     }
 
     /// The oldest finished command not taken yet (with capture on).
@@ -468,6 +492,8 @@ impl Tracker {
             c.over = false;
             c.texts.clear();
             c.done.clear();
+            c.packet_sum = checksum::FNV_OFFSET;
+            c.answer_sum = checksum::FNV_OFFSET;
         }
     }
 

@@ -129,6 +129,7 @@ fn done(command: u8, text: &str, status: u16) -> Completed {
         }),
         warnings: 0,
         status,
+        checksum: None,
         state_ok: None,
         rows: None,
     }

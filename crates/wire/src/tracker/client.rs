@@ -170,6 +170,7 @@ impl Tracker {
                                 status: self.last_status,
                                 state_ok: None,
                                 rows: None,
+                                checksum: None,
                             });
                         }
                         return Ok(());

@@ -27,6 +27,9 @@ impl Tracker {
         while pos < chunk.len() || self.server.hdr_len == 4 && self.server.remaining == 0 {
             if self.server.at_logical_start() {
                 self.server_packet_at = Some(pos);
+                if let Some(c) = self.capture.as_deref_mut() {
+                    c.packet_sum = checksum::FNV_OFFSET;
+                }
                 match self.pending.front() {
                     None => return Err(TrackError::UnexpectedServerData),
                     Some(p) if p.state == RespState::InfileData => {
@@ -44,7 +47,16 @@ impl Tracker {
                     }
                 }
             }
-            if let Step::LogicalEnd = self.server.step(chunk, &mut pos) {
+            let (before, in_payload) = (pos, self.server.hdr_len == 4);
+            let step = self.server.step(chunk, &mut pos);
+            if let Some(c) = self.capture.as_deref_mut().filter(|c| c.checksums) {
+                // Payload bytes only: headers (sequence ids, the split
+                // into physical packets) never count.
+                if in_payload {
+                    c.packet_sum = checksum::fnv(c.packet_sum, &chunk[before..pos]);
+                }
+            }
+            if let Step::LogicalEnd = step {
                 self.server_packet_done()?;
             }
         }
@@ -232,6 +244,10 @@ impl Tracker {
                 true
             }
         };
+        if let Some(c) = self.capture.as_deref_mut().filter(|c| c.checksums) {
+            c.answer_sum =
+                checksum::fold_packet(c.answer_sum, &pkt, status.is_some(), c.packet_sum);
+        }
         if let Some(s) = status {
             self.last_status = s;
             if self.strip.is_some() && s & SERVER_SESSION_STATE_CHANGED != 0 {
@@ -246,6 +262,9 @@ impl Tracker {
         if done {
             self.pending.pop_front();
             if let Some(c) = self.capture.as_mut() {
+                let sum = c
+                    .checksums
+                    .then(|| std::mem::replace(&mut c.answer_sum, checksum::FNV_OFFSET));
                 c.done.push_back(Completed {
                     command,
                     text: c.texts.pop_front().flatten(),
@@ -259,6 +278,7 @@ impl Tracker {
                         && !self.server.full.is_empty())
                     .then(|| self.server.full.clone()),
                     rows: result_rows.filter(|_| !pkt.is_err()),
+                    checksum: sum,
                 });
             }
         }

@@ -1221,3 +1221,102 @@ fn statement_commands_stop_when_asked_and_one_passes_after_a_resume() {
     let r = t.on_client_bytes(&exec).unwrap();
     assert_eq!((r.forward, r.stop), (0, Some(StopReason::Statement)));
 }
+
+// ------------------------------------------------------- answer checksums
+
+/// The checksum of each answer when `answers` (whole server bytes, one
+/// per query) are fed in chunks of `cut` bytes.
+fn checksums(answers: &[Vec<u8>], deprecate_eof: bool, cut: usize) -> Vec<u64> {
+    let mut t = Tracker::new(deprecate_eof);
+    t.capture_commands(64);
+    t.checksum_answers();
+    let mut sums = Vec::new();
+    for answer in answers {
+        t.on_client_bytes(&query("SELECT a FROM t")).unwrap();
+        for piece in answer.chunks(cut.max(1)) {
+            t.on_server_bytes(piece).unwrap();
+        }
+        let done = t.take_completed().expect("the answer completed");
+        sums.push(done.checksum.expect("checksums are on"));
+    }
+    sums
+}
+
+fn rows_answer(rows: &[&[u8]], last_status: u16) -> Vec<u8> {
+    let mut packets = vec![vec![1], coldef(), eof(0)];
+    packets.extend(rows.iter().map(|r| r.to_vec()));
+    packets.push(eof(last_status));
+    response(&packets)
+}
+
+fn ok_answer(affected: u8, insert_id: u8, status: u16, tail: &[u8]) -> Vec<u8> {
+    let s = status.to_le_bytes();
+    let mut p = vec![0x00, affected, insert_id, s[0], s[1], 0, 0];
+    p.extend_from_slice(tail);
+    response(&[p])
+}
+
+#[test]
+fn checksum_ignores_sequence_ids_cuts_and_status_flags() {
+    let a = rows_answer(&[b"\x011", b"\x012"], SERVER_STATUS_IN_TRANS);
+    let flagged = rows_answer(
+        &[b"\x011", b"\x012"],
+        SERVER_STATUS_IN_TRANS | SERVER_SESSION_STATE_CHANGED,
+    );
+    let mut shifted = a.clone();
+    // Other sequence ids: every header's fourth byte.
+    let mut at = 0;
+    while at < shifted.len() {
+        let len = usize::from(shifted[at]) | usize::from(shifted[at + 1]) << 8;
+        shifted[at + 3] = shifted[at + 3].wrapping_add(7);
+        at += 4 + len;
+    }
+    let whole = checksums(std::slice::from_ref(&a), false, usize::MAX)[0];
+    assert_eq!(checksums(&[a], false, 1)[0], whole);
+    assert_eq!(checksums(&[flagged], false, 3)[0], whole);
+    assert_eq!(checksums(&[shifted], false, 5)[0], whole);
+}
+
+#[test]
+fn checksum_of_an_ok_leaves_out_its_state_block_and_info() {
+    let plain = ok_answer(1, 5, SERVER_STATUS_IN_TRANS, b"");
+    let tracked = ok_answer(
+        1,
+        5,
+        SERVER_STATUS_IN_TRANS | SERVER_SESSION_STATE_CHANGED,
+        b"\x00\x13\x00\x11\x09last_gtid\x060-1-33",
+    );
+    let sums = checksums(&[plain, tracked], false, 4);
+    assert_eq!(sums[0], sums[1]);
+}
+
+#[test]
+fn checksum_tells_apart_rows_counts_and_errors() {
+    let sums = checksums(
+        &[
+            rows_answer(&[b"\x011"], 0),
+            rows_answer(&[b"\x012"], 0),
+            rows_answer(&[b"\x011", b"\x011"], 0),
+            ok_answer(1, 5, 0, b""),
+            ok_answer(2, 5, 0, b""),
+            ok_answer(1, 6, 0, b""),
+            response(&[err()]),
+        ],
+        false,
+        7,
+    );
+    for (i, a) in sums.iter().enumerate() {
+        for b in &sums[i + 1..] {
+            assert_ne!(a, b, "answers {sums:x?}");
+        }
+    }
+}
+
+#[test]
+fn checksum_is_none_unless_asked_for() {
+    let mut t = Tracker::new(false);
+    t.capture_commands(64);
+    t.on_client_bytes(&query("SELECT 1")).unwrap();
+    t.on_server_bytes(&ok_answer(0, 0, 0, b"")).unwrap();
+    assert_eq!(t.take_completed().unwrap().checksum, None);
+}
