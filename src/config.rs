@@ -407,6 +407,30 @@ pub struct Config {
     #[arg(long, default_value = "", value_parser = parse_read_only_functions, value_name = "NAME,...")]
     pub read_only_functions: String,
 
+    /// Several servers, `--pooling transaction`: when the writer dies under
+    /// an open transaction that was certainly rolled back, run its
+    /// statements again on the new writer (waiting for one at most
+    /// --writer-wait-timeout) and carry on unseen if every answer is the
+    /// same as the client's; otherwise the client gets ERR 1213 as without
+    /// it. Never an interrupted COMMIT. See docs/operations.md, "What
+    /// clients see when the writer changes".
+    #[arg(
+        long,
+        default_value_t = false,
+        action = ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub transaction_replay: bool,
+
+    /// --transaction-replay: statement text one transaction may record.
+    /// Over it (or with one statement over 64 KiB) the transaction is not
+    /// replayed, and its loss gets ERR 1213.
+    #[arg(long, default_value = "1048576", value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    pub transaction_replay_max_size: u64,
+
     /// Users allowed to connect, in Vitess's static auth JSON format:
     /// {"user": [{"Password": "..."}]} or {"user": [{"MysqlNativePassword": "*HEX"}]}.
     #[arg(long, value_name = "PATH")]
@@ -779,6 +803,11 @@ impl std::fmt::Debug for Config {
             .field("writer_wait_timeout", &self.writer_wait_timeout)
             .field("read_write_split", &self.read_write_split)
             .field("read_only_functions", &self.read_only_functions)
+            .field("transaction_replay", &self.transaction_replay)
+            .field(
+                "transaction_replay_max_size",
+                &self.transaction_replay_max_size,
+            )
             .field("users_file", &self.users_file)
             .field("rsa_key", &self.rsa_key)
             .field("read_buffers", &self.read_buffers)

@@ -209,6 +209,8 @@ file_config! {
     optional writer_wait_timeout: HumanDuration,
     plain read_write_split: bool,
     plain read_only_functions: String,
+    plain transaction_replay: bool,
+    plain transaction_replay_max_size: u64,
     plain users_file: PathBuf,
     optional rsa_key: PathBuf,
     plain read_buffers: ReadBufferMode,

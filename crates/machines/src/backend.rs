@@ -101,6 +101,8 @@ pub enum BackendEvent {
     /// The answer to [`BackendConn::statement`]: the connection is leased
     /// again.
     Statement(server_prepared::StatementReply),
+    /// The answer to [`BackendConn::replay`].
+    Replayed(tx_replay::ReplayOutcome),
     /// Broken: closed, and to be forgotten.
     Failed { cause: String },
     /// Something about backend TLS the pool counts or logs.
@@ -182,6 +184,8 @@ enum State {
         /// buffer: a PREPARE_OK of many columns is larger than one.
         partial: Vec<u8>,
     },
+    /// Transaction replay on the new writer (`backend/tx_replay.rs`).
+    ReplayingTx(Box<tx_replay::Replay>),
     /// Closed; the driver frees the slot once its operations complete.
     Closed,
 }
@@ -387,6 +391,7 @@ impl BackendConn {
             | State::Resetting { writing }
             | State::AskingLastInsertId { writing }
             | State::Preparing { writing, .. } => writing,
+            State::ReplayingTx(_) => return self.on_replay_written(out),
             _ => return,
         };
         *writing = false;
@@ -429,6 +434,9 @@ impl BackendConn {
         }
         if let State::Preparing { .. } = self.state {
             return self.on_prepare_reply(data, capacity, out);
+        }
+        if let State::ReplayingTx(_) = self.state {
+            return self.on_replay_answers(data, out);
         }
         let Some((pkt, _)) = split_packet(data) else {
             if data.len() >= capacity {
@@ -512,6 +520,7 @@ impl BackendConn {
                 | State::Resetting { .. }
                 | State::AskingLastInsertId { .. }
                 | State::Preparing { .. }
+                | State::ReplayingTx(_)
         );
         if exchanging && now.duration_since(self.since) >= timeout {
             let cause =
@@ -526,6 +535,8 @@ mod lease;
 mod open;
 
 pub mod server_prepared;
+
+pub mod tx_replay;
 
 #[cfg(test)]
 mod tests;

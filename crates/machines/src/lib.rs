@@ -44,6 +44,7 @@ pub mod replica_choice;
 pub mod session;
 pub mod slab;
 pub mod statement_limits;
+pub mod tx_replay;
 pub mod tx_settings;
 
 #[cfg(test)]

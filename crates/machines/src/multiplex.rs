@@ -216,6 +216,9 @@ pub struct TxState {
     /// connection must never run the session's next statement (a write
     /// there would fail with read_only's ERR 1290).
     read_lease: bool,
+    /// `--transaction-replay`: the open transaction's statements
+    /// (`crate::tx_replay`).
+    replay: Option<Box<crate::tx_replay::TxRecord>>,
 }
 
 impl TxState {
@@ -244,6 +247,21 @@ impl TxState {
     #[cfg(test)]
     pub fn pinned(&self) -> Option<PinReason> {
         self.pinned
+    }
+
+    /// `--transaction-replay`: record the session's transactions, at most
+    /// `max_bytes` of statement text each.
+    pub fn record_transactions(&mut self, max_bytes: usize) {
+        self.replay = Some(Box::new(crate::tx_replay::TxRecord::new(max_bytes)));
+    }
+
+    /// The open transaction's record (with `--transaction-replay`).
+    pub fn replay_record(&self) -> Option<&crate::tx_replay::TxRecord> {
+        self.replay.as_deref()
+    }
+
+    pub fn replay_record_mut(&mut self) -> Option<&mut crate::tx_replay::TxRecord> {
+        self.replay.as_deref_mut()
     }
 
     pub fn schema(&self) -> Option<&str> {

@@ -205,6 +205,12 @@ pub enum PoolEvent {
         session: SessionId,
         reply: crate::backend::server_prepared::StatementReply,
     },
+    /// The answer to [`Pool::replay`], for the session the connection was
+    /// leased to (after a mismatch it is closed and leased to no one).
+    Replayed {
+        session: SessionId,
+        outcome: crate::backend::tx_replay::ReplayOutcome,
+    },
     /// Watch the connection's socket for the server closing it
     /// (`ops::poll_closed`, armed once for its life; its completion goes
     /// to [`Pool::on_watch`]).
@@ -413,6 +419,25 @@ impl Pool {
         };
         let mut bo = Vec::new();
         p.conn.statement(key, want_response, types, now, &mut bo);
+        self.apply(id, bo, now, out);
+    }
+
+    /// Transaction replay on leased connection `id` (`backend/tx_replay.rs`):
+    /// answered with [`PoolEvent::Replayed`] (or, when the connection
+    /// fails, a `LeaseFailed`).
+    pub fn replay(
+        &mut self,
+        id: BackendId,
+        statements: &[crate::tx_replay::Recorded],
+        then: Option<Vec<u8>>,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        let mut bo = Vec::new();
+        p.conn.replay(statements, then, now, &mut bo);
         self.apply(id, bo, now, out);
     }
 

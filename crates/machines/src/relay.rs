@@ -241,6 +241,26 @@ impl Relay {
         }
     }
 
+    /// Begin relaying on a connection where a transaction was just
+    /// replayed (`backend/tx_replay.rs`): the statement in flight, if any,
+    /// was written by the replay, and the tracker owes its answer, which is
+    /// read first. `client_reading`: the client read the lost relay left
+    /// is still the session's (in flight, or completed and handed back
+    /// next), so none is started.
+    pub fn resume_after_replay(
+        &mut self,
+        client_reading: bool,
+        now: Instant,
+        out: &mut Vec<RelayEvent>,
+    ) {
+        debug_assert_eq!(self.up, Up::Idle);
+        self.up = Up::Reading;
+        if !client_reading {
+            out.push(RelayEvent::Op(RelayOp::ReadClient));
+        }
+        self.pump(now, out);
+    }
+
     /// True once `Ended` was emitted.
     pub fn is_ended(&self) -> bool {
         self.ended

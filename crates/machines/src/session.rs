@@ -201,6 +201,18 @@ pub enum SessionAction {
     /// Several servers: the session's connection was lost before any of
     /// the answer reached the client (`ringgate_writer_lost_total`).
     WriterLost(LostOutcome),
+    /// Transaction replay on the session's new connection
+    /// (`session/tx_replay.rs`): answered by [`Session::on_replayed`], or
+    /// [`Session::on_lease_failed`] when the connection fails.
+    ReplayTransaction {
+        statements: Vec<crate::tx_replay::Recorded>,
+        then: Option<Vec<u8>>,
+    },
+    /// How a transaction replay ended
+    /// (`ringgate_transaction_replays_total{outcome}`).
+    TransactionReplay(ReplayResult),
+    /// Replay was turned off for the open transaction (a debug line).
+    ReplayOff(crate::tx_replay::Off),
 }
 
 /// What a session needs from its worker at each step.
@@ -226,6 +238,9 @@ pub struct SessionCtx<'a> {
     /// Several `--backend` servers: a relay keeps its client when its
     /// connection is lost (`session/writer_lost.rs`).
     pub several_servers: bool,
+    /// `--transaction-replay` on: its `--transaction-replay-max-size`
+    /// (`session/tx_replay.rs`).
+    pub transaction_replay: Option<usize>,
     /// `--max-prepared-statements` and `--max-prepared-bytes`: what one
     /// session's moving statements may keep.
     pub statement_limits: crate::statement_limits::StatementLimits,
@@ -303,6 +318,10 @@ enum State {
     /// Transaction pooling: writing an answer the proxy made to a command
     /// (an ERR), then parked again.
     ParkedReply { tracker: Box<Tracker> },
+    /// The writer died under a recorded transaction: waiting for a
+    /// connection to the new writer and the replay on it
+    /// (`session/tx_replay.rs`).
+    ReplayingTx(Box<tx_replay::ReplayWait>),
     /// Closed; the driver frees the slot once its operations complete.
     Closed,
 }
@@ -727,6 +746,9 @@ impl Session {
         if self.is_closed() {
             return;
         }
+        if matches!(self.state, State::ReplayingTx(_)) {
+            return self.replay_client_read(res);
+        }
         if matches!(self.state, State::ParkedReply { .. }) && self.reply_leaves_read {
             // The relay's read, behind the reply to a lost transaction:
             // handled once the reply is written.
@@ -887,7 +909,9 @@ mod parked;
 mod command_phase;
 
 mod sha2;
+mod tx_replay;
 mod writer_lost;
+pub use tx_replay::ReplayResult;
 pub use writer_lost::LostOutcome;
 
 mod prepared_commands;

@@ -25,7 +25,7 @@ use prometheus_client::registry::Registry;
 use super::{
     connect_bucket_bounds, pool_wait_bucket_bounds, AuthPath, RejectReason, ServerSample, Snapshot,
     BACKEND_TLS_ERRORS, IDLE_CUT_HELD, INTERNAL_QUERY_KINDS, PIN_REASONS, SERVER_ROLES,
-    SERVER_STATES, WRITER_LOST_OUTCOMES,
+    SERVER_STATES, TRANSACTION_REPLAY_OUTCOMES, WRITER_LOST_OUTCOMES,
 };
 
 /// Writes `snapshot` as Prometheus text.
@@ -412,8 +412,24 @@ impl Collector for Exposition {
             "Several servers: sessions whose backend connection was lost (the writer died) \
              before any of the answer reached the client, by what the client was told: \
              rolled_back (ERR 1213 or OK, the session goes on), pinned (ERR 1927, closed), \
-             unknown (outcome unknown, closed as direct), none (nothing lost, goes on).",
+             unknown (outcome unknown, closed as direct), none (nothing lost, goes on), \
+             replayed (the transaction was replayed on the new writer, goes on told nothing).",
             &writer_lost,
+        )?;
+        let replays: Vec<(Label, u64)> = TRANSACTION_REPLAY_OUTCOMES
+            .iter()
+            .zip(s.transaction_replays_total)
+            .map(|(&o, n)| ([("outcome", o)], n))
+            .collect();
+        counters(
+            &mut enc,
+            "ringgate_transaction_replays_total",
+            "--transaction-replay: transactions the writer took down, by how their replay on \
+             the new writer ended: replayed (every answer the same, the client saw nothing), \
+             mismatch (an answer differed: ERR 1213), failed (no new writer in time, or an \
+             error: ERR 1213), too_large (over --transaction-replay-max-size, not tried: ERR \
+             1213).",
+            &replays,
         )?;
         let internal: Vec<(Label, u64)> = INTERNAL_QUERY_KINDS
             .iter()

@@ -186,7 +186,12 @@ pub const IDLE_CUT_HELD: [&str; 2] = ["transaction", "pinned"];
 
 /// The `outcome` labels of `ringgate_writer_lost_total`, in the order of
 /// `machines::session::LostOutcome::index`.
-pub const WRITER_LOST_OUTCOMES: [&str; 4] = ["rolled_back", "pinned", "unknown", "none"];
+pub const WRITER_LOST_OUTCOMES: [&str; 5] =
+    ["rolled_back", "pinned", "unknown", "none", "replayed"];
+
+/// The `outcome` labels of `ringgate_transaction_replays_total`, in the
+/// order of `machines::session::ReplayResult::index`.
+pub const TRANSACTION_REPLAY_OUTCOMES: [&str; 4] = ["replayed", "mismatch", "failed", "too_large"];
 
 /// The `reason` labels of `ringgate_sessions_pinned_total`, in the order
 /// of `machines::multiplex::PinReason::ALL` (a unit test there checks it).

@@ -40,7 +40,8 @@ mod user_usage;
 
 pub use labels::{
     AuthPath, BackendTlsError, BufferMode, InternalQuery, RejectReason, BACKEND_TLS_ERRORS,
-    IDLE_CUT_HELD, INTERNAL_QUERY_KINDS, PIN_REASONS, WRITER_LOST_OUTCOMES,
+    IDLE_CUT_HELD, INTERNAL_QUERY_KINDS, PIN_REASONS, TRANSACTION_REPLAY_OUTCOMES,
+    WRITER_LOST_OUTCOMES,
 };
 pub use pool_wait::{pool_wait_bucket_bounds, PoolWaitSnapshot, POOL_WAIT_BUCKET_COUNT};
 pub use servers::{RoutedSample, ServerSample, ServerTable, SERVER_ROLES, SERVER_STATES};
@@ -256,6 +257,9 @@ pub struct WorkerMetrics {
     /// any of the answer reached the client, indexed like
     /// [`WRITER_LOST_OUTCOMES`].
     pub writer_lost_total: [AtomicU64; WRITER_LOST_OUTCOMES.len()],
+    /// `--transaction-replay`: replays of a transaction the writer took
+    /// down, indexed like [`TRANSACTION_REPLAY_OUTCOMES`].
+    pub transaction_replays_total: [AtomicU64; TRANSACTION_REPLAY_OUTCOMES.len()],
     /// Transaction pooling: proxy-internal statements, indexed like
     /// [`INTERNAL_QUERY_KINDS`].
     pub internal_queries_total: [AtomicU64; INTERNAL_QUERY_KINDS.len()],
@@ -382,6 +386,7 @@ impl WorkerMetrics {
             sessions_pinned_total: Default::default(),
             sessions_idle_cut_total: Default::default(),
             writer_lost_total: Default::default(),
+            transaction_replays_total: Default::default(),
             internal_queries_total: Default::default(),
             bytes_client_to_backend_total: AtomicU64::new(0),
             bytes_backend_to_client_total: AtomicU64::new(0),

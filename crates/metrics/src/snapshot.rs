@@ -80,6 +80,7 @@ pub struct Snapshot {
     /// Indexed like [`IDLE_CUT_HELD`].
     pub sessions_idle_cut_total: [u64; IDLE_CUT_HELD.len()],
     pub writer_lost_total: [u64; WRITER_LOST_OUTCOMES.len()],
+    pub transaction_replays_total: [u64; TRANSACTION_REPLAY_OUTCOMES.len()],
     /// Indexed like [`INTERNAL_QUERY_KINDS`].
     pub internal_queries_total: [u64; INTERNAL_QUERY_KINDS.len()],
     pub bytes_client_to_backend_total: u64,
@@ -230,6 +231,12 @@ impl Metrics {
                 *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
             }
         }
+        let mut replays = [0u64; TRANSACTION_REPLAY_OUTCOMES.len()];
+        for w in self.workers.iter() {
+            for (sum, c) in replays.iter_mut().zip(&w.transaction_replays_total) {
+                *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
+            }
+        }
         let mut internal = [0u64; INTERNAL_QUERY_KINDS.len()];
         for w in self.workers.iter() {
             for (sum, c) in internal.iter_mut().zip(&w.internal_queries_total) {
@@ -282,6 +289,7 @@ impl Metrics {
             sessions_pinned_total: pinned,
             sessions_idle_cut_total: idle_cut,
             writer_lost_total: writer_lost,
+            transaction_replays_total: replays,
             internal_queries_total: internal,
             bytes_client_to_backend_total: u(|w| &w.bytes_client_to_backend_total),
             bytes_backend_to_client_total: u(|w| &w.bytes_backend_to_client_total),

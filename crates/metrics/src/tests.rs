@@ -4,7 +4,7 @@
 use super::*;
 use text::{parse_value, Samples};
 
-const ALL_NAMES: [(&str, &str); 58] = [
+const ALL_NAMES: [(&str, &str); 59] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
@@ -45,6 +45,7 @@ const ALL_NAMES: [(&str, &str); 58] = [
     ("ringgate_sessions_pinned_total", "counter"),
     ("ringgate_sessions_idle_cut_total", "counter"),
     ("ringgate_writer_lost_total", "counter"),
+    ("ringgate_transaction_replays_total", "counter"),
     ("ringgate_bytes_total", "counter"),
     ("ringgate_client_compressed_sessions_total", "counter"),
     ("ringgate_client_tls_sessions_total", "counter"),

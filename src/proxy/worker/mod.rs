@@ -376,6 +376,8 @@ fn session_ctx<'a>(
         read_write_split: cfg.read_write_split,
         read_only_functions: shared.read_only_functions,
         servers: &shared.server_addrs,
+        transaction_replay: (cfg.transaction_replay && cfg.backends.len() > 1)
+            .then(|| usize::try_from(cfg.transaction_replay_max_size).unwrap_or(usize::MAX)),
     }
 }
 

@@ -22,6 +22,9 @@ impl Worker {
             PoolEvent::Statement { session, reply } => {
                 self.with_session(session, |s, _, _, out| s.on_statement(reply, out));
             }
+            PoolEvent::Replayed { session, outcome } => {
+                self.with_session(session, |s, _, ctx, out| s.on_replayed(outcome, ctx, out));
+            }
             PoolEvent::LastInsertId { session, value } => {
                 self.with_session(session, |s, _, _, out| s.on_last_insert_id(value, out));
             }

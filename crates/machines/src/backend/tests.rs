@@ -905,3 +905,170 @@ fn a_prepare_ok_larger_than_the_read_buffer_is_read_on() {
         other => panic!("{other:?}"),
     }
 }
+
+// ------------------------------------------------------ transaction replay
+
+/// The answers a client got (no CLIENT_DEPRECATE_EOF, as the key says):
+/// BEGIN's OK, an INSERT's OK, a one-row result set.
+fn replay_answers(row: &[u8]) -> Vec<Vec<u8>> {
+    const IN: u16 = SERVER_STATUS_IN_TRANS | SERVER_STATUS_AUTOCOMMIT;
+    let coldef =
+        b"\x03def\x00\x00\x00\x01v\x00\x0c\x3f\x00\x0b\x00\x00\x00\x03\x00\x00\x00\x00\x00";
+    let mut rows = framed(1, &[1]);
+    rows.extend(framed(2, coldef));
+    rows.extend(framed(3, &[0xFE, 0, 0, 0x03, 0]));
+    rows.extend(framed(4, row));
+    rows.extend(framed(5, &[0xFE, 0, 0, 0x03, 0]));
+    vec![
+        framed(1, &ok_payload(0, 0, IN, 0)),
+        framed(1, &ok_payload(1, 9, IN, 0)),
+        rows,
+    ]
+}
+
+/// What the client's tracker said of each answer: the recorded statements.
+fn recorded(answers: &[Vec<u8>]) -> Vec<crate::tx_replay::Recorded> {
+    let sqls = ["BEGIN", "INSERT INTO t(v) VALUES (1)", "SELECT v FROM t"];
+    let mut t = wire::tracker::Tracker::new(false);
+    t.capture_commands(64);
+    t.checksum_answers();
+    sqls.iter()
+        .zip(answers)
+        .map(|(sql, answer)| {
+            t.on_client_bytes(&framed(0, &com_payload(COM_QUERY, sql.as_bytes())))
+                .unwrap();
+            t.on_server_bytes(answer).unwrap();
+            crate::tx_replay::Recorded {
+                sql: sql.as_bytes().to_vec(),
+                checksum: t.take_completed().unwrap().checksum.unwrap(),
+            }
+        })
+        .collect()
+}
+
+fn leased(now: Instant) -> BackendConn {
+    let mut c = logged_in(now);
+    c.make_idle(now);
+    let mut out = Vec::new();
+    c.lease(None, None, now, &mut out);
+    assert!(c.is_leased());
+    c
+}
+
+fn replayed(out: &[BackendOut]) -> Option<tx_replay::ReplayOutcome> {
+    out.iter().find_map(|o| match o {
+        BackendOut::Event(BackendEvent::Replayed(r)) => Some(r.clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_replay_whose_answers_match_sends_the_statement_in_flight_and_is_leased_again() {
+    let now = Instant::now();
+    let mut c = leased(now);
+    let answers = replay_answers(b"\x011");
+    let statements = recorded(&answers);
+    let then = framed(0, &com_payload(COM_QUERY, b"INSERT INTO t(v) VALUES (2)"));
+    let mut out = Vec::new();
+    c.replay(&statements, Some(then.clone()), now, &mut out);
+    let sent = sends(&out);
+    assert_eq!(sent.len(), 1, "the statements go pipelined, in one write");
+    assert!(sent[0].ends_with(b"\x03SELECT v FROM t"));
+    out.clear();
+    c.on_write(Completion::Done(sent[0].len()), &mut out);
+    assert_eq!(out.last(), Some(&BackendOut::Op(BackendOp::Read)));
+    // The answers arrive in two reads, cut inside a packet.
+    let all = answers.concat();
+    let (a, b) = all.split_at(all.len() - 7);
+    out.clear();
+    c.on_read(Completion::Done(a.len()), a, CAP, now, &mut out);
+    assert_eq!(out.last(), Some(&BackendOut::Op(BackendOp::Read)));
+    out.clear();
+    c.on_read(Completion::Done(b.len()), b, CAP, now, &mut out);
+    assert_eq!(
+        sends(&out),
+        vec![then.clone()],
+        "then the statement in flight"
+    );
+    assert_eq!(replayed(&out), None, "not before it is written");
+    out.clear();
+    c.on_write(Completion::Done(then.len()), &mut out);
+    assert_eq!(
+        replayed(&out),
+        Some(tx_replay::ReplayOutcome::Replayed {
+            status: SERVER_STATUS_IN_TRANS | SERVER_STATUS_AUTOCOMMIT
+        })
+    );
+    assert!(c.is_leased(), "its answer is the relay's to read");
+}
+
+#[test]
+fn a_replay_that_reads_another_row_is_a_mismatch_and_closes() {
+    let now = Instant::now();
+    let mut c = leased(now);
+    let statements = recorded(&replay_answers(b"\x011"));
+    let mut out = Vec::new();
+    c.replay(&statements, None, now, &mut out);
+    let sent = sends(&out);
+    c.on_write(Completion::Done(sent[0].len()), &mut out);
+    out.clear();
+    let all = replay_answers(b"\x012").concat();
+    c.on_read(Completion::Done(all.len()), &all, CAP, now, &mut out);
+    assert_eq!(
+        replayed(&out),
+        Some(tx_replay::ReplayOutcome::Mismatch { statement: 2 })
+    );
+    assert!(out.contains(&BackendOut::Op(BackendOp::Close)));
+    assert!(sends(&out).is_empty(), "nothing more is sent");
+    assert!(c.is_closed());
+}
+
+#[test]
+fn a_replay_with_nothing_in_flight_is_leased_again_after_the_last_answer() {
+    let now = Instant::now();
+    let mut c = leased(now);
+    let answers = replay_answers(b"\x011");
+    let statements = recorded(&answers);
+    let mut out = Vec::new();
+    c.replay(&statements, None, now, &mut out);
+    c.on_write(Completion::Done(1), &mut out);
+    out.clear();
+    // An ERR where the client got an OK is a mismatch too; here every
+    // answer matches.
+    let all = answers.concat();
+    c.on_read(Completion::Done(all.len()), &all, CAP, now, &mut out);
+    assert!(matches!(
+        replayed(&out),
+        Some(tx_replay::ReplayOutcome::Replayed { .. })
+    ));
+    assert!(c.is_leased());
+}
+
+#[test]
+fn a_replay_the_server_breaks_off_fails_and_a_stalled_one_is_cut() {
+    let now = Instant::now();
+    let mut c = leased(now);
+    let statements = recorded(&replay_answers(b"\x011"));
+    let mut out = Vec::new();
+    c.replay(&statements, None, now, &mut out);
+    c.on_write(Completion::Done(1), &mut out);
+    out.clear();
+    c.on_read(Completion::Done(0), &[], CAP, now, &mut out);
+    assert!(has_event(&out, |e| matches!(
+        e,
+        BackendEvent::Failed { .. }
+    )));
+    let mut c = leased(now);
+    out.clear();
+    c.replay(&statements, None, now, &mut out);
+    out.clear();
+    c.on_tick(
+        now + Duration::from_secs(2),
+        Duration::from_secs(1),
+        &mut out,
+    );
+    assert!(has_event(&out, |e| matches!(
+        e,
+        BackendEvent::Failed { .. }
+    )));
+}

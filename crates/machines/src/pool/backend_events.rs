@@ -208,6 +208,7 @@ impl Pool {
             BackendEvent::ResetDone => self.on_reset_done(id, now, out),
             BackendEvent::LastInsertId(value) => self.on_last_insert_id(id, value, now, out),
             BackendEvent::Statement(reply) => self.on_statement_reply(id, reply, out),
+            BackendEvent::Replayed(outcome) => self.on_replayed(id, outcome, out),
             BackendEvent::Tls(TlsNote::Unavailable) => {
                 self.m().backend_tls_errors_total[BackendTlsError::Unavailable as usize]
                     .fetch_add(1, Relaxed);
@@ -385,6 +386,32 @@ impl Pool {
                  --backend-tls preferred logs in in plain; turn TLS on in the server, \
                  or use --backend-tls required to refuse plain connections"
             );
+        }
+    }
+
+    /// A transaction replay ended: the session hears how; a connection
+    /// whose replay did not match is closed (its machine closed it).
+    fn on_replayed(
+        &mut self,
+        id: BackendId,
+        outcome: crate::backend::tx_replay::ReplayOutcome,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        use crate::backend::tx_replay::ReplayOutcome;
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        let matched = matches!(outcome, ReplayOutcome::Replayed { .. });
+        let session = if matched {
+            p.leased_to
+        } else {
+            p.leased_to.take()
+        };
+        if let Some(session) = session {
+            out.push(PoolEvent::Replayed { session, outcome });
+        }
+        if !matched {
+            self.close(id, out);
         }
     }
 

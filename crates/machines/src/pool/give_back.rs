@@ -124,6 +124,12 @@ pub enum PendingGiveBack {
         want_response: bool,
         types: Option<Vec<u8>>,
     },
+    /// [`Pool::replay`] (transaction replay on the session's new
+    /// connection to the writer).
+    Replay {
+        statements: Vec<crate::tx_replay::Recorded>,
+        then: Option<Vec<u8>>,
+    },
     /// A lease of a connection whose receive a park left armed, to a
     /// session that reads its backend into the connection's own buffer
     /// (where that receive would take the answer): [`PoolEvent::Leased`]
@@ -190,6 +196,9 @@ impl Pool {
                 want_response,
                 types,
             } => self.statement(id, key, want_response, types, now, out),
+            PendingGiveBack::Replay { statements, then } => {
+                self.replay(id, &statements, then, now, out)
+            }
             PendingGiveBack::Lease(session) => out.push(PoolEvent::Leased {
                 session,
                 backend: id,

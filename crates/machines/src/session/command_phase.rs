@@ -354,6 +354,23 @@ fn closing_log(reason: RelayEnd) -> Option<String> {
     }
 }
 
+/// `--transaction-replay`: the command's answer goes into the record; a
+/// session holding its connection for state (`held`) cannot replay.
+fn record_completed(
+    record: &mut crate::tx_replay::TxRecord,
+    done: &wire::tracker::Completed,
+    held: bool,
+    out: &mut Vec<SessionAction>,
+) {
+    let notes = [
+        record.on_completed(done),
+        held.then(|| record.pinned()).flatten(),
+    ];
+    for crate::tx_replay::RecordNote::TurnedOff(off) in notes.into_iter().flatten() {
+        out.push(SessionAction::ReplayOff(off));
+    }
+}
+
 /// Transaction pooling: learn from every command the tracker saw finish
 /// (pins, the session's settings, its statements' cursors and long data,
 /// a COM_RESET_CONNECTION that closed every statement). A command's
@@ -374,8 +391,13 @@ fn learn_completed(
             // session state, whatever its lexing says.
             done.text = Some(b"DO 0".to_vec());
         }
-        if let Some(reason) = tx.on_completed(&done) {
+        let pinned = tx.on_completed(&done);
+        if let Some(reason) = pinned {
             out.push(SessionAction::Pinned(reason));
+        }
+        let held = pinned.is_some() || tx.holds().is_some_and(|w| w != "warnings");
+        if let Some(record) = tx.replay_record_mut() {
+            record_completed(record, &done, held, out);
         }
         tracker.strip_state(tx.client_view());
         if done.command == COM_RESET_CONNECTION && !done.err {

@@ -239,6 +239,9 @@ impl Session {
         if matches!(self.state, State::ChangeUser(_)) && self.leasing {
             return self.change_user_leased(out);
         }
+        if matches!(self.state, State::ReplayingTx(_)) && self.leasing {
+            return self.replay_leased(out);
+        }
         if !matches!(self.state, State::WaitBackend) || !self.leasing {
             // Not waiting any more: give it straight back.
             out.push(SessionAction::Release { clean: true });
@@ -266,6 +269,9 @@ impl Session {
     ) {
         if matches!(self.state, State::ChangeUser(_)) {
             return self.change_user_lease_failed(payload, reject, out);
+        }
+        if matches!(self.state, State::ReplayingTx(_)) {
+            return self.replay_lease_failed(out);
         }
         if matches!(self.state, State::Statement(_)) {
             // The connection failed under a statement exchange: the pool

@@ -33,6 +33,10 @@ impl Session {
         };
         tracker.capture_commands(multiplex::CAPTURE_LIMIT);
         tracker.strip_state(tx.client_view());
+        if let Some(max) = ctx.transaction_replay {
+            tracker.checksum_answers();
+            tx.record_transactions(max);
+        }
         // Statement ids are mapped to each connection's (the registry is
         // made at the first statement command: an idle session has none);
         // with `--tx-prepared-statements pin` the first statement command

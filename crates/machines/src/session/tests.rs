@@ -1,6 +1,7 @@
 //! The session machine without a socket: login, lease, relay start, errors.
 
 use super::*;
+use crate::backend::tx_replay::ReplayOutcome;
 use wire::auth::native_token;
 use wire::handshake::build_handshake_response;
 
@@ -35,6 +36,7 @@ pub(super) fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
         read_write_split: false,
         read_only_functions: &[],
         servers: &[],
+        transaction_replay: None,
     }
 }
 
@@ -1066,6 +1068,11 @@ fn change_user_behind_a_compressed_leg_is_read_like_any_other() {
 // ---- transaction pooling ----
 
 fn tx_session(u: &Users, now: Instant) -> Session {
+    tx_session_in(u, &ctx(u, now), now)
+}
+
+/// [`tx_session`] logged in under context `c`.
+fn tx_session_in(u: &Users, c: &SessionCtx, now: Instant) -> Session {
     let mut out = Vec::new();
     let mut s = Session::new(
         NewSession {
@@ -1091,10 +1098,10 @@ fn tx_session(u: &Users, now: Instant) -> Session {
         }
     )));
     let mut out = Vec::new();
-    s.on_leased(&[], &ctx(u, now), &mut out);
+    s.on_leased(&[], c, &mut out);
     let ok = sent(&out);
     out.clear();
-    s.on_client_write(Completion::Done(ok[0].len()), &[], &ctx(u, now), &mut out);
+    s.on_client_write(Completion::Done(ok[0].len()), &[], c, &mut out);
     // The login's connection goes straight back, as it came.
     assert!(out.contains(&SessionAction::Park {
         clean: true,
@@ -1829,7 +1836,7 @@ const IN_TRANS: u16 = SERVER_STATUS_AUTOCOMMIT | SERVER_STATUS_IN_TRANS;
 /// A session in BEGIN; INSERT with the connection still its own (in
 /// context `c`: several servers or one).
 fn in_transaction_in(u: &Users, c: &SessionCtx, now: Instant) -> Session {
-    let mut s = tx_session(u, now);
+    let mut s = tx_session_in(u, c, now);
     tx_statement_in(&mut s, c, "BEGIN", &ok_payload(0, 0, IN_TRANS, 0));
     let q = query("INSERT INTO t VALUES (1)");
     let mut out = Vec::new();
@@ -2123,4 +2130,175 @@ fn a_read_with_warnings_gives_its_connection_back_at_once() {
         out.contains(&SessionAction::Relay(RelayOp::CancelReadBackend)),
         "{out:?}"
     );
+}
+
+// ---- transaction replay (--transaction-replay) ----
+
+fn replay_ctx(u: &Users, now: Instant, max: usize) -> SessionCtx<'_> {
+    SessionCtx {
+        several_servers: true,
+        transaction_replay: Some(max),
+        ..ctx(u, now)
+    }
+}
+
+fn replay_asked(out: &[SessionAction]) -> Option<(Vec<String>, Option<Vec<u8>>)> {
+    out.iter().find_map(|a| match a {
+        SessionAction::ReplayTransaction { statements, then } => Some((
+            statements
+                .iter()
+                .map(|st| String::from_utf8_lossy(&st.sql).into_owned())
+                .collect(),
+            then.clone(),
+        )),
+        _ => None,
+    })
+}
+
+fn leases(out: &[SessionAction]) -> bool {
+    out.iter()
+        .any(|a| matches!(a, SessionAction::LeaseForCommand { .. }))
+}
+
+#[test]
+fn idle_in_a_recorded_transaction_the_loss_is_replayed_and_unseen() {
+    let now = Instant::now();
+    let u = users();
+    let c = replay_ctx(&u, now, 1024);
+    let mut s = in_transaction_in(&u, &c, now);
+    let out = writer_dies(&mut s, &c);
+    assert!(leases(&out), "a connection to the new writer: {out:?}");
+    assert!(sent(&out).is_empty());
+    assert!(!out
+        .iter()
+        .any(|a| matches!(a, SessionAction::WriterLost(_))));
+    let mut out = Vec::new();
+    s.on_leased(&[], &c, &mut out);
+    assert_eq!(
+        replay_asked(&out),
+        Some((
+            vec!["BEGIN".to_string(), "INSERT INTO t VALUES (1)".to_string()],
+            None
+        ))
+    );
+    let mut out = Vec::new();
+    let status = SERVER_STATUS_AUTOCOMMIT | SERVER_STATUS_IN_TRANS;
+    s.on_replayed(ReplayOutcome::Replayed { status }, &c, &mut out);
+    assert!(out.contains(&SessionAction::TransactionReplay(ReplayResult::Replayed)));
+    assert!(out.contains(&SessionAction::WriterLost(LostOutcome::Replayed)));
+    assert!(sent(&out).is_empty(), "the client is told nothing");
+    // The relay's client read is still in flight: none is started.
+    assert!(
+        !out.contains(&SessionAction::Relay(RelayOp::ReadClient)),
+        "{out:?}"
+    );
+    // The next statement goes straight to the new connection: no lease.
+    let q = query("INSERT INTO t VALUES (2)");
+    let mut out = Vec::new();
+    s.on_client_read(Completion::Done(q.len()), &q, &c, &mut out);
+    assert!(!leases(&out));
+    assert!(out.contains(&SessionAction::Relay(RelayOp::WriteBackend {
+        end: q.len()
+    })));
+}
+
+#[test]
+fn the_statement_in_flight_goes_behind_the_replay_and_its_answer_is_relayed() {
+    let now = Instant::now();
+    let u = users();
+    let c = replay_ctx(&u, now, 1024);
+    let mut s = in_transaction_in(&u, &c, now);
+    let q = query("SELECT v FROM t");
+    let mut out = Vec::new();
+    s.on_client_read(Completion::Done(q.len()), &q, &c, &mut out);
+    s.on_backend_write(Completion::Done(q.len()), &c, &mut out);
+    let out = writer_dies(&mut s, &c);
+    assert!(leases(&out));
+    let mut out = Vec::new();
+    s.on_leased(&[], &c, &mut out);
+    let (statements, then) = replay_asked(&out).unwrap();
+    assert_eq!(statements.len(), 2);
+    assert_eq!(then, Some(q.clone()), "the statement in flight, sent after");
+    let mut out = Vec::new();
+    let status = SERVER_STATUS_AUTOCOMMIT | SERVER_STATUS_IN_TRANS;
+    s.on_replayed(ReplayOutcome::Replayed { status }, &c, &mut out);
+    assert!(
+        out.contains(&SessionAction::Relay(RelayOp::ReadBackend)),
+        "{out:?}"
+    );
+    // Its answer reaches the client.
+    let reply = crate::test_packets::framed(1, &ok_payload(0, 0, status, 0));
+    let mut out = Vec::new();
+    s.on_backend_read(
+        Completion::Done(reply.len()),
+        &mut reply.clone(),
+        &c,
+        &mut out,
+    );
+    assert!(
+        out.contains(&SessionAction::Relay(RelayOp::WriteClient {
+            end: reply.len()
+        })),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_replay_that_does_not_match_ends_in_the_1213() {
+    let now = Instant::now();
+    let u = users();
+    let c = replay_ctx(&u, now, 1024);
+    let mut s = in_transaction_in(&u, &c, now);
+    let q = query("SELECT NOW(6)");
+    let mut out = Vec::new();
+    s.on_client_read(Completion::Done(q.len()), &q, &c, &mut out);
+    s.on_backend_write(Completion::Done(q.len()), &c, &mut out);
+    writer_dies(&mut s, &c);
+    let mut out = Vec::new();
+    s.on_leased(&[], &c, &mut out);
+    let mut out = Vec::new();
+    s.on_replayed(ReplayOutcome::Mismatch { statement: 1 }, &c, &mut out);
+    assert!(out.contains(&SessionAction::TransactionReplay(ReplayResult::Mismatch)));
+    assert!(out.contains(&SessionAction::WriterLost(LostOutcome::RolledBack)));
+    let err = &sent(&out)[0];
+    assert_eq!((err_code(err), err[3]), (1213, 1));
+    assert!(!s.is_closed());
+}
+
+#[test]
+fn no_new_writer_in_time_ends_in_the_1213_at_the_next_command() {
+    let now = Instant::now();
+    let u = users();
+    let c = replay_ctx(&u, now, 1024);
+    let mut s = in_transaction_in(&u, &c, now);
+    writer_dies(&mut s, &c);
+    let mut out = Vec::new();
+    s.on_lease_failed(b"no writer", Some(RejectReason::NoWriter), &mut out);
+    assert!(out.contains(&SessionAction::TransactionReplay(ReplayResult::Failed)));
+    assert!(sent(&out).is_empty(), "told at its next command");
+    let q = query("INSERT INTO t VALUES (2)");
+    let mut out = Vec::new();
+    s.on_client_read(Completion::Done(q.len()), &q, &c, &mut out);
+    assert_eq!(err_code(&sent(&out)[0]), 1213);
+}
+
+#[test]
+fn a_transaction_over_the_bound_is_not_replayed() {
+    let now = Instant::now();
+    let u = users();
+    // BEGIN fits, the INSERT does not.
+    let c = replay_ctx(&u, now, 10);
+    let mut s = in_transaction_in(&u, &c, now);
+    let out = writer_dies(&mut s, &c);
+    assert!(!leases(&out));
+    assert!(out.contains(&SessionAction::TransactionReplay(ReplayResult::TooLarge)));
+    assert!(out.contains(&SessionAction::WriterLost(LostOutcome::RolledBack)));
+    // Without the flag nothing is recorded or counted.
+    let c = cluster_ctx(&u, now);
+    let mut s = in_transaction_in(&u, &c, now);
+    let out = writer_dies(&mut s, &c);
+    assert!(!leases(&out));
+    assert!(!out
+        .iter()
+        .any(|a| matches!(a, SessionAction::TransactionReplay(_))));
 }

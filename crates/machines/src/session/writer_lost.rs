@@ -40,6 +40,9 @@ pub enum LostOutcome {
     /// Nothing lived on the connection (it was kept for its warnings, or
     /// until a KILL landed): the session goes on, told nothing.
     Nothing,
+    /// A transaction was replayed on the new writer (`--transaction-replay`):
+    /// the session goes on, told nothing.
+    Replayed,
 }
 
 impl LostOutcome {
@@ -94,6 +97,22 @@ impl Session {
                 (name, if replica { "" } else { " (failover)" })
             }
             None => ("the writer".to_string(), " (failover)"),
+        };
+        let lost = match fate {
+            // A replica's loss is no failover: not replayed.
+            Fate::RolledBack { rollback: false } if !failover.is_empty() => {
+                let answer = rolled_back_answer(&writer, failover, false, self.tx.as_deref());
+                let cause = lost.cause.clone();
+                match self.try_replay(lost, answer, ctx.now, out) {
+                    Ok(()) => {
+                        return out.push(SessionAction::Log(format!(
+                            "{writer} was lost mid-transaction ({cause}); replaying the transaction on the new writer"
+                        )));
+                    }
+                    Err((lost, _)) => lost,
+                }
+            }
+            _ => lost,
         };
         out.push(SessionAction::WriterLost(match fate {
             Fate::RolledBack { .. } => LostOutcome::RolledBack,
@@ -200,7 +219,22 @@ impl Session {
         let State::Relay(relay) = std::mem::replace(&mut self.state, State::Closed) else {
             return;
         };
-        let mut tracker = Box::new(relay.into_tracker());
+        self.park_lost(Box::new(relay.into_tracker()), lost, answer, ctx.now, out);
+    }
+
+    /// [`Session::park_after_loss`] with the relay's tracker taken out:
+    /// also where a transaction replay that did not succeed ends.
+    pub(super) fn park_lost(
+        &mut self,
+        mut tracker: Box<Tracker>,
+        lost: Lost,
+        answer: Option<Vec<u8>>,
+        now: Instant,
+        out: &mut Vec<SessionAction>,
+    ) {
+        if let Some(record) = self.tx.as_mut().and_then(|t| t.replay_record_mut()) {
+            record.clear();
+        }
         if let Some(stmts) = self.stmts.as_mut() {
             stmts.connection_lost();
         }
@@ -227,7 +261,7 @@ impl Session {
         self.state = State::Parked {
             tracker,
             reading: lost.reading,
-            since: ctx.now,
+            since: now,
         };
         match lost.client_read {
             Some(res) => out.push(SessionAction::Redeliver(res)),

@@ -78,6 +78,16 @@ impl Worker {
                 self.metrics().writer_lost_total[outcome.index()]
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
+            SessionAction::ReplayTransaction { statements, then } => {
+                self.replay_transaction(sid, statements, then)
+            }
+            SessionAction::TransactionReplay(result) => {
+                self.metrics().transaction_replays_total[result.index()]
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            SessionAction::ReplayOff(off) => {
+                tracing::debug!(session = ?sid, "transaction replay is off for this transaction: {off:?}");
+            }
             SessionAction::Log(msg) => self.report_failure(sid, &msg),
         }
     }

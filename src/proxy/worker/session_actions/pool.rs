@@ -211,6 +211,27 @@ impl Worker {
         self.give_back(b, true, asked);
     }
 
+    /// Transaction replay on the session's new connection: run by the
+    /// pool (ring mode: once the receive a park left armed has ended).
+    pub(super) fn replay_transaction(
+        &mut self,
+        sid: SessionId,
+        statements: Vec<machines::tx_replay::Recorded>,
+        then: Option<Vec<u8>>,
+    ) {
+        let Some(slot) = self.sessions.slot(sid) else {
+            return;
+        };
+        let Some(b) = slot.backend else {
+            let payload = wire::reply::err_payload(
+                1105, // ER_UNKNOWN_ERROR
+                "ringgate: no backend connection for a transaction replay",
+            );
+            return self.with_session(sid, |s, _, _, out| s.on_lease_failed(&payload, None, out));
+        };
+        self.give_back(b, true, PendingGiveBack::Replay { statements, then });
+    }
+
     pub(super) fn backend_statements_closed(&mut self, sid: SessionId) {
         let Some(slot) = self.sessions.slot(sid) else {
             return;
