@@ -1072,3 +1072,32 @@ fn a_replay_the_server_breaks_off_fails_and_a_stalled_one_is_cut() {
         BackendEvent::Failed { .. }
     )));
 }
+
+#[test]
+fn a_replay_the_server_asks_a_local_file_of_fails_at_once() {
+    let now = Instant::now();
+    let mut c = leased(now);
+    let mut statements = recorded(&replay_answers(b"\x011"));
+    statements[1].sql = b"LOAD DATA LOCAL INFILE 'x' INTO TABLE t".to_vec();
+    let mut out = Vec::new();
+    c.replay(&statements, None, now, &mut out);
+    c.on_write(Completion::Done(1), &mut out);
+    out.clear();
+    let mut answers = replay_answers(b"\x011")[0].clone();
+    answers.extend(framed(1, b"\xfbx"));
+    c.on_read(
+        Completion::Done(answers.len()),
+        &answers,
+        CAP,
+        now,
+        &mut out,
+    );
+    assert!(
+        has_event(
+            &out,
+            |e| matches!(e, BackendEvent::Failed { cause } if cause.contains("LOCAL"))
+        ),
+        "{out:?}"
+    );
+    assert!(c.is_closed());
+}

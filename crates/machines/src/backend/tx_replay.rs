@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 
 use super::*;
 use crate::tx_replay::Recorded;
-use wire::tracker::Tracker;
+use wire::tracker::{Direction, Tracker};
 
 /// How a replay ended ([`BackendEvent::Replayed`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,6 +117,12 @@ impl BackendConn {
                 )));
                 return;
             }
+        }
+        if replay.tracker.pending_responses() > 0 && replay.tracker.next_read() == Direction::Client
+        {
+            // The server asks for a LOAD DATA LOCAL file: only the client
+            // had it.
+            return self.fail("replay: a LOAD DATA LOCAL cannot be replayed".into(), out);
         }
         out.push(BackendOut::Op(BackendOp::Clear));
         if !replay.expected.is_empty() {
