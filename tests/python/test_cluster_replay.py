@@ -3,7 +3,8 @@ primary is killed with kill -9 and a replica promoted (the test plays the orches
 clients sit inside transactions.
 
 - idle inside a transaction that wrote a row and read it back: the next INSERT succeeds on the
-  new writer and COMMIT keeps every row, the client never told;
+  new writer and COMMIT keeps every row, the client never told (also when that INSERT arrives
+  while the session still waits for a writer to replay on);
 - an INSERT in flight inside a transaction: its answer comes from the new writer;
 - a transaction that read SELECT NOW(6), or a row another client changed meanwhile: the replay's
   answer differs, so ERR 1213 as without replay;
@@ -82,17 +83,16 @@ def assert_rolled_back(conn, sql):
 
 
 class InFlight(threading.Thread):
-    """An INSERT inside a transaction, running when the primary dies (SLEEP keeps it there)."""
+    """One statement on `conn` in a thread: what it ended with."""
 
-    def __init__(self, conn):
+    def __init__(self, conn, sql):
         super().__init__(daemon=True)
-        self.conn, self.error, self.affected = conn, None, None
+        self.conn, self.sql, self.error, self.affected = conn, sql, None, None
 
     def run(self):
         try:
             with self.conn.cursor() as cur:
-                self.affected = cur.execute(
-                    f"INSERT INTO {TABLE} (who, n) SELECT 'busy', SLEEP(1.5)")
+                self.affected = cur.execute(self.sql)
         except pymysql.err.MySQLError as e:
             self.error = e.args
 
@@ -120,6 +120,7 @@ def test_a_transaction_the_writer_took_down_is_replayed_unless_its_answers_diffe
                      "--transaction-replay-max-size", "40")
     plain = fronting(make_proxy, cluster, monkeypatch)
     idle = in_transaction(replaying, cluster, insert("idle", 1))
+    eager = in_transaction(replaying, cluster, insert("eager", 1))
     assert run(idle, f"SELECT who, n FROM {TABLE} WHERE who = 'idle'") == (("idle", 1),)
     busy = in_transaction(replaying, cluster, insert("busy", 1))
     clock = in_transaction(replaying, cluster, "SELECT NOW(6)")
@@ -128,11 +129,15 @@ def test_a_transaction_the_writer_took_down_is_replayed_unless_its_answers_diffe
     off = in_transaction(plain, cluster, insert("off", 1))
     new = cluster.replicas()[0]
     wait_for_row(cluster, new, "shared")
-    in_flight = InFlight(busy)
+    # SLEEP keeps the INSERT in flight when the primary dies.
+    in_flight = InFlight(busy, f"INSERT INTO {TABLE} (who, n) SELECT 'busy', SLEEP(1.5)")
     in_flight.start()
     time.sleep(0.5)
     try:
         cluster.kill_primary()
+        # The next statement arrives while the session waits for a writer to replay on.
+        sent_early = InFlight(eager, insert("eager", 2))
+        sent_early.start()
         # Another client changes the row `reader` read, on the server about to be promoted,
         # before any replay can run there.
         with cluster.root(new) as c:
@@ -144,6 +149,9 @@ def test_a_transaction_the_writer_took_down_is_replayed_unless_its_answers_diffe
         assert not in_flight.is_alive()
         assert (in_flight.error, in_flight.affected) == (None, 1)
         run(busy, insert("busy", 2), "COMMIT")
+        sent_early.join(timeout=WRITER_WAIT + 10)
+        assert (sent_early.error, sent_early.affected) == (None, 1)
+        run(eager, "COMMIT")
         # Idle in the transaction: the next INSERT succeeds and COMMIT keeps every row.
         run(idle, insert("idle", 2))
         assert run(idle, f"SELECT n FROM {TABLE} WHERE who = 'idle' ORDER BY n") == ((1,), (2,))
@@ -160,15 +168,16 @@ def test_a_transaction_the_writer_took_down_is_replayed_unless_its_answers_diffe
 
         with cluster.app(new) as c:
             rows = sorted(run(c, f"SELECT who, n FROM {TABLE}"))
-        assert rows == sorted([("shared", 2), ("idle", 1), ("idle", 2), ("busy", 1),
+        assert rows == sorted([("shared", 2), ("idle", 1), ("idle", 2), ("eager", 1),
+                               ("eager", 2), ("busy", 1),
                                ("busy", 0), ("busy", 2), ("clock", 3), ("reader", 3),
                                ("too_large", 3), ("off", 3)]), rows
 
         m = replaying.metrics()
         replays = {o: m(f'ringgate_transaction_replays_total{{outcome="{o}"}}')
                    for o in ("replayed", "mismatch", "failed", "too_large")}
-        assert replays == {"replayed": 2, "mismatch": 2, "failed": 0, "too_large": 0}, replays
-        assert m('ringgate_writer_lost_total{outcome="replayed"}') == 2
+        assert replays == {"replayed": 3, "mismatch": 2, "failed": 0, "too_large": 0}, replays
+        assert m('ringgate_writer_lost_total{outcome="replayed"}') == 3
         assert m('ringgate_writer_lost_total{outcome="rolled_back"}') == 2
         assert tight.metrics()('ringgate_transaction_replays_total{outcome="too_large"}') == 1
         assert plain.metrics()('ringgate_transaction_replays_total{outcome="replayed"}') == 0
@@ -177,6 +186,6 @@ def test_a_transaction_the_writer_took_down_is_replayed_unless_its_answers_diffe
         assert "was replayed on the new writer" in log, log[-3000:]
         assert "could not be replayed on the new writer" in log, log[-3000:]
     finally:
-        for c in (idle, busy, clock, reader, too_large, off):
+        for c in (idle, eager, busy, clock, reader, too_large, off):
             c.close()
         cluster.heal()
