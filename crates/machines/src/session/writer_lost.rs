@@ -85,31 +85,13 @@ impl Session {
             State::Relay(relay) => self.fate_of(relay.tracker(), lost.owed),
             _ => return self.close(out),
         };
-        // A replica's loss is no failover: only the read (or read-only
-        // transaction) on it is lost.
-        let (writer, failover) = match self.backend_server {
-            Some((i, replica)) => {
-                let role = if replica { "replica" } else { "writer" };
-                let name = ctx
-                    .servers
-                    .get(usize::from(i))
-                    .map_or_else(|| format!("the {role}"), |a| format!("the {role} {a}"));
-                (name, if replica { "" } else { " (failover)" })
-            }
-            None => ("the writer".to_string(), " (failover)"),
-        };
+        let (writer, failover) = self.lost_server(ctx);
         let lost = match fate {
             // A replica's loss is no failover: not replayed.
             Fate::RolledBack { rollback: false } if !failover.is_empty() => {
-                let answer = rolled_back_answer(&writer, failover, false, self.tx.as_deref());
-                let cause = lost.cause.clone();
-                match self.try_replay(lost, answer, ctx.now, out) {
-                    Ok(()) => {
-                        return out.push(SessionAction::Log(format!(
-                            "{writer} was lost mid-transaction ({cause}); replaying the transaction on the new writer"
-                        )));
-                    }
-                    Err((lost, _)) => lost,
+                match self.replay_instead(lost, &writer, failover, ctx, out) {
+                    Some(lost) => lost,
+                    None => return,
                 }
             }
             _ => lost,
@@ -158,6 +140,48 @@ impl Session {
                 out.push(SessionAction::Release { clean: false });
                 self.close(out);
             }
+        }
+    }
+
+    /// The server whose connection was lost, as the client is told (`the
+    /// writer ADDR`), and `" (failover)"` when it was the writer. A
+    /// replica's loss is no failover: only the read (or read-only
+    /// transaction) on it is lost.
+    fn lost_server(&self, ctx: &SessionCtx) -> (String, &'static str) {
+        match self.backend_server {
+            Some((i, replica)) => {
+                let role = if replica { "replica" } else { "writer" };
+                let name = ctx
+                    .servers
+                    .get(usize::from(i))
+                    .map_or_else(|| format!("the {role}"), |a| format!("the {role} {a}"));
+                (name, if replica { "" } else { " (failover)" })
+            }
+            None => ("the writer".to_string(), " (failover)"),
+        }
+    }
+
+    /// `--transaction-replay`: replay the transaction rolled back with
+    /// `writer` instead of telling the client (`session/tx_replay.rs`);
+    /// `lost` back when no replay runs.
+    fn replay_instead(
+        &mut self,
+        lost: Lost,
+        writer: &str,
+        failover: &str,
+        ctx: &SessionCtx,
+        out: &mut Vec<SessionAction>,
+    ) -> Option<Lost> {
+        let answer = rolled_back_answer(writer, failover, false, self.tx.as_deref());
+        let cause = lost.cause.clone();
+        match self.try_replay(lost, answer, ctx.now, out) {
+            Ok(()) => {
+                out.push(SessionAction::Log(format!(
+                    "{writer} was lost mid-transaction ({cause}); replaying the transaction on the new writer"
+                )));
+                None
+            }
+            Err((lost, _)) => Some(lost),
         }
     }
 
