@@ -4,6 +4,7 @@
 //! backend I/O; bytes from the server are put into that buffer directly.
 
 use super::*;
+use crate::backend::tx_replay::ReplayOutcome;
 use crate::test_packets::errno;
 use crate::test_packets::{framed, greeting};
 use metrics::BufferMode;
@@ -1180,3 +1181,67 @@ mod give_back;
 mod writer;
 
 mod replicas;
+
+/// The harness's server answers every short write with `reset_replies`:
+/// an OK and a one-row result set, the answers to these two statements.
+fn replayed_statements(checksums: Option<[u64; 2]>) -> Vec<crate::tx_replay::Recorded> {
+    let sqls: [&[u8]; 2] = [b"BEGIN", b"SELECT DATABASE()"];
+    let sums = checksums.unwrap_or_else(|| {
+        let mut t = wire::tracker::Tracker::new(false);
+        t.capture_commands(0);
+        t.checksum_answers();
+        for sql in sqls {
+            t.on_client_bytes(&framed(0, &[&[COM_QUERY], sql].concat()))
+                .unwrap();
+        }
+        t.on_server_bytes(&reset_replies()).unwrap();
+        [0, 1].map(|_| t.take_completed().unwrap().checksum.unwrap())
+    });
+    sqls.iter()
+        .zip(sums)
+        .map(|(sql, checksum)| crate::tx_replay::Recorded {
+            sql: sql.to_vec(),
+            checksum,
+        })
+        .collect()
+}
+
+fn replayed(events: &[PoolEvent]) -> Option<(SessionId, ReplayOutcome)> {
+    events.iter().find_map(|e| match e {
+        PoolEvent::Replayed { session, outcome } => Some((*session, outcome.clone())),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_replay_that_matches_leaves_the_connection_with_its_session() {
+    let mut h = Harness::new(10, 0);
+    let (_, b) = leased(&h.lease(req(1, PoolKey::default_warm()))).unwrap();
+    let mut out = Vec::new();
+    h.pool
+        .replay(b, &replayed_statements(None), None, h.now, &mut out);
+    let seen = h.drive(out);
+    assert!(
+        matches!(replayed(&seen), Some((s, ReplayOutcome::Replayed { .. })) if s == sid(1)),
+        "{seen:?}"
+    );
+    assert_eq!((h.pool.len(), h.open.open()), (1, 1));
+    h.release(b, false);
+    assert_eq!((h.pool.len(), h.open.open()), (0, 0));
+}
+
+#[test]
+fn a_replay_that_does_not_match_closes_the_connection_and_tells_its_session() {
+    let mut h = Harness::new(10, 0);
+    let (_, b) = leased(&h.lease(req(1, PoolKey::default_warm()))).unwrap();
+    let mut out = Vec::new();
+    let statements = replayed_statements(Some([1, 2]));
+    h.pool.replay(b, &statements, None, h.now, &mut out);
+    let seen = h.drive(out);
+    assert_eq!(
+        replayed(&seen),
+        Some((sid(1), ReplayOutcome::Mismatch { statement: 0 }))
+    );
+    // Closed and gone: nothing leaks, and the cap's unit is back.
+    assert_eq!((h.pool.len(), h.open.open()), (0, 0));
+}
