@@ -117,6 +117,32 @@ impl TxPreparedStatements {
     }
 }
 
+/// Causal reads (`--causal-reads`): what a read sent to a replica waits
+/// for first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum CausalReads {
+    /// No wait: a read on a replica may miss a write made just before.
+    Off,
+    /// A session's read waits until the replica has that session's last
+    /// write (MASTER_GTID_WAIT of the GTID its OK packets reported).
+    Session,
+    /// A read waits until the replica has the last write any session of
+    /// this ringgate saw.
+    Global,
+}
+
+impl CausalReads {
+    pub fn mode(self) -> machines::causal::CausalMode {
+        use machines::causal::CausalMode;
+        match self {
+            CausalReads::Off => CausalMode::Off,
+            CausalReads::Session => CausalMode::Session,
+            CausalReads::Global => CausalMode::Global,
+        }
+    }
+}
+
 /// What a reload does to the live sessions of a user it removed from the
 /// users file (`--on-user-removed`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -406,6 +432,21 @@ pub struct Config {
     /// (it may set user variables or take locks the server never reports).
     #[arg(long, default_value = "", value_parser = parse_read_only_functions, value_name = "NAME,...")]
     pub read_only_functions: String,
+    /// Several servers, `--pooling transaction`: after a write, make a
+    /// read sent to a replica wait first until that replica has applied
+    /// the write: `session` (the session's own last write), `global` (the
+    /// last write any session made), or `off`. Costs one round trip per
+    /// read on a replica after a write. See docs/operations.md, "Causal
+    /// reads".
+    #[arg(long, value_enum, default_value_t = CausalReads::Off, value_name = "MODE")]
+    pub causal_reads: CausalReads,
+
+    /// How long a causal read waits for its replica to apply the write
+    /// before it goes to the writer instead. The default, 1s, is more than
+    /// a healthy replica needs (it applies in milliseconds) and bounds
+    /// what a lagging one adds to a read.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub causal_read_timeout: Duration,
 
     /// Several servers, `--pooling transaction`: when the writer dies under
     /// an open transaction that was certainly rolled back, run its
@@ -776,7 +817,8 @@ value_enum_serde!(
     Pooling,
     TxPreparedStatements,
     OnUserRemoved,
-    BackendTls
+    BackendTls,
+    CausalReads
 );
 
 impl std::fmt::Debug for Config {
@@ -808,6 +850,8 @@ impl std::fmt::Debug for Config {
                 "transaction_replay_max_size",
                 &self.transaction_replay_max_size,
             )
+            .field("causal_reads", &self.causal_reads)
+            .field("causal_read_timeout", &self.causal_read_timeout)
             .field("users_file", &self.users_file)
             .field("rsa_key", &self.rsa_key)
             .field("read_buffers", &self.read_buffers)

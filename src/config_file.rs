@@ -33,8 +33,8 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::config::{
-    self, BackendIdentity, BackendList, BackendSpec, BackendTls, Config, DirectDescriptors,
-    LogFormat, OnUserRemoved, Pooling, ReadBufferMode, TxPreparedStatements,
+    self, BackendIdentity, BackendList, BackendSpec, BackendTls, CausalReads, Config,
+    DirectDescriptors, LogFormat, OnUserRemoved, Pooling, ReadBufferMode, TxPreparedStatements,
 };
 
 mod file;
@@ -209,6 +209,8 @@ file_config! {
     optional writer_wait_timeout: HumanDuration,
     plain read_write_split: bool,
     plain read_only_functions: String,
+    plain causal_reads: CausalReads,
+    plain causal_read_timeout: HumanDuration,
     plain transaction_replay: bool,
     plain transaction_replay_max_size: u64,
     plain users_file: PathBuf,

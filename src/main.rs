@@ -211,6 +211,7 @@ fn run(config: Config) -> Result<(), RunError> {
                 .into_boxed_slice(),
         ),
         server_addrs: config.backends.iter().map(|b| b.address).collect(),
+        causal: machines::causal::CausalConfig::new(config.causal_reads.mode()),
     });
     // Each user is itself on the backend: a KILL of another user's session
     // goes to the server, whose own privilege checks decide (CONNECTION

@@ -494,3 +494,36 @@ fn the_old_prepared_statement_key_names_its_replacement() {
         .render_config()
         .contains("tx-prepared-statements = \"pin\"  # file"));
 }
+
+#[test]
+fn causal_reads_are_off_by_default_and_take_three_modes() {
+    let parse = |args: &[&str]| {
+        let mut all = vec!["ringgate", "--users-file", "u"];
+        all.extend_from_slice(args);
+        parse(all).map(|i| i.config)
+    };
+    let d = parse(&[]).unwrap();
+    assert_eq!(d.causal_reads, crate::config::CausalReads::Off);
+    assert_eq!(d.causal_read_timeout, Duration::from_secs(1));
+    for (flag, mode) in [
+        ("off", crate::config::CausalReads::Off),
+        ("session", crate::config::CausalReads::Session),
+        ("global", crate::config::CausalReads::Global),
+    ] {
+        let c = parse(&["--causal-reads", flag, "--causal-read-timeout", "250ms"]).unwrap();
+        assert_eq!(
+            (c.causal_reads, c.causal_read_timeout),
+            (mode, Duration::from_millis(250))
+        );
+    }
+    assert!(parse(&["--causal-reads", "always"]).is_err());
+    let path = temp_file(
+        "causal",
+        "users-file = \"u\"\ncausal-reads = \"global\"\ncausal-read-timeout = \"2s\"\n",
+    );
+    let c = parse(&["--config", path.to_str().unwrap()]).unwrap();
+    assert_eq!(
+        (c.causal_reads, c.causal_read_timeout),
+        (crate::config::CausalReads::Global, Duration::from_secs(2))
+    );
+}

@@ -59,6 +59,9 @@ pub struct Shared {
     /// Every `--backend` address, in configured order: the pool's server
     /// numbers index it (named in what a client is told of a lost server).
     pub server_addrs: Box<[std::net::SocketAddr]>,
+    /// `--causal-reads`, with global mode's position, which every worker's
+    /// sessions raise and read (`crates/machines/src/causal.rs`).
+    pub causal: machines::causal::CausalConfig,
 }
 
 impl Shared {

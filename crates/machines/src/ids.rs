@@ -121,4 +121,8 @@ pub struct LeaseSetup {
     /// connection that already carries the settings it leads to gives the
     /// same state after running it again.
     pub alt: u64,
+    /// Causal reads: what the command must wait for if its connection
+    /// goes to a replica (`SELECT MASTER_GTID_WAIT(...)`, the last setup
+    /// statement); ignored on the writer, where the wait would time out.
+    pub causal: Option<crate::causal::CausalWait>,
 }

@@ -10,6 +10,7 @@
 //!   keeps their I/O), the idle list, the waiters, the check of an idle
 //!   connection at its lease (an operation) and ring mode's give-back;
 //! - [`multiplex`] and [`tx_settings`]: transaction pooling's decisions;
+//! - [`causal`]: causal reads (the GTIDs a session waits for on a replica);
 //! - [`prepared`]: prepared statements across pooled connections;
 //! - [`registry`]: proxy connection ids and KILL across workers.
 //!
@@ -26,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod causal;
 pub mod client_charset;
 pub mod client_leg;
 pub mod completion;

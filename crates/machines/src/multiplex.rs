@@ -32,6 +32,7 @@
 //! This file holds the session's state ([`TxState`]) and the pin reasons;
 //! the classification of a statement's text is in `multiplex/classify.rs`.
 
+use crate::causal::{last_gtid_of, CausalConfig, CausalWait, SessionGtids};
 use crate::client_charset;
 pub use crate::ids::LeaseSetup;
 use crate::tx_settings::Settings;
@@ -219,6 +220,14 @@ pub struct TxState {
     /// `--transaction-replay`: the open transaction's statements
     /// (`crate::tx_replay`).
     replay: Option<Box<crate::tx_replay::TxRecord>>,
+    /// Causal reads: the GTIDs the session's reads on a replica wait for.
+    gtids: SessionGtids,
+    /// `--causal-reads` is on: the session's connections track `last_gtid`.
+    causal: bool,
+    /// The client set the system-variables tracker itself, to a list
+    /// without `last_gtid`: the session no longer learns its writes'
+    /// GTIDs, so its reads go to the writer (see `causal_wait`).
+    gtid_blind: bool,
 }
 
 impl TxState {
@@ -235,12 +244,44 @@ impl TxState {
             session_track,
             server,
             charset: client_charset::of_collation(collation.into()),
-            settings: Settings::initial(session_track),
+            settings: Settings::initial(session_track, false),
             row_count: -1,
             // Until its first answer, the session reads statements in the
             // global sql_mode's quoting, as a backend login reported it.
             status: SERVER_STATUS_AUTOCOMMIT | quoting,
             ..TxState::default()
+        }
+    }
+
+    /// Causal reads (`--causal-reads`): the session's connections track
+    /// `last_gtid`, and its reads on a replica wait for what it (or the
+    /// process) wrote.
+    pub fn with_causal(mut self, cfg: &CausalConfig) -> TxState {
+        self.causal = cfg.on();
+        self.gtids = SessionGtids::new(cfg);
+        self.settings = Settings::initial(self.session_track, self.causal);
+        self
+    }
+
+    /// What a read leased to a replica waits for (None: nothing): the
+    /// session's own GTIDs or the process's; a session that cannot learn
+    /// its GTIDs any more is sent to the writer ([`CausalWait::Writer`]).
+    fn causal_wait(&self) -> Option<CausalWait> {
+        if self.gtid_blind {
+            return Some(CausalWait::Writer);
+        }
+        self.gtids.wait()
+    }
+
+    /// Causal reads: the `last_gtid` the command's final OK reported (the
+    /// statement's in autocommit, COMMIT's inside a transaction; none when
+    /// nothing was binlogged).
+    fn note_last_gtid(&mut self, c: &Completed) {
+        if !self.causal || c.err || c.ok.is_none() {
+            return;
+        }
+        if let Some(g) = state_blocks(c).and_then(|ok| last_gtid_of(ok.system_variables())) {
+            self.gtids.note(g);
         }
     }
 
@@ -357,6 +398,7 @@ impl TxState {
         self.note_diagnostics(c, &effect);
         self.note_row_count(c);
         self.note_last_insert_id(c);
+        self.note_last_gtid(c);
         let pin = self.pin_of_command(c, effect, &opts);
         self.note_unlock_tables(c, &opts);
         self.lexed.trim();
@@ -525,7 +567,7 @@ impl TxState {
         // The server dropped the session's variables; the schema
         // stays (MariaDB keeps it across the reset). LAST_INSERT_ID()
         // is read back: the connection's known value changed.
-        self.settings = Settings::initial(self.session_track);
+        self.settings = Settings::initial(self.session_track, self.causal);
         self.charset = client_charset::of_collation(self.collation.into());
         self.last_insert_id = 0;
         self.last_insert_id_unsure = true;
@@ -611,6 +653,9 @@ impl TxState {
         match settings_after(&self.settings, self.collation, statements, tracked) {
             Ok(next) if next.len_hint() > MAX_SETTINGS => Some(PinReason::TooManySettings),
             Ok(next) => {
+                // Its own list replaces the proxy's: without `last_gtid`
+                // the server reports no GTID to wait for.
+                self.gtid_blind |= self.causal && !next.tracks_last_gtid();
                 self.settings = next;
                 None
             }
@@ -787,6 +832,7 @@ impl TxState {
             always: Vec::new(),
             alt,
             last_insert_id,
+            causal: self.causal_wait(),
         }
     }
 }

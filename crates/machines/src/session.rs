@@ -263,6 +263,9 @@ pub struct SessionCtx<'a> {
     /// Every `--backend` address, in configured order (a pool server
     /// number indexes it).
     pub servers: &'a [std::net::SocketAddr],
+    /// `--causal-reads`: what transaction-pooled sessions track and wait
+    /// for (`causal.rs`).
+    pub causal: &'a crate::causal::CausalConfig,
 }
 
 /// What the client told us at login (or in its last COM_CHANGE_USER).

@@ -80,6 +80,20 @@ pub const TRACKERS: [(&str, &str); 4] = [
 /// result sets of every transaction, which would read as state.
 pub const NET_TRACKER: (&str, &str) = ("session_track_state_change", "ON");
 
+/// Causal reads, for the sessions of clients that did not negotiate
+/// CLIENT_SESSION_TRACK: the server's default system-variables list plus
+/// `last_gtid`, which MariaDB then reports in the OK of every statement
+/// (or COMMIT) that binlogged. The defaults stay so that a `SET` of one of
+/// them to an expression is still replayed from the tracked value; the
+/// relay strips every block from what such a client sees. (Clients with
+/// CLIENT_SESSION_TRACK have `'*'`, which includes `last_gtid`: checked on
+/// MariaDB 10.11.) A `last_gtid` block comes alone, with no state-change
+/// block, so it never pins.
+pub const CAUSAL_TRACKER: (&str, &str) = (
+    "session_track_system_variables",
+    "'autocommit,character_set_client,character_set_connection,character_set_results,time_zone,last_gtid'",
+);
+
 /// Why a `SET` cannot be replayed per variable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotReplayable(pub String);
@@ -150,20 +164,40 @@ impl Settings {
 
     /// The settings of a fresh session: the trackers ([`TRACKERS`]) when
     /// the client negotiated CLIENT_SESSION_TRACK, else the proxy's own
-    /// ([`NET_TRACKER`]).
+    /// ([`NET_TRACKER`], with [`CAUSAL_TRACKER`] when `causal` reads are
+    /// on).
     ///
-    /// Every session starts with one of these two, so each worker thread
+    /// Every session starts with one of these, so each worker thread
     /// builds them once and hands out clones of its own: a session costs a
     /// pointer, not a map (ten thousand idle clients would otherwise carry
     /// ten thousand copies), and no other thread touches the count.
-    pub fn initial(session_track: bool) -> Settings {
+    pub fn initial(session_track: bool, causal: bool) -> Settings {
         thread_local! {
-            static INITIAL: [Settings; 2] = [
+            static INITIAL: [Settings; 3] = [
                 Settings::of_trackers(std::slice::from_ref(&NET_TRACKER)),
                 Settings::of_trackers(&TRACKERS),
+                Settings::of_trackers(&[NET_TRACKER, CAUSAL_TRACKER]),
             ];
         }
-        INITIAL.with(|initial| initial[usize::from(session_track)].clone())
+        let which = match (session_track, causal) {
+            (true, _) => 1,
+            (false, false) => 0,
+            (false, true) => 2,
+        };
+        INITIAL.with(|initial| initial[which].clone())
+    }
+
+    /// Whether the system-variables tracker these settings turn on reports
+    /// `last_gtid` (`'*'`, or a list that names it); false when they
+    /// leave the tracker as the server starts it (its default list does
+    /// not name it).
+    pub fn tracks_last_gtid(&self) -> bool {
+        self.var("session_track_system_variables").is_some_and(|v| {
+            let v = v.trim().trim_matches(|c| c == '\'' || c == '"');
+            v.split(',')
+                .map(str::trim)
+                .any(|n| n == "*" || n.eq_ignore_ascii_case("last_gtid"))
+        })
     }
 
     fn of_trackers(trackers: &[(&str, &str)]) -> Settings {

@@ -81,6 +81,25 @@ impl GtidPos {
         self.domains.is_empty()
     }
 
+    /// The position of one GTID.
+    pub fn of(gtid: Gtid) -> GtidPos {
+        GtidPos {
+            domains: BTreeMap::from([(gtid.domain, gtid)]),
+        }
+    }
+
+    /// Raise each domain to `other`'s GTID where `other`'s sequence number
+    /// is higher (or the domain is new here): the position that covers
+    /// both.
+    pub fn raise(&mut self, other: &GtidPos) {
+        for g in other.iter() {
+            let mine = self.domains.entry(g.domain).or_insert(g);
+            if g.seq_no > mine.seq_no {
+                *mine = g;
+            }
+        }
+    }
+
     /// The position's GTID in `domain`.
     pub fn get(&self, domain: u32) -> Option<Gtid> {
         self.domains.get(&domain).copied()
@@ -172,6 +191,17 @@ mod tests {
         assert_eq!(pos("0-1-9").behind(&pos("0-1-10")), 1);
         // The server_id does not count: the same seq_no is the same place.
         assert!(pos("0-9-3").covers(&pos("0-1-3")));
+    }
+
+    #[test]
+    fn raise_keeps_the_highest_sequence_per_domain() {
+        let mut p = pos("0-1-10,1-1-3");
+        p.raise(&pos("0-2-9,1-2-4,2-1-1"));
+        // 0-2-9 is older than 0-1-10 whatever its server; 1 and 2 move.
+        assert_eq!(p.to_string(), "0-1-10,1-2-4,2-1-1");
+        p.raise(&GtidPos::of("0-3-11".parse().unwrap()));
+        assert_eq!(p.to_string(), "0-3-11,1-2-4,2-1-1");
+        assert!(p.covers(&pos("0-1-11,1-1-4")));
     }
 
     #[test]

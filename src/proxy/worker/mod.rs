@@ -378,6 +378,7 @@ fn session_ctx<'a>(
         servers: &shared.server_addrs,
         transaction_replay: (cfg.transaction_replay && cfg.backends.len() > 1)
             .then(|| usize::try_from(cfg.transaction_replay_max_size).unwrap_or(usize::MAX)),
+        causal: &shared.causal,
     }
 }
 

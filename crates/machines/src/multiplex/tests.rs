@@ -213,7 +213,7 @@ fn with_session_tracking_the_blocks_decide() {
     ));
     assert_eq!(tx.on_completed(&set), None);
     let wanted = tx.lease_setup(b"").wanted;
-    let before = Settings::initial(true);
+    let before = Settings::initial(true, false);
     assert_eq!(
         wanted.diff_from(&before, 45, 0).unwrap().as_deref(),
         Some(&b"SET @@session.sql_mode = 'STRICT_TRANS_TABLES,ANSI_QUOTES'"[..])
@@ -257,7 +257,7 @@ fn a_stateless_session_is_releasable_between_transactions() {
     tx.on_completed(&done(COM_QUERY, "COMMIT", AC));
     assert!(tx.releasable());
     // Only the proxy's own tracker, which every session carries.
-    assert_eq!(tx.settings(), Settings::initial(false));
+    assert_eq!(tx.settings(), Settings::initial(false, false));
 }
 
 #[test]
@@ -317,7 +317,7 @@ fn settings_are_kept_per_variable_and_fingerprinted() {
     assert_eq!(
         setup
             .wanted
-            .diff_from(&Settings::initial(false), 45, 0)
+            .diff_from(&Settings::initial(false, false), 45, 0)
             .unwrap()
             .as_deref(),
         Some(&b"SET NAMES latin1, @@session.autocommit = 0"[..])
@@ -336,7 +336,7 @@ fn settings_are_kept_per_variable_and_fingerprinted() {
     // PyMySQL's SET NAMES of the handshake's own character set is none.
     let mut c = TxState::new(None, 45, false, MARIADB, 0);
     c.on_completed(&done(COM_QUERY, "SET NAMES utf8mb4", AC));
-    assert_eq!(c.settings(), Settings::initial(false));
+    assert_eq!(c.settings(), Settings::initial(false, false));
     // An expression is not replayed: it pins.
     assert_eq!(
         c.on_completed(&done(
@@ -348,8 +348,8 @@ fn settings_are_kept_per_variable_and_fingerprinted() {
     );
     // The client's own COM_RESET_CONNECTION drops them.
     b.on_completed(&done(COM_RESET_CONNECTION, "", AC));
-    assert_eq!(b.settings(), Settings::initial(false));
-    assert_eq!(b.lease_setup(b"").wanted, Settings::initial(false));
+    assert_eq!(b.settings(), Settings::initial(false, false));
+    assert_eq!(b.lease_setup(b"").wanted, Settings::initial(false, false));
     // ...and the trackers on its connection: it is reset before reuse.
     assert!(b.take_reset_needed());
 }
@@ -610,7 +610,10 @@ fn a_constant_set_may_run_on_a_connection_that_already_carries_its_result() {
     // Before its first SET the session wants a connection with no settings,
     // or one that carries exactly what this SET leads to.
     let setup = a.lease_setup(&query_packet("SET AUTOCOMMIT = 0"));
-    assert_eq!(setup.settings, Settings::initial(false).fingerprint());
+    assert_eq!(
+        setup.settings,
+        Settings::initial(false, false).fingerprint()
+    );
     a.on_completed(&done(COM_QUERY, "SET AUTOCOMMIT = 0", 0));
     assert_eq!(setup.alt, a.settings().fingerprint());
     assert_ne!(setup.alt, 0);
@@ -804,4 +807,105 @@ fn a_statement_lost_with_its_connection_may_have_committed_unless_it_never_commi
     assert_eq!(fate("INSERT INTO t VALUES (1); COMMIT"), MayCommit);
     assert_eq!(fate("/*!COMMIT*/"), MayCommit);
     assert_eq!(fate(""), MayCommit);
+}
+
+/// MariaDB 10.11's OK for an autocommit INSERT that binlogged 0-1-33, with
+/// `last_gtid` tracked (replication-facts: affected 1, insert id 13).
+const INSERT_OK_GTID: &str = "00010d0240000000130011096c6173745f6774696406302d312d3333";
+
+fn causal_tx(session_track: bool, mode: crate::causal::CausalMode) -> TxState {
+    TxState::new(None, 45, session_track, MARIADB, 0)
+        .with_causal(&crate::causal::CausalConfig::new(mode))
+}
+
+fn wait_text(tx: &mut TxState) -> Option<String> {
+    use crate::causal::ReplicaRead;
+    let w = tx
+        .lease_setup(b"")
+        .causal?
+        .on_replica(std::time::Duration::from_secs(1));
+    match w {
+        ReplicaRead::Wait(sql) => Some(String::from_utf8(sql).unwrap()),
+        ReplicaRead::Run => None,
+        ReplicaRead::Writer => Some("writer".into()),
+    }
+}
+
+#[test]
+fn causal_sessions_track_last_gtid_and_it_never_pins() {
+    use crate::causal::CausalMode;
+    let changed = AC | SERVER_SESSION_STATE_CHANGED;
+    for session_track in [false, true] {
+        let mut tx = causal_tx(session_track, CausalMode::Session);
+        // Tracked clients have '*', which reports last_gtid; the others
+        // get the default list plus last_gtid.
+        assert!(tx.settings().tracks_last_gtid(), "{session_track}");
+        assert!(!Settings::initial(false, false).tracks_last_gtid());
+        assert_eq!(wait_text(&mut tx), None, "nothing written yet");
+        // The statement's OK in autocommit: a last_gtid block alone (no
+        // state-change block), flag raised.
+        let mut insert = done(COM_QUERY, "INSERT INTO t (a) VALUES (1)", changed);
+        insert.state_ok = Some(unhex(INSERT_OK_GTID));
+        assert_eq!(tx.on_completed(&insert), None, "last_gtid must not pin");
+        assert!(tx.releasable());
+        assert_eq!(
+            wait_text(&mut tx).as_deref(),
+            Some("SELECT MASTER_GTID_WAIT('0-1-33', 1.000)")
+        );
+        // Inside a transaction the INSERT's OK carries nothing; COMMIT's
+        // carries the GTID.
+        tx.on_completed(&done(COM_QUERY, "BEGIN", AC | SERVER_STATUS_IN_TRANS));
+        tx.on_completed(&done(
+            COM_QUERY,
+            "INSERT INTO t VALUES (2)",
+            AC | SERVER_STATUS_IN_TRANS,
+        ));
+        let mut commit = done(COM_QUERY, "COMMIT", changed);
+        commit.state_ok = Some(ok_with_state(&sysvar_block("last_gtid", "0-1-34")));
+        assert_eq!(tx.on_completed(&commit), None);
+        assert!(tx.releasable());
+        assert_eq!(
+            wait_text(&mut tx).as_deref(),
+            Some("SELECT MASTER_GTID_WAIT('0-1-34', 1.000)")
+        );
+        // An ERR, or a result set, teaches nothing.
+        let mut err = done(COM_QUERY, "COMMIT", changed);
+        err.err = true;
+        err.state_ok = Some(ok_with_state(&sysvar_block("last_gtid", "0-1-99")));
+        tx.on_completed(&err);
+        assert_eq!(
+            wait_text(&mut tx).as_deref(),
+            Some("SELECT MASTER_GTID_WAIT('0-1-34', 1.000)")
+        );
+    }
+}
+
+#[test]
+fn causal_off_learns_nothing_and_keeps_the_old_trackers() {
+    let mut tx = causal_tx(false, crate::causal::CausalMode::Off);
+    assert_eq!(tx.settings(), Settings::initial(false, false));
+    let mut commit = done(COM_QUERY, "COMMIT", AC | SERVER_SESSION_STATE_CHANGED);
+    commit.state_ok = Some(ok_with_state(&sysvar_block("last_gtid", "0-1-34")));
+    tx.on_completed(&commit);
+    assert_eq!(tx.lease_setup(b"").causal, None);
+}
+
+#[test]
+fn a_client_that_drops_last_gtid_from_its_trackers_reads_on_the_writer() {
+    use crate::causal::CausalMode;
+    let mut tx = causal_tx(true, CausalMode::Session);
+    let set = done(
+        COM_QUERY,
+        "SET session_track_system_variables = 'autocommit'",
+        AC,
+    );
+    assert_eq!(tx.on_completed(&set), None);
+    assert_eq!(wait_text(&mut tx).as_deref(), Some("writer"));
+    // One that keeps it, or asks for everything, still waits.
+    for list in ["'autocommit,last_gtid'", "'*'"] {
+        let mut tx = causal_tx(true, CausalMode::Session);
+        let sql = format!("SET session_track_system_variables = {list}");
+        assert_eq!(tx.on_completed(&done(COM_QUERY, &sql, AC)), None);
+        assert_eq!(wait_text(&mut tx), None, "{list}");
+    }
 }

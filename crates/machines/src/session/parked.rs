@@ -19,13 +19,16 @@ impl Session {
         out: &mut Vec<SessionAction>,
     ) {
         let schema = self.login.as_ref().and_then(|l| l.database.clone());
-        let mut tx = Box::new(TxState::new(
-            schema,
-            self.key.collation,
-            self.key.caps & CLIENT_SESSION_TRACK != 0,
-            ctx.registry.backend_server(),
-            ctx.registry.backend_login_quoting(),
-        ));
+        let mut tx = Box::new(
+            TxState::new(
+                schema,
+                self.key.collation,
+                self.key.caps & CLIENT_SESSION_TRACK != 0,
+                ctx.registry.backend_server(),
+                ctx.registry.backend_login_quoting(),
+            )
+            .with_causal(ctx.causal),
+        );
         tx.set_read_only_functions(ctx.read_only_functions);
         let mut tracker = match self.tracker.take() {
             Some(t) => t,

@@ -11,6 +11,11 @@ fn users() -> Users {
     Users::parse(r#"{"app": [{"Password": "pw"}]}"#).unwrap()
 }
 
+static CAUSAL_OFF: crate::causal::CausalConfig = crate::causal::CausalConfig {
+    mode: crate::causal::CausalMode::Off,
+    global: None,
+};
+
 /// Also the caching_sha2 login tests' context (session/sha2.rs).
 pub(super) fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
     static REGISTRY: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(Registry::default);
@@ -37,6 +42,7 @@ pub(super) fn ctx<'a>(users: &'a Users, now: Instant) -> SessionCtx<'a> {
         read_only_functions: &[],
         servers: &[],
         transaction_replay: None,
+        causal: &CAUSAL_OFF,
     }
 }
 
@@ -1187,7 +1193,7 @@ fn transaction_pooling_gives_the_backend_back_between_transactions() {
     s.on_backend_read(Completion::Cancelled, &mut [], &c, &mut out);
     assert!(out.contains(&SessionAction::Park {
         clean: true,
-        kept: Some((None, Settings::initial(false))),
+        kept: Some((None, Settings::initial(false, false))),
         reset: false,
         ask_last_insert_id: false
     }));
@@ -1231,7 +1237,7 @@ fn a_park_right_after_an_answer_withdraws_the_idle_read_it_would_cancel() {
         assert!(
             out.contains(&SessionAction::Park {
                 clean: true,
-                kept: Some((None, Settings::initial(false))),
+                kept: Some((None, Settings::initial(false, false))),
                 reset: false,
                 ask_last_insert_id: false
             }),
@@ -1306,7 +1312,7 @@ fn transaction_pooling_asks_for_last_insert_id_and_the_next_command_waits_for_it
     assert!(
         out.contains(&SessionAction::Park {
             clean: true,
-            kept: Some((None, Settings::initial(false))),
+            kept: Some((None, Settings::initial(false, false))),
             reset: false,
             ask_last_insert_id: true
         }),

@@ -1,0 +1,206 @@
+//! Causal reads (`--causal-reads`): after a session's write, its next read
+//! sees it, even on a replica.
+//!
+//! The server says where each write landed: MariaDB's `last_gtid` is a
+//! session variable the system-variables tracker reports, in the OK of the
+//! statement that binlogged (autocommit), or of COMMIT inside a
+//! transaction; a statement that binlogs nothing reports none. A session
+//! keeps the highest GTID it saw per domain ([`CausalMode::Session`]), or
+//! every session of the process feeds one position ([`CausalMode::Global`],
+//! [`GlobalGtids`]). Before a read runs on a replica, the lease makes the
+//! connection run `SELECT MASTER_GTID_WAIT('<position>', <timeout>)`
+//! ([`CausalWait::statement`]); only on a replica, since on a primary the
+//! wait reads an empty `gtid_slave_pos` and times out even for its own
+//! GTID.
+//!
+//! GTIDs are compared per domain by sequence number, never as text: after
+//! a failover the new primary writes its own server_id, and
+//! MASTER_GTID_WAIT ignores the server_id too.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use wire::gtid::{Gtid, GtidPos};
+
+/// `--causal-reads`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CausalMode {
+    /// Reads go where the split sends them, with no wait.
+    #[default]
+    Off,
+    /// A session's read waits for that session's own last write.
+    Session,
+    /// A read waits for the last write any session of the process saw.
+    Global,
+}
+
+/// The last GTID any session saw, per domain: what global mode waits for.
+///
+/// One `Mutex` for the process: it is taken once per write's OK (to raise
+/// a domain's sequence number) and once per read leased to a replica (to
+/// write the wait's text), each time next to a packet the worker sends or
+/// receives anyway, so an uncontended lock (tens of nanoseconds) costs
+/// nothing that shows. Per-domain atomics would need a fixed table of
+/// domains, and the wait's text allocates a string either way.
+#[derive(Debug, Default)]
+pub struct GlobalGtids {
+    pos: Mutex<GtidPos>,
+}
+
+impl GlobalGtids {
+    /// Raise each domain of `seen` to at least its sequence number.
+    pub fn note(&self, seen: &GtidPos) {
+        if let Ok(mut pos) = self.pos.lock() {
+            pos.raise(seen);
+        }
+    }
+
+    /// The position now (a copy).
+    pub fn position(&self) -> GtidPos {
+        self.pos.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+}
+
+/// What a session of the process is told about causal reads.
+#[derive(Clone, Debug, Default)]
+pub struct CausalConfig {
+    pub mode: CausalMode,
+    /// The process's position (global mode only).
+    pub global: Option<Arc<GlobalGtids>>,
+}
+
+impl CausalConfig {
+    pub fn new(mode: CausalMode) -> CausalConfig {
+        let global = (mode == CausalMode::Global).then(|| Arc::new(GlobalGtids::default()));
+        CausalConfig { mode, global }
+    }
+
+    pub fn on(&self) -> bool {
+        self.mode != CausalMode::Off
+    }
+}
+
+/// What a read leased to a replica must wait for before it runs: the
+/// session's own position, or the process's. Cheap to clone into every
+/// lease (a reference count): the text is written only for a replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CausalWait {
+    Session(Arc<GtidPos>),
+    Global(GlobalGtidsRef),
+    /// The session cannot learn its GTIDs (its client replaced the
+    /// proxy's tracker list with one without `last_gtid`): no replica is
+    /// known to have its writes, so its reads go to the writer.
+    Writer,
+}
+
+/// What a read leased to a replica does first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplicaRead {
+    /// Nothing to wait for: it runs there.
+    Run,
+    /// This statement first (`SELECT MASTER_GTID_WAIT(...)`): 0 and the
+    /// read runs there, anything else and it goes to the writer.
+    Wait(Vec<u8>),
+    /// It goes to the writer.
+    Writer,
+}
+
+/// A handle on the process's position that compares by identity (a lease
+/// setup is compared in tests).
+#[derive(Clone, Debug)]
+pub struct GlobalGtidsRef(pub Arc<GlobalGtids>);
+
+impl PartialEq for GlobalGtidsRef {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for GlobalGtidsRef {}
+
+impl CausalWait {
+    /// What a read leased to a replica does first. `timeout` is
+    /// `--causal-read-timeout`, written in the seconds (with decimals)
+    /// MASTER_GTID_WAIT takes.
+    pub fn on_replica(&self, timeout: Duration) -> ReplicaRead {
+        let pos = match self {
+            CausalWait::Session(p) => (**p).clone(),
+            CausalWait::Global(g) => g.0.position(),
+            CausalWait::Writer => return ReplicaRead::Writer,
+        };
+        if pos.is_empty() {
+            return ReplicaRead::Run;
+        }
+        // The position is digits, dashes and commas only (it was parsed
+        // from numbers): nothing to quote.
+        ReplicaRead::Wait(
+            format!(
+                "SELECT MASTER_GTID_WAIT('{pos}', {}.{:03})",
+                timeout.as_secs(),
+                timeout.subsec_millis()
+            )
+            .into_bytes(),
+        )
+    }
+}
+
+/// The `last_gtid` an OK's system-variable blocks report, if any.
+pub fn last_gtid_of<'a>(mut vars: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Option<Gtid> {
+    let (_, value) = vars.find(|(name, _)| name.eq_ignore_ascii_case(b"last_gtid"))?;
+    std::str::from_utf8(value).ok()?.parse().ok()
+}
+
+/// What a causal session has seen: its own position, or the process's.
+#[derive(Debug, Default)]
+pub struct SessionGtids {
+    mode: CausalMode,
+    /// Session mode: the session's writes (copy-on-write: a lease takes a
+    /// reference, a write that raises it makes a new one).
+    own: Arc<GtidPos>,
+    global: Option<Arc<GlobalGtids>>,
+}
+
+impl SessionGtids {
+    pub fn new(cfg: &CausalConfig) -> SessionGtids {
+        SessionGtids {
+            mode: cfg.mode,
+            own: Arc::default(),
+            global: cfg.global.clone(),
+        }
+    }
+
+    /// A statement's OK reported `gtid` (its `last_gtid`).
+    pub fn note(&mut self, gtid: Gtid) {
+        let seen = GtidPos::of(gtid);
+        match self.mode {
+            CausalMode::Off => {}
+            CausalMode::Session => {
+                if !self.own.covers(&seen) {
+                    Arc::make_mut(&mut self.own).raise(&seen);
+                }
+            }
+            CausalMode::Global => {
+                if let Some(g) = &self.global {
+                    g.note(&seen);
+                }
+            }
+        }
+    }
+
+    /// What a read on a replica must wait for (None: nothing yet).
+    pub fn wait(&self) -> Option<CausalWait> {
+        match self.mode {
+            CausalMode::Off => None,
+            CausalMode::Session => {
+                (!self.own.is_empty()).then(|| CausalWait::Session(self.own.clone()))
+            }
+            CausalMode::Global => self
+                .global
+                .as_ref()
+                .map(|g| CausalWait::Global(GlobalGtidsRef(Arc::clone(g)))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
