@@ -103,6 +103,14 @@ pub enum BackendEvent {
     Statement(server_prepared::StatementReply),
     /// The answer to [`BackendConn::replay`].
     Replayed(tx_replay::ReplayOutcome),
+    /// A causal read's `MASTER_GTID_WAIT` answered after `waited`: the
+    /// replica has the writes (`SchemaSelected` follows), or not (`Err`:
+    /// why; the connection is clean, set up and leased still, for the
+    /// pool to take back).
+    CausalWait {
+        waited: Duration,
+        outcome: Result<(), String>,
+    },
     /// Broken: closed, and to be forgotten.
     Failed { cause: String },
     /// Something about backend TLS the pool counts or logs.
@@ -217,6 +225,9 @@ pub struct BackendConn {
     known_last_insert_id: Option<u64>,
     /// Transaction pooling: the prepared statements it holds on the server.
     statements: server_prepared::BackendStatements,
+    /// A causal read's wait is the last setup statement in flight, with
+    /// this timeout (`--causal-read-timeout`).
+    causal_wait: Option<Duration>,
     /// Statements closed by the prepare in flight (for the gauge).
     pending_evicted: usize,
     /// The login went through TLS: the socket carries TLS records.
@@ -233,6 +244,8 @@ pub struct LeaseWork {
     pub settings: bool,
     /// `DO LAST_INSERT_ID(n)`.
     pub last_insert_id: bool,
+    /// A causal read's `SELECT MASTER_GTID_WAIT(...)`.
+    pub causal_wait: bool,
 }
 
 /// Who the proxy logs in as.
@@ -261,6 +274,7 @@ impl BackendConn {
                 server_prepared::DEFAULT_MAX_PREPARED,
             ),
             pending_evicted: 0,
+            causal_wait: None,
             tls: false,
         }
     }
@@ -424,7 +438,7 @@ impl BackendConn {
             return self.on_reset_replies(data, capacity, now, out);
         }
         if let State::Replaying { .. } = self.state {
-            return self.on_setup_replies(data, capacity, out);
+            return self.on_setup_replies(data, capacity, now, out);
         }
         if let State::AskingLastInsertId { .. } = self.state {
             return self.on_last_insert_id_reply(data, capacity, out);
@@ -522,6 +536,8 @@ impl BackendConn {
                 | State::Preparing { .. }
                 | State::ReplayingTx(_)
         );
+        // A causal wait may take its own timeout on top of the round trip.
+        let timeout = timeout + self.causal_wait.unwrap_or_default();
         if exchanging && now.duration_since(self.since) >= timeout {
             let cause =
                 format!("no answer from the server within {timeout:?} (--backend-connect-timeout)");

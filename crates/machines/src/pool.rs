@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{
     BackendConn, BackendCredentials, BackendEvent, BackendOp, BackendOut, TlsNote,
 };
+use crate::causal::ReplicaRead;
 use crate::identity::{BackendLogin, Identities, IdentityMode};
 use crate::ids::{
     BackendId, IdentityId, LeaseRequest, PoolKey, SessionId, Settings, TlsWish, ANY_SETTINGS,
@@ -88,6 +89,9 @@ pub struct PoolConfig {
     pub writer_wait_timeout: Duration,
     pub idle_timeout: Duration,
     pub connect_timeout: Duration,
+    /// `--causal-read-timeout`: how long a read on a replica waits for the
+    /// session's writes before it goes to the writer.
+    pub causal_read_timeout: Duration,
     /// How caching_sha2 full authentication sends the password to the
     /// backend (`--backend-rsa-public-key`).
     pub full_auth: FullAuthTransport,
@@ -136,6 +140,9 @@ pub struct Pooled {
     user: Option<Arc<metrics::UserUsage>>,
     /// The server it was opened to (`pool/writer.rs`).
     server: u16,
+    /// A causal read's wait runs on it (`pool/causal.rs`): the request,
+    /// leased again for the writer if the wait does not reach.
+    causal_retry: Option<LeaseRequest>,
 }
 
 /// A give-back that waits for `SELECT LAST_INSERT_ID()`.
@@ -674,6 +681,12 @@ impl Pool {
                 if p.opened_for.as_ref().is_some_and(|r| r.session == session) {
                     p.opened_for = None;
                 }
+                if p.causal_retry
+                    .as_ref()
+                    .is_some_and(|r| r.session == session)
+                {
+                    p.causal_retry = None;
+                }
             }
         }
     }
@@ -877,16 +890,28 @@ impl Pool {
     /// transaction pooling) costs no copy of its boxed setup.
     fn give(&mut self, id: BackendId, req: &LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) {
         let metrics = Arc::clone(&self.metrics);
+        let wait = match self.causal_read(id, req) {
+            ReplicaRead::Run => None,
+            ReplicaRead::Wait(sql) => Some((sql, self.cfg.causal_read_timeout)),
+            ReplicaRead::Writer => return self.causal_to_writer(id, req.clone(), now, out),
+        };
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
             return;
         };
         p.leased_to = Some(req.session);
         p.last_session = Some(req.session);
         p.set_busy(true, metrics.worker(self.worker));
+        if wait.is_some() {
+            p.causal_retry = Some(req.clone());
+        }
         let mut bo = Vec::new();
-        let work = p
-            .conn
-            .lease(req.schema.as_deref(), req.setup.as_deref(), now, &mut bo);
+        let work = p.conn.lease(
+            req.schema.as_deref(),
+            req.setup.as_deref(),
+            wait,
+            now,
+            &mut bo,
+        );
         let m = self.m();
         for (done, kind) in [
             (work.init_db, InternalQuery::InitDb),
@@ -952,6 +977,7 @@ impl Pool {
             evicted: false,
             user,
             server,
+            causal_retry: None,
         });
         self.publish();
         let id = BackendId { index, generation };
@@ -1056,6 +1082,8 @@ impl Pool {
 }
 
 mod backend_events;
+
+mod causal;
 
 mod give_back;
 

@@ -568,6 +568,7 @@ impl Collector for Exposition {
         )?;
 
         pool_wait(&mut enc, s)?;
+        causal_reads(&mut enc, s)?;
         connect_duration(&mut enc, s)
     }
 }
@@ -592,6 +593,27 @@ fn histogram(
     }
     enc.encode_descriptor(name, help, None, MetricType::Histogram)?
         .encode_histogram::<NoLabelSet>(sum.as_secs_f64(), count, &buckets, None)
+}
+
+fn causal_reads(enc: &mut DescriptorEncoder, s: &Snapshot) -> fmt::Result {
+    let w = &s.causal_wait;
+    histogram(
+        enc,
+        "ringgate_causal_wait_duration_seconds",
+        "Causal reads: time a replica took to answer MASTER_GTID_WAIT for the writes a read \
+         must see (reached, or --causal-read-timeout passed).",
+        pool_wait_bucket_bounds(),
+        &w.buckets,
+        w.sum,
+        w.count,
+    )?;
+    counter(
+        enc,
+        "ringgate_causal_fallbacks_total",
+        "Causal reads sent to the writer instead of a replica: the wait timed out (or answered \
+         NULL or an error), or the session's client turned the last_gtid tracker off.",
+        s.causal_fallbacks_total,
+    )
 }
 
 fn pool_wait(enc: &mut DescriptorEncoder, s: &Snapshot) -> fmt::Result {

@@ -288,6 +288,14 @@ pub struct WorkerMetrics {
     pub pool_waiters: AtomicI64,
     /// How long sessions waited for a backend connection (`pool_wait.rs`).
     pool_wait: pool_wait::PoolWaitHist,
+    /// Causal reads: how long each `MASTER_GTID_WAIT` on a replica took
+    /// (the same buckets: a healthy replica answers within the first,
+    /// `--causal-read-timeout` lands in one of the second's).
+    causal_wait: pool_wait::PoolWaitHist,
+    /// Causal reads sent to the writer instead of a replica: the wait
+    /// timed out (or answered NULL or an error), or the session cannot
+    /// learn its GTIDs.
+    pub causal_fallbacks_total: AtomicU64,
     /// Backend connections this worker's pool holds against
     /// `--backend-max-connections` (opening, idle, leased or closing: from
     /// the reservation until its slot is freed). Exported per worker: the
@@ -399,6 +407,8 @@ impl WorkerMetrics {
             client_compressed_bytes_total: Default::default(),
             pool_waiters: AtomicI64::new(0),
             pool_wait: Default::default(),
+            causal_wait: Default::default(),
+            causal_fallbacks_total: AtomicU64::new(0),
             backend_held: AtomicI64::new(0),
             backend_rebalanced_total: AtomicU64::new(0),
             ring_ebusy_reaps: AtomicU64::new(0),
@@ -432,6 +442,11 @@ impl WorkerMetrics {
     /// or timed out).
     pub fn record_pool_wait(&self, waited: Duration) {
         self.pool_wait.record(waited);
+    }
+
+    /// Records one causal read's wait on a replica (reached or not).
+    pub fn record_causal_wait(&self, waited: Duration) {
+        self.causal_wait.record(waited);
     }
 
     /// Counts one rejected client.

@@ -112,6 +112,9 @@ pub struct Snapshot {
     pub connect_duration: ConnectDurationSnapshot,
     /// How long sessions waited for a backend connection, summed.
     pub pool_wait: PoolWaitSnapshot,
+    /// [`WorkerMetrics::record_causal_wait`], summed.
+    pub causal_wait: PoolWaitSnapshot,
+    pub causal_fallbacks_total: u64,
     /// Per backend account: (user, backend connections, limit waits).
     pub users: Vec<(String, usize, u64)>,
     /// Per server of a cluster, as the monitor last published it.
@@ -334,6 +337,8 @@ impl Metrics {
             ring_busy_poll_sleeps_total: u(|w| &w.ring_busy_poll_sleeps),
             connect_duration: self.connect_snapshot(),
             pool_wait: PoolWaitSnapshot::sum(self.workers.iter().map(|w| &w.pool_wait)),
+            causal_wait: PoolWaitSnapshot::sum(self.workers.iter().map(|w| &w.causal_wait)),
+            causal_fallbacks_total: u(|w| &w.causal_fallbacks_total),
             users: self.users.snapshot(),
             servers: self.servers.snapshot(),
             routed: self.servers.routed_snapshot(),

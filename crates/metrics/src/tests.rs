@@ -4,7 +4,7 @@
 use super::*;
 use text::{parse_value, Samples};
 
-const ALL_NAMES: [(&str, &str); 59] = [
+const ALL_NAMES: [(&str, &str); 61] = [
     ("ringgate_workers", "gauge"),
     ("ringgate_read_buffers_total", "gauge"),
     ("ringgate_read_buffers_in_use", "gauge"),
@@ -65,6 +65,8 @@ const ALL_NAMES: [(&str, &str); 59] = [
     ("ringgate_ring_sqes_total", "counter"),
     ("ringgate_ring_busy_polls_total", "counter"),
     ("ringgate_pool_wait_duration_seconds", "histogram"),
+    ("ringgate_causal_wait_duration_seconds", "histogram"),
+    ("ringgate_causal_fallbacks_total", "counter"),
     ("ringgate_connect_duration_seconds", "histogram"),
     ("ringgate_connect_duration_seconds_quantile", "gauge"),
 ];
@@ -137,6 +139,7 @@ fn render_has_help_and_type_for_every_name() {
             .filter(|f| {
                 *f == "ringgate_connect_duration_seconds"
                     || *f == "ringgate_pool_wait_duration_seconds"
+                    || *f == "ringgate_causal_wait_duration_seconds"
             })
             .unwrap_or(name);
         assert!(

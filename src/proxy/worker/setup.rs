@@ -140,6 +140,7 @@ fn pool_config(shared: &Shared) -> PoolConfig {
         writer_wait_timeout: cfg.writer_wait(),
         idle_timeout: cfg.backend_idle_timeout,
         connect_timeout: cfg.backend_connect_timeout,
+        causal_read_timeout: cfg.causal_read_timeout,
         full_auth: FullAuthTransport {
             secure: false,
             server_key: shared.backend_rsa_public_key.clone(),

@@ -87,20 +87,26 @@ impl BackendConn {
         out.push(BackendOut::Op(BackendOp::Send(bytes)));
     }
 
-    /// Answers to the setup statements (`Replaying`): every one must be OK.
+    /// Answers to the setup statements (`Replaying`): every one must be
+    /// OK, but a causal read's wait, last, which answers one value.
     pub(super) fn on_setup_replies(
         &mut self,
         data: &[u8],
         capacity: usize,
+        now: Instant,
         out: &mut Vec<BackendOut>,
     ) {
         let State::Replaying { left, .. } = self.state else {
             return;
         };
+        let oks = left - usize::from(self.causal_wait.is_some());
         let deprecate_eof = self.key.caps & CLIENT_DEPRECATE_EOF != 0;
         let mut rest = data;
         let mut answered = 0;
-        while let Some((pkt, used)) = split_packet(rest) {
+        while answered < oks {
+            let Some((pkt, used)) = split_packet(rest) else {
+                break;
+            };
             match parse_reply(pkt.payload, deprecate_eof) {
                 Ok(ServerReply::Ok { .. }) => answered += 1,
                 Ok(ServerReply::Err {
@@ -117,29 +123,50 @@ impl BackendConn {
             }
             rest = &rest[used..];
         }
-        if answered >= left {
-            if let State::Replaying { settings, .. } =
-                std::mem::replace(&mut self.state, State::Leased)
-            {
-                self.settings = settings;
+        let waited = match self.causal_wait {
+            Some(_) if answered == oks => match parse_one_value(rest, deprecate_eof) {
+                Ok(Some(value)) => Some(wait_outcome(value)),
+                Ok(None) => None,
+                Err(e) => return self.fail(format!("causal read wait: {e}"), out),
+            },
+            _ => None,
+        };
+        if answered < oks || (self.causal_wait.is_some() && waited.is_none()) {
+            if data.len() >= capacity {
+                return self.fail("setup replies larger than the read buffer".into(), out);
             }
-            out.push(BackendOut::Op(BackendOp::Clear));
-            out.push(BackendOut::Event(BackendEvent::SchemaSelected));
-        } else if data.len() >= capacity {
-            self.fail("setup replies larger than the read buffer".into(), out);
-        } else {
-            out.push(BackendOut::Op(BackendOp::Read));
+            return out.push(BackendOut::Op(BackendOp::Read));
         }
+        if let State::Replaying { settings, .. } = std::mem::replace(&mut self.state, State::Leased)
+        {
+            self.settings = settings;
+        }
+        out.push(BackendOut::Op(BackendOp::Clear));
+        if let Some(outcome) = waited {
+            self.causal_wait = None;
+            let reached = outcome.is_ok();
+            out.push(BackendOut::Event(BackendEvent::CausalWait {
+                waited: now.saturating_duration_since(self.since),
+                outcome,
+            }));
+            if !reached {
+                return;
+            }
+        }
+        out.push(BackendOut::Event(BackendEvent::SchemaSelected));
     }
 
     /// Hand the connection to a session; with `schema`, select it first
     /// unless it is already current. With `setup` (transaction pooling),
     /// then run the session's settings (unless the connection carries
     /// them already) and its per-command statements.
+    /// `causal_wait`: a causal read's `SELECT MASTER_GTID_WAIT(...)` and
+    /// its timeout, run last (on a replica only: the pool decides).
     pub fn lease(
         &mut self,
         schema: Option<&str>,
         setup: Option<&LeaseSetup>,
+        causal_wait: Option<(Vec<u8>, Duration)>,
         now: Instant,
         out: &mut Vec<BackendOut>,
     ) -> LeaseWork {
@@ -183,6 +210,13 @@ impl BackendConn {
                     self.known_last_insert_id = Some(n);
                 }
             }
+        }
+        // Pipelined behind the settings: the read runs only after the
+        // wait answered 0, and on this connection only then.
+        if let Some((sql, timeout)) = causal_wait {
+            then.push(sql);
+            work.causal_wait = true;
+            self.causal_wait = Some(timeout);
         }
         match schema {
             Some(db) if self.schema.as_deref() != Some(db) => {
@@ -290,5 +324,18 @@ impl BackendConn {
         self.since = now;
         out.push(BackendOut::Op(BackendOp::Clear));
         out.push(BackendOut::Op(BackendOp::Send(bytes)));
+    }
+}
+
+/// MASTER_GTID_WAIT's answer: 0 when the replica has the GTIDs; -1 when
+/// the timeout passed first; NULL for a NULL position; an ERR (1941 for a
+/// list it cannot parse) otherwise.
+fn wait_outcome(value: Result<Option<String>, (u16, String)>) -> Result<(), String> {
+    match value {
+        Ok(Some(v)) if v == "0" => Ok(()),
+        Ok(Some(v)) if v == "-1" => Err("timed out (--causal-read-timeout)".into()),
+        Ok(Some(v)) => Err(format!("answered {v:?}")),
+        Ok(None) => Err("answered NULL".into()),
+        Err((code, message)) => Err(format!("refused: {code} {message}")),
     }
 }

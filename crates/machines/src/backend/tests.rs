@@ -79,7 +79,7 @@ fn login_then_idle_then_lease_without_schema() {
     c.make_idle(now);
     assert!(c.is_idle());
     let mut out = Vec::new();
-    c.lease(None, None, now, &mut out);
+    c.lease(None, None, None, now, &mut out);
     assert!(has_event(&out, |e| *e == BackendEvent::SchemaSelected));
     assert!(c.is_leased());
 }
@@ -90,7 +90,7 @@ fn lease_with_a_schema_selects_it_and_skips_it_next_time() {
     let mut c = logged_in(now);
     c.make_idle(now);
     let mut out = Vec::new();
-    c.lease(Some("app"), None, now, &mut out);
+    c.lease(Some("app"), None, None, now, &mut out);
     let sent = sends(&out);
     assert_eq!(sent.len(), 1);
     assert_eq!(&sent[0][4..], b"\x02app", "COM_INIT_DB app");
@@ -131,7 +131,7 @@ fn lease_with_a_schema_selects_it_and_skips_it_next_time() {
     );
     assert_eq!(c.schema(), Some("app"));
     out.clear();
-    c.lease(Some("app"), None, now, &mut out);
+    c.lease(Some("app"), None, None, now, &mut out);
     assert!(sends(&out).is_empty());
     assert!(has_event(&out, |e| *e == BackendEvent::SchemaSelected));
 }
@@ -142,7 +142,7 @@ fn a_refused_schema_reaches_the_client_and_the_connection_stays_usable() {
     let mut c = logged_in(now);
     c.make_idle(now);
     let mut out = Vec::new();
-    c.lease(Some("nope"), None, now, &mut out);
+    c.lease(Some("nope"), None, None, now, &mut out);
     c.on_write(Completion::Done(9), &mut out);
     let err = framed(1, &err_payload(1049, "Unknown database 'nope'"));
     out.clear();
@@ -452,7 +452,7 @@ fn asking_for_last_insert_id_reads_the_servers_answer_and_leases_again() {
         last_insert_id: Some(900002),
         ..LeaseSetup::default()
     };
-    let work = c.lease(None, Some(&same), now, &mut out);
+    let work = c.lease(None, Some(&same), None, now, &mut out);
     assert!(!work.last_insert_id && sends(&out).is_empty(), "{out:?}");
     assert!(c.keep(None, now));
     out.clear();
@@ -460,7 +460,7 @@ fn asking_for_last_insert_id_reads_the_servers_answer_and_leases_again() {
         last_insert_id: Some(5),
         ..LeaseSetup::default()
     };
-    let work = c.lease(None, Some(&other), now, &mut out);
+    let work = c.lease(None, Some(&other), None, now, &mut out);
     assert!(work.last_insert_id);
     assert!(sends(&out)[0].ends_with(b"DO LAST_INSERT_ID(5)"), "{out:?}");
 
@@ -780,7 +780,7 @@ fn a_prepare_refused_at_the_servers_limit_closes_the_connections_statements_and_
     let mut c = logged_in(now);
     c.make_idle(now);
     let mut out = Vec::new();
-    c.lease(None, None, now, &mut out);
+    c.lease(None, None, None, now, &mut out);
     let out = prepare_with(&mut c, "SELECT 1", &prepare_ok(5), now);
     assert!(has_event(&out, |e| matches!(
         e,
@@ -851,7 +851,7 @@ fn a_prepare_ok_larger_than_the_read_buffer_is_read_on() {
     let mut c = logged_in(now);
     c.make_idle(now);
     let mut out = Vec::new();
-    c.lease(None, None, now, &mut out);
+    c.lease(None, None, None, now, &mut out);
     let columns: u16 = 1000;
     let mut head = vec![0];
     head.extend_from_slice(&7u32.to_le_bytes());
@@ -950,7 +950,7 @@ fn leased(now: Instant) -> BackendConn {
     let mut c = logged_in(now);
     c.make_idle(now);
     let mut out = Vec::new();
-    c.lease(None, None, now, &mut out);
+    c.lease(None, None, None, now, &mut out);
     assert!(c.is_leased());
     c
 }
@@ -1100,4 +1100,158 @@ fn a_replay_the_server_asks_a_local_file_of_fails_at_once() {
         "{out:?}"
     );
     assert!(c.is_closed());
+}
+
+/// Lease with the settings `SET` and a causal wait; the setup goes out as
+/// one pipelined write.
+fn lease_with_wait(now: Instant) -> (BackendConn, Vec<u8>) {
+    let mut c = logged_in(now);
+    c.make_idle(now);
+    let mut out = Vec::new();
+    let setup = LeaseSetup {
+        last_insert_id: Some(5),
+        ..LeaseSetup::default()
+    };
+    let wait = b"SELECT MASTER_GTID_WAIT('0-1-7', 1.000)".to_vec();
+    let work = c.lease(
+        None,
+        Some(&setup),
+        Some((wait, Duration::from_secs(1))),
+        now,
+        &mut out,
+    );
+    assert!(work.causal_wait && work.last_insert_id);
+    let sent = sends(&out);
+    assert_eq!(sent.len(), 1, "pipelined: {out:?}");
+    assert!(sent[0].ends_with(b"\x03SELECT MASTER_GTID_WAIT('0-1-7', 1.000)"));
+    out.clear();
+    c.on_write(Completion::Done(sent[0].len()), &mut out);
+    // The DO's OK, then the wait's one-value result set.
+    let mut replies = framed(1, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
+    replies.extend(last_insert_id_reply(b"\x010")[..].iter());
+    (c, replies)
+}
+
+fn wait_events(out: &[BackendOut]) -> Vec<&BackendEvent> {
+    out.iter()
+        .filter_map(|o| match o {
+            BackendOut::Event(e) => Some(e),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_causal_wait_that_reaches_leases_the_connection() {
+    let now = Instant::now();
+    let (mut c, replies) = lease_with_wait(now);
+    let later = now + Duration::from_millis(3);
+    let mut out = Vec::new();
+    // In pieces: the OK alone is not the end.
+    c.on_read(Completion::Done(11), &replies[..11], CAP, later, &mut out);
+    assert_eq!(out, vec![BackendOut::Op(BackendOp::Read)]);
+    out.clear();
+    c.on_read(
+        Completion::Done(replies.len() - 1),
+        &replies[..replies.len() - 1],
+        CAP,
+        later,
+        &mut out,
+    );
+    assert_eq!(out, vec![BackendOut::Op(BackendOp::Read)]);
+    out.clear();
+    c.on_read(
+        Completion::Done(replies.len()),
+        &replies,
+        CAP,
+        later,
+        &mut out,
+    );
+    assert_eq!(
+        wait_events(&out),
+        vec![
+            &BackendEvent::CausalWait {
+                waited: Duration::from_millis(3),
+                outcome: Ok(())
+            },
+            &BackendEvent::SchemaSelected
+        ]
+    );
+    assert!(c.is_leased());
+}
+
+#[test]
+fn a_causal_wait_that_times_out_leaves_the_connection_clean_and_leased() {
+    let now = Instant::now();
+    for (row, why) in [(&b"\x02-1"[..], "timed out"), (&b"\xfb"[..], "NULL")] {
+        let (mut c, mut replies) = lease_with_wait(now);
+        let at = replies.len() - 2 - 4 - 5 - 4;
+        // Replace the row "0" with this answer.
+        let tail = replies.split_off(at);
+        let mut row_packet = framed(4, row);
+        row_packet.extend(framed(5, &[0xfe, 0, 0, 2, 0]));
+        assert_eq!(tail.len(), 2 + 4 + 5 + 4);
+        replies.extend(row_packet);
+        let mut out = Vec::new();
+        c.on_read(
+            Completion::Done(replies.len()),
+            &replies,
+            CAP,
+            now,
+            &mut out,
+        );
+        let events = wait_events(&out);
+        assert_eq!(events.len(), 1, "no SchemaSelected: {out:?}");
+        assert!(
+            matches!(events[0], BackendEvent::CausalWait { outcome: Err(e), .. } if e.contains(why)),
+            "{out:?}"
+        );
+        assert!(c.is_leased() && !c.is_closed());
+        // Clean: it goes back to the pool as it is.
+        assert!(c.keep(None, now));
+        assert!(c.is_idle());
+    }
+    // An ERR answer (a position the server cannot parse) too.
+    let (mut c, replies) = lease_with_wait(now);
+    let ok_len = 4 + 7;
+    let mut replies = replies[..ok_len].to_vec();
+    replies.extend(framed(1, &err_payload(1941, "Could not parse GTID list")));
+    let mut out = Vec::new();
+    c.on_read(
+        Completion::Done(replies.len()),
+        &replies,
+        CAP,
+        now,
+        &mut out,
+    );
+    assert!(
+        has_event(
+            &out,
+            |e| matches!(e, BackendEvent::CausalWait { outcome: Err(e), .. } if e.contains("1941"))
+        ),
+        "{out:?}"
+    );
+    assert!(c.is_leased());
+}
+
+#[test]
+fn a_causal_wait_gets_its_timeout_on_top_of_the_exchange_limit() {
+    let now = Instant::now();
+    let (mut c, _) = lease_with_wait(now);
+    let mut out = Vec::new();
+    c.on_tick(
+        now + Duration::from_millis(1500),
+        Duration::from_secs(1),
+        &mut out,
+    );
+    assert!(out.is_empty(), "{out:?}");
+    c.on_tick(
+        now + Duration::from_millis(2100),
+        Duration::from_secs(1),
+        &mut out,
+    );
+    assert!(has_event(&out, |e| matches!(
+        e,
+        BackendEvent::Failed { .. }
+    )));
 }

@@ -209,6 +209,9 @@ impl Pool {
             BackendEvent::LastInsertId(value) => self.on_last_insert_id(id, value, now, out),
             BackendEvent::Statement(reply) => self.on_statement_reply(id, reply, out),
             BackendEvent::Replayed(outcome) => self.on_replayed(id, outcome, out),
+            BackendEvent::CausalWait { waited, outcome } => {
+                self.on_causal_wait(id, waited, outcome, now, out)
+            }
             BackendEvent::Tls(TlsNote::Unavailable) => {
                 self.m().backend_tls_errors_total[BackendTlsError::Unavailable as usize]
                     .fetch_add(1, Relaxed);
@@ -303,7 +306,7 @@ impl Pool {
                 // the only output is SchemaSelected, which the
                 // Relet event replaces.
                 let mut bo = Vec::new();
-                p.conn.lease(None, None, now, &mut bo);
+                p.conn.lease(None, None, None, now, &mut bo);
                 debug_assert!(bo
                     .iter()
                     .all(|o| matches!(o, BackendOut::Event(BackendEvent::SchemaSelected))));

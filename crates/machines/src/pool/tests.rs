@@ -92,6 +92,7 @@ impl Harness {
                 writer_wait_timeout: Duration::from_secs(5),
                 idle_timeout: Duration::from_secs(60),
                 connect_timeout: Duration::from_secs(2),
+                causal_read_timeout: Duration::from_secs(1),
                 full_auth: Default::default(),
                 tls,
             },
@@ -140,7 +141,10 @@ impl Harness {
                                 .windows(user.len() + 1)
                                 .any(|w| w[..user.len()] == *user.as_bytes() && w[user.len()] == 0)
                         });
-                        let answer = if let (true, Some((_, err))) = (bytes.len() > 40, refused) {
+                        SENT.with(|s| s.borrow_mut().push(bytes.clone()));
+                        let answer = if let Some(answer) = causal::wait_answer(&bytes) {
+                            answer
+                        } else if let (true, Some((_, err))) = (bytes.len() > 40, refused) {
                             framed(2, err)
                         } else if bytes.len() > 40 {
                             // The HandshakeResponse.
@@ -230,6 +234,8 @@ impl Harness {
 }
 
 thread_local! {
+    /// Every write to a "server", in order.
+    static SENT: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
     static REPLIES: std::cell::RefCell<Vec<(BackendId, Vec<u8>)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -1180,6 +1186,7 @@ mod give_back;
 
 mod writer;
 
+mod causal;
 mod replicas;
 
 /// The harness's server answers every short write with `reset_replies`:

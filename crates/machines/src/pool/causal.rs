@@ -1,0 +1,78 @@
+//! Causal reads on the pool's side: a read leased to a replica first
+//! waits there for the session's writes (`SELECT MASTER_GTID_WAIT(...)`,
+//! the last setup statement, `backend/lease.rs`), and goes to the writer
+//! when the wait does not reach them in `--causal-read-timeout`. The pool
+//! decides, because only it knows which server a connection reaches: a
+//! connection to the writer never runs the wait (on a primary it reads an
+//! empty `gtid_slave_pos` and times out even for the primary's own
+//! GTIDs).
+
+use super::*;
+
+impl Pool {
+    /// What the lease of connection `id` for `req` runs first: a read's
+    /// lease on a replica (`--read-write-split` names it in the key) waits;
+    /// one whose server is the writer now (a replica promoted since the
+    /// driver chose it) does not.
+    pub(super) fn causal_read(&self, id: BackendId, req: &LeaseRequest) -> ReplicaRead {
+        let on_replica = self.slot(id).is_some_and(|p| {
+            p.conn.key().server.is_some() && self.target.is_none_or(|t| t.server != p.server)
+        });
+        match req.setup.as_ref().and_then(|s| s.causal.as_ref()) {
+            Some(wait) if on_replica => wait.on_replica(self.cfg.causal_read_timeout),
+            _ => ReplicaRead::Run,
+        }
+    }
+
+    /// A causal wait answered on connection `id`. Reached: the lease
+    /// goes on (`SchemaSelected` follows). Not: the connection is fine
+    /// (set up, nothing of the read ran) and goes back to the pool, and
+    /// the read is leased again for the writer.
+    pub(super) fn on_causal_wait(
+        &mut self,
+        id: BackendId,
+        waited: Duration,
+        outcome: Result<(), String>,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        self.m().record_causal_wait(waited);
+        let metrics = Arc::clone(&self.metrics);
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        let retry = p.causal_retry.take();
+        let Err(why) = outcome else {
+            return;
+        };
+        tracing::debug!(
+            worker = self.worker,
+            "causal read: the replica's wait {why}; the read goes to the writer"
+        );
+        p.leased_to = None;
+        p.set_busy(false, metrics.worker(self.worker));
+        match retry {
+            Some(req) => self.causal_to_writer(id, req, now, out),
+            None => self.make_idle(id, now, out),
+        }
+    }
+
+    /// The read of `req` goes to the writer instead of connection `id`'s
+    /// replica, which goes back to the idle list as it is.
+    pub(super) fn causal_to_writer(
+        &mut self,
+        id: BackendId,
+        mut req: LeaseRequest,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        self.m().causal_fallbacks_total.fetch_add(1, Relaxed);
+        self.make_idle(id, now, out);
+        if let Some(setup) = req.setup.as_mut() {
+            setup.causal = None;
+        }
+        // The writer's key: whichever server that is now.
+        req.key.server = None;
+        self.lease(req, now, out);
+    }
+}
