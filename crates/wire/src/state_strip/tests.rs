@@ -127,3 +127,31 @@ fn a_tracking_client_with_nothing_left_gets_the_plain_ok() {
     want.extend_from_slice(&tail);
     assert_eq!(data, want);
 }
+
+/// Causal reads track `last_gtid`: what MariaDB 10.11 sent for an
+/// autocommit INSERT that binlogged 0-1-33 (the block alone) and for a
+/// COMMIT (0-1-34), and what a direct connection without the tracker
+/// gets: the counts, no flag, no empty info, whether or not the client
+/// negotiated CLIENT_SESSION_TRACK (the default trackers do not report
+/// last_gtid).
+#[test]
+fn a_last_gtid_block_is_stripped_for_both_views() {
+    let cases = [
+        (
+            "00010d0240000000130011096c6173745f6774696406302d312d3333",
+            "00010d02000000",
+        ),
+        (
+            "0000000240000000130011096c6173745f6774696406302d312d3334",
+            "00000002000000",
+        ),
+    ];
+    for (tracked, direct) in cases {
+        for view in [ClientView::Untracked, ClientView::Defaults] {
+            let mut data = packet(1, &hex(tracked));
+            let shrunk = strip_packet(&mut data, 0, view);
+            data.truncate(data.len() - shrunk);
+            assert_eq!(data, packet(1, &hex(direct)), "{view:?}");
+        }
+    }
+}
