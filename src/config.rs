@@ -432,9 +432,9 @@ pub struct Config {
     /// (it may set user variables or take locks the server never reports).
     #[arg(long, default_value = "", value_parser = parse_read_only_functions, value_name = "NAME,...")]
     pub read_only_functions: String,
-    /// Several servers, `--pooling transaction`: after a write, make a
-    /// read sent to a replica wait first until that replica has applied
-    /// the write: `session` (the session's own last write), `global` (the
+    /// `--read-write-split` (several servers, `--pooling transaction`):
+    /// after a write, make a read sent to a replica wait first until that
+    /// replica has applied the write: `session` (the session's own last write), `global` (the
     /// last write any session made), or `off`. Costs one round trip per
     /// read on a replica after a write. See docs/operations.md, "Causal
     /// reads".
