@@ -9,9 +9,10 @@
 //! the replica (`PoolKey::server`), so the pool keeps each server's
 //! connections, waiters and share of the cap apart.
 //!
-//! Where a read lease is made on a replica, [`Worker::route_lease`] is
-//! the one place to add what such a lease must run first (its
-//! `LeaseSetup`, e.g. a wait for the session's last write to arrive).
+//! What a read lease runs first on a replica (`--causal-reads`: a wait for
+//! the writes it must see) is in its `LeaseSetup` already, from the
+//! session; the pool runs it only on a replica's connection
+//! (`crates/machines/src/pool/causal.rs`).
 
 use super::*;
 use machines::multiplex::Route;
