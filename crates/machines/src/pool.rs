@@ -901,9 +901,7 @@ impl Pool {
         p.leased_to = Some(req.session);
         p.last_session = Some(req.session);
         p.set_busy(true, metrics.worker(self.worker));
-        if wait.is_some() {
-            p.causal_retry = Some(req.clone());
-        }
+        p.causal_retry = wait.is_some().then(|| req.clone());
         let mut bo = Vec::new();
         let work = p.conn.lease(
             req.schema.as_deref(),

@@ -212,11 +212,12 @@ impl BackendConn {
             }
         }
         // Pipelined behind the settings: the read runs only after the
-        // wait answered 0, and on this connection only then.
-        if let Some((sql, timeout)) = causal_wait {
+        // wait answered 0, and on this connection only then. Set on every
+        // lease: one whose schema was refused never ran its wait.
+        self.causal_wait = causal_wait.as_ref().map(|(_, timeout)| *timeout);
+        if let Some((sql, _)) = causal_wait {
             then.push(sql);
             work.causal_wait = true;
-            self.causal_wait = Some(timeout);
         }
         match schema {
             Some(db) if self.schema.as_deref() != Some(db) => {

@@ -1255,3 +1255,47 @@ fn a_causal_wait_gets_its_timeout_on_top_of_the_exchange_limit() {
         BackendEvent::Failed { .. }
     )));
 }
+
+#[test]
+fn a_refused_schema_leaves_no_wait_for_the_next_lease() {
+    let now = Instant::now();
+    let mut c = logged_in(now);
+    c.make_idle(now);
+    let mut out = Vec::new();
+    let wait = b"SELECT MASTER_GTID_WAIT('0-1-7', 1.000)".to_vec();
+    c.lease(
+        Some("nope"),
+        None,
+        Some((wait, Duration::from_secs(1))),
+        now,
+        &mut out,
+    );
+    let sent = sends(&out);
+    out.clear();
+    c.on_write(Completion::Done(sent[0].len()), &mut out);
+    let err = framed(1, &err_payload(1049, "Unknown database 'nope'"));
+    out.clear();
+    c.on_read(Completion::Done(err.len()), &err, CAP, now, &mut out);
+    assert!(has_event(&out, |e| matches!(
+        e,
+        BackendEvent::SchemaRefused { .. }
+    )));
+    // The next lease sets up one statement, and its OK ends it.
+    out.clear();
+    let setup = LeaseSetup {
+        last_insert_id: Some(5),
+        ..LeaseSetup::default()
+    };
+    c.lease(None, Some(&setup), None, now, &mut out);
+    let sent = sends(&out);
+    out.clear();
+    c.on_write(Completion::Done(sent[0].len()), &mut out);
+    let ok = framed(1, &ok_payload(0, 0, SERVER_STATUS_AUTOCOMMIT, 0));
+    out.clear();
+    c.on_read(Completion::Done(ok.len()), &ok, CAP, now, &mut out);
+    assert_eq!(
+        wait_events(&out),
+        vec![&BackendEvent::SchemaSelected],
+        "{out:?}"
+    );
+}
