@@ -217,7 +217,7 @@ impl Pool {
                     .fetch_add(1, Relaxed);
             }
             BackendEvent::Tls(TlsNote::PlainFallback) => self.log_plain_fallback_once(),
-            BackendEvent::Failed { cause } => self.on_failed(id, &cause, out),
+            BackendEvent::Failed { cause } => self.on_failed(id, &cause, now, out),
         }
     }
 
@@ -418,7 +418,7 @@ impl Pool {
         }
     }
 
-    fn on_failed(&mut self, id: BackendId, cause: &str, out: &mut Vec<PoolEvent>) {
+    fn on_failed(&mut self, id: BackendId, cause: &str, now: Instant, out: &mut Vec<PoolEvent>) {
         tracing::debug!(worker = self.worker, "backend connection lost: {cause}");
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
             return;
@@ -428,6 +428,13 @@ impl Pool {
                 session: asking.session,
                 value: None,
             });
+        }
+        // A replica lost during a causal read's wait: the writer answers
+        // the read (`pool/causal.rs`).
+        if let Some(req) = p.causal_retry.take() {
+            p.leased_to = None;
+            self.close(id, out);
+            return self.lease_on_writer(req, now, out);
         }
         // Failed while selecting a lease's schema: that session
         // waits for nothing now.

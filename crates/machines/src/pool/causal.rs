@@ -62,12 +62,23 @@ impl Pool {
     pub(super) fn causal_to_writer(
         &mut self,
         id: BackendId,
+        req: LeaseRequest,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        self.make_idle(id, now, out);
+        self.lease_on_writer(req, now, out);
+    }
+
+    /// Lease `req`, a causal read that will not run on its replica, for
+    /// the writer, without a wait.
+    pub(super) fn lease_on_writer(
+        &mut self,
         mut req: LeaseRequest,
         now: Instant,
         out: &mut Vec<PoolEvent>,
     ) {
         self.m().causal_fallbacks_total.fetch_add(1, Relaxed);
-        self.make_idle(id, now, out);
         if let Some(setup) = req.setup.as_mut() {
             setup.causal = None;
         }

@@ -160,3 +160,35 @@ fn a_session_gone_during_the_wait_is_not_leased_again() {
     assert_eq!(h.pool.leased_to(b), None);
     assert_eq!(h.pool.waiting(), 0);
 }
+
+#[test]
+fn a_replica_lost_during_the_wait_sends_the_read_to_the_writer() {
+    let mut h = Harness::new(10, 0);
+    let b = idle_replica_conn(&mut h);
+    let mut out = Vec::new();
+    h.pool.lease(causal_req(2, on_replica()), h.now, &mut out);
+    let mut next = Vec::new();
+    for e in out {
+        if let PoolEvent::CheckIdle(id) = e {
+            h.pool.idle_checked(id, true, h.now, &mut next);
+        }
+    }
+    let sent = next.iter().find_map(|e| match e {
+        PoolEvent::Io(id, BackendOp::Send(bytes)) if *id == b => Some(bytes.len()),
+        _ => None,
+    });
+    let mut ev = Vec::new();
+    h.pool
+        .on_write(b, Completion::Done(sent.expect("the wait")), h.now, &mut ev);
+    // The replica goes away before it answers.
+    let mut ev = Vec::new();
+    h.pool
+        .on_read(b, Completion::Done(0), &[], BUF_CAPACITY, h.now, &mut ev);
+    let ev = h.drive(ev);
+    let (s, writer) = leased(&ev).expect("the writer answers the read");
+    assert_eq!(s, sid(2));
+    assert_eq!(h.pool.server_of(writer), Some(0));
+    assert_eq!(failed(&ev), None, "no error for the read");
+    assert!(h.pool.conn(b).is_none_or(|c| c.is_closed()));
+    assert_eq!(h.pool.metrics.snapshot().causal_fallbacks_total, 1);
+}
