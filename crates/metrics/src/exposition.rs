@@ -611,7 +611,8 @@ fn causal_reads(enc: &mut DescriptorEncoder, s: &Snapshot) -> fmt::Result {
         enc,
         "ringgate_causal_fallbacks_total",
         "Causal reads sent to the writer instead of a replica: the wait timed out (or answered \
-         NULL or an error), or the session's client turned the last_gtid tracker off.",
+         NULL or an error, or the replica was lost during it), or the session's client turned the \
+         last_gtid tracker off.",
         s.causal_fallbacks_total,
     )
 }
