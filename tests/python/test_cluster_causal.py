@@ -41,7 +41,7 @@ TABLE = "causal_rows"
 class Fronted:
     """A ringgate in front of the three nodes, transaction pooling, the monitor every 200 ms."""
 
-    def __init__(self, cluster, workdir, *extra):
+    def __init__(self, cluster, workdir, *extra, buffers=None):
         self.cluster = cluster
         users = Path(workdir) / "users.json"
         users.write_text(f'{{"{cluster.app_user}": [{{"Password": "{cluster.app_password}"}}]}}')
@@ -50,7 +50,7 @@ class Fronted:
         args = [str(ringgate_bin()), "--users-file", str(users), "--workers", "2",
                 "--listen", f"127.0.0.1:{self.port}", "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
                 "--monitor-user", cluster.monitor_user, "--monitor-interval", "200ms",
-                "--read-buffers", os.environ.get("RINGGATE_READ_BUFFERS", "fixed"), *extra]
+                "--read-buffers", buffers or os.environ.get("RINGGATE_READ_BUFFERS", "fixed"), *extra]
         for node in cluster.nodes.values():
             args += ["--backend", f"{node.host}:{node.port}"]
         env = dict(os.environ, RINGGATE_MONITOR_PASSWORD=cluster.monitor_password)
@@ -85,9 +85,11 @@ class Fronted:
 
 
 @contextmanager
-def fronted(cluster, *extra):
+def fronted(cluster, *extra, buffers=None):
+    """A ringgate in `buffers` read mode (default: RINGGATE_READ_BUFFERS, else fixed), ending with
+    the leak checks."""
     with tempfile.TemporaryDirectory(prefix="rg-cluster-causal-") as d:
-        f = Fronted(cluster, d, *extra)
+        f = Fronted(cluster, d, *extra, buffers=buffers)
         try:
             wait_for_ringgate("ringgate to accept", lambda: f.connect().close() is None, f.log, 60)
             # The monitor has named the writer and seen the replicas.
@@ -177,14 +179,17 @@ def statements(first_id):
     ]
 
 
-@pytest.mark.parametrize("causal", ["session", "global"])
-def test_the_client_sees_no_tracker_it_did_not_ask_for(healed, causal):
+BUFFERS = ["fixed", "ring", "heap"]
+
+
+@pytest.mark.parametrize("causal,buffers", [("session", b) for b in BUFFERS] + [("global", "fixed")])
+def test_the_client_sees_no_tracker_it_did_not_ask_for(healed, causal, buffers):
     """With causal reads on, every backend connection reports last_gtid; a client without
     CLIENT_SESSION_TRACK, and one with the server's default trackers, get the very bytes a direct
     connection to the primary gets: no last_gtid block, no SESSION_STATE_CHANGED flag."""
     cluster = healed
     primary = cluster.nodes[1]
-    with fronted(cluster, "--causal-reads", causal) as f:
+    with fronted(cluster, "--causal-reads", causal, buffers=buffers) as f:
         # The proxy's tracker is on (else the bytes below would match for nothing).
         with f.connect() as c, c.cursor() as cur:
             cur.execute("SELECT @@session_track_system_variables")
@@ -286,11 +291,12 @@ def write_then_read(writer, reader, first_id, n, transaction=False):
 SPLIT = ("--read-write-split", "--causal-read-timeout", "10s")
 
 
-def test_a_read_after_a_write_sees_it_on_a_slow_replica(healed):
+@pytest.mark.parametrize("buffers", BUFFERS)
+def test_a_read_after_a_write_sees_it_on_a_slow_replica(healed, buffers):
     """100 times out of 100 a session's read right after its write sees the row, on replicas
-    made slow, and it ran on a replica (after a wait), not on the writer."""
+    made slow, and it ran on a replica (after a wait), not on the writer; in each read mode."""
     cluster = healed
-    with fronted(cluster, "--causal-reads", "session", *SPLIT) as f, f.connect() as c:
+    with fronted(cluster, "--causal-reads", "session", *SPLIT, buffers=buffers) as f, f.connect() as c:
         reads = routed_reads(f)
         with SlowReplicas(cluster):
             missed = write_then_read(c, c, 1, 100)
