@@ -98,9 +98,9 @@ pub enum CausalWait {
 pub enum ReplicaRead {
     /// Nothing to wait for: it runs there.
     Run,
-    /// This statement first (`SELECT MASTER_GTID_WAIT(...)`): 0 and the
-    /// read runs there, anything else and it goes to the writer.
-    Wait(Vec<u8>),
+    /// This statement first (`SELECT MASTER_GTID_WAIT(...)` of `pos`): 0
+    /// and the read runs there, anything else and it goes to the writer.
+    Wait { sql: Vec<u8>, pos: GtidPos },
     /// It goes to the writer.
     Writer,
 }
@@ -121,26 +121,30 @@ impl Eq for GlobalGtidsRef {}
 impl CausalWait {
     /// What a read leased to a replica does first. `timeout` is
     /// `--causal-read-timeout`, written in the seconds (with decimals)
-    /// MASTER_GTID_WAIT takes.
-    pub fn on_replica(&self, timeout: Duration) -> ReplicaRead {
+    /// MASTER_GTID_WAIT takes; `reached`: a position the replica is known
+    /// to have applied (an earlier wait there answered 0), which spares
+    /// the wait when it covers this one (a replica's position only grows).
+    pub fn on_replica(&self, timeout: Duration, reached: Option<&GtidPos>) -> ReplicaRead {
         let pos = match self {
+            CausalWait::Session(p) if reached.is_some_and(|r| r.covers(p)) => {
+                return ReplicaRead::Run
+            }
             CausalWait::Session(p) => (**p).clone(),
             CausalWait::Global(g) => g.0.position(),
             CausalWait::Writer => return ReplicaRead::Writer,
         };
-        if pos.is_empty() {
+        if pos.is_empty() || reached.is_some_and(|r| r.covers(&pos)) {
             return ReplicaRead::Run;
         }
         // The position is digits, dashes and commas only (it was parsed
         // from numbers): nothing to quote.
-        ReplicaRead::Wait(
-            format!(
-                "SELECT MASTER_GTID_WAIT('{pos}', {}.{:03})",
-                timeout.as_secs(),
-                timeout.subsec_millis()
-            )
-            .into_bytes(),
+        let sql = format!(
+            "SELECT MASTER_GTID_WAIT('{pos}', {}.{:03})",
+            timeout.as_secs(),
+            timeout.subsec_millis()
         )
+        .into_bytes();
+        ReplicaRead::Wait { sql, pos }
     }
 }
 

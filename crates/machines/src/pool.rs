@@ -141,8 +141,9 @@ pub struct Pooled {
     /// The server it was opened to (`pool/writer.rs`).
     server: u16,
     /// A causal read's wait runs on it (`pool/causal.rs`): the request,
-    /// leased again for the writer if the wait does not reach.
-    causal_retry: Option<LeaseRequest>,
+    /// leased again for the writer if the wait does not reach, and the
+    /// position waited for.
+    causal_retry: Option<Box<(LeaseRequest, wire::gtid::GtidPos)>>,
 }
 
 /// A give-back that waits for `SELECT LAST_INSERT_ID()`.
@@ -308,6 +309,10 @@ pub struct Pool {
     writer_failing: Option<(Instant, Instant)>,
     /// A planned switchover's hold (`pool/writer.rs`).
     held: bool,
+    /// Causal reads: the highest position each replica (by server index)
+    /// answered a wait for with 0, so a read that needs no more runs
+    /// without one (`pool/causal.rs`).
+    replica_reached: std::collections::HashMap<u16, wire::gtid::GtidPos>,
     draining: bool,
     metrics: Arc<Metrics>,
     /// `--backend-max-prepared`.
@@ -392,6 +397,7 @@ impl Pool {
             target,
             writer_failing: None,
             held: false,
+            replica_reached: Default::default(),
             draining: false,
             metrics,
             worker,
@@ -683,7 +689,7 @@ impl Pool {
                 }
                 if p.causal_retry
                     .as_ref()
-                    .is_some_and(|r| r.session == session)
+                    .is_some_and(|r| r.0.session == session)
                 {
                     p.causal_retry = None;
                 }
@@ -892,7 +898,7 @@ impl Pool {
         let metrics = Arc::clone(&self.metrics);
         let wait = match self.causal_read(id, req) {
             ReplicaRead::Run => None,
-            ReplicaRead::Wait(sql) => Some((sql, self.cfg.causal_read_timeout)),
+            ReplicaRead::Wait { sql, pos } => Some((sql, pos)),
             ReplicaRead::Writer => return self.causal_to_writer(id, req.clone(), now, out),
         };
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
@@ -901,7 +907,14 @@ impl Pool {
         p.leased_to = Some(req.session);
         p.last_session = Some(req.session);
         p.set_busy(true, metrics.worker(self.worker));
-        p.causal_retry = wait.is_some().then(|| req.clone());
+        let timeout = self.cfg.causal_read_timeout;
+        let wait = wait.map(|(sql, pos)| {
+            p.causal_retry = Some(Box::new((req.clone(), pos)));
+            (sql, timeout)
+        });
+        if wait.is_none() {
+            p.causal_retry = None;
+        }
         let mut bo = Vec::new();
         let work = p.conn.lease(
             req.schema.as_deref(),

@@ -5,8 +5,8 @@ fn gtid(s: &str) -> Gtid {
 }
 
 fn text(w: &CausalWait) -> String {
-    match w.on_replica(Duration::from_millis(1500)) {
-        ReplicaRead::Wait(sql) => String::from_utf8(sql).unwrap(),
+    match w.on_replica(Duration::from_millis(1500), None) {
+        ReplicaRead::Wait { sql, .. } => String::from_utf8(sql).unwrap(),
         other => panic!("{other:?}"),
     }
 }
@@ -51,7 +51,7 @@ fn global_mode_shares_the_position_between_sessions() {
     let b = SessionGtids::new(&cfg);
     let w = b.wait().unwrap();
     assert_eq!(
-        w.on_replica(Duration::from_secs(1)),
+        w.on_replica(Duration::from_secs(1), None),
         ReplicaRead::Run,
         "nothing written yet"
     );
@@ -70,7 +70,7 @@ fn global_mode_shares_the_position_between_sessions() {
 #[test]
 fn a_blind_session_reads_on_the_writer() {
     assert_eq!(
-        CausalWait::Writer.on_replica(Duration::from_secs(1)),
+        CausalWait::Writer.on_replica(Duration::from_secs(1), None),
         ReplicaRead::Writer
     );
 }
@@ -90,8 +90,8 @@ fn last_gtid_is_read_from_the_tracked_variables() {
 #[test]
 fn the_timeout_is_written_in_seconds() {
     let w = CausalWait::Session(Arc::new(GtidPos::of(gtid("0-1-1"))));
-    let t = |d| match w.on_replica(d) {
-        ReplicaRead::Wait(sql) => String::from_utf8(sql).unwrap(),
+    let t = |d| match w.on_replica(d, None) {
+        ReplicaRead::Wait { sql, .. } => String::from_utf8(sql).unwrap(),
         other => panic!("{other:?}"),
     };
     assert_eq!(
@@ -111,4 +111,30 @@ impl SessionGtids {
             global.note(&GtidPos::of(g));
         }
     }
+}
+
+#[test]
+fn a_position_the_replica_reached_spares_the_wait() {
+    let second = Duration::from_secs(1);
+    let reached = GtidPos::parse("0-1-10,1-1-3").unwrap();
+    let w = CausalWait::Session(Arc::new(GtidPos::parse("0-2-9").unwrap()));
+    assert_eq!(w.on_replica(second, Some(&reached)), ReplicaRead::Run);
+    let w = CausalWait::Session(Arc::new(GtidPos::parse("0-1-11").unwrap()));
+    assert!(matches!(
+        w.on_replica(second, Some(&reached)),
+        ReplicaRead::Wait { pos, .. } if pos.to_string() == "0-1-11"
+    ));
+    // A domain the replica was not seen to reach is waited for.
+    let w = CausalWait::Session(Arc::new(GtidPos::parse("2-1-1").unwrap()));
+    assert!(matches!(
+        w.on_replica(second, Some(&reached)),
+        ReplicaRead::Wait { .. }
+    ));
+    let cfg = CausalConfig::new(CausalMode::Global);
+    let mut a = SessionGtids::new(&cfg);
+    a.note(gtid("0-1-10"));
+    assert_eq!(
+        a.wait().unwrap().on_replica(second, Some(&reached)),
+        ReplicaRead::Run
+    );
 }

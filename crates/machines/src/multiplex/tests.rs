@@ -823,9 +823,9 @@ fn wait_text(tx: &mut TxState) -> Option<String> {
     let w = tx
         .lease_setup(b"")
         .causal?
-        .on_replica(std::time::Duration::from_secs(1));
+        .on_replica(std::time::Duration::from_secs(1), None);
     match w {
-        ReplicaRead::Wait(sql) => Some(String::from_utf8(sql).unwrap()),
+        ReplicaRead::Wait { sql, .. } => Some(String::from_utf8(sql).unwrap()),
         ReplicaRead::Run => None,
         ReplicaRead::Writer => Some("writer".into()),
     }

@@ -431,10 +431,10 @@ impl Pool {
         }
         // A replica lost during a causal read's wait: the writer answers
         // the read (`pool/causal.rs`).
-        if let Some(req) = p.causal_retry.take() {
+        if let Some(retry) = p.causal_retry.take() {
             p.leased_to = None;
             self.close(id, out);
-            return self.lease_on_writer(req, now, out);
+            return self.lease_on_writer(retry.0, now, out);
         }
         // Failed while selecting a lease's schema: that session
         // waits for nothing now.

@@ -15,11 +15,17 @@ impl Pool {
     /// one whose server is the writer now (a replica promoted since the
     /// driver chose it) does not.
     pub(super) fn causal_read(&self, id: BackendId, req: &LeaseRequest) -> ReplicaRead {
-        let on_replica = self.slot(id).is_some_and(|p| {
-            p.conn.key().server.is_some() && self.target.is_none_or(|t| t.server != p.server)
-        });
-        match req.setup.as_ref().and_then(|s| s.causal.as_ref()) {
-            Some(wait) if on_replica => wait.on_replica(self.cfg.causal_read_timeout),
+        let replica = self
+            .slot(id)
+            .filter(|p| {
+                p.conn.key().server.is_some() && self.target.is_none_or(|t| t.server != p.server)
+            })
+            .map(|p| p.server);
+        match (req.setup.as_ref().and_then(|s| s.causal.as_ref()), replica) {
+            (Some(wait), Some(server)) => wait.on_replica(
+                self.cfg.causal_read_timeout,
+                self.replica_reached.get(&server),
+            ),
             _ => ReplicaRead::Run,
         }
     }
@@ -42,7 +48,16 @@ impl Pool {
             return;
         };
         let retry = p.causal_retry.take();
+        let server = p.server;
         let Err(why) = outcome else {
+            // The replica has it: a later read that needs no more than
+            // this position runs there at once.
+            if let Some(retry) = retry {
+                self.replica_reached
+                    .entry(server)
+                    .or_default()
+                    .raise(&retry.1);
+            }
             return;
         };
         tracing::debug!(
@@ -52,7 +67,7 @@ impl Pool {
         p.leased_to = None;
         p.set_busy(false, metrics.worker(self.worker));
         match retry {
-            Some(req) => self.causal_to_writer(id, req, now, out),
+            Some(retry) => self.causal_to_writer(id, retry.0, now, out),
             None => self.make_idle(id, now, out),
         }
     }

@@ -56,6 +56,9 @@ impl Pool {
             return;
         }
         let old = std::mem::replace(&mut self.target, target);
+        // A failover may re-point or rebuild replicas: what each was seen
+        // to reach is learned again.
+        self.replica_reached.clear();
         let stale: Vec<u32> = self
             .idle
             .iter()

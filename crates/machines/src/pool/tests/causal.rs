@@ -192,3 +192,29 @@ fn a_replica_lost_during_the_wait_sends_the_read_to_the_writer() {
     assert!(h.pool.conn(b).is_none_or(|c| c.is_closed()));
     assert_eq!(h.pool.metrics.snapshot().causal_fallbacks_total, 1);
 }
+
+#[test]
+fn a_position_a_replica_confirmed_is_not_waited_for_again() {
+    let mut h = Harness::new(10, 0);
+    let b = idle_replica_conn(&mut h);
+    ANSWER.with(|a| *a.borrow_mut() = b"\x010".to_vec());
+    let before = waits_sent();
+    let (_, got) = leased(&h.lease(causal_req(2, on_replica()))).unwrap();
+    assert_eq!(got, b);
+    h.give_back(b);
+    // The same position (another read of the session, or one that needs
+    // less): no wait; more: a wait.
+    let (_, got) = leased(&h.lease(causal_req(3, on_replica()))).unwrap();
+    assert_eq!(got, b);
+    assert_eq!(waits_sent(), before + 1);
+    h.give_back(b);
+    let mut r = causal_req(4, on_replica());
+    if let Some(setup) = r.setup.as_mut() {
+        setup.causal = Some(CausalWait::Session(Arc::new(
+            GtidPos::parse("0-1-8").unwrap(),
+        )));
+    }
+    assert_eq!(leased(&h.lease(r)).map(|(_, b)| b), Some(b));
+    assert_eq!(waits_sent(), before + 2);
+    assert_eq!(h.pool.metrics.snapshot().causal_wait.count, 2);
+}
