@@ -388,3 +388,18 @@ def test_a_replica_lost_during_the_wait_sends_the_read_to_the_writer(healed):
         assert f.metric("ringgate_causal_fallbacks_total") == 1
         for lock in locks:
             lock.close()
+
+
+def test_reads_long_after_a_write_wait_no_more(healed):
+    """A replica that answered a wait for a position is not asked again for it: after one write,
+    30 reads cost at most one wait per replica (a session stays on its worker)."""
+    cluster = healed
+    with fronted(cluster, "--causal-reads", "session", *SPLIT) as f, f.connect() as c:
+        reads = routed_reads(f)
+        with c.cursor() as cur:
+            cur.execute(f"INSERT INTO {TABLE} VALUES (1, 2)")
+            for _ in range(30):
+                cur.execute(f"SELECT v FROM {TABLE} WHERE id = 1")
+                assert cur.fetchone() == (2,)
+        assert routed_reads(f) - reads >= 30
+        assert 1 <= f.metric("ringgate_causal_wait_duration_seconds_count") <= 2
