@@ -17,8 +17,9 @@
 //! (completions on a connection's socket and its machine's events),
 //! `pool/upkeep.rs` (serving waiters, timeouts, refill, drain, giving
 //! connections to other workers), `pool/share.rs` (how the workers share
-//! the cap), `pool/account_share.rs` (each backend account's share of it) and
-//! `pool/waiters.rs` (the queues: one per key).
+//! the cap), `pool/account_share.rs` (each backend account's share of it),
+//! `pool/waiters.rs` (the queues: one per key) and `pool/causal.rs` (a
+//! causal read's wait on a replica, or its way to the writer).
 //!
 //! Waiting (`--backend-wait-timeout`): a session that finds no connection
 //! waits in its key's FIFO queue. What a key can be served with (its own
