@@ -156,52 +156,49 @@ pub fn last_gtid_of<'a>(mut vars: impl Iterator<Item = (&'a [u8], &'a [u8])>) ->
 
 /// What a causal session has seen: its own position, or the process's.
 #[derive(Debug, Default)]
-pub struct SessionGtids {
-    mode: CausalMode,
-    /// Session mode: the session's writes (copy-on-write: a lease takes a
-    /// reference, a write that raises it makes a new one).
-    own: Arc<GtidPos>,
-    global: Option<Arc<GlobalGtids>>,
+pub enum SessionGtids {
+    /// `--causal-reads off`: nothing is tracked.
+    #[default]
+    Off,
+    /// The session's own writes, None before its first (copy-on-write: a
+    /// lease takes a reference, a write that raises it makes a new one).
+    Session(Option<Arc<GtidPos>>),
+    /// The process's position.
+    Global(Arc<GlobalGtids>),
 }
 
 impl SessionGtids {
     pub fn new(cfg: &CausalConfig) -> SessionGtids {
-        SessionGtids {
-            mode: cfg.mode,
-            own: Arc::default(),
-            global: cfg.global.clone(),
+        match (cfg.mode, &cfg.global) {
+            (CausalMode::Session, _) => SessionGtids::Session(None),
+            (CausalMode::Global, Some(g)) => SessionGtids::Global(Arc::clone(g)),
+            _ => SessionGtids::Off,
         }
+    }
+
+    /// Causal reads are on: the session's connections track `last_gtid`.
+    pub fn on(&self) -> bool {
+        !matches!(self, SessionGtids::Off)
     }
 
     /// A statement's OK reported `gtid` (its `last_gtid`).
     pub fn note(&mut self, gtid: Gtid) {
         let seen = GtidPos::of(gtid);
-        match self.mode {
-            CausalMode::Off => {}
-            CausalMode::Session => {
-                if !self.own.covers(&seen) {
-                    Arc::make_mut(&mut self.own).raise(&seen);
-                }
-            }
-            CausalMode::Global => {
-                if let Some(g) = &self.global {
-                    g.note(&seen);
-                }
-            }
+        match self {
+            SessionGtids::Off => {}
+            SessionGtids::Session(Some(own)) if own.covers(&seen) => {}
+            SessionGtids::Session(Some(own)) => Arc::make_mut(own).raise(&seen),
+            SessionGtids::Session(own) => *own = Some(Arc::new(seen)),
+            SessionGtids::Global(g) => g.note(&seen),
         }
     }
 
     /// What a read on a replica must wait for (None: nothing yet).
     pub fn wait(&self) -> Option<CausalWait> {
-        match self.mode {
-            CausalMode::Off => None,
-            CausalMode::Session => {
-                (!self.own.is_empty()).then(|| CausalWait::Session(self.own.clone()))
-            }
-            CausalMode::Global => self
-                .global
-                .as_ref()
-                .map(|g| CausalWait::Global(GlobalGtidsRef(Arc::clone(g)))),
+        match self {
+            SessionGtids::Off => None,
+            SessionGtids::Session(own) => own.clone().map(CausalWait::Session),
+            SessionGtids::Global(g) => Some(CausalWait::Global(GlobalGtidsRef(Arc::clone(g)))),
         }
     }
 }

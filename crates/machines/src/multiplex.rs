@@ -220,10 +220,9 @@ pub struct TxState {
     /// `--transaction-replay`: the open transaction's statements
     /// (`crate::tx_replay`).
     replay: Option<Box<crate::tx_replay::TxRecord>>,
-    /// Causal reads: the GTIDs the session's reads on a replica wait for.
+    /// Causal reads (`--causal-reads`; off: the connections do not track
+    /// `last_gtid`): the GTIDs the session's reads on a replica wait for.
     gtids: SessionGtids,
-    /// `--causal-reads` is on: the session's connections track `last_gtid`.
-    causal: bool,
     /// The client set the system-variables tracker itself, to a list
     /// without `last_gtid`: the session no longer learns its writes'
     /// GTIDs, so its reads go to the writer (see `causal_wait`).
@@ -257,9 +256,8 @@ impl TxState {
     /// `last_gtid`, and its reads on a replica wait for what it (or the
     /// process) wrote.
     pub fn with_causal(mut self, cfg: &CausalConfig) -> TxState {
-        self.causal = cfg.on();
         self.gtids = SessionGtids::new(cfg);
-        self.settings = Settings::initial(self.session_track, self.causal);
+        self.settings = Settings::initial(self.session_track, self.gtids.on());
         self
     }
 
@@ -277,7 +275,7 @@ impl TxState {
     /// statement's in autocommit, COMMIT's inside a transaction; none when
     /// nothing was binlogged).
     fn note_last_gtid(&mut self, c: &Completed) {
-        if !self.causal || c.err || c.ok.is_none() {
+        if !self.gtids.on() || c.err || c.ok.is_none() {
             return;
         }
         if let Some(g) = state_blocks(c).and_then(|ok| last_gtid_of(ok.system_variables())) {
@@ -567,7 +565,7 @@ impl TxState {
         // The server dropped the session's variables; the schema
         // stays (MariaDB keeps it across the reset). LAST_INSERT_ID()
         // is read back: the connection's known value changed.
-        self.settings = Settings::initial(self.session_track, self.causal);
+        self.settings = Settings::initial(self.session_track, self.gtids.on());
         self.charset = client_charset::of_collation(self.collation.into());
         self.last_insert_id = 0;
         self.last_insert_id_unsure = true;
@@ -655,7 +653,7 @@ impl TxState {
             Ok(next) => {
                 // Its own list replaces the proxy's: without `last_gtid`
                 // the server reports no GTID to wait for.
-                self.gtid_blind |= self.causal && !next.tracks_last_gtid();
+                self.gtid_blind |= self.gtids.on() && !next.tracks_last_gtid();
                 self.settings = next;
                 None
             }

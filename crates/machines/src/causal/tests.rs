@@ -107,7 +107,7 @@ fn the_timeout_is_written_in_seconds() {
 impl SessionGtids {
     /// `note` through a shared reference's clone: another session.
     fn clone_note(&self, g: Gtid) {
-        if let Some(global) = &self.global {
+        if let SessionGtids::Global(global) = self {
             global.note(&GtidPos::of(g));
         }
     }
