@@ -111,8 +111,12 @@ pub enum BackendEvent {
         waited: Duration,
         outcome: Result<(), String>,
     },
-    /// Broken: closed, and to be forgotten.
-    Failed { cause: String },
+    /// Broken: closed, and to be forgotten. `lost`: the connection itself
+    /// went (reset, closed, no answer in time), as when its server dies;
+    /// false for an answer the proxy could not take (an ERR to a setup
+    /// statement, a reply it cannot parse), which another connection to
+    /// the same server would get too.
+    Failed { cause: String, lost: bool },
     /// Something about backend TLS the pool counts or logs.
     Tls(TlsNote),
 }
@@ -348,13 +352,19 @@ impl BackendConn {
     }
 
     fn fail(&mut self, cause: String, out: &mut Vec<BackendOut>) {
-        self.fail_with(cause, None, out)
+        self.fail_with(cause, None, false, out)
+    }
+
+    /// The connection itself went: see [`BackendEvent::Failed`]'s `lost`.
+    fn lose(&mut self, cause: String, out: &mut Vec<BackendOut>) {
+        self.fail_with(cause, None, true, out)
     }
 
     fn fail_with(
         &mut self,
         cause: String,
         login_refused: Option<Vec<u8>>,
+        lost: bool,
         out: &mut Vec<BackendOut>,
     ) {
         if self.is_closed() {
@@ -369,7 +379,7 @@ impl BackendConn {
                 login_refused,
             }
         } else {
-            BackendEvent::Failed { cause }
+            BackendEvent::Failed { cause, lost }
         }));
     }
 
@@ -385,7 +395,7 @@ impl BackendConn {
     pub fn on_write(&mut self, res: Completion, out: &mut Vec<BackendOut>) {
         if res.is_error() {
             let cause = format!("write to the server failed: {}", res.error());
-            return self.fail(cause, out);
+            return self.lose(cause, out);
         }
         if let State::LoggingIn { consumed, .. } = &mut self.state {
             // The Clear below empties the buffer.
@@ -432,7 +442,7 @@ impl BackendConn {
             } else {
                 res.error().to_string()
             };
-            return self.fail(cause, out);
+            return self.lose(cause, out);
         }
         if let State::Resetting { .. } = self.state {
             return self.on_reset_replies(data, capacity, now, out);
@@ -541,7 +551,7 @@ impl BackendConn {
         if exchanging && now.duration_since(self.since) >= timeout {
             let cause =
                 format!("no answer from the server within {timeout:?} (--backend-connect-timeout)");
-            self.fail(cause, out);
+            self.lose(cause, out);
         }
     }
 }

@@ -109,8 +109,15 @@ pub struct Pooled {
     conn: BackendConn,
     /// The session it serves (also while its schema is being selected).
     leased_to: Option<SessionId>,
-    /// The request it was opened for, if that session still waits.
+    /// The request it was opened for, then set up for (schema, settings)
+    /// until `SchemaSelected`, while that session still waits: a setup
+    /// cut short by its server's death serves the request again
+    /// ([`Pool::setup_lost`]). Moved in, not copied.
     opened_for: Option<LeaseRequest>,
+    /// That request's place in the waiters' queue (its arrival number and
+    /// since when it waits), for it to go back to; None for one a
+    /// connection was opened for (it queues again as a failed connect's).
+    place: Option<(u64, Instant)>,
     /// Counted in the busy gauge.
     busy: bool,
     /// Being reset for the session it stays leased to ([`Pool::relet`]).
@@ -892,15 +899,25 @@ impl Pool {
         true
     }
 
-    /// Lease connection `id` to `req`'s session. The request is only read:
-    /// borrowed, so that a lease from the idle list (one per statement in
-    /// transaction pooling) costs no copy of its boxed setup.
-    fn give(&mut self, id: BackendId, req: &LeaseRequest, now: Instant, out: &mut Vec<PoolEvent>) {
+    /// Lease connection `id` to `req`'s session (`place`: the request's in
+    /// the queue, see [`Pooled::place`]). The request moves into the
+    /// connection's slot until its setup is done, so that a lease from
+    /// the idle list (one per statement in transaction pooling) costs no
+    /// copy of its boxed setup, and one whose setup dies with the server
+    /// can be served again.
+    fn give(
+        &mut self,
+        id: BackendId,
+        req: LeaseRequest,
+        place: Option<(u64, Instant)>,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
         let metrics = Arc::clone(&self.metrics);
-        let wait = match self.causal_read(id, req) {
+        let wait = match self.causal_read(id, &req) {
             ReplicaRead::Run => None,
             ReplicaRead::Wait { sql, pos } => Some((sql, pos)),
-            ReplicaRead::Writer => return self.causal_to_writer(id, req.clone(), now, out),
+            ReplicaRead::Writer => return self.causal_to_writer(id, req, now, out),
         };
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
             return;
@@ -924,6 +941,9 @@ impl Pool {
             now,
             &mut bo,
         );
+        // Dropped at `SchemaSelected`, which may be among `bo` already.
+        p.opened_for = Some(req);
+        p.place = place;
         let m = self.m();
         for (done, kind) in [
             (work.init_db, InternalQuery::InitDb),
@@ -978,6 +998,7 @@ impl Pool {
             conn,
             leased_to: None,
             opened_for: request,
+            place: None,
             busy: false,
             relet: false,
             asking: None,

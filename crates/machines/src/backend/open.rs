@@ -158,7 +158,7 @@ impl BackendConn {
                 // (1045, 1044, 1698, an expired or locked account).
                 let refused = answered.then(|| err_payload_with_state(code, &sqlstate, &message));
                 let cause = format!("the server refused the login: {code} ({sqlstate}) {message}");
-                self.fail_with(cause, refused, out)
+                self.fail_with(cause, refused, false, out)
             }
             e @ LoginError::TlsUnavailable(_) => {
                 out.push(BackendOut::Event(BackendEvent::Tls(TlsNote::Unavailable)));

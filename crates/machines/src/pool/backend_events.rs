@@ -153,7 +153,11 @@ impl Pool {
     }
 
     /// A backend greeting arrived (a login or the startup probe): the
-    /// server is up, and the workers learn what it offers.
+    /// server is up, and the workers learn what it offers. A login does
+    /// not end the writer's failing window (`pool/writer.rs`): a server
+    /// that takes logins and then resets every lease's setup is failing
+    /// still; the first lease set up on a new connection ends it
+    /// ([`Pool::writer_works`]).
     pub(super) fn server_answered(
         &mut self,
         server_version: String,
@@ -163,7 +167,6 @@ impl Pool {
         out: &mut Vec<PoolEvent>,
     ) {
         self.retry_at = None;
-        self.writer_failing = None;
         self.probed = true;
         out.push(PoolEvent::ServerInfo {
             server_version,
@@ -196,7 +199,10 @@ impl Pool {
                 server_version,
                 capabilities,
                 ext_capabilities,
-            } => self.server_answered(server_version, capabilities, ext_capabilities, None, out),
+            } => {
+                self.writer_failing = None;
+                self.server_answered(server_version, capabilities, ext_capabilities, None, out)
+            }
             BackendEvent::OpenFailed {
                 cause,
                 login_refused,
@@ -217,7 +223,7 @@ impl Pool {
                     .fetch_add(1, Relaxed);
             }
             BackendEvent::Tls(TlsNote::PlainFallback) => self.log_plain_fallback_once(),
-            BackendEvent::Failed { cause } => self.on_failed(id, &cause, now, out),
+            BackendEvent::Failed { cause, lost } => self.on_failed(id, &cause, lost, now, out),
         }
     }
 
@@ -231,8 +237,11 @@ impl Pool {
             out.push(PoolEvent::Watch(id));
         }
         match p.opened_for.take() {
-            Some(req) => self.give(id, &req, now, out),
-            None => self.make_idle(id, now, out),
+            Some(req) => self.give(id, req, None, now, out),
+            None => {
+                self.writer_works(id);
+                self.make_idle(id, now, out)
+            }
         }
     }
 
@@ -260,16 +269,23 @@ impl Pool {
         }
     }
 
+    /// The lease's setup is done: the session has its connection, and the
+    /// request kept for a retry is dropped. The first lease of a new
+    /// connection shows that its server works.
     fn on_schema_selected(&mut self, id: BackendId, out: &mut Vec<PoolEvent>) {
-        if let Some(session) = self
-            .slots
-            .get_mut(id.index, id.generation)
-            .and_then(|p| p.leased_to)
-        {
+        let Some(p) = self.slots.get_mut(id.index, id.generation) else {
+            return;
+        };
+        p.opened_for = None;
+        let fresh = p.place.take().is_none();
+        if let Some(session) = p.leased_to {
             out.push(PoolEvent::Leased {
                 session,
                 backend: id,
             });
+        }
+        if fresh {
+            self.writer_works(id);
         }
     }
 
@@ -285,6 +301,8 @@ impl Pool {
             return;
         };
         p.set_busy(false, metrics.worker(self.worker));
+        p.opened_for = None;
+        p.place = None;
         if let Some(session) = p.leased_to.take() {
             out.push(PoolEvent::LeaseFailed {
                 session,
@@ -418,7 +436,16 @@ impl Pool {
         }
     }
 
-    fn on_failed(&mut self, id: BackendId, cause: &str, now: Instant, out: &mut Vec<PoolEvent>) {
+    /// Connection `id` broke (`lost`: it went, see
+    /// [`BackendEvent::Failed`]).
+    fn on_failed(
+        &mut self,
+        id: BackendId,
+        cause: &str,
+        lost: bool,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
         tracing::debug!(worker = self.worker, "backend connection lost: {cause}");
         let Some(p) = self.slots.get_mut(id.index, id.generation) else {
             return;
@@ -433,18 +460,25 @@ impl Pool {
         // the read (`pool/causal.rs`).
         if let Some(retry) = p.causal_retry.take() {
             p.leased_to = None;
+            p.opened_for = None;
+            p.place = None;
             self.close(id, out);
             return self.lease_on_writer(retry.0, now, out);
         }
-        // Failed while selecting a lease's schema: that session
-        // waits for nothing now.
+        // Failed while it was leased: during the lease's setup (the
+        // request is still here; nothing of the command was sent), or
+        // with the session holding it (a prepare for its command).
         if let Some(session) = p.leased_to.take() {
-            out.push(PoolEvent::LeaseFailed {
-                session,
-                err_payload: unavailable(self.target_addr(), cause),
-                reject: Some(RejectReason::BackendUnavailable),
-            });
-            return self.close(id, out);
+            let (request, place) = (p.opened_for.take(), p.place.take());
+            self.close(id, out);
+            return match request {
+                Some(req) if lost => self.setup_lost(req, place, cause, now, out),
+                _ => out.push(PoolEvent::LeaseFailed {
+                    session,
+                    err_payload: unavailable(self.target_addr(), cause),
+                    reject: Some(RejectReason::BackendUnavailable),
+                }),
+            };
         }
         // The pool's own exchange on a connection no session holds
         // (a reset or a LAST_INSERT_ID() read after a park, a reset

@@ -65,6 +65,10 @@ impl Pool {
             "causal read: the replica's wait {why}; the read goes to the writer"
         );
         p.leased_to = None;
+        // The lease's own copy of the request (kept for a setup that dies
+        // with its server) goes: the read is leased again from `retry`.
+        p.opened_for = None;
+        p.place = None;
         p.set_busy(false, metrics.worker(self.worker));
         match retry {
             Some(retry) => self.causal_to_writer(id, retry.0, now, out),

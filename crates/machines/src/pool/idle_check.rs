@@ -76,7 +76,12 @@ impl Pool {
             return match check.request {
                 Some(req) => {
                     self.served(req.session, check.waited, now);
-                    self.give(id, &req, now, out);
+                    // One that never queued takes its place in the
+                    // arrival order now, in case its setup fails.
+                    let place = check
+                        .waited
+                        .unwrap_or_else(|| (self.waiters.reserve_seq(), now));
+                    self.give(id, req, Some(place), now, out);
                 }
                 None => self.push_idle(id, now, out),
             };

@@ -31,6 +31,11 @@ struct Harness {
     now: Instant,
     /// The "server" refuses logins that name this user, with this ERR.
     refuse: Option<(&'static str, Vec<u8>)>,
+    /// The "server" resets the connection of every COM_INIT_DB it is sent
+    /// (a lease's setup) instead of answering it.
+    reset_setups: bool,
+    /// Connections whose next read is that reset.
+    resetting: Vec<BackendId>,
 }
 
 fn sid(i: u32) -> SessionId {
@@ -106,6 +111,8 @@ impl Harness {
             conns: HashMap::new(),
             now: Instant::now(),
             refuse: None,
+            reset_setups: false,
+            resetting: Vec::new(),
         }
     }
 
@@ -152,9 +159,19 @@ impl Harness {
                         } else {
                             reset_replies()
                         };
+                        if self.reset_setups && bytes.get(4) == Some(&COM_INIT_DB) {
+                            self.resetting.push(id);
+                        }
                         self.pool
                             .on_write(id, Completion::Done(bytes.len()), self.now, &mut next);
                         self.pending_reply(id, answer);
+                    }
+                    PoolEvent::Io(id, BackendOp::Read) if self.resetting.contains(&id) => {
+                        self.resetting.retain(|r| *r != id);
+                        self.take_reply(id);
+                        let reset = Completion::Failed(errno::ECONNRESET);
+                        self.pool
+                            .on_read(id, reset, &[], BUF_CAPACITY, self.now, &mut next);
                     }
                     PoolEvent::Io(id, BackendOp::Read) => {
                         let reply = self.take_reply(id).unwrap_or_else(greeting);

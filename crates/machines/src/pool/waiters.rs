@@ -100,6 +100,14 @@ impl Waiters {
         Some((q.request.clone(), q.seq, q.since))
     }
 
+    /// An arrival number for a request that did not queue (it was leased
+    /// at once), so that it can be put back in arrival order
+    /// ([`Waiters::requeue`]) if its lease falls through later.
+    pub fn reserve_seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq - 1
+    }
+
     /// Put back a waiter that [`Waiters::pop_front`] took off (arrival
     /// number `seq`, waiting since `since`, failed at `deadline`) where it
     /// was: a lease taken for it fell through. Nothing if the session

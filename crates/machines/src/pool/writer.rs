@@ -108,6 +108,62 @@ impl Pool {
         true
     }
 
+    /// Connection `id`, new, logged in and set up for its first lease (or
+    /// idle, wanted by nobody): if it reaches the writer, connects and
+    /// setups to the writer work again.
+    pub(super) fn writer_works(&mut self, id: BackendId) {
+        if self.slot(id).is_some_and(|p| p.conn.key().server.is_none()) {
+            self.writer_failing = None;
+        }
+    }
+
+    /// A lease's setup (its schema, its settings) failed because its
+    /// connection went: nothing of the session's command was sent. With
+    /// one server that is the session's error, as before. With several,
+    /// the server most often just died: a read goes to the writer, as for
+    /// a replica's refused connect, and a request for the writer goes back
+    /// to its place in its key's queue (`place`; at the back for one a
+    /// connection was opened for) and waits for the next connection, or
+    /// for the monitor's next writer, as a failed connect's does.
+    /// Bounded by the same window: a server that takes connections and
+    /// resets every setup gets no more than `--writer-wait-timeout`
+    /// (the login does not end the window, `Pool::server_answered`).
+    pub(super) fn setup_lost(
+        &mut self,
+        req: LeaseRequest,
+        place: Option<(u64, Instant)>,
+        cause: &str,
+        now: Instant,
+        out: &mut Vec<PoolEvent>,
+    ) {
+        if self.cfg.wait_for_writer && req.key.server.is_some() {
+            return self.replica_open_failed(req, cause, now);
+        }
+        if !self.wait_for_writer_after_failure(now) {
+            return out.push(PoolEvent::LeaseFailed {
+                session: req.session,
+                err_payload: unavailable(self.target_addr(), cause),
+                reject: Some(RejectReason::BackendUnavailable),
+            });
+        }
+        if self.log_limiter.allow(now) {
+            tracing::warn!(
+                worker = self.worker,
+                backend = %self.target_addr(),
+                "a lease's setup on the writer failed: {cause}; the statement waits for the writer"
+            );
+        }
+        self.dirty = true;
+        match place {
+            Some((seq, since)) => {
+                let deadline = since + self.cfg.wait_timeout;
+                self.waiters.requeue(req, seq, since, deadline);
+                self.publish();
+            }
+            None => self.enqueue(req, now),
+        }
+    }
+
     /// No writer: the monitor names none, or connects to the one it names
     /// fail. Only with several servers (with one, a failed connect is an
     /// error at once).

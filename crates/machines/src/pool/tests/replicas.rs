@@ -138,3 +138,22 @@ fn each_servers_connections_are_counted_until_their_slots_are_freed() {
     assert_eq!(h.pool.len(), 0);
     assert_eq!(count(&h), [0, 0, 0]);
 }
+
+#[test]
+fn a_reads_setup_that_dies_on_its_replica_goes_to_the_writer() {
+    let mut h = Harness::new(10, 0);
+    h.pool.cfg.wait_for_writer = true;
+    h.reset_setups = true;
+    let read = LeaseRequest {
+        schema: Some("app".into()),
+        ..req(1, on(2))
+    };
+    let ev = h.lease(read);
+    assert_eq!(failed(&ev), None, "no error for the read");
+    assert_eq!(leased(&ev), None);
+    h.reset_setups = false;
+    let (s, b) = leased(&h.serve()).expect("served by the writer");
+    assert_eq!(s, sid(1));
+    assert_eq!(h.pool.server_of(b), Some(0));
+    assert_eq!(h.pool.conn(b).map(|c| c.key().server), Some(None));
+}

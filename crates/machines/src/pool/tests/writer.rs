@@ -194,3 +194,129 @@ fn a_switchover_hold_keeps_even_idle_connections_until_it_ends() {
     h.pool.hold(false);
     assert_eq!(leased(&h.serve()), Some((sid(2), b)));
 }
+
+fn with_schema(i: u32) -> LeaseRequest {
+    LeaseRequest {
+        schema: Some("app".into()),
+        ..req(i, PoolKey::default_warm())
+    }
+}
+
+/// Two connections to the writer, idle.
+fn two_idle(h: &mut Harness) -> (BackendId, BackendId) {
+    let key = PoolKey::default_warm();
+    let (_, a) = leased(&h.lease(req(1, key))).unwrap();
+    let (_, b) = leased(&h.lease(req(2, key))).unwrap();
+    h.give_back(a);
+    h.give_back(b);
+    (a, b)
+}
+
+#[test]
+fn several_servers_a_lease_whose_setup_dies_is_served_by_the_next_connection() {
+    let mut h = cluster_harness();
+    let (a, b) = two_idle(&mut h);
+    h.reset_setups = true;
+    let ev = h.lease(with_schema(3));
+    assert_eq!(
+        failed(&ev),
+        None,
+        "nothing of the command was sent: no error"
+    );
+    assert_eq!(leased(&ev), None);
+    assert_eq!(h.pool.waiting(), 1, "back in the queue");
+    assert_eq!(h.pool.len(), 1, "the reset connection closed");
+    h.reset_setups = false;
+    let (s, c) = leased(&h.serve()).expect("served by the other idle connection");
+    assert_eq!(s, sid(3));
+    assert!(c == a || c == b);
+    assert_eq!(h.pool.conn(c).and_then(|c| c.schema()), Some("app"));
+    assert_eq!(h.pool.waiting(), 0);
+    assert_eq!(h.open.open(), 1, "the closed one's unit went back");
+}
+
+#[test]
+fn several_servers_a_request_whose_setup_dies_keeps_its_place() {
+    // The cap holds two: one connection busy, one idle.
+    let mut h = Harness::new(2, 0);
+    h.pool.cfg.wait_for_writer = true;
+    let key = PoolKey::default_warm();
+    let (_, busy) = leased(&h.lease(req(1, key))).unwrap();
+    let (_, a) = leased(&h.lease(req(2, key))).unwrap();
+    h.give_back(a);
+    h.pool.hold(true);
+    assert!(h.lease(with_schema(3)).is_empty());
+    assert!(h.lease(with_schema(4)).is_empty());
+    h.pool.hold(false);
+    // 3 gets the idle connection and its setup dies; 4 waits at the cap.
+    h.reset_setups = true;
+    let ev = h.serve();
+    assert_eq!(failed(&ev), None);
+    assert_eq!(h.pool.waiting(), 2);
+    assert_eq!(h.pool.first_waiter(key), Some(sid(3)), "3 was first");
+    h.reset_setups = false;
+    // The busy connection comes back: it is 3's, the first.
+    h.give_back(busy);
+    let ev = h.serve();
+    assert_eq!(leased(&ev), Some((sid(3), busy)));
+    assert_eq!(h.pool.first_waiter(key), Some(sid(4)));
+}
+
+#[test]
+fn several_servers_a_server_that_resets_every_setup_fails_the_lease_in_the_writer_wait() {
+    let mut h = cluster_harness();
+    h.pool.cfg.writer_wait_timeout = Duration::from_secs(3);
+    h.reset_setups = true;
+    let mut ev = h.lease(with_schema(1));
+    let mut tries = 1;
+    while failed(&ev).is_none() {
+        assert!(tries < 10, "retried without bound");
+        assert_eq!(h.pool.waiting(), 1);
+        h.now += BACKEND_RETRY;
+        ev = h.serve();
+        ev.extend(h.tick());
+        tries += 1;
+    }
+    assert_eq!(failed(&ev), Some((sid(1), 1105)));
+    assert!(tries >= 3, "retried within the writer wait: {tries}");
+    assert_eq!(h.pool.waiting(), 0);
+    assert_eq!((h.pool.len(), h.open.open()), (0, 0), "nothing kept");
+}
+
+#[test]
+fn one_server_a_lease_whose_setup_dies_fails_as_before() {
+    let mut h = Harness::new(10, 0);
+    two_idle(&mut h);
+    h.reset_setups = true;
+    let ev = h.lease(with_schema(3));
+    assert_eq!(failed(&ev), Some((sid(3), 1105)));
+    assert_eq!(h.pool.waiting(), 0);
+}
+
+#[test]
+fn an_error_answer_to_a_setup_is_the_sessions_even_with_several_servers() {
+    let mut h = cluster_harness();
+    let key = PoolKey::default_warm();
+    let (_, a) = leased(&h.lease(req(1, key))).unwrap();
+    h.give_back(a);
+    let mut out = Vec::new();
+    h.pool.lease(with_schema(3), h.now, &mut out);
+    assert_eq!(out, vec![PoolEvent::CheckIdle(a)]);
+    let mut out = Vec::new();
+    h.pool.idle_checked(a, true, h.now, &mut out);
+    let mut out = Vec::new();
+    h.pool.on_write(a, Completion::Done(8), h.now, &mut out);
+    // Not the answer COM_INIT_DB takes: a broken connection, but no loss.
+    let eof = framed(1, &[0xfe, 0, 0, 2, 0]);
+    let mut out = Vec::new();
+    h.pool.on_read(
+        a,
+        Completion::Done(eof.len()),
+        &eof,
+        BUF_CAPACITY,
+        h.now,
+        &mut out,
+    );
+    assert_eq!(failed(&h.drive(out)), Some((sid(3), 1105)));
+    assert_eq!(h.pool.waiting(), 0);
+}
