@@ -1,7 +1,7 @@
 """A change of writer through ringgate, against the real three-node replication set: the primary
-is killed with kill -9 and a replica promoted (the test plays the orchestrator), while one client
-writes in a loop and others sit idle between transactions. Idle clients carry on over the same
-connection and reach the new primary; no acknowledged write is lost; the writer's gap and its
+is killed with kill -9 and a replica promoted (the test plays the orchestrator), while four clients
+write in a loop and others sit idle between transactions. Idle clients carry on over the same
+connection and reach the new primary; no acknowledged write is lost; the writers' gap and their
 errors are printed.
 
 Cluster-only (`make test-cluster`): the `cluster` fixture starts or reuses the set.
@@ -25,6 +25,9 @@ from conftest import Metrics, Proxy, free_port, launch, parse_metrics, ringgate_
 WAIT = 60.0
 TABLE = "failover_writes"
 SETTLE = 10.0
+# Writing clients: several, so that their statements' leases take each other's connections and
+# run a setup first (`DO LAST_INSERT_ID(n)`: each INSERT moves it), which the kill can cut.
+WRITERS = 4
 
 
 class Fronted:
@@ -94,16 +97,17 @@ class Writer(threading.Thread):
     """Autocommit INSERTs through ringgate in a loop: each acknowledged number with its time,
     and each error with its time."""
 
-    def __init__(self, fronted):
+    def __init__(self, fronted, first):
         super().__init__(daemon=True)
         self.fronted = fronted
+        self.first = first
         self.stop = threading.Event()
         self.acked = []
         self.errors = []
 
     def run(self):
         conn = None
-        n = 0
+        n = self.first
         while not self.stop.is_set():
             n += 1
             try:
@@ -123,12 +127,12 @@ class Writer(threading.Thread):
             conn.close()
 
 
-def assert_no_write_lost(cluster, node, writer):
-    """Every write the writer saw acknowledged is on `node`."""
+def assert_no_write_lost(cluster, node, writers):
+    """Every write the writers saw acknowledged is on `node`."""
     with cluster.app(node) as c, c.cursor() as cur:
         cur.execute(f"SELECT n FROM {TABLE}")
         have = {r[0] for r in cur.fetchall()}
-    lost = [n for n, _ in writer.acked if n not in have]
+    lost = [n for w in writers for n, _ in w.acked if n not in have]
     assert not lost, f"{len(lost)} acknowledged writes missing on node {node}: {lost[:10]}"
 
 
@@ -146,18 +150,20 @@ def test_idle_clients_carry_on_and_writes_move_to_the_new_primary(cluster, front
     idle = [fronted.connect() for _ in range(10)]
     for c in idle:
         assert server_id(c) == old
-    writer = Writer(fronted)
-    writer.start()
-    fronted.wait("writes flowing", lambda: len(writer.acked) >= 20)
+    writers = [Writer(fronted, i * 1_000_000) for i in range(WRITERS)]
+    for w in writers:
+        w.start()
+    fronted.wait("writes flowing", lambda: all(len(w.acked) >= 20 for w in writers))
 
     try:
-        fail_over(cluster, fronted, old, idle, writer)
+        fail_over(cluster, fronted, old, idle, writers)
     finally:
-        writer.stop.set()
+        for w in writers:
+            w.stop.set()
         cluster.heal()
 
 
-def fail_over(cluster, fronted, old, idle, writer):
+def fail_over(cluster, fronted, old, idle, writers):
     """Kill the primary, promote a replica, and check what every client saw."""
     killed_at = time.monotonic()
     cluster.kill_primary()
@@ -166,16 +172,21 @@ def fail_over(cluster, fronted, old, idle, writer):
     promoted_at = time.monotonic()
 
     def after_kill():
-        return [(n, t) for n, t in writer.acked if t > promoted_at]
+        return [(n, t) for w in writers for n, t in w.acked if t > promoted_at]
 
-    fronted.wait("writes through ringgate after the promotion", lambda: len(after_kill()) >= 20)
-    writer.stop.set()
-    writer.join(timeout=30)
-    gap = min(t for _, t in writer.acked if t > dead_at) - killed_at
+    fronted.wait("writes through ringgate after the promotion",
+                 lambda: len(after_kill()) >= 20 * WRITERS)
+    for w in writers:
+        w.stop.set()
+    for w in writers:
+        w.join(timeout=30)
+    errors = sorted(e for w in writers for e in w.errors)
+    acked = [a for w in writers for a in w.acked]
+    gap = min(t for _, t in acked if t > dead_at) - killed_at
     print(f"\nkill -9 of node {old}, node {new} promoted after {promoted_at - killed_at:.2f} s; "
           f"first write acknowledged through ringgate {gap:.2f} s after the kill; "
-          f"{len(writer.errors)} write errors; {len(writer.acked)} writes acknowledged")
-    for t, e in writer.errors[:5]:
+          f"{len(errors)} write errors over {WRITERS} writers; {len(acked)} writes acknowledged")
+    for t, e in errors[:8]:
         print(f"  +{t - killed_at:.2f} s {e}")
 
     # Every idle client carries on over the same connection, and now reaches the new primary.
@@ -183,12 +194,14 @@ def fail_over(cluster, fronted, old, idle, writer):
         assert server_id(c) == new
         c.close()
     # No acknowledged write is lost (the promoted replica had received them all: same host).
-    assert_no_write_lost(cluster, new, writer)
-    # The only error is the statement in flight on the dead primary (its connection is lost, as
-    # direct): new statements wait for the new writer instead of being refused.
-    refused = [e for _, e in writer.errors if "unavailable" in e]
+    assert_no_write_lost(cluster, new, writers)
+    # The only errors are the statements in flight on the dead primary (their connections are
+    # lost, as direct): new statements wait for the new writer instead of being refused, also
+    # those whose lease's setup the kill cut (before any of the statement was sent).
+    refused = [e for _, e in errors if "unavailable" in e]
     assert not refused, refused
-    assert len(writer.errors) <= 2, writer.errors
+    for w in writers:
+        assert len(w.errors) <= 2, w.errors
     assert gap < 30, gap
     log = fronted.log.read_text()
     assert "backend writer changed" in log, log[-4000:]
@@ -207,7 +220,7 @@ def test_a_switchover_under_load_costs_no_client_error(cluster, fronted):
     old = cluster.primary()
     new = next(n for n in cluster.nodes if n != old)
     idle = [fronted.connect() for _ in range(5)]
-    writer = Writer(fronted)
+    writer = Writer(fronted, 0)
     writer.start()
     try:
         fronted.wait("writes flowing", lambda: len(writer.acked) >= 20)
@@ -231,6 +244,6 @@ def test_a_switchover_under_load_costs_no_client_error(cluster, fronted):
         for c in idle:
             assert server_id(c) == new
             c.close()
-        assert_no_write_lost(cluster, new, writer)
+        assert_no_write_lost(cluster, new, [writer])
     finally:
         cluster.heal()
