@@ -320,3 +320,31 @@ fn an_error_answer_to_a_setup_is_the_sessions_even_with_several_servers() {
     assert_eq!(failed(&h.drive(out)), Some((sid(3), 1105)));
     assert_eq!(h.pool.waiting(), 0);
 }
+
+#[test]
+fn a_session_gone_while_its_setup_runs_is_not_served_again() {
+    let mut h = cluster_harness();
+    let key = PoolKey::default_warm();
+    let (_, a) = leased(&h.lease(req(1, key))).unwrap();
+    h.give_back(a);
+    let mut out = Vec::new();
+    h.pool.lease(with_schema(3), h.now, &mut out);
+    assert_eq!(out, vec![PoolEvent::CheckIdle(a)]);
+    let mut out = Vec::new();
+    h.pool.idle_checked(a, true, h.now, &mut out);
+    assert!(
+        matches!(out[..], [PoolEvent::Io(_, BackendOp::Send(_))]),
+        "{out:?}"
+    );
+    // The client closes while COM_INIT_DB is out; then the server dies.
+    h.pool.cancel(sid(3));
+    let mut out = Vec::new();
+    h.pool.on_write(a, Completion::Done(8), h.now, &mut out);
+    let reset = Completion::Failed(errno::ECONNRESET);
+    let mut out = Vec::new();
+    h.pool.on_read(a, reset, &[], BUF_CAPACITY, h.now, &mut out);
+    h.drive(out);
+    assert_eq!(h.pool.waiting(), 0, "nobody to serve");
+    assert!(h.serve().is_empty());
+    assert_eq!((h.pool.len(), h.open.open()), (0, 0));
+}
