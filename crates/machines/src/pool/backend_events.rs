@@ -467,7 +467,8 @@ impl Pool {
         }
         // Failed while it was leased: during the lease's setup (the
         // request is still here; nothing of the command was sent), or
-        // with the session holding it (a prepare for its command).
+        // with the session holding it (a prepare for its command, a
+        // transaction replay): that session hears of it.
         if let Some(session) = p.leased_to.take() {
             let (request, place) = (p.opened_for.take(), p.place.take());
             self.close(id, out);
