@@ -14,7 +14,9 @@ counts what its SQL thread applies: user_stats() counts one account's commands o
 import os
 import subprocess
 import time
+import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 
 import pymysql
 
@@ -258,3 +260,89 @@ def wait_for_ringgate(what, cond, log_path, timeout):
     import pytest
     pytest.fail(f"timed out waiting for {what}; log:\n{log_path.read_text()[-4000:]}")
 
+
+
+class Fronted:
+    """A ringgate in front of the set's three nodes: transaction pooling, the monitor every
+    200 ms, metrics on a port of its own. `extra`: more flags; `buffers`: the read mode
+    (default: RINGGATE_READ_BUFFERS, else fixed); `backend_suffix(n)`: what follows node n's
+    address in its --backend (`,weight=3`)."""
+
+    def __init__(self, cluster, workdir, *extra, workers=2, buffers=None,
+                 backend_suffix=lambda n: "", read_timeout=60, wait_timeout=WAIT_SECONDS):
+        from conftest import free_port, launch, ringgate_bin
+        self.cluster = cluster
+        self.read_timeout = read_timeout
+        self.wait_timeout = wait_timeout
+        self.mode = buffers or os.environ.get("RINGGATE_READ_BUFFERS", "fixed")
+        users = Path(workdir) / "users.json"
+        users.write_text(f'{{"{cluster.app_user}": [{{"Password": "{cluster.app_password}"}}]}}')
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.args = [str(ringgate_bin()), "--users-file", str(users), "--workers", str(workers),
+                     "--listen", f"127.0.0.1:{self.port}",
+                     "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
+                     "--monitor-user", cluster.monitor_user, "--monitor-interval", "200ms",
+                     "--read-buffers", self.mode, *extra]
+        for n, node in cluster.nodes.items():
+            self.args += ["--backend", f"{node.host}:{node.port}{backend_suffix(n)}"]
+        env = dict(os.environ, RINGGATE_MONITOR_PASSWORD=cluster.monitor_password)
+        self.log = Path(workdir) / "ringgate.log"
+        self.proc = launch(self.args, self.log, env)
+
+    def connect(self, **kw):
+        return pymysql.connect(host="127.0.0.1", port=self.port, user=self.cluster.app_user,
+                               password=self.cluster.app_password, database=self.cluster.db,
+                               autocommit=True, connect_timeout=10,
+                               read_timeout=self.read_timeout, **kw)
+
+    def metrics(self):
+        from conftest import parse_metrics
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return parse_metrics(r.read().decode())
+
+    def wait(self, what, cond, timeout=None):
+        wait_for_ringgate(what, cond, self.log, timeout or self.wait_timeout)
+
+    def assert_settled(self, timeout=10.0):
+        """Once every client has gone: the Proxy class's leak checks (no client, no busy
+        backend connection, every read buffer, slot and descriptor back) in this ringgate's
+        mode."""
+        from conftest import Metrics, Proxy
+        deadline = time.monotonic() + timeout
+        while True:
+            m = Metrics(self.metrics())
+            problems = Proxy.settle_problems(self, m, None, 0)
+            if not problems:
+                return m
+            if time.monotonic() > deadline:
+                raise AssertionError("ringgate did not settle:\n  - " + "\n  - ".join(problems)
+                                     + "\n" + m.dump() + "\nlog:\n" + self.log.read_text()[-3000:])
+            time.sleep(0.1)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def aim_proxy_at_primary(cluster, monkeypatch):
+    """Points conftest's Proxy class (its backend and account) at the set's primary; returns it."""
+    primary = cluster.nodes[cluster.primary()]
+    monkeypatch.setenv("RINGGATE_TEST_MYSQL_HOST", primary.host)
+    monkeypatch.setenv("RINGGATE_TEST_MYSQL_PORT", str(primary.port))
+    monkeypatch.setenv("RINGGATE_TEST_BACKEND_USER", cluster.app_user)
+    monkeypatch.setenv("RINGGATE_TEST_BACKEND_PASSWORD", cluster.app_password)
+    return primary
+
+
+def proxy_fronting(make_proxy, cluster, monkeypatch, *extra, pooling=None):
+    """A Proxy (conftest's, with its leak checks) in front of the three nodes: the primary is its
+    own backend, the others are added, with the monitor every 200 ms (the monitor's password is
+    for this ringgate alone: one without --monitor-user refuses it)."""
+    others = [a for n in cluster.nodes.values() if n.n != cluster.primary()
+              for a in ("--backend", f"{n.host}:{n.port}")]
+    with monkeypatch.context() as m:
+        m.setenv("RINGGATE_MONITOR_PASSWORD", cluster.monitor_password)
+        return make_proxy(pooling=pooling, extra_args=[
+            *others, "--monitor-user", cluster.monitor_user, "--monitor-interval", "200ms", *extra])

@@ -7,21 +7,15 @@ Cluster-only (`make test-cluster`): the `cluster` fixture starts or reuses the s
 heals it.
 """
 
-import os
 import socket
-import struct
 import tempfile
 import threading
 import time
-import urllib.request
 from contextlib import contextmanager
-from pathlib import Path
 
-import pymysql
 import pytest
 
-from cluster import wait_for_ringgate
-from conftest import free_port, launch, parse_metrics, ringgate_bin
+from cluster import Fronted, wait_for_ringgate
 from mysql_wire import (
     CLIENT_CONNECT_WITH_DB,
     CLIENT_PLUGIN_AUTH,
@@ -38,47 +32,11 @@ CLIENT_SESSION_TRACK = 1 << 23
 TABLE = "causal_rows"
 
 
-class Fronted:
-    """A ringgate in front of the three nodes, transaction pooling, the monitor every 200 ms."""
-
-    def __init__(self, cluster, workdir, *extra, buffers=None):
-        self.cluster = cluster
-        users = Path(workdir) / "users.json"
-        users.write_text(f'{{"{cluster.app_user}": [{{"Password": "{cluster.app_password}"}}]}}')
-        self.port = free_port()
-        self.metrics_port = free_port()
-        args = [str(ringgate_bin()), "--users-file", str(users), "--workers", "2",
-                "--listen", f"127.0.0.1:{self.port}", "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
-                "--monitor-user", cluster.monitor_user, "--monitor-interval", "200ms",
-                "--read-buffers", buffers or os.environ.get("RINGGATE_READ_BUFFERS", "fixed"), *extra]
-        for node in cluster.nodes.values():
-            args += ["--backend", f"{node.host}:{node.port}"]
-        env = dict(os.environ, RINGGATE_MONITOR_PASSWORD=cluster.monitor_password)
-        self.log = Path(workdir) / "ringgate.log"
-        self.proc = launch(args, self.log, env)
-
-    def connect(self, **kw):
-        return pymysql.connect(host="127.0.0.1", port=self.port, user=self.cluster.app_user,
-                               password=self.cluster.app_password, database=self.cluster.db,
-                               autocommit=True, connect_timeout=10, read_timeout=60, **kw)
-
-    def metrics(self):
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return parse_metrics(r.read().decode())
+class Causal(Fronted):
+    """The shared front, with the causal tests' own readings."""
 
     def metric(self, key):
         return self.metrics().get(key, 0.0)
-
-    def settled(self):
-        """Nothing leaked once every client is gone: no client connection, no leased backend
-        connection, no buffer of either, no direct descriptor."""
-        m = self.metrics()
-        return (m.get("ringgate_client_connections", 0) == 0
-                and m.get('ringgate_backend_connections{state="busy"}', 0) == 0
-                and m.get('ringgate_read_buffers_in_use{owner="client"}', 0) == 0
-                and m.get("ringgate_read_buffer_large_in_use", 0) == 0
-                and m.get("ringgate_direct_descriptors_in_use", 0) == 0)
 
     def pinned(self):
         return sum(v for k, v in self.metrics().items() if k.startswith("ringgate_sessions_pinned_total"))
@@ -89,7 +47,7 @@ def fronted(cluster, *extra, buffers=None):
     """A ringgate in `buffers` read mode (default: RINGGATE_READ_BUFFERS, else fixed), ending with
     the leak checks."""
     with tempfile.TemporaryDirectory(prefix="rg-cluster-causal-") as d:
-        f = Fronted(cluster, d, *extra, buffers=buffers)
+        f = Causal(cluster, d, *extra, buffers=buffers)
         try:
             wait_for_ringgate("ringgate to accept", lambda: f.connect().close() is None, f.log, 60)
             # The monitor has named the writer and seen the replicas.
@@ -99,10 +57,9 @@ def fronted(cluster, *extra, buffers=None):
             yield f
         finally:
             try:
-                wait_for_ringgate("every client and backend lease to end", f.settled, f.log, 30)
+                f.assert_settled(timeout=30)
             finally:
-                f.proc.terminate()
-                f.proc.wait(timeout=30)
+                f.stop()
 
 
 @pytest.fixture

@@ -12,85 +12,29 @@ import signal
 import tempfile
 import threading
 import time
-import types
-import urllib.request
-from pathlib import Path
 
 import pymysql
 import pytest
 
-from cluster import wait_for_ringgate
-from conftest import Metrics, Proxy, free_port, launch, parse_metrics, ringgate_bin
+from cluster import Fronted
 
 WAIT = 60.0
 TABLE = "failover_writes"
-SETTLE = 10.0
 # Writing clients: several, so that their statements' leases take each other's connections and
 # run a setup first (`DO LAST_INSERT_ID(n)`: each INSERT moves it), which the kill can cut.
 WRITERS = 4
 
 
-class Fronted:
-    """A ringgate in front of the three nodes, transaction pooling, the monitor every 200 ms."""
-
-    def __init__(self, cluster, workdir):
-        self.cluster = cluster
-        users = Path(workdir) / "users.json"
-        users.write_text(f'{{"{cluster.app_user}": [{{"Password": "{cluster.app_password}"}}]}}')
-        self.port = free_port()
-        self.metrics_port = free_port()
-        args = [str(ringgate_bin()), "--users-file", str(users), "--workers", "2",
-                "--listen", f"127.0.0.1:{self.port}", "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
-                "--monitor-user", cluster.monitor_user, "--monitor-interval", "200ms",
-                "--backend-wait-timeout", "20s", "--switchover-hold-timeout", "20s"]
-        for node in cluster.nodes.values():
-            args += ["--backend", f"{node.host}:{node.port}"]
-        env = dict(os.environ, RINGGATE_MONITOR_PASSWORD=cluster.monitor_password)
-        self.log = Path(workdir) / "ringgate.log"
-        self.args = args
-        self.proc = launch(args, self.log, env)
-
-    def connect(self, **kw):
-        return pymysql.connect(host="127.0.0.1", port=self.port, user=self.cluster.app_user,
-                               password=self.cluster.app_password, database=self.cluster.db,
-                               autocommit=True, connect_timeout=10, read_timeout=60, **kw)
-
-    def metric(self, key):
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return parse_metrics(r.read().decode()).get(key)
-
-    def wait(self, what, cond, timeout=WAIT):
-        wait_for_ringgate(what, cond, self.log, timeout)
-
-    def assert_settled(self):
-        """Once every client has gone: the leak checks of the Proxy class (no client, no busy
-        backend connection, every read buffer, slot and descriptor back), in this ringgate's
-        mode (the default, fixed)."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        like = types.SimpleNamespace(mode="fixed", args=self.args)
-        deadline = time.monotonic() + SETTLE
-        while True:
-            with urllib.request.urlopen(url, timeout=5) as r:
-                m = Metrics(parse_metrics(r.read().decode()))
-            problems = Proxy.settle_problems(like, m, None, 0)
-            if not problems:
-                return m
-            if time.monotonic() > deadline:
-                raise AssertionError("ringgate did not settle after the failover:\n  - "
-                                     + "\n  - ".join(problems) + "\n" + m.dump())
-            time.sleep(0.1)
-
 @pytest.fixture
 def fronted(cluster):
     with tempfile.TemporaryDirectory(prefix="rg-cluster-failover-") as d:
-        f = Fronted(cluster, d)
+        f = Fronted(cluster, d, "--backend-wait-timeout", "20s", "--switchover-hold-timeout", "20s",
+                    buffers="fixed", wait_timeout=WAIT)
         try:
             f.wait("ringgate to accept", lambda: f.connect().close() is None)
             yield f
         finally:
-            f.proc.terminate()
-            f.proc.wait(timeout=30)
+            f.stop()
 
 
 class Writer(threading.Thread):

@@ -22,6 +22,7 @@ import time
 import pymysql
 import pytest
 
+from cluster import aim_proxy_at_primary, proxy_fronting
 from conftest import APP_PASSWORD, APP_USER
 
 TABLE = "tx_replay"
@@ -32,11 +33,7 @@ WRITER_WAIT = 5.0
 def replay_env(cluster, monkeypatch):
     """The Proxy class's backend (the primary) and account are the set's; the table holds one
     committed row, 'shared', that a transaction reads and another client changes."""
-    primary = cluster.nodes[cluster.primary()]
-    monkeypatch.setenv("RINGGATE_TEST_MYSQL_HOST", primary.host)
-    monkeypatch.setenv("RINGGATE_TEST_MYSQL_PORT", str(primary.port))
-    monkeypatch.setenv("RINGGATE_TEST_BACKEND_USER", cluster.app_user)
-    monkeypatch.setenv("RINGGATE_TEST_BACKEND_PASSWORD", cluster.app_password)
+    primary = aim_proxy_at_primary(cluster, monkeypatch)
     with cluster.app(primary.n) as c, c.cursor() as cur:
         # No AUTO_INCREMENT: an INSERT's id is part of its answer, and the new writer would
         # hand out other ids than the dead one did for the rows it lost.
@@ -49,13 +46,8 @@ def replay_env(cluster, monkeypatch):
 
 def fronting(make_proxy, cluster, monkeypatch, *extra):
     """A ringgate in front of the three nodes."""
-    others = [a for n in cluster.nodes.values() if n.n != cluster.primary()
-              for a in ("--backend", f"{n.host}:{n.port}")]
-    with monkeypatch.context() as m:
-        m.setenv("RINGGATE_MONITOR_PASSWORD", cluster.monitor_password)
-        return make_proxy(extra_args=[*others, "--monitor-user", cluster.monitor_user,
-                                      "--monitor-interval", "200ms",
-                                      "--writer-wait-timeout", f"{WRITER_WAIT}s", *extra])
+    return proxy_fronting(make_proxy, cluster, monkeypatch,
+                          "--writer-wait-timeout", f"{WRITER_WAIT}s", *extra)
 
 
 def connect(proxy, cluster):

@@ -9,18 +9,13 @@ Cluster-only (`make test-cluster`): the `cluster` fixture starts or reuses the s
 primary. A test that lags a replica heals the set when it ends.
 """
 
-import os
 import tempfile
 import threading
 import time
-import urllib.request
-from pathlib import Path
 
-import pymysql
 import pytest
 
-from cluster import wait_for_ringgate
-from conftest import free_port, launch, parse_metrics, ringgate_bin
+from cluster import Fronted
 
 WAIT = 30.0
 PRIMARY = 1
@@ -29,37 +24,14 @@ REPLICAS = {2, 3}
 WEIGHTS = {1: 1, 2: 3, 3: 1}
 
 
-class Split:
-    """A ringgate in front of the three nodes, transaction pooling, the monitor every 200 ms;
-    `split` turns --read-write-split on. Replicas may lag 2 s."""
+class Split(Fronted):
+    """One worker, no warm pool; `split` turns --read-write-split on. Replicas may lag 2 s."""
 
     def __init__(self, cluster, workdir, split=True, mode="fixed"):
-        self.cluster = cluster
-        users = Path(workdir) / "users.json"
-        users.write_text(f'{{"{cluster.app_user}": [{{"Password": "{cluster.app_password}"}}]}}')
-        self.port = free_port()
-        self.metrics_port = free_port()
-        args = [str(ringgate_bin()), "--users-file", str(users), "--workers", "1",
-                "--listen", f"127.0.0.1:{self.port}", "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
-                "--monitor-user", cluster.monitor_user, "--monitor-interval", "200ms",
-                "--backend-pool-size", "0", "--read-buffers", mode]
-        if split:
-            args += ["--read-write-split", "--read-only-functions", "rwsplit_reads"]
-        for n, node in cluster.nodes.items():
-            args += ["--backend", f"{node.host}:{node.port},weight={WEIGHTS[n]},max-lag=2s"]
-        env = dict(os.environ, RINGGATE_MONITOR_PASSWORD=cluster.monitor_password)
-        self.log = Path(workdir) / "ringgate.log"
-        self.proc = launch(args, self.log, env)
-
-    def connect(self, **kw):
-        return pymysql.connect(host="127.0.0.1", port=self.port, user=self.cluster.app_user,
-                               password=self.cluster.app_password, database=self.cluster.db,
-                               autocommit=True, connect_timeout=10, read_timeout=30, **kw)
-
-    def metrics(self):
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return parse_metrics(r.read().decode())
+        flags = ["--read-write-split", "--read-only-functions", "rwsplit_reads"] if split else []
+        super().__init__(cluster, workdir, "--backend-pool-size", "0", *flags, workers=1,
+                         buffers=mode, read_timeout=30, wait_timeout=WAIT,
+                         backend_suffix=lambda n: f",weight={WEIGHTS[n]},max-lag=2s")
 
     def server_metric(self, name, n, **labels):
         node = self.cluster.nodes[n]
@@ -75,30 +47,12 @@ class Split:
                 and self.server_metric("ringgate_server_stale", n) == 0
                 and lag is not None and lag <= 2)
 
-    def wait(self, what, cond, timeout=WAIT):
-        wait_for_ringgate(what, cond, self.log, timeout)
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-
 
 def started(cluster, workdir, **kw):
     s = Split(cluster, workdir, **kw)
     s.wait("ringgate to accept", lambda: s.connect().close() is None)
     s.wait("the monitor to see both replicas readable", lambda: all(s.readable(n) for n in REPLICAS))
     return s
-
-
-def settled(s):
-    """Nothing leaked once the clients are gone: no client, no leased backend connection, no
-    client read buffer, no direct descriptor, no large buffer."""
-    m = s.metrics()
-    return (m.get("ringgate_client_connections") == 0
-            and m.get('ringgate_backend_connections{state="busy"}') == 0
-            and m.get('ringgate_read_buffers_in_use{owner="client"}') == 0
-            and m.get("ringgate_direct_descriptors_in_use") == 0
-            and m.get("ringgate_read_buffer_large_in_use") == 0)
 
 
 @pytest.fixture(scope="module", params=["fixed", "ring", "heap"])
@@ -109,7 +63,7 @@ def split(cluster, request):
         s = started(cluster, d, mode=request.param)
         try:
             yield s
-            s.wait("nothing left in use", lambda: settled(s), timeout=10)
+            s.assert_settled()
         finally:
             s.stop()
 

@@ -23,6 +23,7 @@ import time
 import pymysql
 import pytest
 
+from cluster import aim_proxy_at_primary, proxy_fronting
 from conftest import APP_PASSWORD, APP_USER
 from mysql_wire import Raw, ServerError
 
@@ -33,11 +34,7 @@ WRITER_WAIT = 2.0
 @pytest.fixture
 def cluster_env(cluster, monkeypatch):
     """The Proxy class's backend (node 1, the primary) and account are the set's."""
-    primary = cluster.nodes[cluster.primary()]
-    monkeypatch.setenv("RINGGATE_TEST_MYSQL_HOST", primary.host)
-    monkeypatch.setenv("RINGGATE_TEST_MYSQL_PORT", str(primary.port))
-    monkeypatch.setenv("RINGGATE_TEST_BACKEND_USER", cluster.app_user)
-    monkeypatch.setenv("RINGGATE_TEST_BACKEND_PASSWORD", cluster.app_password)
+    primary = aim_proxy_at_primary(cluster, monkeypatch)
     with cluster.app(primary.n) as c, c.cursor() as cur:
         cur.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (id INT AUTO_INCREMENT PRIMARY KEY, "
                     "who VARCHAR(16), n INT)")
@@ -46,15 +43,9 @@ def cluster_env(cluster, monkeypatch):
 
 
 def fronting(make_proxy, cluster, monkeypatch, pooling=None):
-    """A ringgate in front of the three nodes (the monitor's password is for it alone: a
-    ringgate without --monitor-user refuses one)."""
-    others = [a for n in cluster.nodes.values() if n.n != cluster.primary()
-              for a in ("--backend", f"{n.host}:{n.port}")]
-    with monkeypatch.context() as m:
-        m.setenv("RINGGATE_MONITOR_PASSWORD", cluster.monitor_password)
-        return make_proxy(pooling=pooling, extra_args=[*others, "--monitor-user", cluster.monitor_user,
-                                      "--monitor-interval", "200ms",
-                                      "--writer-wait-timeout", f"{WRITER_WAIT}s"])
+    """A ringgate in front of the three nodes."""
+    return proxy_fronting(make_proxy, cluster, monkeypatch,
+                          "--writer-wait-timeout", f"{WRITER_WAIT}s", pooling=pooling)
 
 
 def connect(proxy, cluster, **kw):
