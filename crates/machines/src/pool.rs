@@ -148,10 +148,11 @@ pub struct Pooled {
     user: Option<Arc<metrics::UserUsage>>,
     /// The server it was opened to (`pool/writer.rs`).
     server: u16,
-    /// A causal read's wait runs on it (`pool/causal.rs`): the request,
-    /// leased again for the writer if the wait does not reach, and the
-    /// position waited for.
-    causal_retry: Option<Box<(LeaseRequest, wire::gtid::GtidPos)>>,
+    /// A causal read's wait runs on it (`pool/causal.rs`): the position
+    /// waited for. The request, leased again for the writer if the wait
+    /// does not reach, is the lease's own (`opened_for`, kept until
+    /// `SchemaSelected`, which follows only a wait that reached).
+    causal_retry: Option<Box<wire::gtid::GtidPos>>,
 }
 
 /// A give-back that waits for `SELECT LAST_INSERT_ID()`.
@@ -694,11 +695,6 @@ impl Pool {
             if let Some(p) = self.slots.get_index_mut(index) {
                 if p.opened_for.as_ref().is_some_and(|r| r.session == session) {
                     p.opened_for = None;
-                }
-                if p.causal_retry
-                    .as_ref()
-                    .is_some_and(|r| r.0.session == session)
-                {
                     p.causal_retry = None;
                 }
             }
@@ -927,7 +923,7 @@ impl Pool {
         p.set_busy(true, metrics.worker(self.worker));
         let timeout = self.cfg.causal_read_timeout;
         let wait = wait.map(|(sql, pos)| {
-            p.causal_retry = Some(Box::new((req.clone(), pos)));
+            p.causal_retry = Some(Box::new(pos));
             (sql, timeout)
         });
         if wait.is_none() {

@@ -458,12 +458,11 @@ impl Pool {
         }
         // A replica lost during a causal read's wait: the writer answers
         // the read (`pool/causal.rs`).
-        if let Some(retry) = p.causal_retry.take() {
+        if let Some(req) = p.causal_retry.take().and_then(|_| p.opened_for.take()) {
             p.leased_to = None;
-            p.opened_for = None;
             p.place = None;
             self.close(id, out);
-            return self.lease_on_writer(retry.0, now, out);
+            return self.lease_on_writer(req, now, out);
         }
         // Failed while it was leased: during the lease's setup (the
         // request is still here; nothing of the command was sent), or

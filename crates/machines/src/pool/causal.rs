@@ -52,11 +52,8 @@ impl Pool {
         let Err(why) = outcome else {
             // The replica has it: a later read that needs no more than
             // this position runs there at once.
-            if let Some(retry) = retry {
-                self.replica_reached
-                    .entry(server)
-                    .or_default()
-                    .raise(&retry.1);
+            if let Some(pos) = retry {
+                self.replica_reached.entry(server).or_default().raise(&pos);
             }
             return;
         };
@@ -65,13 +62,12 @@ impl Pool {
             "causal read: the replica's wait {why}; the read goes to the writer"
         );
         p.leased_to = None;
-        // The lease's own copy of the request (kept for a setup that dies
-        // with its server) goes: the read is leased again from `retry`.
-        p.opened_for = None;
+        // The read is leased again, with the lease's own request.
+        let request = p.opened_for.take().filter(|_| retry.is_some());
         p.place = None;
         p.set_busy(false, metrics.worker(self.worker));
-        match retry {
-            Some(retry) => self.causal_to_writer(id, retry.0, now, out),
+        match request {
+            Some(req) => self.causal_to_writer(id, req, now, out),
             None => self.make_idle(id, now, out),
         }
     }
